@@ -1,0 +1,170 @@
+// rdmahash/engine.h — per-client coroutine scheduler with batched posting (seed 000, Algorithm 1).
+//
+// Every operation (a lookup, an insert, ...) is a coroutine. A remote access is an awaitable
+// `Pending` returned by `read/write/cas/faa/rpc`: creating it *queues* the request; awaiting it
+// suspends the operation until the request has completed. The engine runs every runnable coroutine
+// until each is suspended or finished; only then does it post the whole queue to the transport as
+// one batch and wait for it (one round trip for all of them), after which it resumes the waiters.
+// Up to `depth` operations are in flight at once (`run_many`), so a batch carries up to `depth`
+// operations' requests: this is how one client keeps the network busy (seed 000 §4, Algorithm 1).
+//
+// Overlap (seed 001): an operation may create a `Pending` now and await it later (e.g. post chunk
+// i+1 before scanning chunk i). A `Pending` destroyed before it was posted is withdrawn from the
+// queue, so an operation that finishes early sends nothing it does not need.
+//
+// Accounting, per operation (`OpStats`): `round_trips` counts the batches the operation waited
+// for; requests by kind and bytes count what it issued (payload bytes; atomics count 8). Requests
+// are counted when posted, so withdrawn requests are not counted.
+//
+// Thread safety: an Engine and its Transport belong to one thread. Errors: a transport failure
+// fails every request of that batch; awaiting a failed request throws FabricError inside the
+// operation, which surfaces from `run` or in `run_many`'s callback.
+#pragma once
+
+#include <chrono>
+#include <coroutine>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rdmahash/fabric.h"
+#include "rdmahash/task.h"
+
+namespace rdmahash {
+
+struct OpStats {
+  uint32_t round_trips = 0;
+  uint32_t reads = 0, writes = 0, cas = 0, faa = 0, rpcs = 0;
+  uint64_t bytes = 0;
+  void add(const OpStats& o) {
+    round_trips += o.round_trips; reads += o.reads; writes += o.writes; cas += o.cas;
+    faa += o.faa; rpcs += o.rpcs; bytes += o.bytes;
+  }
+};
+
+class Engine;
+
+namespace detail {
+struct EngineNode {
+  uint64_t result = 0;
+  bool done = false;
+  bool failed = false;
+  std::coroutine_handle<> waiter;
+  OpStats* op = nullptr;
+  size_t queue_index = 0;
+  EngineNode* next_free = nullptr;
+};
+}  // namespace detail
+
+// A queued or completed remote request. Await it once; the result is the old value for CAS/FAA
+// (0 for the others). Move-only.
+class [[nodiscard]] Pending {
+ public:
+  Pending(Pending&& o) noexcept : engine_(o.engine_), node_(std::exchange(o.node_, nullptr)) {}
+  Pending& operator=(Pending&&) = delete;
+  ~Pending();
+
+  bool await_ready() const noexcept { return node_->done; }
+  void await_suspend(std::coroutine_handle<> h) noexcept;
+  uint64_t await_resume();
+  bool done() const noexcept { return node_ && node_->done; }
+
+ private:
+  friend class Engine;
+  Pending(Engine* e, detail::EngineNode* n) : engine_(e), node_(n) {}
+  Engine* engine_;
+  detail::EngineNode* node_;
+};
+
+class Engine {
+ public:
+  explicit Engine(Transport& transport);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queue a request. Buffers must stay valid until the Pending completes or is destroyed.
+  Pending read(RemoteAddr addr, void* dst, uint32_t len);
+  Pending write(RemoteAddr addr, const void* src, uint32_t len);
+  Pending cas(RemoteAddr addr, uint64_t expected, uint64_t desired);
+  Pending faa(RemoteAddr addr, uint64_t add);
+  Pending rpc(uint32_t node, uint16_t id, const void* payload, uint32_t len,
+              std::vector<std::byte>* reply);
+
+  // Runs one operation to completion and returns its result (rethrows its exception).
+  template <class T>
+  T run(Task<T> task, OpStats* stats = nullptr);
+  void run(Task<void> task, OpStats* stats = nullptr);
+
+  struct Completion {
+    uint64_t index;
+    const OpStats& stats;
+    std::chrono::nanoseconds latency;
+    std::exception_ptr error;
+  };
+  // Runs `count` operations `make(i)`, keeping up to `depth` in flight; `done` is called as each
+  // finishes (in completion order).
+  void run_many(uint64_t count, uint32_t depth, const std::function<Task<void>(uint64_t)>& make,
+                const std::function<void(const Completion&)>& done);
+
+  Transport& transport() { return transport_; }
+
+ private:
+  friend class Pending;
+  struct Root;
+  detail::EngineNode* enqueue(const Request& r);
+  void withdraw(detail::EngineNode* n);
+  void release(detail::EngineNode* n);
+  void suspend_on(detail::EngineNode* n, std::coroutine_handle<> h);
+  void flush();
+  void drive(const std::function<void()>& refill);
+  void spawn(Task<void> task, Root* root);
+
+  Transport& transport_;
+  std::vector<Request> queue_;
+  std::vector<detail::EngineNode*> queued_;
+  std::vector<Request> batch_;
+  std::vector<detail::EngineNode*> batch_nodes_;
+  struct Ready { std::coroutine_handle<> h; OpStats* op; };
+  std::vector<Ready> ready_, running_;
+  std::vector<std::unique_ptr<detail::EngineNode>> pool_;
+  detail::EngineNode* free_ = nullptr;
+  OpStats* current_ = nullptr;
+  OpStats scratch_;  // stats sink for requests queued outside any operation
+  std::string last_error_;
+};
+
+// --- inline definitions -----------------------------------------------------------------------
+
+inline Pending::~Pending() {
+  if (node_) engine_->withdraw(node_);
+}
+inline void Pending::await_suspend(std::coroutine_handle<> h) noexcept { engine_->suspend_on(node_, h); }
+inline uint64_t Pending::await_resume() {
+  auto* n = std::exchange(node_, nullptr);
+  const bool failed = n->failed;
+  const uint64_t r = n->result;
+  engine_->release(n);
+  if (failed) throw FabricError(engine_->last_error_);
+  return r;
+}
+
+namespace detail {
+template <class T>
+Task<void> store_result(Task<T> t, std::optional<T>* out) {
+  out->emplace(co_await std::move(t));
+}
+}  // namespace detail
+
+template <class T>
+T Engine::run(Task<T> task, OpStats* stats) {
+  std::optional<T> out;
+  run(detail::store_result(std::move(task), &out), stats);
+  return std::move(*out);
+}
+
+}  // namespace rdmahash

@@ -1,0 +1,113 @@
+// rdmahash/fabric.h — the one-sided transport every scheme is written against.
+//
+// Model
+// -----
+// A fabric connects clients to `memory_nodes()` memory nodes. Each memory node exposes one
+// contiguous region of `region_bytes(node)` bytes. Schemes name remote memory only by
+// `RemoteAddr{node, offset}`; they never hold a pointer into another node's memory.
+//
+// A client owns one `Transport` (not thread-safe; one per client thread or process). It hands the
+// transport a batch of `Request`s; `execute()` posts all of them and returns when every one has
+// completed. One `execute()` is one network round trip for every request in it (requests of one
+// batch are not ordered with respect to each other: do not put a WRITE and a dependent READ of
+// the same bytes in one batch).
+//
+// Operations:
+//   kRead   copy `len` bytes at `addr` into `buf`.
+//   kWrite  copy `len` bytes from `buf` to `addr`.
+//   kCas    8-byte compare-and-swap at `addr` (8-byte aligned): if *addr == compare, *addr = swap;
+//           the old value is stored in `*result` in either case.
+//   kFaa    8-byte fetch-and-add of `compare` at `addr`; old value in `*result`.
+//   kRpc    two-sided request to the CPU of memory node `addr.node`: handler `rpc_id` registered
+//           with `Fabric::register_rpc` receives `len` bytes from `buf` and fills `*reply`.
+//
+// Atomicity: CAS/FAA are atomic with respect to each other and to 8-byte-aligned 8-byte READs;
+// READs of more than 8 bytes are not atomic (a concurrent WRITE may be observed torn), which is
+// why multi-word records carry a version and a checksum (see schemes/linear).
+//
+// Errors: transport failures throw `FabricError`; an address outside a region is a programming
+// error and throws `FabricError` too (never undefined behaviour).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rdmahash {
+
+class FabricError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct RemoteAddr {
+  uint32_t node = 0;
+  uint64_t offset = 0;
+};
+
+enum class ReqKind : uint8_t { kRead, kWrite, kCas, kFaa, kRpc };
+
+struct Request {
+  ReqKind kind = ReqKind::kRead;
+  RemoteAddr addr;
+  void* buf = nullptr;        // read destination, write source, rpc payload
+  uint32_t len = 0;           // bytes (read/write/rpc); ignored for CAS/FAA (always 8)
+  uint64_t compare = 0;       // CAS: expected value; FAA: addend
+  uint64_t swap = 0;          // CAS: desired value
+  uint64_t* result = nullptr; // CAS/FAA: receives the old value (required)
+  uint16_t rpc_id = 0;        // RPC: handler id
+  std::vector<std::byte>* reply = nullptr;  // RPC: receives the reply (required)
+};
+
+// Totals over every request a transport executed.
+struct FabricCounters {
+  uint64_t batches = 0;
+  uint64_t reads = 0, writes = 0, cas = 0, faa = 0, rpcs = 0;
+  uint64_t bytes_read = 0, bytes_written = 0;  // payload bytes; atomics count 8 each way
+  void add(const Request& r);
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // Posts every request and waits until all have completed. Throws FabricError.
+  virtual void execute(std::span<Request> batch) = 0;
+  const FabricCounters& counters() const { return counters_; }
+
+ protected:
+  FabricCounters counters_;
+};
+
+// Handler of a two-sided request, run by the CPU of the memory node that received it.
+// `src` is the sender's client id (UCX: its rank). Must be thread-safe on LocalFabric, where it
+// runs on the calling client's thread.
+using RpcHandler = std::function<void(uint32_t src, std::span<const std::byte> request,
+                                      std::vector<std::byte>& reply)>;
+
+class Fabric {
+ public:
+  virtual ~Fabric() = default;
+  virtual std::string_view name() const = 0;
+  virtual uint32_t memory_nodes() const = 0;
+  virtual uint64_t region_bytes(uint32_t node) const = 0;
+  // The region of `node` when this process hosts it (LocalFabric: every node), else empty.
+  // Used by memory-node-side code: bulk loading, RPC handlers, inspection.
+  virtual std::span<std::byte> local_region(uint32_t node) = 0;
+  // A new client access path. Safe to call from several threads.
+  virtual std::unique_ptr<Transport> connect() = 0;
+  // Registers the handler for `id` on every memory node hosted by this process. Register before
+  // any client can send that id (the bench registers before its start barrier).
+  virtual void register_rpc(uint16_t id, RpcHandler handler) = 0;
+};
+
+// In-process fabric: memory nodes are heap regions of this process, clients are threads, atomics
+// are real `std::atomic_ref` operations. Every request is bounds-checked.
+std::unique_ptr<Fabric> make_local_fabric(std::vector<uint64_t> region_bytes);
+
+}  // namespace rdmahash

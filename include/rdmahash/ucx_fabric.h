@@ -1,0 +1,58 @@
+// rdmahash/ucx_fabric.h — the UCX (UCP) fabric, launched and bootstrapped with MPI.
+//
+// One process per MPI rank, one UCP worker per process. Ranks `0..K-1` are memory nodes (or every
+// rank with `symmetric`); memory node i exposes a region allocated by
+// `ucp_mem_map(UCP_MEM_MAP_ALLOCATE)` so that one-sided operations on shared memory complete
+// without the target's CPU. MPI is used only to exchange worker addresses and packed rkeys, for
+// barriers, and to gather results; the data path is UCP (get/put/atomic_nbx, active messages).
+//
+// Memory nodes never busy-poll: `serve()` arms the worker and blocks in epoll on its event fd,
+// progressing only when woken (TCP needs target-side progress; shared memory does not). Clients
+// progress their worker while they wait for a batch, which also serves RPCs sent to them when they
+// host a shard (symmetric mode).
+//
+// Lifecycle (every rank): create() [collective] → load shards → barrier() → clients run, then call
+// client_done() → memory nodes call serve() (returns when every client rank has called
+// client_done()) → barrier() → destroy.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "rdmahash/fabric.h"
+
+namespace rdmahash {
+
+struct UcxFabricConfig {
+  uint32_t memory_nodes = 1;   // K: ranks 0..K-1 host a region (ignored when symmetric)
+  bool symmetric = false;      // every rank hosts a region and runs a client
+  uint64_t region_bytes = 0;   // per memory node
+};
+
+class UcxFabric : public Fabric {
+ public:
+  // Collective over MPI_COMM_WORLD. MPI must be initialised. Throws FabricError.
+  static std::unique_ptr<UcxFabric> create(const UcxFabricConfig& config);
+  ~UcxFabric() override;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual bool is_memory_node() const = 0;  // this rank hosts a region
+  virtual bool is_client() const = 0;       // symmetric, or rank >= K
+  virtual uint32_t client_count() const = 0;
+  virtual void barrier() = 0;
+  // Client side: tell every memory node this rank's client is finished. Call once.
+  virtual void client_done() = 0;
+  // Memory node side: serve one-sided progress and RPCs, blocking on the worker's event fd, until
+  // every client rank has called client_done(). No-op on ranks that host nothing.
+  virtual void serve() = 0;
+  // Gathers each rank's bytes at rank 0 (index = rank); other ranks get an empty vector.
+  virtual std::vector<std::vector<std::byte>> gather(std::span<const std::byte> mine) = 0;
+
+ protected:
+  UcxFabric() = default;
+};
+
+}  // namespace rdmahash

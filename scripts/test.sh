@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds with -Werror and runs every test (in-process, CLI, and mpirun over UCX shared memory),
+# then the same in-process suite under ASan+UBSan. Usage: scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+jobs=$(nproc)
+
+cmake -S . -B build/ci -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMAHASH_WERROR=ON
+cmake --build build/ci -j "$jobs"
+ctest --test-dir build/ci --output-on-failure -j 2
+
+# Sanitizer builds of the in-process suites (threads on LocalFabric; UCX's internals are not ours).
+cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMAHASH_WERROR=ON -DRDMAHASH_SANITIZER=thread
+cmake --build build/tsan -j "$jobs" --target rdmahash_tests
+TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build/tsan --output-on-failure -j 2 -L inprocess
+
+cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DRDMAHASH_WERROR=ON -DRDMAHASH_SANITIZER=address
+cmake --build build/asan -j "$jobs" --target rdmahash_tests
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build/asan --output-on-failure -j 2 -L inprocess

@@ -1,0 +1,242 @@
+#include "bench/driver.h"
+
+#include <unistd.h>
+
+#include <barrier>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "bench/report.h"
+#include "bench/workload.h"
+#include "rdmahash/ucx_fabric.h"
+#include "schemes/hash.h"
+
+namespace rdmahash::bench {
+namespace {
+
+struct RawTarget {
+  uint32_t memory_nodes;
+  uint64_t region_bytes;
+  uint32_t bytes;
+};
+
+Task<void> do_op(KvClient* kv, Engine* engine, Op op, uint32_t value_bytes, ClientResult* r, RawTarget raw) {
+  std::vector<std::byte> buf(op.kind == OpKind::kRawRead ? raw.bytes : value_bytes);
+  if (op.kind == OpKind::kRawRead) {
+    // Random 8-byte-aligned READ inside the slot area of a random memory node.
+    const uint32_t node = static_cast<uint32_t>(hash::range(op.key, raw.memory_nodes));
+    const uint64_t span = raw.region_bytes > 64 + raw.bytes ? (raw.region_bytes - 64 - raw.bytes) / 8 : 0;
+    const uint64_t off = 64 + hash::range(hash::mix64(op.key), span + 1) * 8;
+    co_await engine->read(RemoteAddr{node, off}, buf.data(), raw.bytes);
+    co_return;
+  }
+  OpResult res;
+  if (op.kind == OpKind::kGet) {
+    res = co_await kv->get(op.key, buf);
+    if (res.status == Status::kFound && value_bytes) {
+      std::vector<std::byte> want(value_bytes);
+      fill_value(op.key, want);
+      if (want != buf) ++r->value_mismatches;
+    }
+  } else {
+    fill_value(op.key, buf);
+    res = co_await kv->find_or_put(op.key, buf);
+  }
+  r->chunks += res.chunks;
+  switch (res.status) {
+    case Status::kFound: ++r->found; break;
+    case Status::kInserted: ++r->inserted; break;
+    case Status::kFull: ++r->full; break;
+    case Status::kNotFound: ++r->not_found; break;
+    default: break;
+  }
+}
+
+// One client's share of one point.
+ClientResult run_client(Engine& engine, const SchemeAdapter& adapter, const BenchOptions& o, Workload w,
+                        uint32_t read_size, uint32_t read_bytes, const KeySpace& keys, uint32_t client) {
+  ClientResult r;
+  r.latency_ns.reserve(o.ops);
+  std::unique_ptr<KvClient> kv = adapter.make_client(engine, read_size);
+  OpStream stream(o, w, keys, client);
+  const RawTarget raw{o.memory_nodes, adapter.region_bytes(), read_bytes};
+  const uint32_t vb = adapter.value_bytes();
+  const auto start = std::chrono::steady_clock::now();
+  engine.run_many(
+      o.ops, o.depth, [&](uint64_t) { return do_op(kv.get(), &engine, stream.next(), vb, &r, raw); },
+      [&](const Engine::Completion& c) {
+        r.add_op(c.stats, c.latency);
+        if (c.error) ++r.errors;
+      });
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+struct Point {
+  Workload workload;
+  uint32_t read_size;
+  uint32_t read_bytes;
+};
+
+std::vector<Point> points_of(const BenchOptions& o) {
+  std::vector<Point> pts;
+  for (Workload w : o.workloads) {
+    if (w == Workload::kGet)
+      for (uint32_t r : o.read_sizes) pts.push_back({w, r, 0});
+    else if (w == Workload::kRawRead)
+      for (uint32_t b : o.read_bytes) pts.push_back({w, o.read_sizes.front(), b});
+    else
+      pts.push_back({w, o.read_sizes.front(), 0});
+  }
+  return pts;
+}
+
+class Reporter {
+ public:
+  explicit Reporter(const BenchOptions& o) : o_(o) {
+    if (!o.json_path.empty()) {
+      json_.open(o.json_path, std::ios::app);
+      if (!json_) throw InvalidArgument("cannot open --json file '" + o.json_path + "' for appending");
+    }
+  }
+  void report(const PointInfo& p, const ClientResult& total) {
+    if (!o_.quiet) {
+      if (!header_done_) print_summary_header(stdout);
+      header_done_ = true;
+      print_summary_row(stdout, p, total);
+    }
+    if (json_.is_open()) {
+      json_ << to_json_line(o_, p, total) << '\n';
+      json_.flush();
+    }
+  }
+
+ private:
+  const BenchOptions& o_;
+  std::ofstream json_;
+  bool header_done_ = false;
+};
+
+std::function<void(uint64_t)> progress_bar(const BenchOptions& o, uint64_t total, std::string label) {
+  if (!o.progress || !isatty(STDERR_FILENO)) return {};
+  return [total, label](uint64_t done) {
+    const int pct = total ? static_cast<int>(100 * done / total) : 100;
+    const int bars = pct / 4;
+    std::fprintf(stderr, "\r%s [%-25.*s] %3d%%", label.c_str(), bars, "#########################", pct);
+    if (done >= total) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  };
+}
+
+void check_key_capacity(const BenchOptions& o, const SchemeAdapter& a, uint32_t clients) {
+  const unsigned bits = a.key_bits();
+  if (bits >= 63) return;
+  const double needed = static_cast<double>(o.records) + static_cast<double>(clients) * static_cast<double>(o.ops + 1);
+  if (needed >= static_cast<double>(1ULL << bits))
+    throw InvalidArgument("--records plus new keys (clients x ops) exceed the " + std::to_string(bits) +
+                          "-bit key space: use --key-bytes 8 or fewer ops");
+}
+
+}  // namespace
+
+int run_local(const BenchOptions& o) {
+  Reporter reporter(o);
+  const uint32_t clients = o.symmetric ? o.memory_nodes : o.clients;
+  for (double lf : o.load_factors) {
+    auto adapter = make_adapter(o, lf);
+    check_key_capacity(o, *adapter, clients);
+    auto fabric = make_local_fabric(std::vector<uint64_t>(o.memory_nodes, adapter->region_bytes()));
+    const KeySpace keys(o.records, adapter->key_bits(), o.seed);
+    adapter->load_all([&](uint32_t n) { return fabric->local_region(n); }, keys,
+                      progress_bar(o, o.records, "loading " + std::to_string(o.records) + " records"));
+    for (const Point& pt : points_of(o)) {
+      std::vector<ClientResult> results(clients);
+      std::barrier sync(clients);
+      std::vector<std::thread> threads;
+      std::vector<std::unique_ptr<Transport>> transports;
+      for (uint32_t c = 0; c < clients; ++c) transports.push_back(fabric->connect());
+      for (uint32_t c = 0; c < clients; ++c) {
+        threads.emplace_back([&, c] {
+          Engine engine(*transports[c]);
+          sync.arrive_and_wait();
+          results[c] = run_client(engine, *adapter, o, pt.workload, pt.read_size, pt.read_bytes, keys, c);
+        });
+      }
+      for (auto& t : threads) t.join();
+      ClientResult total;
+      for (const auto& r : results) total.merge(r);
+      PointInfo info{o.scheme, adapter->describe(), "local",
+                     o.symmetric ? o.memory_nodes : o.memory_nodes + clients, o.memory_nodes, clients,
+                     o.records, adapter->slots(), lf, pt.workload, pt.read_size, pt.read_bytes};
+      reporter.report(info, total);
+    }
+  }
+  return 0;
+}
+
+int run_ucx(const BenchOptions& o) {
+  // Every rank computes the same sizes, so the collective create() agrees on the region size.
+  uint64_t region = 0;
+  for (double lf : o.load_factors) region = std::max(region, make_adapter(o, lf)->region_bytes());
+  UcxFabricConfig fc;
+  fc.memory_nodes = o.memory_nodes;
+  fc.symmetric = o.symmetric;
+  fc.region_bytes = region;
+  auto fabric = UcxFabric::create(fc);
+  const uint32_t mem_nodes = fabric->memory_nodes();
+  if (fabric->client_count() == 0)
+    throw InvalidArgument("no client ranks: run more ranks than --memory-nodes (" + std::to_string(mem_nodes) +
+                          "), or use --symmetric");
+  BenchOptions opts = o;
+  opts.memory_nodes = mem_nodes;  // --symmetric: every rank is a memory node
+  std::unique_ptr<Reporter> reporter;
+  if (fabric->rank() == 0) reporter = std::make_unique<Reporter>(opts);
+  const uint32_t client_index =
+      static_cast<uint32_t>(opts.symmetric ? fabric->rank() : fabric->rank() - static_cast<int>(mem_nodes));
+  std::unique_ptr<Transport> transport = fabric->is_client() ? fabric->connect() : nullptr;
+
+  for (double lf : opts.load_factors) {
+    auto adapter = make_adapter(opts, lf);
+    check_key_capacity(opts, *adapter, fabric->client_count());
+    const KeySpace keys(opts.records, adapter->key_bits(), opts.seed);
+    if (fabric->is_memory_node()) {
+      const uint32_t node = static_cast<uint32_t>(fabric->rank());
+      try {
+        adapter->load_shard(node, fabric->local_region(node), keys,
+                            fabric->rank() == 0 ? progress_bar(opts, opts.records, "loading shard 0") : nullptr);
+      } catch (const InvalidArgument& e) {
+        // Only this rank failed: not an InvalidArgument every rank sees, so the caller aborts all.
+        throw std::runtime_error(e.what());
+      }
+    }
+    for (const Point& pt : points_of(opts)) {
+      fabric->barrier();
+      ClientResult mine;
+      if (fabric->is_client()) {
+        Engine engine(*transport);
+        mine = run_client(engine, *adapter, opts, pt.workload, pt.read_size, pt.read_bytes, keys, client_index);
+        fabric->client_done();
+      }
+      fabric->serve();  // memory nodes: progress (blocking on the event fd) until every client is done
+      std::vector<std::byte> bytes = fabric->is_client() ? mine.serialize() : std::vector<std::byte>{};
+      auto all = fabric->gather(bytes);
+      if (fabric->rank() == 0) {
+        ClientResult total;
+        for (const auto& b : all)
+          if (!b.empty()) total.merge(ClientResult::deserialize(b));
+        PointInfo info{opts.scheme, adapter->describe(), "ucx", static_cast<uint32_t>(fabric->size()), mem_nodes,
+                       fabric->client_count(), opts.records, adapter->slots(), lf, pt.workload, pt.read_size,
+                       pt.read_bytes};
+        reporter->report(info, total);
+      }
+    }
+  }
+  fabric->barrier();
+  return 0;
+}
+
+}  // namespace rdmahash::bench

@@ -1,0 +1,152 @@
+#include "bench/report.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "rdmahash/table.h"
+
+namespace rdmahash::bench {
+
+void ClientResult::add_op(const OpStats& s, std::chrono::nanoseconds latency) {
+  ++ops;
+  round_trips += s.round_trips;
+  reads += s.reads; writes += s.writes; cas += s.cas; faa += s.faa; rpcs += s.rpcs;
+  bytes += s.bytes;
+  const auto ns = latency.count();
+  latency_ns.push_back(static_cast<uint32_t>(std::clamp<int64_t>(ns, 0, UINT32_MAX)));
+}
+
+void ClientResult::merge(const ClientResult& o) {
+  ops += o.ops; found += o.found; inserted += o.inserted; full += o.full; not_found += o.not_found;
+  errors += o.errors; value_mismatches += o.value_mismatches;
+  round_trips += o.round_trips; reads += o.reads; writes += o.writes; cas += o.cas; faa += o.faa;
+  rpcs += o.rpcs; bytes += o.bytes; chunks += o.chunks;
+  seconds = std::max(seconds, o.seconds);
+  latency_ns.insert(latency_ns.end(), o.latency_ns.begin(), o.latency_ns.end());
+}
+
+namespace {
+constexpr size_t kFixedWords = 17;
+}
+
+std::vector<std::byte> ClientResult::serialize() const {
+  const uint64_t fixed[kFixedWords] = {ops, found, inserted, full, not_found, errors, value_mismatches,
+                                       round_trips, reads, writes, cas, faa, rpcs, bytes, chunks, 0,
+                                       latency_ns.size()};
+  std::vector<std::byte> out(sizeof fixed + sizeof(double) + latency_ns.size() * 4);
+  std::memcpy(out.data(), fixed, sizeof fixed);
+  std::memcpy(out.data() + sizeof fixed, &seconds, sizeof(double));
+  if (!latency_ns.empty()) std::memcpy(out.data() + sizeof fixed + sizeof(double), latency_ns.data(), latency_ns.size() * 4);
+  return out;
+}
+
+ClientResult ClientResult::deserialize(std::span<const std::byte> in) {
+  ClientResult r;
+  uint64_t f[kFixedWords];
+  if (in.size() < sizeof f + sizeof(double)) throw InvalidArgument("truncated client result");
+  std::memcpy(f, in.data(), sizeof f);
+  r.ops = f[0]; r.found = f[1]; r.inserted = f[2]; r.full = f[3]; r.not_found = f[4]; r.errors = f[5];
+  r.value_mismatches = f[6]; r.round_trips = f[7]; r.reads = f[8]; r.writes = f[9]; r.cas = f[10];
+  r.faa = f[11]; r.rpcs = f[12]; r.bytes = f[13]; r.chunks = f[14];
+  std::memcpy(&r.seconds, in.data() + sizeof f, sizeof(double));
+  if (in.size() != sizeof f + sizeof(double) + f[16] * 4) throw InvalidArgument("corrupt client result");
+  r.latency_ns.resize(f[16]);
+  if (f[16]) std::memcpy(r.latency_ns.data(), in.data() + sizeof f + sizeof(double), f[16] * 4);
+  return r;
+}
+
+namespace {
+
+struct Derived {
+  double throughput, rt, reads, writes, cas, faa, rpcs, bytes, chunks;
+  double p10, p25, p50, p75, p90, p99, max;
+};
+
+Derived derive(const ClientResult& t) {
+  Derived d{};
+  const double n = t.ops ? static_cast<double>(t.ops) : 1.0;
+  d.throughput = t.seconds > 0 ? t.ops / t.seconds : 0;
+  d.rt = t.round_trips / n; d.reads = t.reads / n; d.writes = t.writes / n; d.cas = t.cas / n;
+  d.faa = t.faa / n; d.rpcs = t.rpcs / n; d.bytes = t.bytes / n; d.chunks = t.chunks / n;
+  std::vector<uint32_t> v = t.latency_ns;
+  std::sort(v.begin(), v.end());
+  auto pct = [&](double q) {
+    if (v.empty()) return 0.0;
+    const size_t i = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
+    return v[i] / 1000.0;
+  };
+  d.p10 = pct(0.10); d.p25 = pct(0.25); d.p50 = pct(0.50); d.p75 = pct(0.75); d.p90 = pct(0.90);
+  d.p99 = pct(0.99); d.max = v.empty() ? 0 : v.back() / 1000.0;
+  return d;
+}
+
+}  // namespace
+
+std::string to_json_line(const BenchOptions& o, const PointInfo& p, const ClientResult& t) {
+  const Derived d = derive(t);
+  nlohmann::json j;
+  j["scheme"] = p.scheme;
+  j["scheme_detail"] = p.scheme_detail;
+  j["fabric"] = p.fabric;
+  if (const char* tls = std::getenv("UCX_TLS"); tls && p.fabric == "ucx") j["ucx_tls"] = tls;
+  j["ranks"] = p.ranks;
+  j["memory_nodes"] = p.memory_nodes;
+  j["clients"] = p.clients;
+  j["symmetric"] = o.symmetric;
+  j["records"] = p.records;
+  j["slots"] = p.slots;
+  j["load_factor"] = p.slots ? static_cast<double>(p.records) / static_cast<double>(p.slots) : 0.0;
+  j["target_load_factor"] = p.target_load_factor;
+  j["key_bytes"] = o.key_bytes;
+  j["value_bytes"] = o.value_bytes;
+  j["workload"] = to_string(p.workload);
+  j["depth"] = o.depth;
+  j["chunk"] = o.chunk;
+  j["max_chunks"] = o.max_chunks;
+  j["read_size"] = p.read_size;
+  if (p.workload == Workload::kRawRead) j["read_bytes"] = p.read_bytes;
+  j["same_keys"] = o.same_keys;
+  j["seed"] = o.seed;
+  j["ops"] = t.ops;
+  j["seconds"] = t.seconds;
+  j["throughput_ops_per_s"] = d.throughput;
+  j["latency_us"] = {{"p10", d.p10}, {"p25", d.p25}, {"p50", d.p50}, {"p75", d.p75},
+                     {"p90", d.p90}, {"p99", d.p99}, {"max", d.max}};
+  j["round_trips_per_op"] = d.rt;
+  j["requests_per_op"] = {{"read", d.reads}, {"write", d.writes}, {"cas", d.cas}, {"faa", d.faa}, {"rpc", d.rpcs}};
+  j["bytes_per_op"] = d.bytes;
+  j["chunks_per_op"] = d.chunks;
+  j["outcomes"] = {{"found", t.found}, {"inserted", t.inserted}, {"full", t.full}, {"not_found", t.not_found}};
+  j["errors"] = t.errors;
+  j["value_mismatches"] = t.value_mismatches;
+  return j.dump();
+}
+
+void print_summary_header(std::FILE* out) {
+  std::fprintf(out, "%-22s %-6s %5s %4s %7s %10s %5s %-15s %5s %10s %11s %8s %8s %8s %6s %6s %8s %-22s\n", "scheme",
+               "fabric", "ranks", "mem", "clients", "records", "lf", "workload", "R/B", "ops", "ops/s", "p50us",
+               "p90us", "p99us", "RT/op", "req/op", "bytes/op", "found/ins/full/miss");
+}
+
+void print_summary_row(std::FILE* out, const PointInfo& p, const ClientResult& t) {
+  const Derived d = derive(t);
+  const double lf = p.slots ? static_cast<double>(p.records) / static_cast<double>(p.slots) : 0.0;
+  const uint32_t rb = p.workload == Workload::kRawRead ? p.read_bytes : p.read_size;
+  char outcomes[64];
+  std::snprintf(outcomes, sizeof outcomes, "%llu/%llu/%llu/%llu", static_cast<unsigned long long>(t.found),
+                static_cast<unsigned long long>(t.inserted), static_cast<unsigned long long>(t.full),
+                static_cast<unsigned long long>(t.not_found));
+  std::fprintf(out, "%-22s %-6s %5u %4u %7u %10llu %5.2f %-15s %5u %10llu %11.0f %8.2f %8.2f %8.2f %6.2f %6.2f %8.1f %-22s\n",
+               p.scheme_detail.c_str(), p.fabric.c_str(), p.ranks, p.memory_nodes, p.clients,
+               static_cast<unsigned long long>(p.records), lf, to_string(p.workload), rb,
+               static_cast<unsigned long long>(t.ops), d.throughput, d.p50, d.p90, d.p99, d.rt,
+               d.reads + d.writes + d.cas + d.faa + d.rpcs, d.bytes, outcomes);
+  if (t.errors || t.value_mismatches)
+    std::fprintf(out, "  WARNING: %llu operations failed, %llu values differed from the stored ones\n",
+                 static_cast<unsigned long long>(t.errors), static_cast<unsigned long long>(t.value_mismatches));
+  std::fflush(out);
+}
+
+}  // namespace rdmahash::bench

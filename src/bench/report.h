@@ -1,0 +1,46 @@
+// Results of one benchmark point, their aggregation over clients, JSON and the summary table.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "bench/options.h"
+#include "rdmahash/engine.h"
+
+namespace rdmahash::bench {
+
+// What one client measured at one point. Counters are totals over its operations.
+struct ClientResult {
+  uint64_t ops = 0;
+  uint64_t found = 0, inserted = 0, full = 0, not_found = 0;
+  uint64_t errors = 0;            // operations that threw
+  uint64_t value_mismatches = 0;  // gets that returned a value other than the one stored
+  uint64_t round_trips = 0, reads = 0, writes = 0, cas = 0, faa = 0, rpcs = 0, bytes = 0;
+  uint64_t chunks = 0;            // slot-array reads per operation, summed
+  double seconds = 0;
+  std::vector<uint32_t> latency_ns;
+
+  void add_op(const OpStats& s, std::chrono::nanoseconds latency);
+  void merge(const ClientResult& o);  // sums; seconds = max
+  std::vector<std::byte> serialize() const;
+  static ClientResult deserialize(std::span<const std::byte> bytes);
+};
+
+// Describes one point (what was run) for the report.
+struct PointInfo {
+  std::string scheme, scheme_detail, fabric;
+  uint32_t ranks = 1, memory_nodes = 1, clients = 1;
+  uint64_t records = 0, slots = 0;
+  double target_load_factor = 0;
+  Workload workload = Workload::kGet;
+  uint32_t read_size = 0, read_bytes = 0;
+};
+
+std::string to_json_line(const BenchOptions& o, const PointInfo& p, const ClientResult& total);
+void print_summary_header(std::FILE* out);
+void print_summary_row(std::FILE* out, const PointInfo& p, const ClientResult& total);
+
+}  // namespace rdmahash::bench

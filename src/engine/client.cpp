@@ -1,0 +1,87 @@
+#include "rdmahash/client.h"
+
+#include <string>
+
+namespace rdmahash {
+
+Client::Client(Fabric& fabric, const LinearConfig& table, const ProbeConfig& probe)
+    : transport_(fabric.connect()),
+      engine_(std::make_unique<Engine>(*transport_)),
+      table_(std::make_unique<LinearClient>(table, probe, *engine_)) {}
+
+Client::~Client() = default;
+
+OpResult Client::find_or_put(uint64_t key, std::span<const std::byte> value) {
+  last_ = {};
+  return engine_->run(table_->find_or_put(key, value), &last_);
+}
+OpResult Client::get(uint64_t key, std::span<std::byte> value_out) {
+  last_ = {};
+  return engine_->run(table_->get(key, value_out), &last_);
+}
+OpResult Client::update(uint64_t key, std::span<const std::byte> value) {
+  last_ = {};
+  return engine_->run(table_->update(key, value), &last_);
+}
+OpResult Client::put(uint64_t key, std::span<const std::byte> value) {
+  last_ = {};
+  return engine_->run(table_->put(key, value), &last_);
+}
+OpResult Client::erase(uint64_t key) {
+  last_ = {};
+  return engine_->run(table_->erase(key), &last_);
+}
+
+namespace {
+Task<void> store(Task<OpResult> t, OpResult* out) { *out = co_await std::move(t); }
+}  // namespace
+
+std::vector<OpResult> Client::find_or_put_many(std::span<const uint64_t> keys, std::span<const std::byte> values,
+                                               uint32_t depth) {
+  const size_t vb = table_->config().format == SlotFormat::kSet ? 0 : table_->config().value_bytes;
+  if (!values.empty() && values.size() != keys.size() * vb)
+    throw InvalidArgument("values must hold keys.size() * value_bytes = " + std::to_string(keys.size() * vb) + " bytes");
+  // Validate every key up front so that a bad key fails the call before anything is inserted.
+  for (uint64_t k : keys) table_->validate_key(k);
+  std::vector<OpResult> out(keys.size());
+  last_ = {};
+  std::exception_ptr first_error;
+  engine_->run_many(
+      keys.size(), depth,
+      [&](uint64_t i) {
+        return store(table_->find_or_put(keys[i], values.empty() ? std::span<const std::byte>{}
+                                                                  : values.subspan(i * vb, vb)),
+                     &out[i]);
+      },
+      [&](const Engine::Completion& c) {
+        last_.add(c.stats);
+        if (c.error && !first_error) first_error = c.error;
+      });
+  if (first_error) std::rethrow_exception(first_error);
+  return out;
+}
+
+std::vector<OpResult> Client::get_many(std::span<const uint64_t> keys, std::span<std::byte> values_out,
+                                       uint32_t depth) {
+  const size_t vb = table_->config().format == SlotFormat::kSet ? 0 : table_->config().value_bytes;
+  if (!values_out.empty() && values_out.size() != keys.size() * vb)
+    throw InvalidArgument("values_out must hold keys.size() * value_bytes = " + std::to_string(keys.size() * vb) +
+                          " bytes");
+  std::vector<OpResult> out(keys.size());
+  last_ = {};
+  std::exception_ptr first_error;
+  engine_->run_many(
+      keys.size(), depth,
+      [&](uint64_t i) {
+        return store(table_->get(keys[i], values_out.empty() ? std::span<std::byte>{} : values_out.subspan(i * vb, vb)),
+                     &out[i]);
+      },
+      [&](const Engine::Completion& c) {
+        last_.add(c.stats);
+        if (c.error && !first_error) first_error = c.error;
+      });
+  if (first_error) std::rethrow_exception(first_error);
+  return out;
+}
+
+}  // namespace rdmahash

@@ -1,0 +1,179 @@
+// LocalFabric: memory nodes are heap regions of this process and clients are threads.
+//
+// Why word-wise copies: remote READs race with CAS/WRITE from other clients by design (that is
+// what the schemes' version/checksum protocols are for). Copying 8-byte-aligned words with relaxed
+// atomic loads/stores keeps those races defined behaviour in C++ (and quiet under TSan) while
+// behaving like a DMA engine: a multi-word read may be torn, an aligned word never is. A
+// sequentially consistent fence brackets every batch, like the completion of an RDMA request.
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+
+#include "rdmahash/fabric.h"
+
+namespace rdmahash {
+namespace {
+
+struct AlignedFree {
+  void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{64}); }
+};
+
+void copy_in(std::byte* dst, const std::byte* src, size_t len) {  // remote -> local
+  size_t i = 0;
+  while (i < len && (reinterpret_cast<uintptr_t>(src + i) & 7) != 0) {
+    dst[i] = std::atomic_ref<std::byte>(const_cast<std::byte&>(src[i])).load(std::memory_order_relaxed);
+    ++i;
+  }
+  for (; i + 8 <= len; i += 8) {
+    uint64_t w = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(const_cast<std::byte*>(src + i)))
+                     .load(std::memory_order_relaxed);
+    std::memcpy(dst + i, &w, 8);
+  }
+  for (; i < len; ++i)
+    dst[i] = std::atomic_ref<std::byte>(const_cast<std::byte&>(src[i])).load(std::memory_order_relaxed);
+}
+
+void copy_out(std::byte* dst, const std::byte* src, size_t len) {  // local -> remote
+  size_t i = 0;
+  while (i < len && (reinterpret_cast<uintptr_t>(dst + i) & 7) != 0) {
+    std::atomic_ref<std::byte>(dst[i]).store(src[i], std::memory_order_relaxed);
+    ++i;
+  }
+  for (; i + 8 <= len; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, src + i, 8);
+    std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(dst + i)).store(w, std::memory_order_relaxed);
+  }
+  for (; i < len; ++i) std::atomic_ref<std::byte>(dst[i]).store(src[i], std::memory_order_relaxed);
+}
+
+class LocalFabric;
+
+class LocalTransport final : public Transport {
+ public:
+  explicit LocalTransport(LocalFabric& f, uint32_t id) : fabric_(f), id_(id) {}
+  void execute(std::span<Request> batch) override;
+
+ private:
+  LocalFabric& fabric_;
+  uint32_t id_;
+};
+
+class LocalFabric final : public Fabric {
+ public:
+  explicit LocalFabric(std::vector<uint64_t> sizes) {
+    if (sizes.empty()) throw FabricError("local fabric: at least one memory node is required");
+    for (uint64_t s : sizes) {
+      std::unique_ptr<std::byte[], AlignedFree> p(
+          static_cast<std::byte*>(::operator new[](std::max<uint64_t>(s, 8), std::align_val_t{64})));
+      std::memset(p.get(), 0, s);
+      regions_.push_back(Region{std::move(p), s});
+    }
+  }
+  std::string_view name() const override { return "local"; }
+  uint32_t memory_nodes() const override { return static_cast<uint32_t>(regions_.size()); }
+  uint64_t region_bytes(uint32_t node) const override {
+    return node < regions_.size() ? regions_[node].size : 0;
+  }
+  std::span<std::byte> local_region(uint32_t node) override {
+    if (node >= regions_.size()) return {};
+    return {regions_[node].data.get(), regions_[node].size};
+  }
+  std::unique_ptr<Transport> connect() override {
+    return std::make_unique<LocalTransport>(*this, next_client_.fetch_add(1));
+  }
+  void register_rpc(uint16_t id, RpcHandler handler) override {
+    std::unique_lock lock(rpc_mu_);
+    handlers_[id] = std::move(handler);
+  }
+
+  std::byte* checked(const Request& r, uint64_t len) {
+    if (r.addr.node >= regions_.size())
+      throw FabricError("local fabric: memory node " + std::to_string(r.addr.node) + " does not exist");
+    const Region& reg = regions_[r.addr.node];
+    if (r.addr.offset > reg.size || len > reg.size - r.addr.offset)
+      throw FabricError("local fabric: access [" + std::to_string(r.addr.offset) + ", +" + std::to_string(len) +
+                        ") outside region of " + std::to_string(reg.size) + " bytes on node " +
+                        std::to_string(r.addr.node));
+    return reg.data.get() + r.addr.offset;
+  }
+
+  void call_rpc(uint32_t src, const Request& r) {
+    if (r.addr.node >= regions_.size())
+      throw FabricError("local fabric: rpc to memory node " + std::to_string(r.addr.node) + " which does not exist");
+    RpcHandler h;
+    {
+      std::shared_lock lock(rpc_mu_);
+      auto it = handlers_.find(r.rpc_id);
+      if (it == handlers_.end()) throw FabricError("local fabric: no rpc handler " + std::to_string(r.rpc_id));
+      h = it->second;
+    }
+    r.reply->clear();
+    h(src, std::span<const std::byte>(static_cast<const std::byte*>(r.buf), r.len), *r.reply);
+  }
+
+ private:
+  struct Region {
+    std::unique_ptr<std::byte[], AlignedFree> data;
+    uint64_t size;
+  };
+  std::vector<Region> regions_;
+  std::atomic<uint32_t> next_client_{0};
+  std::shared_mutex rpc_mu_;
+  std::unordered_map<uint16_t, RpcHandler> handlers_;
+};
+
+void LocalTransport::execute(std::span<Request> batch) {
+  // Validate the whole batch first so that a bad request fails it before anything is applied.
+  for (const Request& r : batch) {
+    if (r.kind == ReqKind::kCas || r.kind == ReqKind::kFaa) {
+      fabric_.checked(r, 8);
+      if (r.addr.offset % 8 != 0) throw FabricError("local fabric: atomic on unaligned offset " + std::to_string(r.addr.offset));
+      if (!r.result) throw FabricError("local fabric: atomic without a result buffer");
+    } else if (r.kind == ReqKind::kRpc) {
+      if (!r.reply) throw FabricError("local fabric: rpc without a reply buffer");
+    } else {
+      fabric_.checked(r, r.len);
+    }
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  ++counters_.batches;
+  for (Request& r : batch) {
+    switch (r.kind) {
+      case ReqKind::kRead:
+        copy_in(static_cast<std::byte*>(r.buf), fabric_.checked(r, r.len), r.len);
+        break;
+      case ReqKind::kWrite:
+        copy_out(fabric_.checked(r, r.len), static_cast<const std::byte*>(r.buf), r.len);
+        break;
+      case ReqKind::kCas: {
+        uint64_t expected = r.compare;
+        std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(fabric_.checked(r, 8)))
+            .compare_exchange_strong(expected, r.swap, std::memory_order_seq_cst);
+        *r.result = expected;  // old value whether or not the swap happened
+        break;
+      }
+      case ReqKind::kFaa:
+        *r.result = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(fabric_.checked(r, 8)))
+                        .fetch_add(r.compare, std::memory_order_seq_cst);
+        break;
+      case ReqKind::kRpc:
+        fabric_.call_rpc(id_, r);
+        break;
+    }
+    counters_.add(r);
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+}  // namespace
+
+std::unique_ptr<Fabric> make_local_fabric(std::vector<uint64_t> region_bytes) {
+  return std::make_unique<LocalFabric>(std::move(region_bytes));
+}
+
+}  // namespace rdmahash

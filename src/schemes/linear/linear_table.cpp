@@ -1,0 +1,477 @@
+// Linear probing over one-sided operations. The layout, publication protocol and invariants are
+// documented in include/rdmahash/linear.h; this file follows them line by line.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "rdmahash/linear.h"
+#include "schemes/hash.h"
+
+namespace rdmahash {
+namespace {
+
+constexpr uint64_t kOcc = 1ULL << 63;
+constexpr uint64_t kLock = 1ULL << 62;
+constexpr uint64_t kDel = 1ULL << 61;
+constexpr uint64_t kVersionMask = (1ULL << 29) - 1;
+constexpr uint64_t kSetTombstone = 1;
+constexpr uint64_t kHeaderBytes = sizeof(ShardHeader);
+constexpr uint32_t kMaxStableRetries = 1u << 22;
+
+inline uint64_t load64(const std::byte* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+inline void store64(std::byte* p, uint64_t v) { std::memcpy(p, &v, 8); }
+inline uint64_t version_of(uint64_t ctrl) { return (ctrl >> 32) & kVersionMask; }
+inline uint64_t make_ctrl(uint64_t version, uint32_t kbits) {
+  return kOcc | ((version & kVersionMask) << 32) | kbits;
+}
+
+// Offsets inside an inline slot.
+struct InlineLayout {
+  uint32_t key_off, val_off, val_padded, check_off, bytes;
+  bool has_check;
+  explicit InlineLayout(const LinearConfig& c) {
+    key_off = 8;
+    val_off = c.key_bytes == 8 ? 16 : 8;
+    val_padded = (c.value_bytes + 7) / 8 * 8;
+    has_check = c.key_bytes == 8 || c.value_bytes > 0;
+    check_off = val_off + val_padded;
+    bytes = check_off + (has_check ? 8 : 0);
+  }
+};
+
+uint64_t record_check(uint64_t version, uint64_t key, const std::byte* value_padded, uint32_t padded) {
+  uint64_t h = hash::mix64(version * 0x9E3779B97F4A7C15ULL ^ key);
+  for (uint32_t i = 0; i < padded; i += 8) h = hash::mix64(h ^ load64(value_padded + i));
+  return h;
+}
+
+// The key stored in a published inline slot.
+inline uint64_t slot_key(const LinearConfig& c, const std::byte* slot) {
+  return c.key_bytes == 8 ? load64(slot + 8) : (load64(slot) & 0xffffffffULL);
+}
+
+bool inline_consistent(const LinearConfig& c, const InlineLayout& l, const std::byte* slot) {
+  if (!l.has_check) return true;
+  const uint64_t ctrl = load64(slot);
+  return load64(slot + l.check_off) ==
+         record_check(version_of(ctrl), slot_key(c, slot), slot + l.val_off, l.val_padded);
+}
+
+// Builds the bytes after ctrl (key word, padded value, check) for version `v`.
+void build_payload(const LinearConfig& c, const InlineLayout& l, uint64_t key, uint64_t v,
+                   std::span<const std::byte> value, std::byte* slot) {
+  if (c.key_bytes == 8) store64(slot + l.key_off, key);
+  std::memset(slot + l.val_off, 0, l.val_padded);
+  if (!value.empty()) std::memcpy(slot + l.val_off, value.data(), value.size());
+  if (l.has_check) store64(slot + l.check_off, record_check(v, key, slot + l.val_off, l.val_padded));
+}
+
+}  // namespace
+
+const char* to_string(Status s) {
+  switch (s) {
+    case Status::kFound: return "found";
+    case Status::kInserted: return "inserted";
+    case Status::kFull: return "full";
+    case Status::kNotFound: return "not_found";
+    case Status::kUpdated: return "updated";
+    case Status::kErased: return "erased";
+  }
+  return "?";
+}
+
+const char* to_string(SlotFormat f) { return f == SlotFormat::kSet ? "set" : "inline"; }
+
+// --- configuration --------------------------------------------------------------------------
+
+LinearConfig LinearConfig::for_records(uint64_t records, double load_factor, uint32_t memory_nodes) {
+  if (!(load_factor > 0.0 && load_factor < 1.0))
+    throw InvalidArgument("load factor must be in (0, 1), got " + std::to_string(load_factor));
+  if (records == 0) throw InvalidArgument("records must be at least 1");
+  if (memory_nodes == 0) throw InvalidArgument("memory nodes must be at least 1");
+  LinearConfig c;
+  c.memory_nodes = memory_nodes;
+  const double total_home = static_cast<double>(records) / load_factor;
+  c.home_slots = std::max<uint64_t>(8, static_cast<uint64_t>(total_home / memory_nodes + 0.5));
+  return c;
+}
+
+std::string linear_config_error(const LinearConfig& c) {
+  if (c.memory_nodes == 0) return "memory nodes must be at least 1";
+  if (c.home_slots == 0) return "home slots must be at least 1";
+  if (c.home_slots > (1ULL << 36)) return "home slots per node must be at most 2^36";
+  if (c.format == SlotFormat::kSet) {
+    if (c.key_bytes != 8) return "set tables use 8-byte slots holding 63-bit keys (key bytes must be 8)";
+    if (c.value_bytes != 0) return "set tables hold keys only (value bytes must be 0; use inline records for values)";
+  } else {
+    if (c.key_bytes != 4 && c.key_bytes != 8) return "key bytes must be 4 or 8, got " + std::to_string(c.key_bytes);
+    if (c.value_bytes > 120) return "value bytes must be at most 120 for inline records, got " + std::to_string(c.value_bytes);
+  }
+  return {};
+}
+
+void LinearConfig::validate() const {
+  if (auto e = linear_config_error(*this); !e.empty()) throw InvalidArgument(e);
+}
+
+uint32_t LinearConfig::slot_bytes() const {
+  return format == SlotFormat::kSet ? 8 : InlineLayout(*this).bytes;
+}
+
+uint64_t LinearConfig::region_bytes() const { return kHeaderBytes + total_slots() * slot_bytes(); }
+
+void ProbeConfig::validate() const {
+  if (chunk == 0) throw InvalidArgument("chunk size must be at least 1 slot");
+  if (max_chunks == 0) throw InvalidArgument("max chunks must be at least 1");
+  if (read_size == 0) throw InvalidArgument("read size must be at least 1 slot");
+  if (chunk > 65536 || read_size > 65536) throw InvalidArgument("chunk and read size must be at most 65536 slots");
+}
+
+LinearPlacement linear_place(const LinearConfig& c, uint64_t key) {
+  const uint64_t h = hash::mix64(key ^ c.hash_seed);
+  const uint64_t h2 = hash::mix64(h ^ 0xA0761D6478BD642FULL);
+  LinearPlacement p;
+  p.node = static_cast<uint32_t>(hash::range(h, c.memory_nodes));
+  p.home = hash::range(h2, c.home_slots);
+  p.kbits = c.key_bytes == 4 ? static_cast<uint32_t>(key) : static_cast<uint32_t>(h);
+  return p;
+}
+
+// --- memory-node side -------------------------------------------------------------------------
+
+LinearShardLoader::LinearShardLoader(const LinearConfig& cfg, uint32_t node, std::span<std::byte> region)
+    : cfg_(cfg), node_(node), region_(region) {
+  cfg_.validate();
+  if (node >= cfg.memory_nodes) throw InvalidArgument("shard index out of range");
+  if (region.size() < cfg.region_bytes())
+    throw InvalidArgument("region of " + std::to_string(region.size()) + " bytes is smaller than the shard (" +
+                          std::to_string(cfg.region_bytes()) + " bytes)");
+  std::memset(region.data(), 0, cfg.region_bytes());
+  ShardHeader h{};
+  h.magic = kLinearMagic;
+  h.format = static_cast<uint32_t>(cfg.format);
+  h.key_bytes = cfg.key_bytes;
+  h.value_bytes = cfg.value_bytes;
+  h.slot_bytes = cfg.slot_bytes();
+  h.home_slots = cfg.home_slots;
+  h.total_slots = cfg.total_slots();
+  h.records = 0;
+  h.hash_seed = cfg.hash_seed;
+  h.node = node;
+  h.memory_nodes = cfg.memory_nodes;
+  std::memcpy(region.data(), &h, sizeof h);
+}
+
+uint64_t LinearShardLoader::records() const {
+  ShardHeader h;
+  std::memcpy(&h, region_.data(), sizeof h);
+  return h.records;
+}
+
+bool LinearShardLoader::insert(uint64_t key, std::span<const std::byte> value) {
+  const LinearPlacement p = linear_place(cfg_, key);
+  if (p.node != node_) return false;
+  if (cfg_.format == SlotFormat::kSet && key >= kOcc) throw InvalidArgument("set keys must be below 2^63");
+  if (cfg_.format == SlotFormat::kInline && cfg_.key_bytes == 4 && key > 0xffffffffULL)
+    throw InvalidArgument("4-byte keys must be below 2^32");
+  if (value.size() != (cfg_.format == SlotFormat::kSet ? 0 : cfg_.value_bytes))
+    throw InvalidArgument("value must be exactly value_bytes long");
+  const uint32_t sb = cfg_.slot_bytes();
+  std::byte* slots = region_.data() + kHeaderBytes;
+  const uint64_t total = cfg_.total_slots();
+  uint64_t s = p.home;
+  while (s < total && load64(slots + s * sb) != 0) ++s;
+  if (s == total)
+    throw InvalidArgument("shard " + std::to_string(node_) + " overflowed its " + std::to_string(cfg_.tail()) +
+                          " tail slots: use a lower load factor or more tail slots");
+  std::byte* slot = slots + s * sb;
+  if (cfg_.format == SlotFormat::kSet) {
+    store64(slot, kOcc | key);
+  } else {
+    InlineLayout l(cfg_);
+    build_payload(cfg_, l, key, 1, value, slot);
+    store64(slot, make_ctrl(1, p.kbits));
+  }
+  ShardHeader h;
+  std::memcpy(&h, region_.data(), sizeof h);
+  ++h.records;
+  std::memcpy(region_.data(), &h, sizeof h);
+  return true;
+}
+
+std::vector<uint64_t> linear_scan_keys(const LinearConfig& cfg, std::span<const std::byte> region) {
+  std::vector<uint64_t> keys;
+  const uint32_t sb = cfg.slot_bytes();
+  const std::byte* slots = region.data() + kHeaderBytes;
+  for (uint64_t s = 0; s < cfg.total_slots(); ++s) {
+    const uint64_t w = load64(slots + s * sb);
+    if (cfg.format == SlotFormat::kSet) {
+      if (w & kOcc) keys.push_back(w & ~kOcc);
+    } else if ((w & kOcc) && !(w & kDel)) {
+      keys.push_back(slot_key(cfg, slots + s * sb));
+    }
+  }
+  return keys;
+}
+
+// --- client -----------------------------------------------------------------------------------
+
+struct LinearClient::Located {
+  bool found = false;
+  uint64_t slot = 0;
+  uint64_t ctrl = 0;  // kSet: the slot word; kInline: the unlocked ctrl word read
+};
+
+LinearClient::LinearClient(const LinearConfig& cfg, const ProbeConfig& probe, Engine& engine)
+    : cfg_(cfg), probe_(probe), engine_(engine), slot_bytes_(cfg.slot_bytes()) {
+  cfg_.validate();
+  probe_.validate();
+}
+
+void LinearClient::validate_key(uint64_t key) const {
+  if (cfg_.format == SlotFormat::kSet && key >= kOcc)
+    throw InvalidArgument("key " + std::to_string(key) + " does not fit a set slot (keys must be below 2^63)");
+  if (cfg_.format == SlotFormat::kInline && cfg_.key_bytes == 4 && key > 0xffffffffULL)
+    throw InvalidArgument("key " + std::to_string(key) + " does not fit 4 key bytes");
+}
+
+void LinearClient::check_value(std::span<const std::byte> value, bool required) const {
+  if (cfg_.format == SlotFormat::kSet) {
+    if (!value.empty()) throw InvalidArgument("set tables hold keys only: values are not accepted");
+    if (required) throw InvalidArgument("set tables hold keys only: update is not supported");
+    return;
+  }
+  if (value.size() > cfg_.value_bytes)
+    throw InvalidArgument("value of " + std::to_string(value.size()) + " bytes is larger than the slot's " +
+                          std::to_string(cfg_.value_bytes) + " value bytes");
+  if (required && value.size() != cfg_.value_bytes)
+    throw InvalidArgument("value must be exactly " + std::to_string(cfg_.value_bytes) + " bytes, got " +
+                          std::to_string(value.size()));
+}
+
+RemoteAddr LinearClient::slot_addr(uint32_t node, uint64_t slot) const {
+  return RemoteAddr{node, kHeaderBytes + slot * slot_bytes_};
+}
+
+Task<ShardHeader> LinearClient::read_header(uint32_t node) {
+  ShardHeader h{};
+  co_await engine_.read(RemoteAddr{node, 0}, &h, sizeof h);
+  if (h.magic != kLinearMagic) throw FabricError("node " + std::to_string(node) + " holds no linear table shard");
+  if (h.slot_bytes != slot_bytes_ || h.home_slots != cfg_.home_slots || h.key_bytes != cfg_.key_bytes ||
+      h.value_bytes != cfg_.value_bytes || h.format != static_cast<uint32_t>(cfg_.format))
+    throw InvalidArgument("shard " + std::to_string(node) + " was built with a different configuration");
+  co_return h;
+}
+
+Task<bool> LinearClient::read_stable(uint32_t node, uint64_t slot, std::byte* dst) {
+  const InlineLayout l(cfg_);
+  for (uint32_t attempt = 0; attempt < kMaxStableRetries; ++attempt) {
+    co_await engine_.read(slot_addr(node, slot), dst, slot_bytes_);
+    const uint64_t ctrl = load64(dst);
+    if (ctrl & kDel) co_return false;
+    if (!(ctrl & kLock) && inline_consistent(cfg_, l, dst)) co_return true;
+  }
+  throw FabricError("slot " + std::to_string(slot) + " on node " + std::to_string(node) +
+                    " stayed locked or inconsistent (a writer died mid-update?)");
+}
+
+Task<LinearClient::Located> LinearClient::locate(uint64_t key, const LinearPlacement& p,
+                                                 std::span<std::byte> value_out, uint32_t& reads) {
+  const uint64_t total = cfg_.total_slots();
+  const uint32_t R = probe_.read_size;
+  const InlineLayout l(cfg_);
+  std::vector<std::byte> buf(static_cast<size_t>(R) * slot_bytes_);
+  std::vector<std::byte> one;
+  const bool set = cfg_.format == SlotFormat::kSet;
+  for (uint64_t s = p.home; s < total;) {
+    const uint64_t n = std::min<uint64_t>(R, total - s);
+    co_await engine_.read(slot_addr(p.node, s), buf.data(), static_cast<uint32_t>(n * slot_bytes_));
+    ++reads;
+    for (uint64_t j = 0; j < n; ++j) {
+      const std::byte* sl = buf.data() + j * slot_bytes_;
+      uint64_t w = load64(sl);
+      if (w == 0) co_return Located{};
+      if (set) {
+        if (w == (kOcc | key)) co_return Located{true, s + j, w};
+        continue;
+      }
+      if ((w & kDel) || static_cast<uint32_t>(w) != p.kbits) continue;
+      if ((w & kLock) || !inline_consistent(cfg_, l, sl)) {
+        one.resize(slot_bytes_);
+        if (!co_await read_stable(p.node, s + j, one.data())) continue;
+        sl = one.data();
+        w = load64(sl);
+      }
+      if (cfg_.key_bytes == 8 && load64(sl + l.key_off) != key) continue;
+      if (!value_out.empty())
+        std::memcpy(value_out.data(), sl + l.val_off, std::min<size_t>(value_out.size(), cfg_.value_bytes));
+      co_return Located{true, s + j, w};
+    }
+    s += n;
+  }
+  co_return Located{};
+}
+
+Task<OpResult> LinearClient::get(uint64_t key, std::span<std::byte> value_out) {
+  validate_key(key);
+  OpResult r;
+  const LinearPlacement p = linear_place(cfg_, key);
+  const Located loc = co_await locate(key, p, value_out, r.chunks);
+  r.status = loc.found ? Status::kFound : Status::kNotFound;
+  r.matches = loc.found ? 1 : 0;
+  co_return r;
+}
+
+Task<OpResult> LinearClient::find_or_put(uint64_t key, std::span<const std::byte> value) {
+  validate_key(key);
+  check_value(value, false);
+  co_return co_await insert(key, value);
+}
+
+// Seed 001 find-or-put: chunks of C slots, at most M chunks; chunk i+1 is posted before chunk i is
+// scanned, so its round trip overlaps the scan (and usually shares a batch with chunk i).
+Task<OpResult> LinearClient::insert(uint64_t key, std::span<const std::byte> value) {
+  OpResult r;
+  const LinearPlacement p = linear_place(cfg_, key);
+  const uint64_t total = cfg_.total_slots();
+  const uint32_t C = probe_.chunk;
+  const uint32_t M = probe_.max_chunks;
+  const bool set = cfg_.format == SlotFormat::kSet;
+  const InlineLayout l(cfg_);
+  const size_t chunk_bytes = static_cast<size_t>(C) * slot_bytes_;
+  std::vector<std::byte> bufs(2 * chunk_bytes);
+  std::vector<std::byte> one(slot_bytes_);
+
+  auto chunk_len = [&](uint32_t i) -> uint64_t {
+    const uint64_t start = p.home + static_cast<uint64_t>(i) * C;
+    return start >= total ? 0 : std::min<uint64_t>(C, total - start);
+  };
+  auto post = [&](uint32_t i) {
+    return engine_.read(slot_addr(p.node, p.home + static_cast<uint64_t>(i) * C), bufs.data() + (i % 2) * chunk_bytes,
+                        static_cast<uint32_t>(chunk_len(i) * slot_bytes_));
+  };
+  // Key-match check for an occupied slot word/ctrl `w` at `slot`; may re-read the slot.
+  // Returns 1 = my key (found), 0 = another key or a tombstone.
+  auto is_mine = [&](uint64_t w, uint64_t slot, const std::byte* bytes) -> Task<bool> {
+    if (set) co_return w == (kOcc | key);
+    if ((w & kDel) || static_cast<uint32_t>(w) != p.kbits) co_return false;
+    if (cfg_.key_bytes == 4) co_return true;  // the ctrl word holds the whole key
+    if (!bytes || (w & kLock) || !inline_consistent(cfg_, l, bytes)) {
+      if (!co_await read_stable(p.node, slot, one.data())) co_return false;
+      bytes = one.data();
+    }
+    co_return load64(bytes + l.key_off) == key;
+  };
+
+  if (chunk_len(0) == 0) { r.status = Status::kFull; co_return r; }
+  std::optional<Pending> cur(post(0));
+  for (uint32_t i = 0; i < M; ++i) {
+    const uint64_t n = chunk_len(i);
+    std::optional<Pending> next;
+    if (i + 1 < M && chunk_len(i + 1) > 0) next.emplace(post(i + 1));
+    co_await std::move(*cur);
+    cur.reset();
+    ++r.chunks;
+    const std::byte* chunk = bufs.data() + (i % 2) * chunk_bytes;
+    const uint64_t start = p.home + static_cast<uint64_t>(i) * C;
+    for (uint64_t j = 0; j < n; ++j) {
+      const std::byte* sl = chunk + j * slot_bytes_;
+      const uint64_t slot = start + j;
+      uint64_t w = load64(sl);
+      if (w == 0) {
+        const uint64_t claim = set ? (kOcc | key) : (kOcc | kLock | p.kbits);
+        const uint64_t old = co_await engine_.cas(slot_addr(p.node, slot), 0, claim);
+        if (old == 0) {
+          if (!set) {
+            // Publish: payload first, then unlock (see the protocol in linear.h).
+            std::fill(one.begin(), one.end(), std::byte{0});
+            build_payload(cfg_, l, key, 1, value, one.data());
+            co_await engine_.write(RemoteAddr{p.node, slot_addr(p.node, slot).offset + 8}, one.data() + 8,
+                                   slot_bytes_ - 8);
+            const uint64_t prev = co_await engine_.cas(slot_addr(p.node, slot), claim, make_ctrl(1, p.kbits));
+            if (prev != claim) throw FabricError("linear insert: lost the lock of a claimed slot");
+          }
+          r.status = Status::kInserted;
+          co_return r;
+        }
+        w = old;  // someone else claimed it first: re-check the winner (seed 001, line 15)
+        if (co_await is_mine(w, slot, nullptr)) { r.status = Status::kFound; r.matches = 1; co_return r; }
+        continue;
+      }
+      if (co_await is_mine(w, slot, sl)) { r.status = Status::kFound; r.matches = 1; co_return r; }
+    }
+    if (!next) break;
+    cur.emplace(std::move(*next));
+  }
+  r.status = Status::kFull;
+  co_return r;
+}
+
+Task<OpResult> LinearClient::update(uint64_t key, std::span<const std::byte> value) {
+  validate_key(key);
+  check_value(value, true);
+  OpResult r;
+  const LinearPlacement p = linear_place(cfg_, key);
+  const InlineLayout l(cfg_);
+  std::vector<std::byte> payload(slot_bytes_);
+  for (;;) {
+    const Located loc = co_await locate(key, p, {}, r.chunks);
+    if (!loc.found) { r.status = Status::kNotFound; co_return r; }
+    const RemoteAddr a = slot_addr(p.node, loc.slot);
+    const uint64_t locked = loc.ctrl | kLock;
+    if (co_await engine_.cas(a, loc.ctrl, locked) != loc.ctrl) continue;  // raced: look again
+    const uint64_t v = (version_of(loc.ctrl) + 1) & kVersionMask;
+    build_payload(cfg_, l, key, v, value, payload.data());
+    co_await engine_.write(RemoteAddr{a.node, a.offset + 8}, payload.data() + 8, slot_bytes_ - 8);
+    if (co_await engine_.cas(a, locked, make_ctrl(v, p.kbits)) != locked)
+      throw FabricError("linear update: lost the lock of a locked slot");
+    r.status = Status::kUpdated;
+    r.matches = 1;
+    co_return r;
+  }
+}
+
+Task<OpResult> LinearClient::put(uint64_t key, std::span<const std::byte> value) {
+  validate_key(key);
+  check_value(value, cfg_.format == SlotFormat::kInline);
+  if (cfg_.format == SlotFormat::kSet) {
+    OpResult r = co_await insert(key, value);
+    if (r.status == Status::kFound) r.status = Status::kUpdated;  // nothing to replace in a set
+    co_return r;
+  }
+  uint32_t chunks = 0;
+  for (;;) {
+    OpResult r = co_await update(key, value);
+    chunks += r.chunks;
+    if (r.status == Status::kUpdated) { r.chunks = chunks; co_return r; }
+    r = co_await insert(key, value);
+    chunks += r.chunks;
+    if (r.status != Status::kFound) { r.chunks = chunks; co_return r; }
+    // Inserted concurrently by someone else after our update missed: update it now.
+  }
+}
+
+Task<OpResult> LinearClient::erase(uint64_t key) {
+  validate_key(key);
+  OpResult r;
+  const LinearPlacement p = linear_place(cfg_, key);
+  for (;;) {
+    const Located loc = co_await locate(key, p, {}, r.chunks);
+    if (!loc.found) { r.status = Status::kNotFound; co_return r; }
+    const uint64_t dead = cfg_.format == SlotFormat::kSet
+                              ? kSetTombstone
+                              : (kOcc | kDel | (((version_of(loc.ctrl) + 1) & kVersionMask) << 32) | p.kbits);
+    if (co_await engine_.cas(slot_addr(p.node, loc.slot), loc.ctrl, dead) == loc.ctrl) {
+      r.status = Status::kErased;
+      r.matches = 1;
+      co_return r;
+    }
+  }
+}
+
+}  // namespace rdmahash

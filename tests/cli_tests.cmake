@@ -1,0 +1,36 @@
+# End-to-end tests of the `rdmahash` CLI.
+set(RDMAHASH_BIN $<TARGET_FILE:rdmahash_cli>)
+set(EXPECT_FAIL ${CMAKE_CURRENT_SOURCE_DIR}/expect_fail.sh)
+
+# Bad input: a clear message and a non-zero exit, never a crash.
+add_test(NAME cli_unknown_option COMMAND ${EXPECT_FAIL} "--no-such-option" ${RDMAHASH_BIN} bench --no-such-option)
+add_test(NAME cli_load_factor_one COMMAND ${EXPECT_FAIL} "load-factor must be in" ${RDMAHASH_BIN} bench --load-factor 1.0)
+add_test(NAME cli_load_factor_list_bad COMMAND ${EXPECT_FAIL} "load-factor must be in" ${RDMAHASH_BIN} bench --load-factor 0.5,1.2)
+add_test(NAME cli_zero_records COMMAND ${EXPECT_FAIL} "records must be at least 1" ${RDMAHASH_BIN} bench --records 0)
+add_test(NAME cli_oversize_value COMMAND ${EXPECT_FAIL} "value-bytes must be at most 120" ${RDMAHASH_BIN} bench --value-bytes 121)
+add_test(NAME cli_bad_key_bytes COMMAND ${EXPECT_FAIL} "key-bytes must be 4 or 8" ${RDMAHASH_BIN} bench --key-bytes 5)
+add_test(NAME cli_bad_workload COMMAND ${EXPECT_FAIL} "unknown workload" ${RDMAHASH_BIN} bench --workload nope)
+add_test(NAME cli_bad_fabric COMMAND ${EXPECT_FAIL} "fabric must be" ${RDMAHASH_BIN} bench --fabric verbs)
+add_test(NAME cli_non_numeric COMMAND ${EXPECT_FAIL} "records" ${RDMAHASH_BIN} bench --records many)
+add_test(NAME cli_zero_depth COMMAND ${EXPECT_FAIL} "depth must be" ${RDMAHASH_BIN} bench --depth 0)
+add_test(NAME cli_bad_json_path COMMAND ${EXPECT_FAIL} "cannot open --json" ${RDMAHASH_BIN} bench --records 100 --ops 10 --json /nonexistent/dir/x.jsonl)
+add_test(NAME cli_ucx_no_clients COMMAND ${EXPECT_FAIL} "no client ranks"
+  ${RDMAHASH_MPIRUN} -n 1 ${RDMAHASH_BIN} bench --fabric ucx --records 100 --ops 10)
+set_tests_properties(cli_ucx_no_clients PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 120)
+
+# The bench runs and its JSON carries the documented fields and consistent outcomes.
+set(CHECK_JSON ${CMAKE_CURRENT_SOURCE_DIR}/check_bench_json.py)
+add_test(NAME bench_local_json COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --fabric local --clients 2 --records 20000 --load-factor 0.5,0.8
+  --workload raw-read,get,find-or-put,mixed --ops 2000 --depth 8)
+add_test(NAME bench_ucx_1mem_2clients COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_MPIRUN} -n 3 ${RDMAHASH_BIN} bench --fabric ucx --memory-nodes 1 --records 20000 --load-factor 0.8
+  --workload raw-read,get,find-or-put,write-intensive --ops 2000 --depth 8 --value-bytes 16)
+add_test(NAME bench_ucx_symmetric COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_MPIRUN} -n 2 ${RDMAHASH_BIN} bench --fabric ucx --symmetric --records 20000 --load-factor 0.5
+  --workload get,find-or-put --ops 2000 --depth 8)
+add_test(NAME bench_ucx_same_keys COMMAND python3 ${CHECK_JSON} --same-keys --
+  ${RDMAHASH_MPIRUN} -n 3 ${RDMAHASH_BIN} bench --fabric ucx --memory-nodes 1 --records 5000 --load-factor 0.7
+  --workload find-or-put --ops 3000 --depth 4 --same-keys --key-bytes 8 --value-bytes 8)
+set_tests_properties(bench_ucx_1mem_2clients bench_ucx_symmetric bench_ucx_same_keys PROPERTIES
+  ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)

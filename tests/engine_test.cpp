@@ -1,0 +1,127 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "rdmahash/engine.h"
+#include "rdmahash/fabric.h"
+
+namespace rdmahash {
+namespace {
+
+Task<uint64_t> read_word(Engine& e, RemoteAddr a) {
+  uint64_t v = 0;
+  co_await e.read(a, &v, 8);
+  co_return v;
+}
+
+Task<uint64_t> overlapped(Engine& e) {
+  uint64_t a = 0, b = 0;
+  Pending pa = e.read({0, 0}, &a, 8);
+  Pending pb = e.read({0, 8}, &b, 8);
+  co_await std::move(pa);
+  co_await std::move(pb);  // already complete: no second round trip
+  co_return a + b;
+}
+
+Task<uint64_t> post_and_drop(Engine& e, bool drop) {
+  uint64_t a = 0, b = 0;
+  co_await e.read({0, 0}, &a, 8);
+  {
+    Pending p = e.read({0, 8}, &b, 8);  // withdrawn unposted when dropped
+    if (!drop) co_await std::move(p);
+  }
+  co_return a + b;
+}
+
+TEST(Engine, ReadWriteCasFaa) {
+  auto f = make_local_fabric({4096});
+  auto t = f->connect();
+  Engine e(*t);
+  uint64_t v = 0x1122334455667788ULL;
+  e.run([&]() -> Task<void> { co_await e.write({0, 16}, &v, 8); }());
+  EXPECT_EQ(e.run(read_word(e, {0, 16})), v);
+  EXPECT_EQ(e.run([&]() -> Task<uint64_t> { co_return co_await e.cas({0, 16}, 1, 2); }()), v);  // fails
+  EXPECT_EQ(e.run(read_word(e, {0, 16})), v);
+  EXPECT_EQ(e.run([&]() -> Task<uint64_t> { co_return co_await e.cas({0, 16}, v, 7); }()), v);  // succeeds
+  EXPECT_EQ(e.run(read_word(e, {0, 16})), 7u);
+  EXPECT_EQ(e.run([&]() -> Task<uint64_t> { co_return co_await e.faa({0, 16}, 5); }()), 7u);
+  EXPECT_EQ(e.run(read_word(e, {0, 16})), 12u);
+}
+
+TEST(Engine, OverlappedRequestsShareOneRoundTrip) {
+  auto f = make_local_fabric({4096});
+  std::memset(f->local_region(0).data(), 1, 16);
+  auto t = f->connect();
+  Engine e(*t);
+  OpStats s;
+  EXPECT_EQ(e.run(overlapped(e), &s), 2 * 0x0101010101010101ULL);
+  EXPECT_EQ(s.round_trips, 1u);
+  EXPECT_EQ(s.reads, 2u);
+  EXPECT_EQ(s.bytes, 16u);
+  EXPECT_EQ(t->counters().batches, 1u);
+}
+
+TEST(Engine, DroppedPendingIsWithdrawnBeforePosting) {
+  auto f = make_local_fabric({4096});
+  auto t = f->connect();
+  Engine e(*t);
+  OpStats s;
+  e.run(post_and_drop(e, true), &s);
+  EXPECT_EQ(s.reads, 1u);
+  EXPECT_EQ(t->counters().reads, 1u);
+  OpStats s2;
+  e.run(post_and_drop(e, false), &s2);
+  EXPECT_EQ(s2.reads, 2u);
+  EXPECT_EQ(s2.round_trips, 2u);
+}
+
+TEST(Engine, RunManyBatchesUpToDepthOperations) {
+  auto f = make_local_fabric({1 << 16});
+  auto t = f->connect();
+  Engine e(*t);
+  std::vector<uint64_t> out(100);
+  uint64_t total_rt = 0, completed = 0;
+  e.run_many(
+      100, 16, [&](uint64_t i) -> Task<void> { return [](Engine& e, uint64_t* dst, uint64_t i) -> Task<void> {
+        co_await e.read({0, i * 8}, dst, 8);
+      }(e, &out[i], i); },
+      [&](const Engine::Completion& c) {
+        EXPECT_FALSE(c.error);
+        total_rt += c.stats.round_trips;
+        ++completed;
+      });
+  EXPECT_EQ(completed, 100u);
+  EXPECT_EQ(total_rt, 100u);              // one round trip each
+  EXPECT_EQ(t->counters().batches, 7u);  // ceil(100 / 16)
+  EXPECT_EQ(t->counters().reads, 100u);
+}
+
+TEST(Engine, TransportErrorFailsTheOperationNotTheEngine) {
+  auto f = make_local_fabric({4096});
+  auto t = f->connect();
+  Engine e(*t);
+  EXPECT_THROW(e.run(read_word(e, {0, 4096})), FabricError);
+  EXPECT_THROW(e.run(read_word(e, {3, 0})), FabricError);
+  EXPECT_THROW(e.run([&]() -> Task<uint64_t> { co_return co_await e.cas({0, 4}, 0, 1); }()), FabricError);
+  EXPECT_EQ(e.run(read_word(e, {0, 0})), 0u);  // still usable
+}
+
+TEST(Engine, RpcReachesTheRegisteredHandler) {
+  auto f = make_local_fabric({4096});
+  f->register_rpc(7, [](uint32_t, std::span<const std::byte> req, std::vector<std::byte>& reply) {
+    reply.assign(req.rbegin(), req.rend());
+  });
+  auto t = f->connect();
+  Engine e(*t);
+  const char msg[] = "abc";
+  std::vector<std::byte> reply;
+  OpStats s;
+  e.run([&]() -> Task<void> { co_await e.rpc(0, 7, msg, 3, &reply); }(), &s);
+  ASSERT_EQ(reply.size(), 3u);
+  EXPECT_EQ(static_cast<char>(reply[0]), 'c');
+  EXPECT_EQ(s.rpcs, 1u);
+  EXPECT_THROW(e.run([&]() -> Task<void> { co_await e.rpc(0, 8, msg, 3, &reply); }()), FabricError);
+}
+
+}  // namespace
+}  // namespace rdmahash

@@ -1,0 +1,255 @@
+// Linear table conformance on LocalFabric against std::unordered_map as the oracle.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "test_util.h"
+
+namespace rdmahash {
+namespace {
+
+using test::LocalTable;
+using test::value_for;
+
+struct Format {
+  SlotFormat format;
+  uint32_t key_bytes, value_bytes;
+};
+
+std::string name_of(const testing::TestParamInfo<Format>& i) {
+  return std::string(to_string(i.param.format)) + "_k" + std::to_string(i.param.key_bytes) + "_v" +
+         std::to_string(i.param.value_bytes);
+}
+
+class LinearOracle : public testing::TestWithParam<Format> {
+ protected:
+  LinearConfig config(uint64_t home, uint32_t nodes) const {
+    LinearConfig c;
+    c.format = GetParam().format;
+    c.key_bytes = GetParam().key_bytes;
+    c.value_bytes = GetParam().value_bytes;
+    c.home_slots = home;
+    c.memory_nodes = nodes;
+    return c;
+  }
+  uint64_t key_mask() const {
+    if (GetParam().format == SlotFormat::kSet) return (1ULL << 63) - 1;
+    return GetParam().key_bytes == 4 ? 0xffffffffULL : ~0ULL;
+  }
+};
+
+TEST_P(LinearOracle, RandomOperationsMatchUnorderedMap) {
+  LocalTable t(config(512, 3));
+  Client client(*t.fabric, t.cfg, ProbeConfig{8, 1024, 4});
+  const uint32_t vb = t.cfg.format == SlotFormat::kSet ? 0 : t.cfg.value_bytes;
+  std::unordered_map<uint64_t, std::vector<std::byte>> oracle;
+  std::mt19937_64 rng(42);
+  std::vector<uint64_t> universe;
+  for (int i = 0; i < 900; ++i) universe.push_back(rng() & key_mask());
+  universe.push_back(0);  // key 0 is an ordinary key
+  std::vector<std::byte> out(vb);
+  for (int step = 0; step < 6000; ++step) {
+    const uint64_t k = universe[rng() % universe.size()];
+    const int op = static_cast<int>(rng() % 5);
+    const auto v = value_for(k, static_cast<uint32_t>(step), vb);
+    const bool present = oracle.count(k) > 0;
+    if (op == 0) {
+      auto r = client.find_or_put(k, v);
+      ASSERT_EQ(r.status, present ? Status::kFound : Status::kInserted) << "step " << step;
+      if (!present) oracle[k] = v;
+    } else if (op == 1) {
+      auto r = client.get(k, out);
+      ASSERT_EQ(r.status, present ? Status::kFound : Status::kNotFound) << "step " << step;
+      if (present) {
+        ASSERT_EQ(out, oracle[k]);
+      }
+    } else if (op == 2) {
+      auto r = client.erase(k);
+      ASSERT_EQ(r.status, present ? Status::kErased : Status::kNotFound);
+      oracle.erase(k);
+    } else if (op == 3 && vb > 0) {
+      auto r = client.update(k, v);
+      ASSERT_EQ(r.status, present ? Status::kUpdated : Status::kNotFound);
+      if (present) oracle[k] = v;
+    } else {
+      auto r = client.put(k, v);
+      ASSERT_EQ(r.status, present ? Status::kUpdated : Status::kInserted);
+      oracle[k] = v;
+    }
+  }
+  // The table holds exactly the oracle's keys, each once.
+  auto keys = t.all_keys();
+  std::unordered_set<uint64_t> distinct(keys.begin(), keys.end());
+  EXPECT_EQ(distinct.size(), keys.size()) << "duplicate key in the table";
+  EXPECT_EQ(keys.size(), oracle.size());
+  for (const auto& [k, v] : oracle) {
+    EXPECT_TRUE(distinct.count(k));
+    ASSERT_EQ(client.get(k, out).status, Status::kFound);
+    EXPECT_EQ(out, v);
+  }
+}
+
+TEST_P(LinearOracle, PipelinedCallsMatchSynchronousOnes) {
+  LocalTable t(config(4096, 2));
+  Client client(*t.fabric, t.cfg);
+  const uint32_t vb = t.cfg.format == SlotFormat::kSet ? 0 : t.cfg.value_bytes;
+  std::mt19937_64 rng(7);
+  std::vector<uint64_t> keys;
+  for (int i = 0; i < 2000; ++i) keys.push_back(rng() & key_mask());
+  keys.push_back(keys[5]);  // a repeat within one batch: inserted once, then found
+  std::vector<std::byte> values;
+  for (uint64_t k : keys) {
+    auto v = value_for(k, 0, vb);
+    values.insert(values.end(), v.begin(), v.end());
+  }
+  auto res = client.find_or_put_many(keys, values, 32);
+  uint64_t inserted = 0;
+  for (auto& r : res) inserted += r.status == Status::kInserted;
+  std::unordered_set<uint64_t> distinct(keys.begin(), keys.end());
+  EXPECT_EQ(inserted, distinct.size());
+  std::vector<std::byte> out(keys.size() * vb);
+  const uint64_t batches_before = client.engine().transport().counters().batches;
+  auto got = client.get_many(keys, out, 32);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_EQ(got[i].status, Status::kFound);
+    auto want = value_for(keys[i], 0, vb);
+    ASSERT_TRUE(std::equal(want.begin(), want.end(), out.begin() + static_cast<std::ptrdiff_t>(i * vb)));
+  }
+  // Pipelining: each get waits for >= 1 round trip, but a batch carries up to 32 operations.
+  const uint64_t batches = client.engine().transport().counters().batches - batches_before;
+  EXPECT_GE(client.last_stats().round_trips, keys.size());
+  EXPECT_LT(client.last_stats().round_trips, keys.size() * 1.2);
+  EXPECT_LT(batches, keys.size() / 16);
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, LinearOracle,
+                         testing::Values(Format{SlotFormat::kSet, 8, 0}, Format{SlotFormat::kInline, 4, 0},
+                                         Format{SlotFormat::kInline, 4, 4}, Format{SlotFormat::kInline, 8, 32},
+                                         Format{SlotFormat::kInline, 8, 120}),
+                         name_of);
+
+TEST(Linear, FullWhenTheProbeBoundIsExhausted) {
+  LinearConfig c;
+  c.home_slots = 64;
+  c.tail_slots = 16;
+  LocalTable t(c);
+  Client client(*t.fabric, c, ProbeConfig{4, 2, 8});  // at most 2 chunks of 4 slots
+  std::unordered_set<uint64_t> inserted;
+  uint64_t full = 0;
+  for (uint64_t k = 1; k <= 400; ++k) {
+    auto r = client.find_or_put(k);
+    if (r.status == Status::kInserted) inserted.insert(k);
+    else if (r.status == Status::kFull) ++full;
+    else FAIL() << "unexpected status " << to_string(r.status);
+    EXPECT_LE(r.chunks, 2u);
+  }
+  EXPECT_GT(full, 0u);
+  EXPECT_LE(inserted.size(), 80u);
+  for (uint64_t k : inserted) EXPECT_EQ(client.get(k).status, Status::kFound);
+  // Nothing inserted was lost, and a full key is really absent.
+  auto keys = t.all_keys();
+  EXPECT_EQ(keys.size(), inserted.size());
+}
+
+TEST(Linear, NoWrapAroundAtTheEndOfTheTail) {
+  LinearConfig c;
+  c.home_slots = 8;
+  c.tail_slots = 4;
+  LocalTable t(c);
+  Client client(*t.fabric, c, ProbeConfig{8, 100, 3});
+  uint64_t ok = 0;
+  for (uint64_t k = 1; k <= 50; ++k) ok += client.find_or_put(k).status == Status::kInserted;
+  EXPECT_LE(ok, 12u);
+  EXPECT_EQ(t.all_keys().size(), ok);
+  for (uint64_t k = 1; k <= 50; ++k) (void)client.get(k);  // never reads outside the region
+}
+
+TEST(Linear, TombstonesAreSkippedAndNeverReused) {
+  LinearConfig c;
+  c.home_slots = 1;  // every key probes from slot 0: one cluster
+  c.tail_slots = 64;
+  LocalTable t(c);
+  Client client(*t.fabric, c);
+  for (uint64_t k = 1; k <= 10; ++k) ASSERT_EQ(client.find_or_put(k).status, Status::kInserted);
+  ASSERT_EQ(client.erase(3).status, Status::kErased);
+  EXPECT_EQ(client.get(3).status, Status::kNotFound);
+  EXPECT_EQ(client.get(10).status, Status::kFound);  // lookups continue past the tombstone
+  EXPECT_EQ(client.erase(3).status, Status::kNotFound);
+  ASSERT_EQ(client.find_or_put(3).status, Status::kInserted);
+  // Slot 2 still holds the tombstone; key 3 now sits after key 10.
+  const std::byte* slots = t.fabric->local_region(0).data() + sizeof(ShardHeader);
+  uint64_t w2, w10;
+  std::memcpy(&w2, slots + 2 * 8, 8);
+  std::memcpy(&w10, slots + 10 * 8, 8);
+  EXPECT_EQ(w2, 1u);
+  EXPECT_EQ(w10, (1ULL << 63) | 3);
+}
+
+TEST(Linear, BadKeysValuesAndConfigsAreRejected) {
+  LinearConfig set;
+  LocalTable t(set);
+  Client client(*t.fabric, set);
+  EXPECT_THROW(client.find_or_put(1ULL << 63), InvalidArgument);
+  std::vector<std::byte> v(4);
+  EXPECT_THROW(client.find_or_put(1, v), InvalidArgument);  // sets hold no values
+
+  LinearConfig rec;
+  rec.format = SlotFormat::kInline;
+  rec.key_bytes = 4;
+  rec.value_bytes = 8;
+  LocalTable t2(rec);
+  Client c2(*t2.fabric, rec);
+  EXPECT_THROW(c2.find_or_put(1ULL << 32), InvalidArgument);
+  std::vector<std::byte> big(9);
+  EXPECT_THROW(c2.put(1, big), InvalidArgument);
+  std::vector<std::byte> small(3);
+  EXPECT_THROW(c2.update(1, small), InvalidArgument);
+  std::vector<uint64_t> keys{1, 2, 1ULL << 40};
+  EXPECT_THROW(c2.find_or_put_many(keys), InvalidArgument);
+  EXPECT_EQ(c2.get(1).status, Status::kNotFound);  // nothing of the bad batch was inserted
+
+  LinearConfig bad = rec;
+  bad.value_bytes = 121;
+  EXPECT_THROW(bad.validate(), InvalidArgument);
+  bad = rec;
+  bad.key_bytes = 5;
+  EXPECT_THROW(bad.validate(), InvalidArgument);
+  EXPECT_THROW(LinearConfig::for_records(100, 1.0, 1), InvalidArgument);
+  EXPECT_THROW(LinearConfig::for_records(0, 0.5, 1), InvalidArgument);
+  EXPECT_THROW((ProbeConfig{0, 1, 1}.validate()), InvalidArgument);
+}
+
+TEST(Linear, BulkLoadedRecordsAreFoundWithTheirValues) {
+  LinearConfig c = LinearConfig::for_records(20000, 0.8, 2);
+  c.format = SlotFormat::kInline;
+  c.key_bytes = 8;
+  c.value_bytes = 24;
+  auto fabric = make_local_fabric({c.region_bytes(), c.region_bytes()});
+  LinearShardLoader l0(c, 0, fabric->local_region(0)), l1(c, 1, fabric->local_region(1));
+  std::mt19937_64 rng(3);
+  std::vector<uint64_t> keys;
+  for (int i = 0; i < 20000; ++i) {
+    keys.push_back(rng());
+    auto v = value_for(keys.back(), 1, 24);
+    EXPECT_TRUE(l0.insert(keys.back(), v) || l1.insert(keys.back(), v));
+  }
+  EXPECT_EQ(l0.records() + l1.records(), 20000u);
+  Client client(*fabric, c);
+  std::vector<std::byte> out(keys.size() * 24);
+  auto res = client.get_many(keys, out, 64);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_EQ(res[i].status, Status::kFound);
+    auto want = value_for(keys[i], 1, 24);
+    ASSERT_TRUE(std::equal(want.begin(), want.end(), out.begin() + static_cast<std::ptrdiff_t>(i * 24)));
+  }
+  EXPECT_EQ(client.get(rng()).status, Status::kNotFound);
+  // The header records what was loaded; a client checks it before use.
+  auto h = client.engine().run(static_cast<LinearClient&>(client.table()).read_header(1));
+  EXPECT_EQ(h.records, l1.records());
+  EXPECT_EQ(h.home_slots, c.home_slots);
+}
+
+}  // namespace
+}  // namespace rdmahash
