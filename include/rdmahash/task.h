@@ -5,7 +5,9 @@
 #pragma once
 
 #include <coroutine>
+#include <cstddef>
 #include <exception>
+#include <new>
 #include <optional>
 #include <utility>
 
@@ -15,6 +17,52 @@ template <class T>
 class Task;
 
 namespace detail {
+
+// Coroutine frames are allocated for every operation, so they come from a per-thread free list
+// of 64-byte size classes (up to 2 KiB) instead of malloc. A frame freed on another thread just
+// joins that thread's list. Lists are released when their thread exits.
+class FramePool {
+ public:
+  static constexpr std::size_t kClass = 64, kClasses = 32;
+  static void* allocate(std::size_t n) {
+    const std::size_t c = (n + kClass - 1) / kClass;
+    if (c < kClasses) {
+      auto& head = local().free_[c];
+      if (head) {
+        Node* node = head;
+        head = node->next;
+        return node;
+      }
+      return ::operator new(c * kClass);
+    }
+    return ::operator new(n);
+  }
+  static void deallocate(void* p, std::size_t n) noexcept {
+    const std::size_t c = (n + kClass - 1) / kClass;
+    if (c < kClasses) {
+      auto& head = local().free_[c];
+      head = ::new (p) Node{head};
+      return;
+    }
+    ::operator delete(p);
+  }
+
+ private:
+  struct Node { Node* next; };
+  ~FramePool() {
+    for (Node* head : free_)
+      while (head) {
+        Node* next = head->next;
+        ::operator delete(head);
+        head = next;
+      }
+  }
+  static FramePool& local() {
+    thread_local FramePool pool;
+    return pool;
+  }
+  Node* free_[kClasses] = {};
+};
 
 struct FinalAwaiter {
   bool await_ready() const noexcept { return false; }
@@ -27,6 +75,8 @@ struct FinalAwaiter {
 };
 
 struct PromiseBase {
+  static void* operator new(std::size_t n) { return FramePool::allocate(n); }
+  static void operator delete(void* p, std::size_t n) noexcept { FramePool::deallocate(p, n); }
   std::coroutine_handle<> continuation;
   std::exception_ptr error;
   std::suspend_always initial_suspend() const noexcept { return {}; }

@@ -20,6 +20,8 @@ struct Engine::Root {
 namespace {
 struct RootCoro {
   struct promise_type {
+    static void* operator new(std::size_t n) { return detail::FramePool::allocate(n); }
+    static void operator delete(void* p, std::size_t n) noexcept { detail::FramePool::deallocate(p, n); }
     RootCoro get_return_object() { return RootCoro{std::coroutine_handle<promise_type>::from_promise(*this)}; }
     std::suspend_always initial_suspend() noexcept { return {}; }
     std::suspend_never final_suspend() noexcept { return {}; }

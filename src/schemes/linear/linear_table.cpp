@@ -19,6 +19,22 @@ constexpr uint64_t kSetTombstone = 1;
 constexpr uint64_t kHeaderBytes = sizeof(ShardHeader);
 constexpr uint32_t kMaxStableRetries = 1u << 22;
 
+// A buffer that lives in the coroutine frame when small (the common case: R or C slots of a few
+// words) and on the heap otherwise, so a lookup does not pay a malloc for its read buffer.
+class Scratch {
+ public:
+  explicit Scratch(size_t n) : n_(n) {
+    if (n > sizeof small_) big_.resize(n);
+  }
+  std::byte* data() { return n_ > sizeof small_ ? big_.data() : small_; }
+  size_t size() const { return n_; }
+
+ private:
+  size_t n_;
+  alignas(8) std::byte small_[384];
+  std::vector<std::byte> big_;
+};
+
 inline uint64_t load64(const std::byte* p) {
   uint64_t v;
   std::memcpy(&v, p, 8);
@@ -285,7 +301,7 @@ Task<LinearClient::Located> LinearClient::locate(uint64_t key, const LinearPlace
   const uint64_t total = cfg_.total_slots();
   const uint32_t R = probe_.read_size;
   const InlineLayout l(cfg_);
-  std::vector<std::byte> buf(static_cast<size_t>(R) * slot_bytes_);
+  Scratch buf(static_cast<size_t>(R) * slot_bytes_);
   std::vector<std::byte> one;
   const bool set = cfg_.format == SlotFormat::kSet;
   for (uint64_t s = p.home; s < total;) {
@@ -344,8 +360,8 @@ Task<OpResult> LinearClient::insert(uint64_t key, std::span<const std::byte> val
   const bool set = cfg_.format == SlotFormat::kSet;
   const InlineLayout l(cfg_);
   const size_t chunk_bytes = static_cast<size_t>(C) * slot_bytes_;
-  std::vector<std::byte> bufs(2 * chunk_bytes);
-  std::vector<std::byte> one(slot_bytes_);
+  Scratch bufs(2 * chunk_bytes);
+  Scratch one(slot_bytes_);
 
   auto chunk_len = [&](uint32_t i) -> uint64_t {
     const uint64_t start = p.home + static_cast<uint64_t>(i) * C;
@@ -384,12 +400,15 @@ Task<OpResult> LinearClient::insert(uint64_t key, std::span<const std::byte> val
       const uint64_t slot = start + j;
       uint64_t w = load64(sl);
       if (w == 0) {
-        const uint64_t claim = set ? (kOcc | key) : (kOcc | kLock | p.kbits);
+        // A slot that is one word (sets; 4-byte keys without a value) is published by the CAS
+        // itself; a larger record is claimed locked and published after its payload.
+        const bool one_word = slot_bytes_ == 8;
+        const uint64_t claim = set ? (kOcc | key) : one_word ? make_ctrl(1, p.kbits) : (kOcc | kLock | p.kbits);
         const uint64_t old = co_await engine_.cas(slot_addr(p.node, slot), 0, claim);
         if (old == 0) {
-          if (!set) {
+          if (!one_word) {
             // Publish: payload first, then unlock (see the protocol in linear.h).
-            std::fill(one.begin(), one.end(), std::byte{0});
+            std::memset(one.data(), 0, one.size());
             build_payload(cfg_, l, key, 1, value, one.data());
             co_await engine_.write(RemoteAddr{p.node, slot_addr(p.node, slot).offset + 8}, one.data() + 8,
                                    slot_bytes_ - 8);
@@ -426,8 +445,10 @@ Task<OpResult> LinearClient::update(uint64_t key, std::span<const std::byte> val
     const uint64_t locked = loc.ctrl | kLock;
     if (co_await engine_.cas(a, loc.ctrl, locked) != loc.ctrl) continue;  // raced: look again
     const uint64_t v = (version_of(loc.ctrl) + 1) & kVersionMask;
-    build_payload(cfg_, l, key, v, value, payload.data());
-    co_await engine_.write(RemoteAddr{a.node, a.offset + 8}, payload.data() + 8, slot_bytes_ - 8);
+    if (slot_bytes_ > 8) {
+      build_payload(cfg_, l, key, v, value, payload.data());
+      co_await engine_.write(RemoteAddr{a.node, a.offset + 8}, payload.data() + 8, slot_bytes_ - 8);
+    }
     if (co_await engine_.cas(a, locked, make_ctrl(v, p.kbits)) != locked)
       throw FabricError("linear update: lost the lock of a locked slot");
     r.status = Status::kUpdated;
