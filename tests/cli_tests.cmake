@@ -30,7 +30,7 @@ add_test(NAME bench_ucx_symmetric COMMAND python3 ${CHECK_JSON} --
   ${RDMAHASH_MPIRUN} -n 2 ${RDMAHASH_BIN} bench --fabric ucx --symmetric --records 20000 --load-factor 0.5
   --workload get,find-or-put --ops 2000 --depth 8)
 add_test(NAME bench_ucx_same_keys COMMAND python3 ${CHECK_JSON} --same-keys --
-  ${RDMAHASH_MPIRUN} -n 3 ${RDMAHASH_BIN} bench --fabric ucx --memory-nodes 1 --records 5000 --load-factor 0.7
+  ${RDMAHASH_MPIRUN} -n 3 ${RDMAHASH_BIN} bench --fabric ucx --memory-nodes 1 --records 20000 --load-factor 0.5
   --workload find-or-put --ops 3000 --depth 4 --same-keys --key-bytes 8 --value-bytes 8)
 set_tests_properties(bench_ucx_1mem_2clients bench_ucx_symmetric bench_ucx_same_keys PROPERTIES
   ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)

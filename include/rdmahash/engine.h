@@ -12,6 +12,9 @@
 // i+1 before scanning chunk i). A `Pending` destroyed before it was posted is withdrawn from the
 // queue, so an operation that finishes early sends nothing it does not need.
 //
+// Latency (run_many): from the batch boundary at which an operation was started to the batch
+// boundary at which it finished.
+//
 // Accounting, per operation (`OpStats`): `round_trips` counts the batches the operation waited
 // for; requests by kind and bytes count what it issued (payload bytes; atomics count 8). Requests
 // are counted when posted, so withdrawn requests are not counted.
@@ -135,6 +138,10 @@ class Engine {
   detail::EngineNode* free_ = nullptr;
   OpStats* current_ = nullptr;
   OpStats scratch_;  // stats sink for requests queued outside any operation
+  // Time of the last batch completion. Latencies are measured from the batch boundary before an
+  // operation starts to the one that completes it: two clock reads per batch, not per operation
+  // (clock_gettime is not free in a VM), at the cost of the CPU time after the last batch.
+  std::chrono::steady_clock::time_point tick_;
   std::string last_error_;
 };
 

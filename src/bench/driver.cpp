@@ -80,17 +80,19 @@ struct Point {
   Workload workload;
   uint32_t read_size;
   uint32_t read_bytes;
+  uint32_t repeat = 0;
 };
 
 std::vector<Point> points_of(const BenchOptions& o) {
   std::vector<Point> pts;
+  for (uint32_t rep = 0; rep < o.repeat; ++rep)
   for (Workload w : o.workloads) {
     if (w == Workload::kGet)
-      for (uint32_t r : o.read_sizes) pts.push_back({w, r, 0});
+      for (uint32_t r : o.read_sizes) pts.push_back({w, r, 0, rep});
     else if (w == Workload::kRawRead)
-      for (uint32_t b : o.read_bytes) pts.push_back({w, o.read_sizes.front(), b});
+      for (uint32_t b : o.read_bytes) pts.push_back({w, o.read_sizes.front(), b, rep});
     else
-      pts.push_back({w, o.read_sizes.front(), 0});
+      pts.push_back({w, o.read_sizes.front(), 0, rep});
   }
   return pts;
 }
@@ -171,7 +173,7 @@ int run_local(const BenchOptions& o) {
       for (const auto& r : results) total.merge(r);
       PointInfo info{o.scheme, adapter->describe(), "local",
                      o.symmetric ? o.memory_nodes : o.memory_nodes + clients, o.memory_nodes, clients,
-                     o.records, adapter->slots(), lf, pt.workload, pt.read_size, pt.read_bytes};
+                     o.records, adapter->slots(), lf, pt.workload, pt.read_size, pt.read_bytes, pt.repeat};
       reporter.report(info, total);
     }
   }
@@ -230,7 +232,7 @@ int run_ucx(const BenchOptions& o) {
           if (!b.empty()) total.merge(ClientResult::deserialize(b));
         PointInfo info{opts.scheme, adapter->describe(), "ucx", static_cast<uint32_t>(fabric->size()), mem_nodes,
                        fabric->client_count(), opts.records, adapter->slots(), lf, pt.workload, pt.read_size,
-                       pt.read_bytes};
+                       pt.read_bytes, pt.repeat};
         reporter->report(info, total);
       }
     }

@@ -46,6 +46,7 @@ std::string BenchOptions::error() const {
   if (slot_format == "set" && (value_bytes != 0 || key_bytes != 8))
     return "--slot-format set holds 63-bit keys only: use --key-bytes 8 and --value-bytes 0";
   if (key_bytes == 4 && records >= (1ULL << 31)) return "--key-bytes 4 allows fewer than 2^31 records";
+  if (repeat == 0 || repeat > 1000) return "--repeat must be in [1, 1000]";
   if (workloads.empty()) return "--workload needs at least one value";
   if (ops == 0) return "--ops must be at least 1";
   if (depth == 0 || depth > 4096) return "--depth must be in [1, 4096]";

@@ -31,6 +31,7 @@ struct BenchOptions {
   std::vector<uint32_t> read_bytes{8}; // raw-read sizes
   uint64_t tail_slots = 0;
   uint64_t seed = 1;
+  uint32_t repeat = 1;                 // run the sequence of points this many times (interleaved)
   bool same_keys = false;
   std::string json_path;
   bool progress = true;                // progress bar while loading (only on a terminal)

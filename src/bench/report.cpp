@@ -109,6 +109,7 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   if (p.workload == Workload::kRawRead) j["read_bytes"] = p.read_bytes;
   j["same_keys"] = o.same_keys;
   j["seed"] = o.seed;
+  j["repeat"] = p.repeat;
   j["ops"] = t.ops;
   j["seconds"] = t.seconds;
   j["throughput_ops_per_s"] = d.throughput;

@@ -37,6 +37,7 @@ struct PointInfo {
   double target_load_factor = 0;
   Workload workload = Workload::kGet;
   uint32_t read_size = 0, read_bytes = 0;
+  uint32_t repeat = 0;  // which repetition of the point (--repeat)
 };
 
 std::string to_json_line(const BenchOptions& o, const PointInfo& p, const ClientResult& total);

@@ -46,6 +46,8 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
       ->capture_default_str();
   cmd.add_option("--tail-slots", o.tail_slots, "overflow slots per shard (0: max(4096, S/32))");
   cmd.add_option("--seed", o.seed, "seed of keys, hashing and operation streams")->capture_default_str();
+  cmd.add_option("--repeat", o.repeat, "run the whole sequence of points N times (medians on noisy machines)")
+      ->capture_default_str();
   cmd.add_flag("--same-keys", o.same_keys, "every client issues the same key sequence (worst-case contention)");
   cmd.add_option("--json", o.json_path, "append one JSON object per point to FILE (JSON Lines)");
   cmd.add_flag("!--no-progress", o.progress, "no progress bar while loading");

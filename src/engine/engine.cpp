@@ -135,6 +135,7 @@ void Engine::flush() {
     failed = true;
     last_error_ = e.what();
   }
+  tick_ = std::chrono::steady_clock::now();
   for (size_t i = 0; i < batch_.size(); ++i) {
     detail::EngineNode* n = batch_nodes_[i];
     const Request& r = batch_[i];
@@ -201,9 +202,10 @@ void Engine::run_many(uint64_t count, uint32_t depth, const std::function<Task<v
   std::vector<Root*> idle;
   uint64_t next = 0;
   uint32_t inflight = 0;
+  tick_ = std::chrono::steady_clock::now();
   std::function<void(Root*)> on_finish = [&](Root* r) {
     --inflight;
-    const auto latency = std::chrono::steady_clock::now() - r->start;
+    const auto latency = tick_ - r->start;
     done(Completion{r->index, r->stats, std::chrono::duration_cast<std::chrono::nanoseconds>(latency), r->error});
     idle.push_back(r);
   };
@@ -220,7 +222,7 @@ void Engine::run_many(uint64_t count, uint32_t depth, const std::function<Task<v
       *r = Root{};
       r->index = next++;
       r->on_finish = &on_finish;
-      r->start = std::chrono::steady_clock::now();
+      r->start = tick_;
       ++inflight;
       spawn(make(r->index), r);
     }

@@ -1,39 +1,70 @@
-// UcxFabric: the UCP data path, bootstrapped with MPI.
+// UcxFabric: the fabric over UCX (UCP API), bootstrapped with MPI.
 //
-// Why these choices (measured on this project's machines, see ../shared/design.md §2):
-//  * Exposed memory comes from ucp_mem_map(UCP_MEM_MAP_ALLOCATE): over shared memory UCX then maps
-//    the region into the clients, so READ/WRITE/CAS/FAA complete without the target's CPU. With
-//    user (malloc'd) memory, or over TCP, operations need the target to progress its worker.
-//  * Memory nodes never busy-poll. serve() arms the worker and sleeps in epoll on its event fd,
-//    progressing only when woken (that is what TCP needs; shared memory does not care).
-//  * MPI only bootstraps: worker addresses, rkeys and region base addresses are all-gathered once;
-//    barriers and the result gather use MPI too. Nothing on the data path touches MPI.
+// Design
+// ------
+// * One ucp_context (RMA | AMO64 | AM | WAKEUP) and one worker (UCS_THREAD_MODE_SINGLE) per
+//   process, endpoints to every rank including this one (the "self" transport handles loopback,
+//   which symmetric mode needs). Transports come from the environment (UCX_TLS, UCX_NET_DEVICES,
+//   ...); nothing is hard-coded here.
+// * MPI (MPI_COMM_WORLD) is used only for bootstrap and control: allgather of worker addresses and
+//   packed rkeys, barriers, gather(). Each step of create() ends with an agreement (allreduce) so
+//   that a failure on one rank makes every rank throw instead of leaving the others in a
+//   collective.
+// * Memory node regions come from ucp_mem_map(UCP_MEM_MAP_ALLOCATE). Letting UCX allocate the
+//   memory lets it pick a shared-memory segment (sysv/posix) that peers on the same host map
+//   through the unpacked rkey: GET/PUT become memcpy and CAS/FAA become CPU atomics executed by the
+//   initiator, so one-sided operations complete without the target's CPU, like RDMA. With memory
+//   from malloc, shared-memory transports could only use CMA for GET/PUT and would fall back to
+//   active-message ("software") atomics that need the target to progress. Over TCP every
+//   one-sided operation is an active message the target must progress; serve() does that.
+// * execute() posts every request with the non-blocking *_nbx calls (at most kMaxInFlight at a
+//   time; a batch of thousands is posted in waves), then busy-progresses the worker until every
+//   request has completed. PUT completion in UCP is only local, so a batch that wrote to a node
+//   ends with ucp_ep_flush_nbx on that node's endpoint: when execute() returns, the writes are
+//   visible to every other client. CSWAP follows the UCP 1.13 convention: `buffer` holds the
+//   compare value, `reply_buffer` holds the swap value on input and receives the old value.
+// * serve() never busy-polls: it drains the worker with ucp_worker_progress, arms it
+//   (ucp_worker_arm; UCS_ERR_BUSY means "progress again") and sleeps in poll() on the worker's
+//   event fd (ucp_worker_get_efd) until an event arrives. It returns when a "done" active message
+//   from every client rank of this round has been counted (a rank that is both client and memory
+//   node counts its own message too, delivered through the self endpoint).
+// * RPCs are active messages (ucp_am_send_nbx with UCP_AM_SEND_FLAG_REPLY). The memory node runs
+//   the registered RpcHandler inside the AM callback (progress context) and answers with another
+//   active message on the reply endpoint. Payloads and replies of any size work: data that arrives
+//   with UCP_AM_RECV_ATTR_FLAG_RNDV (rendezvous, large messages) is fetched with
+//   ucp_am_recv_data_nbx before the handler runs (request side) or straight into the caller's
+//   reply vector (reply side). Replies are matched to requests by a process-wide request id.
+// * Destruction: close every endpoint in FLUSH mode while progressing, then a non-blocking MPI
+//   barrier while still progressing (a peer may need our progress to finish its own flushes,
+//   e.g. over TCP), then unmap the region and destroy worker and context. When the destructor
+//   runs during exception unwinding, it skips every collective step and force-closes endpoints,
+//   so a failing rank does not hang before its caller gets to MPI_Abort.
 //
-// Active messages (UCP AM), header = AmHeader:
-//   kAmRpc    client → memory node: {req_id, src rank, rpc id} + payload. The handler runs in the
-//             progress loop of the memory node (never inside the UCX callback, which may not send)
-//             and its reply goes back as kAmReply {req_id} + reply bytes.
-//   kAmReply  memory node → client: completes the request whose id it carries.
-//   kAmDone   client → every memory node: this client finished its run (see serve()).
-// Payloads above the eager limit arrive as rendezvous and are fetched with ucp_am_recv_data_nbx.
+// Active message protocol (ids below; headers are sent as the UCP AM header, little endian,
+// native layout, all ranks run the same binary):
+//   kAmRpc    client -> memory node. header RpcHeader {u64 req_id; u32 src_rank; u16 rpc_id;
+//             u16 reserved} (16 B); data = request payload.
+//   kAmReply  memory node -> client. header ReplyHeader {u64 req_id; u32 status; u32 reserved}
+//             (16 B); data = reply bytes (status kOk) or an error message (other statuses).
+//   kAmDone   client -> memory node. header DoneHeader {u32 src_rank; u32 reserved} (8 B); no data.
 //
-// Completion: a batch is complete when every posted operation's callback ran (or it completed
-// immediately) and every RPC reply arrived. A WRITE's local completion only means its buffer may
-// be reused, so a batch that contains WRITEs ends with ucp_worker_flush_nbx: when execute()
-// returns, every write of the batch is visible at the target (the schemes' publication protocols
-// rely on that ordering).
+// Threading: the worker is single-threaded. connect() may be called from any thread, but every
+// Transport of one UcxFabric, serve() and client_done() must be used from one thread at a time.
+// Transports must not outlive their fabric.
 #include "rdmahash/ucx_fabric.h"
 
 #include <mpi.h>
-#include <sys/epoll.h>
+#include <poll.h>
 #include <ucp/api/ucp.h>
-#include <unistd.h>
 
+#include <cerrno>
+#include <climits>
+#include <cstdio>
 #include <cstring>
-#include <deque>
-#include <list>
+#include <exception>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 namespace rdmahash {
 namespace {
@@ -42,504 +73,864 @@ constexpr uint16_t kAmRpc = 1;
 constexpr uint16_t kAmReply = 2;
 constexpr uint16_t kAmDone = 3;
 
-struct AmHeader {
+// Upper bound on requests of one batch that are posted but not completed. Keeps UCX's internal
+// request pool and pending queues small for batches of thousands of requests.
+constexpr size_t kMaxInFlight = 512;
+
+struct RpcHeader {
   uint64_t req_id;
-  uint32_t src;
+  uint32_t src_rank;
   uint16_t rpc_id;
   uint16_t reserved;
 };
+struct ReplyHeader {
+  uint64_t req_id;
+  uint32_t status;
+  uint32_t reserved;
+};
+struct DoneHeader {
+  uint32_t src_rank;
+  uint32_t reserved;
+};
+static_assert(sizeof(RpcHeader) == 16 && sizeof(ReplyHeader) == 16 && sizeof(DoneHeader) == 8);
 
-void check(ucs_status_t s, const char* what) {
-  if (s != UCS_OK) throw FabricError(std::string("ucx: ") + what + ": " + ucs_status_string(s));
+enum RpcStatus : uint32_t { kRpcOk = 0, kRpcNoHandler = 1, kRpcHandlerFailed = 2, kRpcBadRequest = 3 };
+
+std::string ucx_error(const std::string& what, ucs_status_t status) {
+  return "ucx fabric: " + what + ": " + ucs_status_string(status);
 }
 
-void check_mpi(int rc, const char* what) {
-  if (rc != MPI_SUCCESS) throw FabricError(std::string("mpi: ") + what + " failed");
+void mpi_check(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) throw FabricError(std::string("ucx fabric: ") + what + " failed (MPI error " + std::to_string(rc) + ")");
 }
 
-// Per-batch completion state shared by the callbacks of its operations.
-struct BatchState {
-  int outstanding = 0;
+const char* kind_name(ReqKind k) {
+  switch (k) {
+    case ReqKind::kRead: return "READ";
+    case ReqKind::kWrite: return "WRITE";
+    case ReqKind::kCas: return "CAS";
+    case ReqKind::kFaa: return "FAA";
+    case ReqKind::kRpc: return "RPC";
+  }
+  return "?";
+}
+
+std::string describe(const Request& r) {
+  std::string s = kind_name(r.kind);
+  if (r.kind == ReqKind::kRpc) return s + " " + std::to_string(r.rpc_id) + " to node " + std::to_string(r.addr.node);
+  if (r.kind == ReqKind::kRead || r.kind == ReqKind::kWrite) s += " of " + std::to_string(r.len) + " bytes";
+  return s + " at node " + std::to_string(r.addr.node) + " offset " + std::to_string(r.addr.offset);
+}
+
+class UcxFabricImpl;
+class UcxTransport;
+
+// One request of a batch (or one endpoint flush) while it is in flight.
+struct Slot {
+  UcxTransport* owner = nullptr;
+  Request* req = nullptr;  // null for flush slots
+  uint32_t node = 0;       // flush slots: the flushed node
+  int pending = 0;         // completions still expected (RPC: send + reply)
   ucs_status_t status = UCS_OK;
+  std::string error;       // RPC: error reported by the memory node
+  RpcHeader hdr{};         // RPC: must stay valid until the send completes
 };
 
-void send_done_cb(void* request, ucs_status_t status, void* user) {
-  auto* b = static_cast<BatchState*>(user);
-  if (status != UCS_OK && b->status == UCS_OK) b->status = status;
-  --b->outstanding;
-  ucp_request_free(request);
-}
-
-struct Incoming {
-  uint16_t am_id;
-  AmHeader hdr;
+// A reply being sent by a memory node; freed when the send completes.
+struct OutgoingReply {
+  ReplyHeader hdr{};
   std::vector<std::byte> data;
 };
 
-class UcxFabricImpl;
+// An RPC whose payload arrives by rendezvous; the handler runs when the data is in.
+struct IncomingRpc {
+  UcxFabricImpl* fabric = nullptr;
+  RpcHeader hdr{};
+  ucp_ep_h reply_ep = nullptr;
+  std::vector<std::byte> payload;
+};
 
 class UcxTransport final : public Transport {
  public:
-  explicit UcxTransport(UcxFabricImpl& f) : f_(f) {}
+  explicit UcxTransport(UcxFabricImpl& f) : fabric_(f) {}
   void execute(std::span<Request> batch) override;
 
+  // One expected completion of `s` has happened.
+  void complete_unit(Slot& s, ucs_status_t status) {
+    if (status != UCS_OK) {
+      if (s.status == UCS_OK) s.status = status;
+      failed_ = true;
+    }
+    if (--s.pending == 0) --outstanding_;
+  }
+  void fail_rpc(Slot& s, std::string message) {
+    if (s.error.empty()) s.error = std::move(message);
+    complete_unit(s, UCS_ERR_REJECTED);
+  }
+
  private:
-  UcxFabricImpl& f_;
+  void validate(const Request& r) const;
+  void post(Slot& s);
+  void post_flush(Slot& s);
+  void settle(Slot& s, ucs_status_ptr_t sp);
+
+  UcxFabricImpl& fabric_;
+  std::vector<Slot> slots_;
+  std::vector<Slot> flush_slots_;
+  std::vector<char> wrote_;  // per node: this batch wrote to it
+  size_t outstanding_ = 0;   // slots with pending > 0
+  bool failed_ = false;
 };
 
 class UcxFabricImpl final : public UcxFabric {
  public:
-  explicit UcxFabricImpl(const UcxFabricConfig& cfg);
+  explicit UcxFabricImpl(const UcxFabricConfig& config);
   ~UcxFabricImpl() override;
+  void init();
 
+  // Fabric
   std::string_view name() const override { return "ucx"; }
-  uint32_t memory_nodes() const override { return nodes_; }
-  uint64_t region_bytes(uint32_t node) const override { return node < nodes_ ? region_bytes_ : 0; }
+  uint32_t memory_nodes() const override { return k_; }
+  uint64_t region_bytes(uint32_t node) const override { return node < k_ ? config_.region_bytes : 0; }
   std::span<std::byte> local_region(uint32_t node) override {
-    if (!is_memory_node() || node != static_cast<uint32_t>(rank_)) return {};
-    return {static_cast<std::byte*>(base_), region_bytes_};
+    if (!is_memory_node() || node != static_cast<uint32_t>(rank_) || region_ == nullptr) return {};
+    return {region_, config_.region_bytes};
   }
   std::unique_ptr<Transport> connect() override { return std::make_unique<UcxTransport>(*this); }
   void register_rpc(uint16_t id, RpcHandler handler) override { handlers_[id] = std::move(handler); }
 
+  // UcxFabric
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  bool is_memory_node() const override { return static_cast<uint32_t>(rank_) < nodes_; }
-  bool is_client() const override { return symmetric_ || static_cast<uint32_t>(rank_) >= nodes_; }
-  uint32_t client_count() const override { return symmetric_ ? size_ : size_ - nodes_; }
-  void barrier() override { check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+  bool is_memory_node() const override { return static_cast<uint32_t>(rank_) < k_; }
+  bool is_client() const override { return config_.symmetric || static_cast<uint32_t>(rank_) >= k_; }
+  uint32_t client_count() const override {
+    return config_.symmetric ? static_cast<uint32_t>(size_) : static_cast<uint32_t>(size_) - k_;
+  }
+  void barrier() override { mpi_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
   void client_done() override;
   void serve() override;
   std::vector<std::vector<std::byte>> gather(std::span<const std::byte> mine) override;
 
-  // Used by UcxTransport.
-  void execute(std::span<Request> batch, FabricCounters& counters);
+  // Used by transports and callbacks.
+  ucp_worker_h worker() const { return worker_; }
+  ucp_ep_h ep(uint32_t rank) const { return eps_[rank]; }
+  ucp_rkey_h rkey(uint32_t node) const { return rkeys_[node]; }
+  uint64_t remote_base(uint32_t node) const { return remote_base_[node]; }
+  uint64_t next_request_id() { return next_req_id_++; }
+  std::unordered_map<uint64_t, Slot*>& rpc_waiting() { return rpc_waiting_; }
 
  private:
-  static ucs_status_t am_cb(void* arg, const void* header, size_t header_length, void* data, size_t length,
-                            const ucp_am_recv_param_t* param);
-  static void am_rndv_cb(void* request, ucs_status_t status, size_t length, void* user);
-  void set_am_handler(uint16_t id);
-  void progress();  // one worker progress sweep + deferred RPC handling
-  void handle(Incoming& msg);
-  void wait(BatchState& b);
-  void wireup();
-  const ucp_ep_h& ep(uint32_t rank) const { return eps_[rank]; }
+  static ucs_status_t on_rpc(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                             const ucp_am_recv_param_t* param);
+  static void on_rpc_data(void* request, ucs_status_t status, size_t length, void* user_data);
+  static ucs_status_t on_reply(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                               const ucp_am_recv_param_t* param);
+  static ucs_status_t on_done(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                              const ucp_am_recv_param_t* param);
+  static void on_reply_sent(void* request, ucs_status_t status, void* user_data);
 
-  int rank_ = 0, size_ = 1;
-  uint32_t nodes_ = 0;
-  bool symmetric_ = false;
-  uint64_t region_bytes_ = 0;
-  ucp_context_h ctx_ = nullptr;
+  void init_local();
+  void connect_peers(const std::vector<std::vector<std::byte>>& addresses);
+  void exchange_rkeys();
+  void set_am_handler(uint16_t id, ucp_am_recv_callback_t cb);
+  void run_rpc(const RpcHeader& h, ucp_ep_h reply_ep, std::span<const std::byte> payload);
+  void send_reply(ucp_ep_h reply_ep, OutgoingReply* out);
+  // Progresses the worker until `sp` (a UCP request, NULL or an error) completes; frees it.
+  ucs_status_t wait(ucs_status_ptr_t sp);
+  // MPI barrier that keeps this worker progressing while it waits for the other ranks.
+  void progress_barrier();
+  bool all_agree(bool ok);
+  std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> mine);
+  void release(bool unwinding);
+
+  UcxFabricConfig config_;
+  int rank_ = 0;
+  int size_ = 0;
+  uint32_t k_ = 0;  // memory nodes
+
+  ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   ucp_mem_h memh_ = nullptr;
-  void* base_ = nullptr;
-  int efd_ = -1, epoll_fd_ = -1;
-  std::vector<ucp_ep_h> eps_;
-  std::vector<ucp_rkey_h> rkeys_;       // per memory node
-  std::vector<uint64_t> remote_base_;   // per memory node
+  std::byte* region_ = nullptr;
+  std::vector<ucp_ep_h> eps_;          // index = rank
+  std::vector<ucp_rkey_h> rkeys_;      // index = memory node
+  std::vector<uint64_t> remote_base_;  // index = memory node
+  bool connected_ = false;             // create() finished on every rank
+
   std::unordered_map<uint16_t, RpcHandler> handlers_;
-  std::deque<Incoming> inbox_;          // RPC requests waiting for the progress loop
-  struct RpcWait {
-    std::vector<std::byte>* reply;
-    int* outstanding;
-    bool* failed;
-  };
-  std::unordered_map<uint64_t, RpcWait> rpc_waits_;
+  std::unordered_map<uint64_t, Slot*> rpc_waiting_;  // request id -> RPC awaiting its reply
   uint64_t next_req_id_ = 1;
-  uint64_t done_received_ = 0;  // kAmDone messages received so far
-  uint64_t done_served_ = 0;    // of which earlier serve() calls consumed
-  struct ReplySend {
-    std::vector<std::byte> bytes;
-    AmHeader hdr;
-    BatchState state;
-  };
-  std::list<ReplySend> reply_sends_;  // replies in flight (buffers must outlive the send)
+  uint64_t done_received_ = 0;  // "done" messages not yet consumed by serve()
 };
 
 // ---------------------------------------------------------------------------------------------
+// Request completion callbacks (progress context; must not throw).
 
-UcxFabricImpl::UcxFabricImpl(const UcxFabricConfig& cfg) {
-  check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
-  check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
-  symmetric_ = cfg.symmetric;
-  nodes_ = symmetric_ ? static_cast<uint32_t>(size_) : cfg.memory_nodes;
-  if (nodes_ == 0) throw FabricError("ucx fabric: at least one memory node is required");
-  if (nodes_ > static_cast<uint32_t>(size_))
-    throw FabricError("ucx fabric: " + std::to_string(nodes_) + " memory nodes need at least as many ranks (have " +
-                      std::to_string(size_) + ")");
-  if (cfg.region_bytes == 0) throw FabricError("ucx fabric: region size must be positive");
-  region_bytes_ = cfg.region_bytes;
-
-  ucp_config_t* config = nullptr;
-  check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
-  ucp_params_t params{};
-  params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
-  const ucs_status_t st = ucp_init(&params, config, &ctx_);
-  ucp_config_release(config);
-  check(st, "ucp_init");
-
-  ucp_worker_params_t wp{};
-  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-  check(ucp_worker_create(ctx_, &wp, &worker_), "ucp_worker_create");
-  check(ucp_worker_get_efd(worker_, &efd_), "ucp_worker_get_efd");
-  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-  if (epoll_fd_ < 0) throw FabricError("ucx fabric: epoll_create1 failed");
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = efd_;
-  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, efd_, &ev) != 0) throw FabricError("ucx fabric: epoll_ctl failed");
-  for (uint16_t id : {kAmRpc, kAmReply, kAmDone}) set_am_handler(id);
-
-  // Worker addresses → endpoints to every rank (including this one: the "self" transport).
-  ucp_address_t* addr = nullptr;
-  size_t addr_len = 0;
-  check(ucp_worker_get_address(worker_, &addr, &addr_len), "ucp_worker_get_address");
-  int my_len = static_cast<int>(addr_len);
-  std::vector<int> lens(size_), displs(size_);
-  check_mpi(MPI_Allgather(&my_len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather");
-  int total = 0;
-  for (int i = 0; i < size_; ++i) { displs[i] = total; total += lens[i]; }
-  std::vector<char> addrs(total);
-  check_mpi(MPI_Allgatherv(addr, my_len, MPI_BYTE, addrs.data(), lens.data(), displs.data(), MPI_BYTE, MPI_COMM_WORLD),
-            "MPI_Allgatherv");
-  ucp_worker_release_address(worker_, addr);
-  eps_.resize(size_);
-  for (int i = 0; i < size_; ++i) {
-    ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
-    ep.address = reinterpret_cast<const ucp_address_t*>(addrs.data() + displs[i]);
-    check(ucp_ep_create(worker_, &ep, &eps_[i]), "ucp_ep_create");
-  }
-
-  // Regions: allocated by UCX on memory nodes, rkeys and base addresses all-gathered.
-  std::vector<char> my_rkey;
-  uint64_t my_base = 0;
-  if (is_memory_node()) {
-    ucp_mem_map_params_t mp{};
-    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-    mp.length = region_bytes_;
-    mp.flags = UCP_MEM_MAP_ALLOCATE;
-    check(ucp_mem_map(ctx_, &mp, &memh_), "ucp_mem_map");
-    ucp_mem_attr_t attr{};
-    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
-    check(ucp_mem_query(memh_, &attr), "ucp_mem_query");
-    if (attr.length < region_bytes_) throw FabricError("ucx fabric: ucp_mem_map returned a short region");
-    base_ = attr.address;
-    std::memset(base_, 0, region_bytes_);
-    my_base = reinterpret_cast<uint64_t>(base_);
-    void* rkey_buf = nullptr;
-    size_t rkey_size = 0;
-    check(ucp_rkey_pack(ctx_, memh_, &rkey_buf, &rkey_size), "ucp_rkey_pack");
-    my_rkey.assign(static_cast<char*>(rkey_buf), static_cast<char*>(rkey_buf) + rkey_size);
-    ucp_rkey_buffer_release(rkey_buf);
-  }
-  int rk_len = static_cast<int>(my_rkey.size());
-  check_mpi(MPI_Allgather(&rk_len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather");
-  total = 0;
-  for (int i = 0; i < size_; ++i) { displs[i] = total; total += lens[i]; }
-  std::vector<char> rkeys(std::max(total, 1));
-  check_mpi(MPI_Allgatherv(my_rkey.data(), rk_len, MPI_BYTE, rkeys.data(), lens.data(), displs.data(), MPI_BYTE,
-                           MPI_COMM_WORLD),
-            "MPI_Allgatherv");
-  std::vector<uint64_t> bases(size_);
-  check_mpi(MPI_Allgather(&my_base, 1, MPI_UINT64_T, bases.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD), "MPI_Allgather");
-  rkeys_.resize(nodes_);
-  remote_base_.resize(nodes_);
-  for (uint32_t n = 0; n < nodes_; ++n) {
-    check(ucp_ep_rkey_unpack(eps_[n], rkeys.data() + displs[n], &rkeys_[n]), "ucp_ep_rkey_unpack");
-    remote_base_[n] = bases[n];
-  }
-  wireup();
-}
-
-// Completes endpoint wire-up everywhere while every rank is progressing, so that the first
-// operation of a run does not wait for a peer that is busy elsewhere (TCP connection setup needs
-// both sides to progress).
-void UcxFabricImpl::wireup() {
-  BatchState b;
-  for (int i = 0; i < size_; ++i) {
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p.cb.send = send_done_cb;
-    p.user_data = &b;
-    ucs_status_ptr_t r = ucp_ep_flush_nbx(eps_[i], &p);
-    if (UCS_PTR_IS_ERR(r)) check(UCS_PTR_STATUS(r), "ucp_ep_flush_nbx");
-    if (r != nullptr) ++b.outstanding;
-  }
-  // Keep progressing until every rank is wired: a non-blocking barrier with progress in between.
-  wait(b);
-  MPI_Request req;
-  check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &req), "MPI_Ibarrier");
-  for (int flag = 0; !flag;) {
-    progress();
-    check_mpi(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), "MPI_Test");
-  }
-}
-
-UcxFabricImpl::~UcxFabricImpl() {
-  // Let in-flight replies finish before tearing down.
-  while (!reply_sends_.empty()) progress();
-  for (ucp_rkey_h k : rkeys_)
-    if (k) ucp_rkey_destroy(k);
-  for (ucp_ep_h e : eps_) {
-    if (!e) continue;
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_EP_CLOSE_FLAG_FORCE;  // no remote progress needed: every rank is tearing down
-    ucs_status_ptr_t r = ucp_ep_close_nbx(e, &p);
-    if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
-      while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);
-      ucp_request_free(r);
-    }
-  }
-  if (memh_) ucp_mem_unmap(ctx_, memh_);
-  if (epoll_fd_ >= 0) close(epoll_fd_);
-  if (worker_) ucp_worker_destroy(worker_);
-  if (ctx_) ucp_cleanup(ctx_);
-}
-
-void UcxFabricImpl::set_am_handler(uint16_t id) {
-  ucp_am_handler_param_t p{};
-  p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
-  p.id = id;
-  p.cb = &UcxFabricImpl::am_cb;
-  p.arg = this;
-  check(ucp_worker_set_am_recv_handler(worker_, &p), "ucp_worker_set_am_recv_handler");
-}
-
-struct RndvRecv {
-  UcxFabricImpl* self;
-  std::deque<Incoming>* inbox;
-  Incoming msg;
-};
-
-ucs_status_t UcxFabricImpl::am_cb(void* arg, const void* header, size_t header_length, void* data, size_t length,
-                                  const ucp_am_recv_param_t* param) {
-  auto* self = static_cast<UcxFabricImpl*>(arg);
-  AmHeader hdr{};
-  if (header_length >= sizeof hdr) std::memcpy(&hdr, header, sizeof hdr);
-  // Which handler id this is: stored in the header's reserved field by the sender.
-  Incoming msg{hdr.reserved, hdr, {}};
-  if (msg.am_id == kAmDone) {
-    ++self->done_received_;
-    return UCS_OK;
-  }
-  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
-    // Large message: fetch it; the callback queues it like an eager one.
-    auto* r = new RndvRecv{self, &self->inbox_, std::move(msg)};
-    r->msg.data.resize(length);
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p.cb.recv_am = &UcxFabricImpl::am_rndv_cb;
-    p.user_data = r;
-    ucs_status_ptr_t s = ucp_am_recv_data_nbx(self->worker_, data, r->msg.data.data(), length, &p);
-    if (s == nullptr) {
-      self->inbox_.push_back(std::move(r->msg));
-      delete r;
-    } else if (UCS_PTR_IS_ERR(s)) {
-      delete r;
-    }
-    return UCS_OK;
-  }
-  msg.data.assign(static_cast<const std::byte*>(data), static_cast<const std::byte*>(data) + length);
-  self->inbox_.push_back(std::move(msg));
-  return UCS_OK;
-}
-
-void UcxFabricImpl::am_rndv_cb(void* request, ucs_status_t status, size_t, void* user) {
-  auto* r = static_cast<RndvRecv*>(user);
-  if (status == UCS_OK) r->inbox->push_back(std::move(r->msg));
-  delete r;
+void on_op_done(void* request, ucs_status_t status, void* user_data) {
+  Slot& s = *static_cast<Slot*>(user_data);
+  s.owner->complete_unit(s, status);
   ucp_request_free(request);
 }
 
-void UcxFabricImpl::progress() {
-  while (ucp_worker_progress(worker_) != 0) {
-  }
-  while (!inbox_.empty()) {
-    Incoming msg = std::move(inbox_.front());
-    inbox_.pop_front();
-    handle(msg);
-  }
-  for (auto it = reply_sends_.begin(); it != reply_sends_.end();)
-    it = it->state.outstanding == 0 ? reply_sends_.erase(it) : std::next(it);
-}
+// Completion of the send half of an RPC. A failed send gets no reply: stop waiting for it.
+void on_rpc_sent(void* request, ucs_status_t status, void* user_data);
 
-void UcxFabricImpl::handle(Incoming& msg) {
-  if (msg.am_id == kAmReply) {
-    auto it = rpc_waits_.find(msg.hdr.req_id);
-    if (it == rpc_waits_.end()) return;  // a reply nobody waits for (cannot happen; ignore)
-    *it->second.reply = std::move(msg.data);
-    if (msg.hdr.rpc_id != 0) *it->second.failed = true;  // no such handler, or it threw
-    --*it->second.outstanding;
-    rpc_waits_.erase(it);
-    return;
-  }
-  // kAmRpc: run the handler, send the reply (an error reply is an empty one flagged in rpc_id).
-  ReplySend& rs = reply_sends_.emplace_back();
-  rs.hdr = AmHeader{msg.hdr.req_id, static_cast<uint32_t>(rank_), 0, kAmReply};
-  auto h = handlers_.find(msg.hdr.rpc_id);
-  if (h == handlers_.end()) {
-    rs.hdr.rpc_id = 1;  // "no such handler"
+// ---------------------------------------------------------------------------------------------
+// UcxFabricImpl
+
+UcxFabricImpl::UcxFabricImpl(const UcxFabricConfig& config) : config_(config) {
+  int initialised = 0;
+  MPI_Initialized(&initialised);
+  if (!initialised) throw FabricError("ucx fabric: MPI must be initialised before UcxFabric::create");
+  mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
+  mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+  // Validation depends only on the config and the world size, so every rank throws alike.
+  if (config.region_bytes == 0) throw FabricError("ucx fabric: region_bytes must be positive");
+  if (config.symmetric) {
+    k_ = static_cast<uint32_t>(size_);
   } else {
-    try {
-      h->second(msg.hdr.src, msg.data, rs.bytes);
-    } catch (const std::exception&) {
-      rs.hdr.rpc_id = 2;  // the handler threw
-      rs.bytes.clear();
+    if (config.memory_nodes == 0) throw FabricError("ucx fabric: at least one memory node is required");
+    if (config.memory_nodes > static_cast<uint32_t>(size_))
+      throw FabricError("ucx fabric: " + std::to_string(config.memory_nodes) + " memory nodes need at least as many ranks, got " +
+                        std::to_string(size_));
+    k_ = config.memory_nodes;
+  }
+}
+
+void UcxFabricImpl::init() {
+  std::string error;
+  try {
+    init_local();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!all_agree(error.empty())) throw FabricError(error.empty() ? "ucx fabric: another rank failed to initialise UCX" : error);
+
+  // Worker addresses.
+  ucp_worker_attr_t wattr{};
+  wattr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
+  ucs_status_t st = ucp_worker_query(worker_, &wattr);
+  if (st != UCS_OK) throw FabricError(ucx_error("ucp_worker_query", st));  // local query: cannot differ by rank
+  std::vector<std::vector<std::byte>> addresses;
+  try {
+    addresses = allgather({reinterpret_cast<const std::byte*>(wattr.address), wattr.address_length});
+  } catch (...) {
+    ucp_worker_release_address(worker_, wattr.address);
+    throw;
+  }
+  ucp_worker_release_address(worker_, wattr.address);
+
+  error.clear();
+  try {
+    connect_peers(addresses);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!all_agree(error.empty())) throw FabricError(error.empty() ? "ucx fabric: another rank failed to create endpoints" : error);
+
+  exchange_rkeys();  // agrees internally
+
+  // Wire up every connection now (flush waits for the endpoints' wireup), with every rank
+  // progressing, so that the first requests of the clients do not depend on peers' progress.
+  st = wait(ucp_worker_flush_nbx(worker_, nullptr));
+  if (!all_agree(st == UCS_OK)) throw FabricError(ucx_error("initial worker flush", st == UCS_OK ? UCS_ERR_IO_ERROR : st));
+  progress_barrier();
+  connected_ = true;
+}
+
+void UcxFabricImpl::init_local() {
+  ucp_config_t* cfg = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg);
+  if (st != UCS_OK) throw FabricError(ucx_error("ucp_config_read", st));
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.estimated_num_eps = static_cast<size_t>(size_);
+  st = ucp_init(&params, cfg, &context_);
+  ucp_config_release(cfg);
+  if (st != UCS_OK) {
+    context_ = nullptr;
+    throw FabricError(ucx_error("ucp_init", st));
+  }
+
+  ucp_worker_params_t wparams{};
+  wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
+  st = ucp_worker_create(context_, &wparams, &worker_);
+  if (st != UCS_OK) {
+    worker_ = nullptr;
+    throw FabricError(ucx_error("ucp_worker_create", st));
+  }
+
+  set_am_handler(kAmRpc, &on_rpc);
+  set_am_handler(kAmReply, &on_reply);
+  set_am_handler(kAmDone, &on_done);
+
+  if (is_memory_node()) {
+    ucp_mem_map_params_t mp{};
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    mp.address = nullptr;
+    mp.length = config_.region_bytes;
+    mp.flags = UCP_MEM_MAP_ALLOCATE;
+    st = ucp_mem_map(context_, &mp, &memh_);
+    if (st != UCS_OK) {
+      memh_ = nullptr;
+      throw FabricError(ucx_error("ucp_mem_map of " + std::to_string(config_.region_bytes) + " bytes", st));
+    }
+    ucp_mem_attr_t ma{};
+    ma.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    st = ucp_mem_query(memh_, &ma);
+    if (st != UCS_OK) throw FabricError(ucx_error("ucp_mem_query", st));
+    if (ma.length < config_.region_bytes) throw FabricError("ucx fabric: ucp_mem_map returned a short region");
+    region_ = static_cast<std::byte*>(ma.address);
+    std::memset(region_, 0, config_.region_bytes);
+  }
+}
+
+void UcxFabricImpl::set_am_handler(uint16_t id, ucp_am_recv_callback_t cb) {
+  ucp_am_handler_param_t p{};
+  p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  p.id = id;
+  p.cb = cb;
+  p.arg = this;
+  ucs_status_t st = ucp_worker_set_am_recv_handler(worker_, &p);
+  if (st != UCS_OK) throw FabricError(ucx_error("ucp_worker_set_am_recv_handler", st));
+}
+
+void UcxFabricImpl::connect_peers(const std::vector<std::vector<std::byte>>& addresses) {
+  eps_.assign(static_cast<size_t>(size_), nullptr);
+  for (int r = 0; r < size_; ++r) {
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    ep.address = reinterpret_cast<const ucp_address_t*>(addresses[static_cast<size_t>(r)].data());
+    ucs_status_t st = ucp_ep_create(worker_, &ep, &eps_[static_cast<size_t>(r)]);
+    if (st != UCS_OK) {
+      eps_[static_cast<size_t>(r)] = nullptr;
+      throw FabricError(ucx_error("ucp_ep_create to rank " + std::to_string(r), st));
     }
   }
-  ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  p.cb.send = send_done_cb;
-  p.user_data = &rs.state;
-  ucs_status_ptr_t r = ucp_am_send_nbx(eps_[msg.hdr.src], kAmReply, &rs.hdr, sizeof rs.hdr, rs.bytes.data(),
-                                       rs.bytes.size(), &p);
-  if (r != nullptr && !UCS_PTR_IS_ERR(r)) ++rs.state.outstanding;
 }
 
-void UcxFabricImpl::wait(BatchState& b) {
-  while (b.outstanding > 0) progress();
-}
-
-void UcxTransport::execute(std::span<Request> batch) {
-  f_.execute(batch, counters_);
-}
-
-void UcxFabricImpl::execute(std::span<Request> batch, FabricCounters& counters) {
-  // Validate first: a bad request fails the batch before anything is posted.
-  for (const Request& r : batch) {
-    if (r.kind == ReqKind::kRpc) {
-      if (r.addr.node >= nodes_) throw FabricError("ucx fabric: rpc to memory node " + std::to_string(r.addr.node) + " which does not exist");
-      if (!r.reply) throw FabricError("ucx fabric: rpc without a reply buffer");
-      continue;
+void UcxFabricImpl::exchange_rkeys() {
+  // Blob of a memory node: u64 base address, u64 region bytes, packed rkey. Others send nothing.
+  std::vector<std::byte> blob;
+  std::string error;
+  if (is_memory_node()) {
+    void* packed = nullptr;
+    size_t packed_size = 0;
+    ucs_status_t st = ucp_rkey_pack(context_, memh_, &packed, &packed_size);
+    if (st != UCS_OK) {
+      error = ucx_error("ucp_rkey_pack", st);
+    } else {
+      const uint64_t base = reinterpret_cast<uintptr_t>(region_), bytes = config_.region_bytes;
+      blob.resize(16 + packed_size);
+      std::memcpy(blob.data(), &base, 8);
+      std::memcpy(blob.data() + 8, &bytes, 8);
+      std::memcpy(blob.data() + 16, packed, packed_size);
+      ucp_rkey_buffer_release(packed);
     }
-    const uint64_t len = (r.kind == ReqKind::kCas || r.kind == ReqKind::kFaa) ? 8 : r.len;
-    if (r.addr.node >= nodes_) throw FabricError("ucx fabric: memory node " + std::to_string(r.addr.node) + " does not exist");
-    if (r.addr.offset > region_bytes_ || len > region_bytes_ - r.addr.offset)
-      throw FabricError("ucx fabric: access [" + std::to_string(r.addr.offset) + ", +" + std::to_string(len) +
-                        ") outside region of " + std::to_string(region_bytes_) + " bytes on node " +
-                        std::to_string(r.addr.node));
-    if ((r.kind == ReqKind::kCas || r.kind == ReqKind::kFaa) && (r.addr.offset % 8 != 0 || !r.result))
-      throw FabricError("ucx fabric: atomics need an 8-byte aligned offset and a result buffer");
   }
-  ++counters.batches;
-  BatchState b;
-  int replies = 0;
-  bool rpc_failed = false;
-  bool wrote = false;
-  std::vector<AmHeader> headers;
-  headers.reserve(batch.size());
-  for (Request& r : batch) {
+  if (!all_agree(error.empty())) throw FabricError(error.empty() ? "ucx fabric: another rank failed to pack its rkey" : error);
+  auto blobs = allgather(blob);
+
+  rkeys_.assign(k_, nullptr);
+  remote_base_.assign(k_, 0);
+  for (uint32_t n = 0; n < k_ && error.empty(); ++n) {
+    const auto& b = blobs[n];
+    uint64_t bytes = 0;
+    if (b.size() <= 16) {
+      error = "ucx fabric: memory node " + std::to_string(n) + " sent no rkey";
+      break;
+    }
+    std::memcpy(&remote_base_[n], b.data(), 8);
+    std::memcpy(&bytes, b.data() + 8, 8);
+    if (bytes != config_.region_bytes) {
+      error = "ucx fabric: memory node " + std::to_string(n) + " has a region of " + std::to_string(bytes) +
+              " bytes, this rank expects " + std::to_string(config_.region_bytes);
+      break;
+    }
+    ucs_status_t st = ucp_ep_rkey_unpack(eps_[n], b.data() + 16, &rkeys_[n]);
+    if (st != UCS_OK) {
+      rkeys_[n] = nullptr;
+      error = ucx_error("ucp_ep_rkey_unpack for memory node " + std::to_string(n), st);
+    }
+  }
+  if (!all_agree(error.empty())) throw FabricError(error.empty() ? "ucx fabric: another rank failed to unpack rkeys" : error);
+}
+
+UcxFabricImpl::~UcxFabricImpl() { release(std::uncaught_exceptions() > 0); }
+
+void UcxFabricImpl::release(bool unwinding) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  const bool collective = connected_ && !unwinding && !finalized;
+  if (worker_) {
+    for (ucp_rkey_h& rk : rkeys_)
+      if (rk) ucp_rkey_destroy(rk), rk = nullptr;
+    // Close every endpoint at once (FLUSH: outstanding operations, e.g. RPC replies, complete
+    // first), progressing until all closures are done.
+    std::vector<ucs_status_ptr_t> closing;
     ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p.cb.send = send_done_cb;
-    p.user_data = &b;
-    ucs_status_ptr_t s = nullptr;
-    const uint32_t node = r.addr.node;
-    const uint64_t raddr = remote_base_[node] + r.addr.offset;
-    switch (r.kind) {
-      case ReqKind::kRead:
-        s = ucp_get_nbx(eps_[node], r.buf, r.len, raddr, rkeys_[node], &p);
-        break;
-      case ReqKind::kWrite:
-        s = ucp_put_nbx(eps_[node], r.buf, r.len, raddr, rkeys_[node], &p);
-        wrote = true;
-        break;
-      case ReqKind::kCas:
-      case ReqKind::kFaa: {
-        p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
-        p.datatype = ucp_dt_make_contig(8);
-        p.reply_buffer = r.result;
-        if (r.kind == ReqKind::kCas) {
-          *r.result = r.swap;  // CSWAP: buffer = compare, reply_buffer = swap in / old value out
-          s = ucp_atomic_op_nbx(eps_[node], UCP_ATOMIC_OP_CSWAP, &r.compare, 1, raddr, rkeys_[node], &p);
-        } else {
-          s = ucp_atomic_op_nbx(eps_[node], UCP_ATOMIC_OP_ADD, &r.compare, 1, raddr, rkeys_[node], &p);
-        }
-        break;
-      }
-      case ReqKind::kRpc: {
-        const uint64_t id = next_req_id_++;
-        headers.push_back(AmHeader{id, static_cast<uint32_t>(rank_), r.rpc_id, kAmRpc});
-        rpc_waits_[id] = RpcWait{r.reply, &replies, &rpc_failed};
-        ++replies;
-        s = ucp_am_send_nbx(eps_[node], kAmRpc, &headers.back(), sizeof(AmHeader), r.buf, r.len, &p);
-        break;
-      }
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = collective ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+    for (ucp_ep_h& e : eps_) {
+      if (!e) continue;
+      ucs_status_ptr_t sp = ucp_ep_close_nbx(e, &p);
+      e = nullptr;
+      if (sp != nullptr && !UCS_PTR_IS_ERR(sp)) closing.push_back(sp);
     }
-    if (UCS_PTR_IS_ERR(s)) {
-      if (b.status == UCS_OK) b.status = UCS_PTR_STATUS(s);
-    } else if (s != nullptr) {
-      ++b.outstanding;
-    }
-    counters.add(r);
+    for (ucs_status_ptr_t sp : closing) wait(sp);
+    // Peers may still need this worker to complete their own closures.
+    if (collective) progress_barrier();
   }
-  while (b.outstanding > 0 || replies > 0) progress();
-  if (wrote && b.status == UCS_OK) {
-    BatchState f;
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p.cb.send = send_done_cb;
-    p.user_data = &f;
-    ucs_status_ptr_t s = ucp_worker_flush_nbx(worker_, &p);
-    if (UCS_PTR_IS_ERR(s)) check(UCS_PTR_STATUS(s), "ucp_worker_flush_nbx");
-    if (s != nullptr) ++f.outstanding;
-    wait(f);
-    if (f.status != UCS_OK) b.status = f.status;
+  if (memh_) {
+    ucp_mem_unmap(context_, memh_);
+    memh_ = nullptr;
+    region_ = nullptr;
   }
-  check(b.status, "batch");
-  if (rpc_failed) throw FabricError("ucx fabric: an rpc handler was missing on the memory node or failed");
+  if (worker_) {
+    ucp_worker_destroy(worker_);
+    worker_ = nullptr;
+  }
+  if (context_) {
+    ucp_cleanup(context_);
+    context_ = nullptr;
+  }
+}
+
+ucs_status_t UcxFabricImpl::wait(ucs_status_ptr_t sp) {
+  if (sp == nullptr) return UCS_OK;
+  if (UCS_PTR_IS_ERR(sp)) return UCS_PTR_STATUS(sp);
+  ucs_status_t st;
+  while ((st = ucp_request_check_status(sp)) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+  ucp_request_free(sp);
+  return st;
+}
+
+void UcxFabricImpl::progress_barrier() {
+  MPI_Request req;
+  mpi_check(MPI_Ibarrier(MPI_COMM_WORLD, &req), "MPI_Ibarrier");
+  int flag = 0;
+  while (!flag) {
+    ucp_worker_progress(worker_);
+    mpi_check(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+  }
+}
+
+bool UcxFabricImpl::all_agree(bool ok) {
+  int mine = ok ? 1 : 0, all = 0;
+  mpi_check(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce");
+  return all == 1;
+}
+
+std::vector<std::vector<std::byte>> UcxFabricImpl::allgather(std::span<const std::byte> mine) {
+  if (mine.size() > static_cast<size_t>(INT_MAX)) throw FabricError("ucx fabric: allgather of more than 2 GiB");
+  const int len = static_cast<int>(mine.size());
+  std::vector<int> lens(static_cast<size_t>(size_)), displs(static_cast<size_t>(size_));
+  mpi_check(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather");
+  size_t total = 0;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    if (total > static_cast<size_t>(INT_MAX)) throw FabricError("ucx fabric: allgather of more than 2 GiB");
+    displs[i] = static_cast<int>(total);
+    total += static_cast<size_t>(lens[i]);
+  }
+  std::vector<std::byte> all(total);
+  mpi_check(MPI_Allgatherv(mine.data(), len, MPI_BYTE, all.data(), lens.data(), displs.data(), MPI_BYTE, MPI_COMM_WORLD),
+            "MPI_Allgatherv");
+  std::vector<std::vector<std::byte>> out(lens.size());
+  for (size_t i = 0; i < lens.size(); ++i)
+    out[i].assign(all.begin() + displs[i], all.begin() + displs[i] + lens[i]);
+  return out;
+}
+
+std::vector<std::vector<std::byte>> UcxFabricImpl::gather(std::span<const std::byte> mine) {
+  if (mine.size() > static_cast<size_t>(INT_MAX)) throw FabricError("ucx fabric: gather of more than 2 GiB");
+  const int len = static_cast<int>(mine.size());
+  std::vector<int> lens(rank_ == 0 ? static_cast<size_t>(size_) : 0), displs(lens.size());
+  mpi_check(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Gather");
+  size_t total = 0;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    if (total > static_cast<size_t>(INT_MAX)) throw FabricError("ucx fabric: gather of more than 2 GiB");
+    displs[i] = static_cast<int>(total);
+    total += static_cast<size_t>(lens[i]);
+  }
+  std::vector<std::byte> all(total);
+  mpi_check(MPI_Gatherv(mine.data(), len, MPI_BYTE, all.data(), lens.data(), displs.data(), MPI_BYTE, 0, MPI_COMM_WORLD),
+            "MPI_Gatherv");
+  std::vector<std::vector<std::byte>> out(lens.size());
+  for (size_t i = 0; i < lens.size(); ++i)
+    out[i].assign(all.begin() + displs[i], all.begin() + displs[i] + lens[i]);
+  return out;
 }
 
 void UcxFabricImpl::client_done() {
-  BatchState b;
-  AmHeader hdr{0, static_cast<uint32_t>(rank_), 0, kAmDone};
-  for (uint32_t n = 0; n < nodes_; ++n) {
+  if (!is_client()) return;
+  const DoneHeader hdr{static_cast<uint32_t>(rank_), 0};
+  std::vector<ucs_status_ptr_t> sends;
+  ucs_status_t first_error = UCS_OK;
+  for (uint32_t n = 0; n < k_; ++n) {
     ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p.cb.send = send_done_cb;
-    p.user_data = &b;
-    ucs_status_ptr_t s = ucp_am_send_nbx(eps_[n], kAmDone, &hdr, sizeof hdr, nullptr, 0, &p);
-    if (UCS_PTR_IS_ERR(s)) check(UCS_PTR_STATUS(s), "ucp_am_send_nbx(done)");
-    if (s != nullptr) ++b.outstanding;
+    ucs_status_ptr_t sp = ucp_am_send_nbx(eps_[n], kAmDone, &hdr, sizeof hdr, nullptr, 0, &p);
+    if (UCS_PTR_IS_ERR(sp)) {
+      if (first_error == UCS_OK) first_error = UCS_PTR_STATUS(sp);
+    } else if (sp != nullptr) {
+      sends.push_back(sp);
+    }
   }
-  wait(b);
+  for (ucs_status_ptr_t sp : sends) {
+    ucs_status_t st = wait(sp);
+    if (st != UCS_OK && first_error == UCS_OK) first_error = st;
+  }
+  if (first_error != UCS_OK) throw FabricError(ucx_error("client_done: sending the done message", first_error));
 }
 
 void UcxFabricImpl::serve() {
   if (!is_memory_node()) return;
-  const uint64_t target = done_served_ + client_count();
-  while (done_received_ < target) {
-    progress();
-    if (done_received_ >= target) break;
-    const ucs_status_t s = ucp_worker_arm(worker_);
-    if (s == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress again
-    check(s, "ucp_worker_arm");
-    epoll_event ev;
-    // Sleep until the worker has something; the timeout is only a safety net, not a poll loop.
-    (void)epoll_wait(epoll_fd_, &ev, 1, 1000);
+  const uint64_t expected = client_count();
+  int fd = -1;
+  ucs_status_t st = ucp_worker_get_efd(worker_, &fd);
+  if (st != UCS_OK) throw FabricError(ucx_error("ucp_worker_get_efd", st));
+  while (done_received_ < expected) {
+    if (ucp_worker_progress(worker_) != 0) continue;  // drain every pending event first
+    st = ucp_worker_arm(worker_);
+    if (st == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress again
+    if (st != UCS_OK) throw FabricError(ucx_error("ucp_worker_arm", st));
+    pollfd pfd{fd, POLLIN, 0};
+    if (::poll(&pfd, 1, -1) < 0 && errno != EINTR)
+      throw FabricError(std::string("ucx fabric: poll on the worker event fd: ") + std::strerror(errno));
   }
-  done_served_ = target;
+  done_received_ -= expected;  // messages of a later round may already be counted
 }
 
-std::vector<std::vector<std::byte>> UcxFabricImpl::gather(std::span<const std::byte> mine) {
-  int len = static_cast<int>(mine.size());
-  std::vector<int> lens(rank_ == 0 ? size_ : 0), displs(rank_ == 0 ? size_ : 0);
-  check_mpi(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Gather");
-  int total = 0;
-  for (size_t i = 0; i < lens.size(); ++i) { displs[i] = total; total += lens[i]; }
-  std::vector<std::byte> all(std::max(total, 1));
-  check_mpi(MPI_Gatherv(mine.data(), len, MPI_BYTE, all.data(), lens.data(), displs.data(), MPI_BYTE, 0,
-                        MPI_COMM_WORLD),
-            "MPI_Gatherv");
-  std::vector<std::vector<std::byte>> out;
-  for (size_t i = 0; i < lens.size(); ++i)
-    out.emplace_back(all.begin() + displs[i], all.begin() + displs[i] + lens[i]);
-  return out;
+// --- active message handlers ------------------------------------------------------------------
+
+ucs_status_t UcxFabricImpl::on_done(void* arg, const void*, size_t, void*, size_t, const ucp_am_recv_param_t*) {
+  ++static_cast<UcxFabricImpl*>(arg)->done_received_;
+  return UCS_OK;
+}
+
+ucs_status_t UcxFabricImpl::on_rpc(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                                   const ucp_am_recv_param_t* param) {
+  auto* f = static_cast<UcxFabricImpl*>(arg);
+  if (header_length != sizeof(RpcHeader)) {
+    std::fprintf(stderr, "ucx fabric: rank %d: dropping an RPC with a %zu-byte header\n", f->rank_, header_length);
+    return UCS_OK;
+  }
+  RpcHeader h;
+  std::memcpy(&h, header, sizeof h);
+  ucp_ep_h reply_ep = nullptr;
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) reply_ep = param->reply_ep;
+  else if (h.src_rank < f->eps_.size()) reply_ep = f->eps_[h.src_rank];
+  if (reply_ep == nullptr) {
+    std::fprintf(stderr, "ucx fabric: rank %d: dropping an RPC from unknown rank %u\n", f->rank_, h.src_rank);
+    return UCS_OK;
+  }
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    f->run_rpc(h, reply_ep, {static_cast<const std::byte*>(data), length});
+    return UCS_OK;
+  }
+  // Rendezvous: fetch the payload first, run the handler when it is in.
+  IncomingRpc* in = nullptr;
+  try {
+    in = new IncomingRpc{f, h, reply_ep, std::vector<std::byte>(length)};
+  } catch (const std::bad_alloc&) {
+    return UCS_ERR_NO_MEMORY;  // allowed for rendezvous: the sender's request fails with it
+  }
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.recv_am = &on_rpc_data;
+  p.user_data = in;
+  ucs_status_ptr_t sp = ucp_am_recv_data_nbx(f->worker_, data, in->payload.data(), length, &p);
+  if (sp == nullptr) {
+    f->run_rpc(in->hdr, in->reply_ep, in->payload);
+    delete in;
+    return UCS_OK;
+  }
+  if (UCS_PTR_IS_ERR(sp)) {
+    auto* out = new OutgoingReply;
+    out->hdr = {h.req_id, kRpcBadRequest, 0};
+    const std::string msg = ucx_error("receiving the RPC payload", UCS_PTR_STATUS(sp));
+    out->data.assign(reinterpret_cast<const std::byte*>(msg.data()), reinterpret_cast<const std::byte*>(msg.data() + msg.size()));
+    f->send_reply(reply_ep, out);
+    delete in;
+    return UCS_OK;
+  }
+  return UCS_INPROGRESS;
+}
+
+void UcxFabricImpl::on_rpc_data(void* request, ucs_status_t status, size_t, void* user_data) {
+  auto* in = static_cast<IncomingRpc*>(user_data);
+  if (status == UCS_OK) {
+    in->fabric->run_rpc(in->hdr, in->reply_ep, in->payload);
+  } else {
+    auto* out = new OutgoingReply;
+    out->hdr = {in->hdr.req_id, kRpcBadRequest, 0};
+    const std::string msg = ucx_error("receiving the RPC payload", status);
+    out->data.assign(reinterpret_cast<const std::byte*>(msg.data()), reinterpret_cast<const std::byte*>(msg.data() + msg.size()));
+    in->fabric->send_reply(in->reply_ep, out);
+  }
+  delete in;
+  ucp_request_free(request);
+}
+
+void UcxFabricImpl::run_rpc(const RpcHeader& h, ucp_ep_h reply_ep, std::span<const std::byte> payload) {
+  auto* out = new OutgoingReply;
+  out->hdr = {h.req_id, kRpcOk, 0};
+  auto fail = [&](uint32_t status, const std::string& msg) {
+    out->hdr.status = status;
+    out->data.assign(reinterpret_cast<const std::byte*>(msg.data()), reinterpret_cast<const std::byte*>(msg.data() + msg.size()));
+  };
+  auto it = handlers_.find(h.rpc_id);
+  if (it == handlers_.end()) {
+    fail(kRpcNoHandler, "ucx fabric: no rpc handler " + std::to_string(h.rpc_id) + " on node " + std::to_string(rank_));
+  } else {
+    try {
+      it->second(h.src_rank, payload, out->data);
+    } catch (const std::exception& e) {
+      fail(kRpcHandlerFailed, "ucx fabric: rpc handler " + std::to_string(h.rpc_id) + " on node " + std::to_string(rank_) +
+                                  " failed: " + e.what());
+    } catch (...) {
+      fail(kRpcHandlerFailed, "ucx fabric: rpc handler " + std::to_string(h.rpc_id) + " on node " + std::to_string(rank_) +
+                                  " failed with a non-standard exception");
+    }
+  }
+  send_reply(reply_ep, out);
+}
+
+void UcxFabricImpl::send_reply(ucp_ep_h reply_ep, OutgoingReply* out) {
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.send = &on_reply_sent;
+  p.user_data = out;
+  ucs_status_ptr_t sp = ucp_am_send_nbx(reply_ep, kAmReply, &out->hdr, sizeof out->hdr, out->data.data(), out->data.size(), &p);
+  if (sp == nullptr) {
+    delete out;
+  } else if (UCS_PTR_IS_ERR(sp)) {
+    std::fprintf(stderr, "ucx fabric: rank %d: sending an RPC reply failed: %s\n", rank_, ucs_status_string(UCS_PTR_STATUS(sp)));
+    delete out;
+  }
+}
+
+void UcxFabricImpl::on_reply_sent(void* request, ucs_status_t status, void* user_data) {
+  if (status != UCS_OK) std::fprintf(stderr, "ucx fabric: sending an RPC reply failed: %s\n", ucs_status_string(status));
+  delete static_cast<OutgoingReply*>(user_data);
+  ucp_request_free(request);
+}
+
+void on_reply_data(void* request, ucs_status_t status, size_t, void* user_data) {
+  Slot& s = *static_cast<Slot*>(user_data);
+  s.owner->complete_unit(s, status);
+  ucp_request_free(request);
+}
+
+ucs_status_t UcxFabricImpl::on_reply(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                                     const ucp_am_recv_param_t* param) {
+  auto* f = static_cast<UcxFabricImpl*>(arg);
+  if (header_length != sizeof(ReplyHeader)) return UCS_OK;
+  ReplyHeader h;
+  std::memcpy(&h, header, sizeof h);
+  auto it = f->rpc_waiting_.find(h.req_id);
+  if (it == f->rpc_waiting_.end()) return UCS_OK;  // nobody waits for it (cannot happen in normal operation)
+  Slot& s = *it->second;
+  f->rpc_waiting_.erase(it);
+  const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  if (h.status != kRpcOk) {
+    std::string msg = "ucx fabric: rpc " + std::to_string(s.req->rpc_id) + " failed on node " + std::to_string(s.req->addr.node);
+    if (!rndv) msg.assign(static_cast<const char*>(data), length);
+    s.owner->fail_rpc(s, std::move(msg));
+    return UCS_OK;
+  }
+  std::vector<std::byte>& reply = *s.req->reply;
+  try {
+    reply.resize(length);
+  } catch (const std::bad_alloc&) {
+    s.owner->fail_rpc(s, "ucx fabric: out of memory for an rpc reply of " + std::to_string(length) + " bytes");
+    return UCS_OK;
+  }
+  if (!rndv) {
+    if (length) std::memcpy(reply.data(), data, length);
+    s.owner->complete_unit(s, UCS_OK);
+    return UCS_OK;
+  }
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.recv_am = &on_reply_data;
+  p.user_data = &s;
+  ucs_status_ptr_t sp = ucp_am_recv_data_nbx(f->worker_, data, reply.data(), length, &p);
+  if (sp == nullptr) {
+    s.owner->complete_unit(s, UCS_OK);
+    return UCS_OK;
+  }
+  if (UCS_PTR_IS_ERR(sp)) {
+    s.owner->complete_unit(s, UCS_PTR_STATUS(sp));
+    return UCS_OK;
+  }
+  return UCS_INPROGRESS;
+}
+
+void on_rpc_sent(void* request, ucs_status_t status, void* user_data) {
+  Slot& s = *static_cast<Slot*>(user_data);
+  s.owner->complete_unit(s, status);
+  ucp_request_free(request);
+}
+
+// ---------------------------------------------------------------------------------------------
+// UcxTransport
+
+void UcxTransport::validate(const Request& r) const {
+  const uint32_t k = fabric_.memory_nodes();
+  if (r.addr.node >= k)
+    throw FabricError("ucx fabric: " + describe(r) + ": memory node " + std::to_string(r.addr.node) + " does not exist (" +
+                      std::to_string(k) + " memory nodes)");
+  const uint64_t region = fabric_.region_bytes(r.addr.node);
+  uint64_t len = 0;
+  switch (r.kind) {
+    case ReqKind::kRead:
+    case ReqKind::kWrite:
+      len = r.len;
+      if (len > 0 && r.buf == nullptr) throw FabricError("ucx fabric: " + describe(r) + " without a buffer");
+      break;
+    case ReqKind::kCas:
+    case ReqKind::kFaa:
+      len = 8;
+      if (r.addr.offset % 8 != 0) throw FabricError("ucx fabric: " + describe(r) + ": atomic on an offset that is not 8-byte aligned");
+      if (r.result == nullptr) throw FabricError("ucx fabric: " + describe(r) + " without a result buffer");
+      break;
+    case ReqKind::kRpc:
+      if (r.reply == nullptr) throw FabricError("ucx fabric: " + describe(r) + " without a reply buffer");
+      if (r.len > 0 && r.buf == nullptr) throw FabricError("ucx fabric: " + describe(r) + " without a payload buffer");
+      return;
+    default:
+      throw FabricError("ucx fabric: unknown request kind " + std::to_string(static_cast<int>(r.kind)));
+  }
+  if (r.addr.offset > region || len > region - r.addr.offset)
+    throw FabricError("ucx fabric: " + describe(r) + ": access [" + std::to_string(r.addr.offset) + ", +" + std::to_string(len) +
+                      ") outside the region of " + std::to_string(region) + " bytes");
+}
+
+void UcxTransport::settle(Slot& s, ucs_status_ptr_t sp) {
+  if (sp == nullptr) {
+    complete_unit(s, UCS_OK);
+  } else if (UCS_PTR_IS_ERR(sp)) {
+    if (s.req && s.req->kind == ReqKind::kRpc && fabric_.rpc_waiting().erase(s.hdr.req_id) > 0)
+      complete_unit(s, UCS_PTR_STATUS(sp));  // no reply will come
+    complete_unit(s, UCS_PTR_STATUS(sp));
+  }
+  // Otherwise in flight: the callback completes it.
+}
+
+void UcxTransport::post(Slot& s) {
+  Request& r = *s.req;
+  ++outstanding_;
+  s.pending = 1;
+  if ((r.kind == ReqKind::kRead || r.kind == ReqKind::kWrite) && r.len == 0) {
+    complete_unit(s, UCS_OK);
+    return;
+  }
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.send = &on_op_done;
+  p.user_data = &s;
+  const uint32_t node = r.addr.node;
+  ucp_ep_h ep = fabric_.ep(node);
+  const uint64_t raddr = fabric_.remote_base(node) + r.addr.offset;
+  ucp_rkey_h rkey = fabric_.rkey(node);
+  ucs_status_ptr_t sp = nullptr;
+  switch (r.kind) {
+    case ReqKind::kRead:
+      sp = ucp_get_nbx(ep, r.buf, r.len, raddr, rkey, &p);
+      break;
+    case ReqKind::kWrite:
+      wrote_[node] = 1;
+      sp = ucp_put_nbx(ep, r.buf, r.len, raddr, rkey, &p);
+      break;
+    case ReqKind::kCas:
+      // UCP CSWAP: buffer = compare value; reply_buffer = swap value in, old value out.
+      *r.result = r.swap;
+      p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+      p.datatype = ucp_dt_make_contig(8);
+      p.reply_buffer = r.result;
+      sp = ucp_atomic_op_nbx(ep, UCP_ATOMIC_OP_CSWAP, &r.compare, 1, raddr, rkey, &p);
+      break;
+    case ReqKind::kFaa:
+      // Fetching add: UCP_ATOMIC_OP_ADD with a reply buffer.
+      p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+      p.datatype = ucp_dt_make_contig(8);
+      p.reply_buffer = r.result;
+      sp = ucp_atomic_op_nbx(ep, UCP_ATOMIC_OP_ADD, &r.compare, 1, raddr, rkey, &p);
+      break;
+    case ReqKind::kRpc:
+      s.pending = 2;  // the send and the reply
+      s.hdr = RpcHeader{fabric_.next_request_id(), static_cast<uint32_t>(fabric_.rank()), r.rpc_id, 0};
+      fabric_.rpc_waiting()[s.hdr.req_id] = &s;  // before sending: a loopback reply may arrive inside the send
+      p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_AM_SEND_FLAG_REPLY;
+      p.cb.send = &on_rpc_sent;
+      sp = ucp_am_send_nbx(ep, kAmRpc, &s.hdr, sizeof s.hdr, r.buf, r.len, &p);
+      break;
+  }
+  settle(s, sp);
+}
+
+void UcxTransport::post_flush(Slot& s) {
+  ++outstanding_;
+  s.pending = 1;
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.send = &on_op_done;
+  p.user_data = &s;
+  settle(s, ucp_ep_flush_nbx(fabric_.ep(s.node), &p));
+}
+
+void UcxTransport::execute(std::span<Request> batch) {
+  // Validate the whole batch first so that a bad request fails it before anything is posted.
+  for (const Request& r : batch) validate(r);
+  ++counters_.batches;
+  if (batch.empty()) return;
+
+  const uint32_t k = fabric_.memory_nodes();
+  slots_.assign(batch.size(), Slot{});  // never resized while requests are in flight
+  flush_slots_.assign(k, Slot{});
+  wrote_.assign(k, 0);
+  outstanding_ = 0;
+  failed_ = false;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    slots_[i].owner = this;
+    slots_[i].req = &batch[i];
+  }
+
+  size_t next = 0;
+  bool flushed = false;
+  ucp_worker_h worker = fabric_.worker();
+  for (;;) {
+    while (next < batch.size() && outstanding_ < kMaxInFlight && !failed_) post(slots_[next++]);
+    if (next == batch.size() && !flushed && !failed_) {
+      // PUT completion is local only: flush the written nodes so the writes are visible remotely.
+      flushed = true;
+      for (uint32_t n = 0; n < k; ++n) {
+        if (!wrote_[n]) continue;
+        flush_slots_[n].owner = this;
+        flush_slots_[n].node = n;
+        post_flush(flush_slots_[n]);
+      }
+    }
+    if (outstanding_ == 0 && (next == batch.size() || failed_)) break;
+    ucp_worker_progress(worker);
+  }
+
+  std::string error;
+  for (size_t i = 0; i < next; ++i) {
+    const Slot& s = slots_[i];
+    if (s.status == UCS_OK) {
+      counters_.add(batch[i]);
+    } else if (error.empty()) {
+      error = !s.error.empty() ? s.error : ucx_error(describe(batch[i]) + " failed", s.status);
+    }
+  }
+  for (const Slot& s : flush_slots_)
+    if (s.status != UCS_OK && error.empty()) error = ucx_error("flushing writes to node " + std::to_string(s.node), s.status);
+  if (!error.empty()) throw FabricError(error);
 }
 
 }  // namespace
@@ -547,7 +938,9 @@ std::vector<std::vector<std::byte>> UcxFabricImpl::gather(std::span<const std::b
 UcxFabric::~UcxFabric() = default;
 
 std::unique_ptr<UcxFabric> UcxFabric::create(const UcxFabricConfig& config) {
-  return std::make_unique<UcxFabricImpl>(config);
+  auto f = std::make_unique<UcxFabricImpl>(config);
+  f->init();
+  return f;
 }
 
 }  // namespace rdmahash

@@ -1,0 +1,902 @@
+// 3-way cuckoo hashing. The layout, write protocol and the relocation-safety argument are
+// documented in include/rdmahash/cuckoo.h; this file follows them.
+#include "rdmahash/cuckoo.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "schemes/hash.h"
+
+namespace rdmahash {
+namespace {
+
+constexpr uint64_t kOcc = 1ULL << 63;
+constexpr uint64_t kLock = 1ULL << 62;
+constexpr uint64_t kVersionMask = (1ULL << 29) - 1;
+constexpr uint64_t kHeaderBytes = sizeof(CuckooShardHeader);
+constexpr uint64_t kIndexMask = (1ULL << 48) - 1;
+// A record caught mid-write is re-read; a writer is the node's CPU inside one critical section, so
+// this bound is only reached if that CPU died mid-write.
+constexpr uint32_t kMaxStableRetries = 1u << 22;
+// A miss is re-validated while relocations keep overlapping it (see cuckoo.h); same reasoning.
+constexpr uint32_t kMaxMissRetries = 1u << 20;
+
+inline uint64_t load64(const std::byte* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+inline void store64(std::byte* p, uint64_t v) { std::memcpy(p, &v, 8); }
+inline uint64_t version_of(uint64_t ctrl) { return (ctrl >> 32) & kVersionMask; }
+inline uint64_t make_ctrl(uint64_t version, uint32_t kbits) {
+  return kOcc | ((version & kVersionMask) << 32) | kbits;
+}
+
+// Offsets inside a record (inline slot or heap record; one format).
+struct RecordLayout {
+  uint32_t val_off, val_padded, check_off, bytes;
+  bool has_check;
+  explicit RecordLayout(const CuckooConfig& c) {
+    val_off = c.key_bytes == 8 ? 16 : 8;
+    val_padded = (c.value_bytes + 7) / 8 * 8;
+    // A 4-byte key without a value is one ctrl word: nothing can be torn, no check needed.
+    has_check = c.key_bytes == 8 || c.value_bytes > 0;
+    check_off = val_off + val_padded;
+    bytes = check_off + (has_check ? 8 : 0);
+  }
+};
+
+uint64_t record_check(uint64_t version, uint64_t key, const std::byte* value_padded, uint32_t padded) {
+  uint64_t h = hash::mix64(version * 0x9E3779B97F4A7C15ULL ^ key ^ 0xC0C0ULL);
+  for (uint32_t i = 0; i < padded; i += 8) h = hash::mix64(h ^ load64(value_padded + i));
+  return h;
+}
+
+inline uint64_t record_key(const CuckooConfig& c, const std::byte* rec) {
+  return c.key_bytes == 8 ? load64(rec + 8) : (load64(rec) & 0xffffffffULL);
+}
+
+bool consistent(const CuckooConfig& c, const RecordLayout& l, const std::byte* rec) {
+  if (!l.has_check) return true;
+  return load64(rec + l.check_off) ==
+         record_check(version_of(load64(rec)), record_key(c, rec), rec + l.val_off, l.val_padded);
+}
+
+// Fills the bytes after ctrl (key word, padded value, check for `version`).
+void build_record(const CuckooConfig& c, const RecordLayout& l, uint64_t key, uint64_t version,
+                  std::span<const std::byte> value, std::byte* rec) {
+  if (c.key_bytes == 8) store64(rec + 8, key);
+  std::memset(rec + l.val_off, 0, l.val_padded);
+  if (!value.empty()) std::memcpy(rec + l.val_off, value.data(), value.size());
+  if (l.has_check) store64(rec + l.check_off, record_check(version & kVersionMask, key, rec + l.val_off, l.val_padded));
+}
+
+// Memory-node stores: 8-byte atomic releases, because one-sided readers load the same words
+// concurrently (LocalFabric reads words with relaxed atomics). Release orders each store after the
+// ones before it, which is what the publication protocol in cuckoo.h relies on: a reader that sees
+// a store, after its batch's fence, sees everything the node stored before it.
+inline std::atomic_ref<uint64_t> word_ref(std::byte* base, uint64_t off) {
+  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(base + off));
+}
+inline uint64_t node_load(std::byte* base, uint64_t off) { return word_ref(base, off).load(std::memory_order_relaxed); }
+inline void node_store(std::byte* base, uint64_t off, uint64_t v) { word_ref(base, off).store(v, std::memory_order_release); }
+void node_store_words(std::byte* base, uint64_t off, const std::byte* src, uint32_t len) {
+  for (uint32_t i = 0; i < len; i += 8) node_store(base, off + i, load64(src + i));
+}
+
+// A hash of every field a client and the node must agree on; sent with each RPC.
+uint32_t config_tag(const CuckooConfig& c) {
+  uint64_t h = hash::mix64(c.hash_seed ^ kCuckooMagic);
+  for (uint64_t f : {uint64_t{c.memory_nodes}, c.buckets_per_node, uint64_t{c.slots_per_bucket},
+                     uint64_t{c.key_bytes}, uint64_t{c.value_bytes}, uint64_t{static_cast<uint8_t>(c.storage)}})
+    h = hash::mix64(h ^ f);
+  return static_cast<uint32_t>(h);
+}
+
+// --- RPC wire format ----------------------------------------------------------------------------
+
+enum RpcOp : uint8_t { kOpFindOrPut = 1, kOpPut = 2, kOpUpdate = 3, kOpErase = 4 };
+enum RpcCode : uint8_t { kRpcOk = 0, kRpcBadRequest = 1, kRpcConfigMismatch = 2, kRpcNotHosted = 3, kRpcInternal = 4 };
+
+struct RpcRequest {  // followed by value_len value bytes
+  uint8_t op;
+  uint8_t pad[3];
+  uint32_t node;
+  uint32_t cfg_tag;
+  uint32_t value_len;
+  uint64_t key;
+};
+static_assert(sizeof(RpcRequest) == 24);
+
+struct RpcReply {  // followed by an error message when code != kRpcOk
+  uint8_t code;
+  uint8_t status;
+  uint16_t pad;
+  uint32_t displacements;
+};
+static_assert(sizeof(RpcReply) == 8);
+
+void write_reply(std::vector<std::byte>& out, RpcCode code, Status status, uint32_t displacements,
+                 const std::string& message = {}) {
+  RpcReply r{};
+  r.code = code;
+  r.status = static_cast<uint8_t>(status);
+  r.displacements = displacements;
+  out.resize(sizeof r + message.size());
+  std::memcpy(out.data(), &r, sizeof r);
+  if (!message.empty()) std::memcpy(out.data() + sizeof r, message.data(), message.size());
+}
+
+std::string fmt_factor(double f) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f", f);
+  return buf;
+}
+
+}  // namespace
+
+const char* to_string(CuckooStorage s) { return s == CuckooStorage::kInline ? "inline" : "heap"; }
+const char* to_string(CuckooProbe p) { return p == CuckooProbe::kSequential ? "sequential" : "parallel"; }
+
+// --- configuration --------------------------------------------------------------------------
+
+CuckooConfig CuckooConfig::for_records(uint64_t records, double load_factor, uint32_t memory_nodes,
+                                       uint32_t slots_per_bucket) {
+  if (!(load_factor > 0.0 && load_factor < 1.0))
+    throw InvalidArgument("load factor must be in (0, 1), got " + std::to_string(load_factor));
+  if (records == 0) throw InvalidArgument("records must be at least 1");
+  if (memory_nodes == 0) throw InvalidArgument("memory nodes must be at least 1");
+  if (slots_per_bucket != 1 && slots_per_bucket != 4)
+    throw InvalidArgument("slots per bucket must be 1 or 4, got " + std::to_string(slots_per_bucket));
+  CuckooConfig c;
+  c.memory_nodes = memory_nodes;
+  c.slots_per_bucket = slots_per_bucket;
+  const double buckets = static_cast<double>(records) / (load_factor * memory_nodes * slots_per_bucket);
+  c.buckets_per_node = std::max<uint64_t>(3, static_cast<uint64_t>(std::ceil(buckets)));
+  return c;
+}
+
+std::string cuckoo_config_error(const CuckooConfig& c) {
+  if (c.memory_nodes == 0) return "memory nodes must be at least 1";
+  if (c.buckets_per_node < 3) return "buckets per node must be at least 3 (a key's 3 candidate buckets are distinct)";
+  if (c.buckets_per_node > (1ULL << 32)) return "buckets per node must be at most 2^32";
+  if (c.slots_per_bucket != 1 && c.slots_per_bucket != 4)
+    return "slots per bucket must be 1 or 4, got " + std::to_string(c.slots_per_bucket);
+  if (c.key_bytes != 4 && c.key_bytes != 8) return "key bytes must be 4 or 8, got " + std::to_string(c.key_bytes);
+  if (c.value_bytes > 120) return "value bytes must be at most 120, got " + std::to_string(c.value_bytes);
+  if (c.storage != CuckooStorage::kInline && c.storage != CuckooStorage::kHeap) return "storage must be inline or heap";
+  if (c.max_displacements == 0 || c.max_displacements > (1u << 20))
+    return "max displacements must be in [1, 2^20], got " + std::to_string(c.max_displacements);
+  return {};
+}
+
+void CuckooConfig::validate() const {
+  if (auto e = cuckoo_config_error(*this); !e.empty()) throw InvalidArgument(e);
+}
+
+uint32_t CuckooConfig::record_bytes() const { return RecordLayout(*this).bytes; }
+
+uint32_t CuckooConfig::bucket_bytes() const {
+  return storage == CuckooStorage::kHeap ? 8 : slots_per_bucket * record_bytes();
+}
+
+uint64_t CuckooConfig::heap_offset() const { return kHeaderBytes + buckets_per_node * bucket_bytes(); }
+
+uint64_t CuckooConfig::region_bytes() const {
+  return heap_offset() + (storage == CuckooStorage::kHeap ? slots_per_node() * record_bytes() : 0);
+}
+
+CuckooPlacement cuckoo_place(const CuckooConfig& c, uint64_t key) {
+  const uint64_t h = hash::mix64(key ^ c.hash_seed);
+  const uint64_t B = c.buckets_per_node;
+  CuckooPlacement p;
+  p.node = static_cast<uint32_t>(hash::range(h, c.memory_nodes));
+  // Three distinct buckets: draw from B, B-1, B-2 values and skip the ones already taken.
+  const uint64_t b0 = hash::range(hash::mix64(h ^ 0xA0761D6478BD642FULL), B);
+  uint64_t b1 = hash::range(hash::mix64(h ^ 0xE7037ED1A0B428DBULL), B - 1);
+  if (b1 >= b0) ++b1;
+  const uint64_t lo = std::min(b0, b1), hi = std::max(b0, b1);
+  uint64_t b2 = hash::range(hash::mix64(h ^ 0x8EBC6AF09C88C6E3ULL), B - 2);
+  if (b2 >= lo) ++b2;
+  if (b2 >= hi) ++b2;
+  p.buckets = {b0, b1, b2};
+  const uint64_t f = hash::mix64(h ^ 0x589965CC75374CC3ULL);
+  p.kbits = c.key_bytes == 4 ? static_cast<uint32_t>(key) : static_cast<uint32_t>(f);
+  p.fp = c.slots_per_bucket == 4 ? static_cast<uint16_t>(1 + (f >> 32) % 255) : static_cast<uint16_t>(f >> 48);
+  return p;
+}
+
+// --- memory-node side: one shard ----------------------------------------------------------------
+
+CuckooShard::CuckooShard(const CuckooConfig& cfg, uint32_t node, std::span<std::byte> region)
+    : cfg_(cfg), node_(node), region_(region) {
+  cfg_.validate();
+  if (node >= cfg.memory_nodes) throw InvalidArgument("shard index " + std::to_string(node) + " out of range");
+  if (region.size() < cfg.region_bytes())
+    throw InvalidArgument("region of " + std::to_string(region.size()) + " bytes is smaller than the cuckoo shard (" +
+                          std::to_string(cfg.region_bytes()) + " bytes)");
+  if (reinterpret_cast<uintptr_t>(region.data()) % 8 != 0) throw InvalidArgument("shard region must be 8-byte aligned");
+  // Formatting happens before any client can reach the shard, so plain stores are fine here.
+  std::memset(region.data(), 0, cfg.region_bytes());
+  CuckooShardHeader h{};
+  h.magic = kCuckooMagic;
+  h.storage = static_cast<uint32_t>(cfg.storage);
+  h.slots_per_bucket = cfg.slots_per_bucket;
+  h.key_bytes = cfg.key_bytes;
+  h.value_bytes = cfg.value_bytes;
+  h.buckets = cfg.buckets_per_node;
+  h.hash_seed = cfg.hash_seed;
+  h.node = node;
+  h.memory_nodes = cfg.memory_nodes;
+  std::memcpy(region.data(), &h, sizeof h);
+  if (cfg.storage == CuckooStorage::kHeap && cfg.slots_per_bucket == 4) {
+    // Each bucket word carries the heap offset (in groups of 4 records) of its group.
+    for (uint64_t b = 0; b < cfg.buckets_per_node; ++b) store64(region.data() + kHeaderBytes + 8 * b, b << 32);
+  }
+}
+
+bool CuckooShard::owns(uint64_t key) const {
+  if (cfg_.key_bytes == 4 && key > 0xffffffffULL) return false;
+  return cuckoo_place(cfg_, key).node == node_;
+}
+
+void CuckooShard::check_key_value(uint64_t key, std::span<const std::byte> value, bool exact) const {
+  if (cfg_.key_bytes == 4 && key > 0xffffffffULL)
+    throw InvalidArgument("key " + std::to_string(key) + " does not fit 4 key bytes");
+  if (cuckoo_place(cfg_, key).node != node_)
+    throw InvalidArgument("key " + std::to_string(key) + " belongs to another shard than " + std::to_string(node_));
+  if (value.size() > cfg_.value_bytes || (exact && value.size() != cfg_.value_bytes))
+    throw InvalidArgument("value of " + std::to_string(value.size()) + " bytes does not fit the table's " +
+                          std::to_string(cfg_.value_bytes) + " value bytes");
+}
+
+uint64_t CuckooShard::record_offset(uint64_t bucket, uint32_t slot) const {
+  if (cfg_.storage == CuckooStorage::kInline)
+    return kHeaderBytes + bucket * cfg_.bucket_bytes() + uint64_t{slot} * cfg_.record_bytes();
+  return cfg_.heap_offset() + (bucket * cfg_.slots_per_bucket + slot) * cfg_.record_bytes();
+}
+
+bool CuckooShard::occupied(uint64_t bucket, uint32_t slot) const {
+  std::byte* base = region_.data();
+  if (cfg_.storage == CuckooStorage::kInline) return node_load(base, record_offset(bucket, slot)) & kOcc;
+  const uint64_t w = node_load(base, kHeaderBytes + 8 * bucket);
+  return cfg_.slots_per_bucket == 4 ? ((w >> (8 * slot)) & 0xff) != 0 : w != 0;
+}
+
+int CuckooShard::free_slot(uint64_t bucket) const {
+  for (uint32_t s = 0; s < cfg_.slots_per_bucket; ++s)
+    if (!occupied(bucket, s)) return static_cast<int>(s);
+  return -1;
+}
+
+uint64_t CuckooShard::key_at(uint64_t bucket, uint32_t slot) const {
+  const uint64_t off = record_offset(bucket, slot);
+  std::byte* base = region_.data();
+  return cfg_.key_bytes == 8 ? node_load(base, off + 8) : (node_load(base, off) & 0xffffffffULL);
+}
+
+std::optional<CuckooShard::Loc> CuckooShard::locate(uint64_t key, const CuckooPlacement& p) const {
+  std::byte* base = region_.data();
+  for (uint64_t b : p.buckets)
+    for (uint32_t s = 0; s < cfg_.slots_per_bucket; ++s) {
+      if (!occupied(b, s)) continue;
+      if (static_cast<uint32_t>(node_load(base, record_offset(b, s))) != p.kbits) continue;
+      if (key_at(b, s) == key) return Loc{b, s};
+    }
+  return std::nullopt;
+}
+
+void CuckooShard::write_new(const Loc& at, uint64_t key, std::span<const std::byte> value) {
+  const CuckooPlacement p = cuckoo_place(cfg_, key);
+  const RecordLayout l(cfg_);
+  std::byte* base = region_.data();
+  const uint64_t off = record_offset(at.bucket, at.slot);
+  const uint64_t old = node_load(base, off);
+  const uint64_t v = (version_of(old) + 1) & kVersionMask;
+  std::vector<std::byte> rec(l.bytes);
+  build_record(cfg_, l, key, v, value, rec.data());
+  if (cfg_.storage == CuckooStorage::kInline) {
+    // The slot's ctrl is not OCC, so readers skip it until the final ctrl store publishes it.
+    node_store_words(base, off + 8, rec.data() + 8, l.bytes - 8);
+    node_store(base, off, make_ctrl(v, p.kbits));
+    return;
+  }
+  // Heap: the record stays locked until its bucket word references it (a live record is always
+  // referenced; see cuckoo.h), so a reader holding a stale fingerprint never accepts it early.
+  node_store(base, off, kLock | (version_of(old) << 32));
+  node_store_words(base, off + 8, rec.data() + 8, l.bytes - 8);
+  const uint64_t woff = kHeaderBytes + 8 * at.bucket;
+  uint64_t w = node_load(base, woff);
+  if (cfg_.slots_per_bucket == 4) w |= uint64_t{p.fp} << (8 * at.slot);
+  else w = (uint64_t{p.fp} << 48) | (at.bucket + 1);
+  node_store(base, woff, w);
+  node_store(base, off, make_ctrl(v, p.kbits));
+}
+
+void CuckooShard::rewrite(const Loc& at, uint64_t key, std::span<const std::byte> value) {
+  const RecordLayout l(cfg_);
+  std::byte* base = region_.data();
+  const uint64_t off = record_offset(at.bucket, at.slot);
+  const uint64_t ctrl = node_load(base, off);
+  const uint64_t v = (version_of(ctrl) + 1) & kVersionMask;
+  if (l.bytes > 8) {
+    std::vector<std::byte> rec(l.bytes);
+    build_record(cfg_, l, key, v, value, rec.data());
+    node_store(base, off, ctrl | kLock);  // readers re-read until the new version is published
+    node_store_words(base, off + 8, rec.data() + 8, l.bytes - 8);
+  }
+  node_store(base, off, make_ctrl(v, static_cast<uint32_t>(ctrl)));
+}
+
+void CuckooShard::clear(const Loc& at) {
+  std::byte* base = region_.data();
+  const uint64_t off = record_offset(at.bucket, at.slot);
+  const uint64_t ctrl = node_load(base, off);
+  // Not OCC, version bumped: the record stops being live in one store; its position never repeats
+  // a version, so a torn read across this change fails the check.
+  node_store(base, off, ((version_of(ctrl) + 1) & kVersionMask) << 32);
+  if (cfg_.storage == CuckooStorage::kHeap) {
+    const uint64_t woff = kHeaderBytes + 8 * at.bucket;
+    const uint64_t w = node_load(base, woff);
+    node_store(base, woff, cfg_.slots_per_bucket == 4 ? (w & ~(0xffULL << (8 * at.slot))) : 0);
+  }
+}
+
+void CuckooShard::move(const Loc& from, const Loc& to) {
+  const RecordLayout l(cfg_);
+  std::byte* base = region_.data();
+  const uint64_t off = record_offset(from.bucket, from.slot);
+  std::vector<std::byte> rec(l.bytes);
+  for (uint32_t i = 0; i < l.bytes; i += 8) store64(rec.data() + i, node_load(base, off + i));
+  const uint64_t key = record_key(cfg_, rec.data());
+  // Copy first, then clear: in between the key is live in both slots with the same value.
+  write_new(to, key, std::span<const std::byte>(rec.data() + l.val_off, cfg_.value_bytes));
+  clear(from);
+}
+
+void CuckooShard::set_records(uint64_t n) {
+  records_ = n;
+  node_store(region_.data(), 48, n);
+}
+
+CuckooShardResult CuckooShard::insert_new(uint64_t key, const CuckooPlacement& p, std::span<const std::byte> value) {
+  for (uint64_t b : p.buckets) {
+    const int s = free_slot(b);
+    if (s >= 0) {
+      write_new(Loc{b, static_cast<uint32_t>(s)}, key, value);
+      set_records(records_ + 1);
+      ++stats_.inserts;
+      return {Status::kInserted, 0};
+    }
+  }
+  // Breadth-first search for the shortest displacement path (libcuckoo's approach). Every queued
+  // bucket is new (`seen`), so a path never visits a bucket twice and applying it is valid. Each
+  // queued bucket is one candidate move examined; at most max_displacements are examined.
+  bfs_.clear();
+  std::unordered_set<uint64_t> seen;
+  for (uint64_t b : p.buckets) {
+    bfs_.push_back(Step{b, -1, 0});
+    seen.insert(b);
+  }
+  uint64_t examined = 0;
+  int found = -1, hole_slot = -1;
+  for (size_t head = 0; head < bfs_.size(); ++head) {
+    const uint64_t b = bfs_[head].bucket;
+    if (const int s = free_slot(b); s >= 0) {
+      found = static_cast<int>(head);
+      hole_slot = s;
+      break;
+    }
+    for (uint32_t s = 0; s < cfg_.slots_per_bucket && examined < cfg_.max_displacements; ++s) {
+      const CuckooPlacement q = cuckoo_place(cfg_, key_at(b, s));
+      for (uint64_t alt : q.buckets) {
+        if (alt == b || seen.count(alt)) continue;
+        if (examined >= cfg_.max_displacements) break;
+        ++examined;
+        seen.insert(alt);
+        bfs_.push_back(Step{alt, static_cast<int32_t>(head), s});
+      }
+    }
+  }
+  if (found < 0) {
+    ++stats_.full;
+    return {Status::kFull, 0};  // nothing was written
+  }
+  // Apply the path from its free end back to the new key: each move lands in a free slot. The odd
+  // `moves` value tells one-sided readers that a miss they see now may be a key in flight.
+  node_store(region_.data(), kCuckooMovesOffset, ++moves_);
+  Loc hole{bfs_[found].bucket, static_cast<uint32_t>(hole_slot)};
+  uint32_t moved = 0;
+  for (int i = found; bfs_[i].parent >= 0; i = bfs_[i].parent) {
+    const Loc src{bfs_[bfs_[i].parent].bucket, bfs_[i].slot_in_parent};
+    move(src, hole);
+    hole = src;
+    ++moved;
+  }
+  write_new(hole, key, value);
+  node_store(region_.data(), kCuckooMovesOffset, ++moves_);
+  set_records(records_ + 1);
+  ++stats_.inserts;
+  ++stats_.relocating_inserts;
+  stats_.displacements += moved;
+  stats_.max_path = std::max<uint64_t>(stats_.max_path, moved);
+  return {Status::kInserted, moved};
+}
+
+CuckooShardResult CuckooShard::find_or_put(uint64_t key, std::span<const std::byte> value) {
+  check_key_value(key, value, false);
+  const CuckooPlacement p = cuckoo_place(cfg_, key);
+  std::lock_guard lock(mu_);
+  if (locate(key, p)) return {Status::kFound, 0};
+  return insert_new(key, p, value);
+}
+
+CuckooShardResult CuckooShard::put(uint64_t key, std::span<const std::byte> value) {
+  check_key_value(key, value, true);
+  const CuckooPlacement p = cuckoo_place(cfg_, key);
+  std::lock_guard lock(mu_);
+  if (auto at = locate(key, p)) {
+    rewrite(*at, key, value);
+    return {Status::kUpdated, 0};
+  }
+  return insert_new(key, p, value);
+}
+
+CuckooShardResult CuckooShard::update(uint64_t key, std::span<const std::byte> value) {
+  check_key_value(key, value, true);
+  const CuckooPlacement p = cuckoo_place(cfg_, key);
+  std::lock_guard lock(mu_);
+  if (auto at = locate(key, p)) {
+    rewrite(*at, key, value);
+    return {Status::kUpdated, 0};
+  }
+  return {Status::kNotFound, 0};
+}
+
+CuckooShardResult CuckooShard::erase(uint64_t key) {
+  check_key_value(key, {}, false);
+  const CuckooPlacement p = cuckoo_place(cfg_, key);
+  std::lock_guard lock(mu_);
+  if (auto at = locate(key, p)) {
+    clear(*at);
+    set_records(records_ - 1);
+    return {Status::kErased, 0};
+  }
+  return {Status::kNotFound, 0};
+}
+
+bool CuckooShard::bulk_insert(uint64_t key, std::span<const std::byte> value) {
+  if (cfg_.key_bytes == 4 && key > 0xffffffffULL)
+    throw InvalidArgument("key " + std::to_string(key) + " does not fit 4 key bytes");
+  if (!owns(key)) return false;
+  const CuckooShardResult r = put(key, value);
+  if (r.status == Status::kFull) {
+    std::lock_guard lock(mu_);
+    throw InvalidArgument("cuckoo build: shard " + std::to_string(node_) + " could not place key " +
+                          std::to_string(key) + " within " + std::to_string(cfg_.max_displacements) +
+                          " displacements; it reached load factor " +
+                          fmt_factor(static_cast<double>(records_) / static_cast<double>(capacity())) + " (" +
+                          std::to_string(records_) + " of " + std::to_string(capacity()) +
+                          " slots): use a lower load factor, 4-slot buckets or more max displacements");
+  }
+  return true;
+}
+
+std::optional<std::vector<std::byte>> CuckooShard::find(uint64_t key) const {
+  if (!owns(key)) return std::nullopt;
+  const CuckooPlacement p = cuckoo_place(cfg_, key);
+  const RecordLayout l(cfg_);
+  std::lock_guard lock(mu_);
+  auto at = locate(key, p);
+  if (!at) return std::nullopt;
+  std::vector<std::byte> rec(l.bytes);
+  const uint64_t off = record_offset(at->bucket, at->slot);
+  for (uint32_t i = 0; i < l.bytes; i += 8) store64(rec.data() + i, node_load(region_.data(), off + i));
+  return std::vector<std::byte>(rec.begin() + l.val_off, rec.begin() + l.val_off + cfg_.value_bytes);
+}
+
+std::vector<uint64_t> CuckooShard::keys() const {
+  std::lock_guard lock(mu_);
+  std::vector<uint64_t> out;
+  for (uint64_t b = 0; b < cfg_.buckets_per_node; ++b)
+    for (uint32_t s = 0; s < cfg_.slots_per_bucket; ++s)
+      if (occupied(b, s)) out.push_back(key_at(b, s));
+  return out;
+}
+
+uint64_t CuckooShard::records() const {
+  std::lock_guard lock(mu_);
+  return records_;
+}
+
+double CuckooShard::load_factor() const { return static_cast<double>(records()) / static_cast<double>(capacity()); }
+
+CuckooShardStats CuckooShard::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+// --- memory-node side: the table's shards on this process + the RPC handler ----------------------
+
+struct CuckooServer::State {
+  CuckooConfig cfg;
+  uint32_t tag = 0;
+  std::vector<std::unique_ptr<CuckooShard>> shards;  // by node; null where not hosted here
+
+  // Never throws: a malformed request gets an error reply, which the client turns into an exception
+  // (an exception here would escape through the transport on LocalFabric).
+  void handle(std::span<const std::byte> req, std::vector<std::byte>& reply) {
+    try {
+      RpcRequest r{};
+      if (req.size() < sizeof r) return write_reply(reply, kRpcBadRequest, Status::kNotFound, 0, "short cuckoo request");
+      std::memcpy(&r, req.data(), sizeof r);
+      if (r.cfg_tag != tag)
+        return write_reply(reply, kRpcConfigMismatch, Status::kNotFound, 0,
+                           "the client's cuckoo configuration differs from the table's");
+      if (r.node >= shards.size() || !shards[r.node])
+        return write_reply(reply, kRpcNotHosted, Status::kNotFound, 0,
+                           "cuckoo shard " + std::to_string(r.node) + " is not hosted by this memory node");
+      if (req.size() != sizeof r + r.value_len)
+        return write_reply(reply, kRpcBadRequest, Status::kNotFound, 0, "cuckoo request length mismatch");
+      const auto value = req.subspan(sizeof r, r.value_len);
+      CuckooShard& s = *shards[r.node];
+      CuckooShardResult res;
+      switch (r.op) {
+        case kOpFindOrPut: res = s.find_or_put(r.key, value); break;
+        case kOpPut: res = s.put(r.key, value); break;
+        case kOpUpdate: res = s.update(r.key, value); break;
+        case kOpErase: res = s.erase(r.key); break;
+        default: return write_reply(reply, kRpcBadRequest, Status::kNotFound, 0, "unknown cuckoo op");
+      }
+      write_reply(reply, kRpcOk, res.status, res.displacements);
+    } catch (const InvalidArgument& e) {
+      write_reply(reply, kRpcBadRequest, Status::kNotFound, 0, e.what());
+    } catch (const std::exception& e) {
+      write_reply(reply, kRpcInternal, Status::kNotFound, 0, e.what());
+    }
+  }
+};
+
+CuckooServer::CuckooServer(Fabric& fabric, const CuckooConfig& cfg, uint16_t rpc_id)
+    : cfg_(cfg), state_(std::make_shared<State>()) {
+  cfg_.validate();
+  if (rpc_id < kCuckooRpcFirst || rpc_id > kCuckooRpcLast)
+    throw InvalidArgument("cuckoo rpc id must be in [0x0C00, 0x0C0F], got " + std::to_string(rpc_id));
+  if (fabric.memory_nodes() < cfg.memory_nodes)
+    throw InvalidArgument("the table has " + std::to_string(cfg.memory_nodes) + " shards but the fabric only " +
+                          std::to_string(fabric.memory_nodes()) + " memory nodes");
+  state_->cfg = cfg_;
+  state_->tag = config_tag(cfg_);
+  state_->shards.resize(cfg.memory_nodes);
+  for (uint32_t n = 0; n < cfg.memory_nodes; ++n) {
+    auto region = fabric.local_region(n);
+    if (!region.empty()) state_->shards[n] = std::make_unique<CuckooShard>(cfg_, n, region);
+  }
+  // The handler co-owns the shards: it stays valid for as long as the fabric keeps it.
+  fabric.register_rpc(rpc_id, [st = state_](uint32_t, std::span<const std::byte> req, std::vector<std::byte>& reply) {
+    st->handle(req, reply);
+  });
+}
+
+CuckooServer::~CuckooServer() = default;
+
+bool CuckooServer::hosts(uint32_t node) const { return node < state_->shards.size() && state_->shards[node]; }
+
+CuckooShard& CuckooServer::shard(uint32_t node) {
+  if (!hosts(node)) throw InvalidArgument("cuckoo shard " + std::to_string(node) + " is not hosted by this process");
+  return *state_->shards[node];
+}
+
+bool CuckooServer::bulk_insert(uint64_t key, std::span<const std::byte> value) {
+  if (cfg_.key_bytes == 4 && key > 0xffffffffULL)
+    throw InvalidArgument("key " + std::to_string(key) + " does not fit 4 key bytes");
+  const uint32_t node = cuckoo_place(cfg_, key).node;
+  if (!hosts(node)) return false;
+  return state_->shards[node]->bulk_insert(key, value);
+}
+
+uint64_t CuckooServer::build(std::span<const uint64_t> keys, std::span<const std::byte> values) {
+  const uint32_t vb = cfg_.value_bytes;
+  if (!values.empty() && values.size() != keys.size() * vb)
+    throw InvalidArgument("values must hold keys.size() * value_bytes = " + std::to_string(keys.size() * vb) + " bytes");
+  // Validate everything first so that a bad key fails the build before anything is stored.
+  uint64_t local = 0, slots = 0;
+  for (uint64_t k : keys) {
+    if (cfg_.key_bytes == 4 && k > 0xffffffffULL)
+      throw InvalidArgument("key " + std::to_string(k) + " does not fit 4 key bytes");
+    local += hosts(cuckoo_place(cfg_, k).node);
+  }
+  for (uint32_t n = 0; n < cfg_.memory_nodes; ++n) slots += hosts(n) ? cfg_.slots_per_node() : 0;
+  const std::vector<std::byte> zeros(vb);
+  const uint64_t before = records();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const auto v = values.empty() ? std::span<const std::byte>(zeros) : values.subspan(i * vb, vb);
+    try {
+      bulk_insert(keys[i], v);
+    } catch (const InvalidArgument& e) {
+      const double reached = slots ? static_cast<double>(records()) / static_cast<double>(slots) : 0.0;
+      const double wanted = slots ? static_cast<double>(before + local) / static_cast<double>(slots) : 0.0;
+      throw InvalidArgument("cuckoo build failed: reached load factor " + fmt_factor(reached) + " of the " +
+                            fmt_factor(wanted) + " requested (" + std::to_string(records() - before) + " of " +
+                            std::to_string(local) + " records placed). " + e.what());
+    }
+  }
+  return records() - before;
+}
+
+uint64_t CuckooServer::records() const {
+  uint64_t n = 0;
+  for (const auto& s : state_->shards) n += s ? s->records() : 0;
+  return n;
+}
+
+double CuckooServer::load_factor() const {
+  uint64_t slots = 0;
+  for (const auto& s : state_->shards) slots += s ? s->capacity() : 0;
+  return slots ? static_cast<double>(records()) / static_cast<double>(slots) : 0.0;
+}
+
+CuckooShardStats CuckooServer::stats() const {
+  CuckooShardStats t;
+  for (const auto& s : state_->shards) {
+    if (!s) continue;
+    const CuckooShardStats x = s->stats();
+    t.inserts += x.inserts;
+    t.relocating_inserts += x.relocating_inserts;
+    t.displacements += x.displacements;
+    t.max_path = std::max(t.max_path, x.max_path);
+    t.full += x.full;
+  }
+  return t;
+}
+
+// --- client -----------------------------------------------------------------------------------
+
+CuckooClient::CuckooClient(const CuckooConfig& cfg, CuckooProbe probe, Engine& engine, uint64_t seed, uint16_t rpc_id)
+    : cfg_(cfg), probe_(probe), engine_(engine), rng_(seed), rpc_id_(rpc_id), cfg_tag_(config_tag(cfg)) {
+  cfg_.validate();
+  if (probe != CuckooProbe::kSequential && probe != CuckooProbe::kParallel) throw InvalidArgument("unknown probe mode");
+  if (rpc_id < kCuckooRpcFirst || rpc_id > kCuckooRpcLast)
+    throw InvalidArgument("cuckoo rpc id must be in [0x0C00, 0x0C0F], got " + std::to_string(rpc_id));
+  moves_seen_.resize(cfg_.memory_nodes);
+}
+
+void CuckooClient::validate_key(uint64_t key) const {
+  if (cfg_.key_bytes == 4 && key > 0xffffffffULL)
+    throw InvalidArgument("key " + std::to_string(key) + " does not fit 4 key bytes");
+}
+
+void CuckooClient::check_value(std::span<const std::byte> value, bool exact) const {
+  if (value.size() > cfg_.value_bytes)
+    throw InvalidArgument("value of " + std::to_string(value.size()) + " bytes is larger than the table's " +
+                          std::to_string(cfg_.value_bytes) + " value bytes");
+  if (exact && value.size() != cfg_.value_bytes)
+    throw InvalidArgument("value must be exactly " + std::to_string(cfg_.value_bytes) + " bytes, got " +
+                          std::to_string(value.size()));
+}
+
+std::array<uint32_t, kCuckooWays> CuckooClient::order() {
+  if (probe_ == CuckooProbe::kParallel) return {0, 1, 2};  // all posted together: order is moot
+  rng_ += 0x9E3779B97F4A7C15ULL;  // splitmix64: a fresh random permutation per operation
+  static constexpr std::array<std::array<uint32_t, 3>, 6> kPerms{
+      {{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}}};
+  return kPerms[hash::range(hash::mix64(rng_), 6)];
+}
+
+CuckooClient::Scan CuckooClient::scan(const std::byte* records, uint32_t count, uint64_t key,
+                                      const CuckooPlacement& p, std::span<std::byte> out) const {
+  const RecordLayout l(cfg_);
+  bool unstable = false;
+  for (uint32_t i = 0; i < count; ++i) {
+    const std::byte* rec = records + static_cast<size_t>(i) * l.bytes;
+    const uint64_t ctrl = load64(rec);
+    if (!(ctrl & kOcc) || static_cast<uint32_t>(ctrl) != p.kbits) continue;
+    if ((ctrl & kLock) || !consistent(cfg_, l, rec)) {
+      unstable = true;  // caught mid-write (or torn): re-read, never guess
+      continue;
+    }
+    if (cfg_.key_bytes == 8 && load64(rec + 8) != key) continue;
+    if (!out.empty()) std::memcpy(out.data(), rec + l.val_off, std::min<size_t>(out.size(), cfg_.value_bytes));
+    return Scan::kHit;
+  }
+  return unstable ? Scan::kUnstable : Scan::kMiss;
+}
+
+Task<CuckooClient::Scan> CuckooClient::reread(RemoteAddr addr, uint32_t len, uint32_t count, std::byte* buf,
+                                              uint64_t key, const CuckooPlacement& p, std::span<std::byte> out,
+                                              uint32_t* chunks) {
+  for (uint32_t attempt = 0; attempt < kMaxStableRetries; ++attempt) {
+    co_await engine_.read(addr, buf, len);
+    if (chunks) ++*chunks;
+    const Scan s = scan(buf, count, key, p, out);
+    if (s != Scan::kUnstable) co_return s;
+  }
+  throw FabricError("cuckoo: record at offset " + std::to_string(addr.offset) + " on node " + std::to_string(addr.node) +
+                    " stayed locked or inconsistent (did the memory node die mid-write?)");
+}
+
+Task<bool> CuckooClient::probe_inline(uint64_t key, const CuckooPlacement& p,
+                                      const std::array<uint32_t, kCuckooWays>& ord, std::span<std::byte> out,
+                                      uint32_t& chunks) {
+  const uint32_t bb = cfg_.bucket_bytes();
+  const uint32_t S = cfg_.slots_per_bucket;
+  std::vector<std::byte> buf(size_t{kCuckooWays} * bb);
+  auto addr = [&](uint32_t i) { return RemoteAddr{p.node, kHeaderBytes + p.buckets[ord[i]] * bb}; };
+  if (probe_ == CuckooProbe::kParallel) {
+    std::vector<Pending> reads;
+    reads.reserve(kCuckooWays);
+    for (uint32_t i = 0; i < kCuckooWays; ++i) reads.push_back(engine_.read(addr(i), buf.data() + i * bb, bb));
+    chunks += kCuckooWays;
+    for (Pending& r : reads) co_await r;  // the first wait posts all k: one round trip
+  }
+  for (uint32_t i = 0; i < kCuckooWays; ++i) {
+    std::byte* b = buf.data() + i * bb;
+    if (probe_ == CuckooProbe::kSequential) {
+      co_await engine_.read(addr(i), b, bb);
+      ++chunks;
+    }
+    Scan s = scan(b, S, key, p, out);
+    if (s == Scan::kUnstable) s = co_await reread(addr(i), bb, S, b, key, p, out, &chunks);
+    if (s == Scan::kHit) co_return true;
+  }
+  co_return false;
+}
+
+Task<bool> CuckooClient::check_records(uint64_t key, const CuckooPlacement& p, const std::vector<uint64_t>& offsets,
+                                       std::span<std::byte> out) {
+  if (offsets.empty()) co_return false;
+  const uint32_t rb = cfg_.record_bytes();
+  std::vector<std::byte> buf(offsets.size() * rb);
+  std::vector<Pending> reads;
+  reads.reserve(offsets.size());
+  for (size_t j = 0; j < offsets.size(); ++j)
+    reads.push_back(engine_.read(RemoteAddr{p.node, offsets[j]}, buf.data() + j * rb, rb));
+  for (Pending& r : reads) co_await r;
+  for (size_t j = 0; j < offsets.size(); ++j) {
+    Scan s = scan(buf.data() + j * rb, 1, key, p, out);
+    if (s == Scan::kUnstable)
+      s = co_await reread(RemoteAddr{p.node, offsets[j]}, rb, 1, buf.data() + j * rb, key, p, out, nullptr);
+    if (s == Scan::kHit) co_return true;
+  }
+  co_return false;
+}
+
+Task<bool> CuckooClient::probe_heap(uint64_t key, const CuckooPlacement& p,
+                                    const std::array<uint32_t, kCuckooWays>& ord, std::span<std::byte> out,
+                                    uint32_t& chunks) {
+  const uint32_t rb = cfg_.record_bytes();
+  const uint64_t heap = cfg_.heap_offset();
+  std::array<uint64_t, kCuckooWays> words{};
+  auto addr = [&](uint32_t i) { return RemoteAddr{p.node, kHeaderBytes + p.buckets[ord[i]] * 8}; };
+  // Records whose fingerprint matches, from the offset stored in the (atomically read) word.
+  auto matches = [&](uint64_t w, std::vector<uint64_t>& offsets) {
+    if (cfg_.slots_per_bucket == 4) {
+      const uint64_t group = w >> 32;
+      for (uint32_t s = 0; s < 4; ++s)
+        if (((w >> (8 * s)) & 0xff) == p.fp) offsets.push_back(heap + (group * 4 + s) * rb);
+    } else if (w != 0 && (w >> 48) == p.fp) {
+      offsets.push_back(heap + ((w & kIndexMask) - 1) * rb);
+    }
+  };
+  std::vector<uint64_t> offsets;
+  if (probe_ == CuckooProbe::kParallel) {
+    std::vector<Pending> reads;
+    reads.reserve(kCuckooWays);
+    for (uint32_t i = 0; i < kCuckooWays; ++i) reads.push_back(engine_.read(addr(i), &words[i], 8));
+    chunks += kCuckooWays;
+    for (Pending& r : reads) co_await r;
+    for (uint32_t i = 0; i < kCuckooWays; ++i) matches(words[i], offsets);
+    co_return co_await check_records(key, p, offsets, out);  // every match in one more round trip
+  }
+  for (uint32_t i = 0; i < kCuckooWays; ++i) {
+    co_await engine_.read(addr(i), &words[i], 8);
+    ++chunks;
+    offsets.clear();
+    matches(words[i], offsets);
+    if (co_await check_records(key, p, offsets, out)) co_return true;
+  }
+  co_return false;
+}
+
+Task<OpResult> CuckooClient::get(uint64_t key, std::span<std::byte> value_out) {
+  validate_key(key);
+  OpResult r;
+  const CuckooPlacement p = cuckoo_place(cfg_, key);
+  const auto ord = order();
+  // The relocation counter as read in an earlier, completed round trip: every READ below is posted
+  // in a later batch, so this value precedes them all (the "before" of the miss check in cuckoo.h).
+  std::optional<uint64_t> before = moves_seen_[p.node];
+  for (uint32_t attempt = 0; attempt < kMaxMissRetries; ++attempt) {
+    const bool hit = cfg_.storage == CuckooStorage::kInline ? co_await probe_inline(key, p, ord, value_out, r.chunks)
+                                                            : co_await probe_heap(key, p, ord, value_out, r.chunks);
+    if (hit) {
+      r.status = Status::kFound;
+      r.matches = 1;
+      co_return r;
+    }
+    // A miss is trusted only if no relocation began or ended since `before` (see cuckoo.h).
+    uint64_t after = 0;
+    co_await engine_.read(RemoteAddr{p.node, kCuckooMovesOffset}, &after, 8);
+    moves_seen_[p.node] = after;
+    if (before && *before == after && (after & 1) == 0) {
+      r.status = Status::kNotFound;
+      co_return r;
+    }
+    before = after;
+  }
+  throw FabricError("cuckoo: lookups on node " + std::to_string(p.node) +
+                    " kept overlapping relocations (did the memory node die mid-relocation?)");
+}
+
+Task<OpResult> CuckooClient::remote(uint8_t op, uint64_t key, std::span<const std::byte> value) {
+  const CuckooPlacement p = cuckoo_place(cfg_, key);
+  RpcRequest req{};
+  req.op = op;
+  req.node = p.node;
+  req.cfg_tag = cfg_tag_;
+  req.value_len = static_cast<uint32_t>(value.size());
+  req.key = key;
+  std::vector<std::byte> payload(sizeof req + value.size());
+  std::memcpy(payload.data(), &req, sizeof req);
+  if (!value.empty()) std::memcpy(payload.data() + sizeof req, value.data(), value.size());
+  std::vector<std::byte> reply;
+  co_await engine_.rpc(p.node, rpc_id_, payload.data(), static_cast<uint32_t>(payload.size()), &reply);
+  RpcReply rep{};
+  if (reply.size() < sizeof rep) throw FabricError("cuckoo: short reply from node " + std::to_string(p.node));
+  std::memcpy(&rep, reply.data(), sizeof rep);
+  if (rep.code != kRpcOk) {
+    const std::string msg(reinterpret_cast<const char*>(reply.data()) + sizeof rep, reply.size() - sizeof rep);
+    if (rep.code == kRpcConfigMismatch || rep.code == kRpcBadRequest) throw InvalidArgument("cuckoo: " + msg);
+    throw FabricError("cuckoo: node " + std::to_string(p.node) + ": " + msg);
+  }
+  OpResult r;
+  r.status = static_cast<Status>(rep.status);
+  r.matches = (r.status == Status::kFound || r.status == Status::kUpdated || r.status == Status::kErased) ? 1 : 0;
+  co_return r;
+}
+
+// Coroutines (not plain functions returning a Task) so that a bad key or value surfaces from the
+// awaited operation like every other error, and no request is issued for it.
+Task<OpResult> CuckooClient::find_or_put(uint64_t key, std::span<const std::byte> value) {
+  validate_key(key);
+  check_value(value, false);
+  co_return co_await remote(kOpFindOrPut, key, value);
+}
+
+Task<OpResult> CuckooClient::put(uint64_t key, std::span<const std::byte> value) {
+  validate_key(key);
+  check_value(value, true);
+  co_return co_await remote(kOpPut, key, value);
+}
+
+Task<OpResult> CuckooClient::update(uint64_t key, std::span<const std::byte> value) {
+  validate_key(key);
+  check_value(value, true);
+  co_return co_await remote(kOpUpdate, key, value);
+}
+
+Task<OpResult> CuckooClient::erase(uint64_t key) {
+  validate_key(key);
+  co_return co_await remote(kOpErase, key, {});
+}
+
+Task<CuckooShardHeader> CuckooClient::read_header(uint32_t node) {
+  if (node >= cfg_.memory_nodes) throw InvalidArgument("node " + std::to_string(node) + " holds no shard of this table");
+  CuckooShardHeader h{};
+  co_await engine_.read(RemoteAddr{node, 0}, &h, sizeof h);
+  if (h.magic != kCuckooMagic) throw FabricError("node " + std::to_string(node) + " holds no cuckoo table shard");
+  if (h.storage != static_cast<uint32_t>(cfg_.storage) || h.slots_per_bucket != cfg_.slots_per_bucket ||
+      h.key_bytes != cfg_.key_bytes || h.value_bytes != cfg_.value_bytes || h.buckets != cfg_.buckets_per_node ||
+      h.hash_seed != cfg_.hash_seed || h.memory_nodes != cfg_.memory_nodes)
+    throw InvalidArgument("cuckoo shard " + std::to_string(node) + " was built with a different configuration");
+  moves_seen_[node] = h.moves;
+  co_return h;
+}
+
+}  // namespace rdmahash
