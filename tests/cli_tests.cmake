@@ -34,3 +34,29 @@ add_test(NAME bench_ucx_same_keys COMMAND python3 ${CHECK_JSON} --same-keys --
   --workload find-or-put --ops 3000 --depth 4 --same-keys --key-bytes 8 --value-bytes 8)
 set_tests_properties(bench_ucx_1mem_2clients bench_ucx_symmetric bench_ucx_same_keys PROPERTIES
   ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
+
+# Cuckoo baseline and read-size policies through the same driver.
+add_test(NAME bench_local_cuckoo COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --fabric local --scheme cuckoo --clients 2 --records 20000 --load-factor 0.5,0.9
+  --key-bytes 8 --value-bytes 8 --workload get,find-or-put --ops 1000 --depth 8)
+add_test(NAME bench_local_cuckoo_heap_sequential COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --fabric local --scheme cuckoo --storage heap --cuckoo-probe sequential --slots-per-bucket 1
+  --records 20000 --load-factor 0.5 --value-bytes 32 --workload get --ops 2000)
+add_test(NAME bench_ucx_cuckoo COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_MPIRUN} -n 3 ${RDMAHASH_BIN} bench --fabric ucx --scheme cuckoo --memory-nodes 1 --records 20000
+  --load-factor 0.8 --value-bytes 8 --workload get,find-or-put --ops 1000 --depth 8)
+add_test(NAME bench_local_read_sizes COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --fabric local --records 50000 --key-bytes 4 --value-bytes 4 --load-factor 0.5,0.9
+  --workload get,get-all --read-size 8,model,model-unconstrained,cluster --ops 2000 --depth 8)
+add_test(NAME bench_local_zipf_multimap COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --fabric local --records 50000 --key-bytes 4 --value-bytes 4 --load-factor 0.65
+  --distribution zipf:0.9 --workload get-all --read-size model,cluster --ops 500 --depth 8)
+set_tests_properties(bench_ucx_cuckoo PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
+add_test(NAME cli_cuckoo_build_fails_cleanly COMMAND ${EXPECT_FAIL} "reached load factor 0\\.[0-9]+"
+  ${RDMAHASH_BIN} bench --scheme cuckoo --slots-per-bucket 1 --records 20000 --load-factor 0.97 --ops 10)
+add_test(NAME cli_bad_read_size COMMAND ${EXPECT_FAIL} "read-size 'biggest'" ${RDMAHASH_BIN} bench --read-size biggest)
+add_test(NAME cli_bad_distribution COMMAND ${EXPECT_FAIL} "distribution 'zipf:x'" ${RDMAHASH_BIN} bench --distribution zipf:x)
+add_test(NAME cli_zipf_needs_multimap_workload COMMAND ${EXPECT_FAIL} "multimap"
+  ${RDMAHASH_BIN} bench --distribution zipf:0.9 --workload find-or-put)
+add_test(NAME cli_cuckoo_model_read_size COMMAND ${EXPECT_FAIL} "applies to linear probing"
+  ${RDMAHASH_BIN} bench --scheme cuckoo --records 1000 --ops 10 --read-size model)

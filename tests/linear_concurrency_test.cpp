@@ -45,7 +45,7 @@ TEST_P(LinearRace, ConcurrentFindOrPutInsertsEveryKeyOnce) {
   std::vector<std::thread> threads;
   for (int th = 0; th < kThreads; ++th) {
     threads.emplace_back([&, th] {
-      Client client(*t.fabric, c, ProbeConfig{8, 1024, 8});
+      Client client(*t.fabric, c, test::probe(8, 1024, 8));
       std::vector<uint64_t> keys = pool;
       std::shuffle(keys.begin(), keys.end(), std::mt19937_64(100 + th));
       if (th == 0) keys = pool;  // and one client in the same order as another's start
@@ -168,7 +168,7 @@ TEST(LinearRace, InsertEraseRacesKeepKeysUnique) {
   std::atomic<uint64_t> unexpected{0};
   for (int th = 0; th < kThreads; ++th) {
     threads.emplace_back([&, th] {
-      Client client(*t.fabric, c, ProbeConfig{8, 4096, 8});
+      Client client(*t.fabric, c, test::probe(8, 4096, 8));
       std::mt19937_64 rng(th);
       std::vector<std::byte> v(8);
       for (int i = 0; i < 600; ++i) {

@@ -42,7 +42,7 @@ class LinearOracle : public testing::TestWithParam<Format> {
 
 TEST_P(LinearOracle, RandomOperationsMatchUnorderedMap) {
   LocalTable t(config(512, 3));
-  Client client(*t.fabric, t.cfg, ProbeConfig{8, 1024, 4});
+  Client client(*t.fabric, t.cfg, test::probe(8, 1024, 4));
   const uint32_t vb = t.cfg.format == SlotFormat::kSet ? 0 : t.cfg.value_bytes;
   std::unordered_map<uint64_t, std::vector<std::byte>> oracle;
   std::mt19937_64 rng(42);
@@ -135,7 +135,7 @@ TEST(Linear, FullWhenTheProbeBoundIsExhausted) {
   c.home_slots = 64;
   c.tail_slots = 16;
   LocalTable t(c);
-  Client client(*t.fabric, c, ProbeConfig{4, 2, 8});  // at most 2 chunks of 4 slots
+  Client client(*t.fabric, c, test::probe(4, 2, 8));  // at most 2 chunks of 4 slots
   std::unordered_set<uint64_t> inserted;
   uint64_t full = 0;
   for (uint64_t k = 1; k <= 400; ++k) {
@@ -158,7 +158,7 @@ TEST(Linear, NoWrapAroundAtTheEndOfTheTail) {
   c.home_slots = 8;
   c.tail_slots = 4;
   LocalTable t(c);
-  Client client(*t.fabric, c, ProbeConfig{8, 100, 3});
+  Client client(*t.fabric, c, test::probe(8, 100, 3));
   uint64_t ok = 0;
   for (uint64_t k = 1; k <= 50; ++k) ok += client.find_or_put(k).status == Status::kInserted;
   EXPECT_LE(ok, 12u);
@@ -218,7 +218,7 @@ TEST(Linear, BadKeysValuesAndConfigsAreRejected) {
   EXPECT_THROW(bad.validate(), InvalidArgument);
   EXPECT_THROW(LinearConfig::for_records(100, 1.0, 1), InvalidArgument);
   EXPECT_THROW(LinearConfig::for_records(0, 0.5, 1), InvalidArgument);
-  EXPECT_THROW((ProbeConfig{0, 1, 1}.validate()), InvalidArgument);
+  EXPECT_THROW((test::probe(0, 1, 1).validate()), InvalidArgument);
 }
 
 TEST(Linear, BulkLoadedRecordsAreFoundWithTheirValues) {

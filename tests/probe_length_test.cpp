@@ -30,7 +30,7 @@ TEST_P(ProbeLength, MeanChunksMatchKnuth) {
   for (uint64_t i = 0; i < records; ++i) loader.insert(rng() >> 1, {});
   ASSERT_EQ(loader.records(), records);
 
-  Client client(*fabric, c, ProbeConfig{chunk, 1u << 16, 8});
+  Client client(*fabric, c, test::probe(chunk, 1u << 16, 8));
   constexpr int kNewKeys = 4000;  // moves α by 0.2 %
   std::vector<uint64_t> keys;
   for (int i = 0; i < kNewKeys; ++i) keys.push_back(rng() >> 1);

@@ -30,6 +30,14 @@ struct LocalTable {
   }
 };
 
+inline ProbeConfig probe(uint32_t chunk, uint32_t max_chunks, uint32_t read_size) {
+  ProbeConfig p;
+  p.chunk = chunk;
+  p.max_chunks = max_chunks;
+  p.read_size = read_size;
+  return p;
+}
+
 inline std::vector<std::byte> value_for(uint64_t key, uint32_t salt, uint32_t bytes) {
   std::vector<std::byte> v(bytes);
   uint64_t s = key * 0x9E3779B97F4A7C15ULL + salt;

@@ -1,11 +1,24 @@
-// Multi-process test of UcxFabric, run under mpirun by CTest:
-//   mpirun -n 3 ucx_fabric_test --memory-nodes 1     (1 memory node, 2 clients)
-//   mpirun -n 2 ucx_fabric_test --symmetric          (every rank hosts a region and is a client)
-// Each check is verified at the memory node or by all-gathered results; any mismatch fails.
+// Multi-process test of UcxFabric (standalone main, launched by CTest under mpirun):
+//   mpirun -n 3 ucx_fabric_test --memory-nodes 1   one memory node (rank 0), two clients
+//   mpirun -n 2 ucx_fabric_test --symmetric        every rank hosts a region and is a client
+// Options: --bench-iters N (iterations of the latency/rate measurement, default 2000).
+//
+// It follows the UcxFabric lifecycle twice (two rounds): barrier → clients run and call
+// client_done() → memory nodes serve() → checks → next round. Clients check what they read back;
+// memory nodes check their own region after serve(); rank 0 checks all-client invariants (FAA
+// results form a permutation, each CAS word is claimed exactly once) on gathered results. Every
+// rank counts passed/failed checks; rank 0 prints the sum, and the exit status is non-zero if any
+// check failed anywhere.
 #include <mpi.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <functional>
+#include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -15,197 +28,652 @@ using namespace rdmahash;
 
 namespace {
 
-int failures = 0, checks = 0;
+// --- checks ---------------------------------------------------------------------------------
+struct Checker {
+  int rank = 0;
+  long passed = 0, failed = 0;
+  bool check(bool ok, const std::string& what) {
+    if (ok) {
+      ++passed;
+    } else {
+      ++failed;
+      std::fprintf(stderr, "rank %d: FAILED: %s\n", rank, what.c_str());
+    }
+    return ok;
+  }
+  // Runs one test body; an unexpected exception counts as a failure (the lifecycle goes on).
+  void run(const std::string& name, const std::function<void()>& body) {
+    try {
+      body();
+    } catch (const std::exception& e) {
+      check(false, name + ": unexpected exception: " + e.what());
+    }
+  }
+  template <class F>
+  void expect_throw(const std::string& what, F&& f) {
+    try {
+      f();
+      check(false, what + ": expected FabricError, nothing thrown");
+    } catch (const FabricError&) {
+      check(true, what);
+    } catch (const std::exception& e) {
+      check(false, what + ": expected FabricError, got another exception: " + e.what());
+    }
+  }
+};
 
-void expect(bool ok, const std::string& what, int rank) {
-  ++checks;
-  if (!ok) {
-    ++failures;
-    std::fprintf(stderr, "rank %d: FAILED: %s\n", rank, what.c_str());
+// --- region layout (identical on every rank: depends on the world size only) ----------------
+constexpr uint64_t kStripe = 64 * 1024;     // per-client write/read-back stripe
+constexpr uint64_t kReadBytes = 256 * 1024;  // pre-filled by the memory node
+constexpr uint64_t kCasWords = 256;
+constexpr int kFaaPerClient = 300;
+
+struct Layout {
+  uint64_t stripes = 0;  // [0, size * kStripe)
+  uint64_t read_area = 0;
+  uint64_t counter = 0;
+  uint64_t cas = 0;
+  uint64_t priv = 0;     // 128 bytes per client
+  uint64_t region = 0;
+  explicit Layout(int size) {
+    read_area = static_cast<uint64_t>(size) * kStripe;
+    counter = read_area + kReadBytes;
+    cas = counter + 64;
+    priv = cas + kCasWords * 8;
+    region = priv + static_cast<uint64_t>(size) * 128;
+  }
+};
+
+uint64_t mix(uint64_t x) {
+  x ^= x >> 31; x *= 0x7FB5D329728EA185ULL;
+  x ^= x >> 27; x *= 0x81DADEF4BC2DD44DULL;
+  return x ^ (x >> 33);
+}
+// Byte i of client c's stripe on node n (round-independent so round 2 can re-check it).
+std::byte stripe_byte(uint32_t c, uint32_t n, uint64_t i) { return static_cast<std::byte>(mix((uint64_t{c} << 40) ^ (uint64_t{n} << 56) ^ i) >> 24); }
+// Byte i of node n's pre-filled read area.
+std::byte read_byte(uint32_t n, uint64_t i) { return static_cast<std::byte>(mix(0xABCDEFULL + (uint64_t{n} << 48) + i) >> 16); }
+std::byte rpc_byte(uint64_t i) { return static_cast<std::byte>(mix(i * 3 + 1) >> 8); }
+
+Request read_req(uint32_t node, uint64_t off, void* buf, uint32_t len) {
+  Request r; r.kind = ReqKind::kRead; r.addr = {node, off}; r.buf = buf; r.len = len; return r;
+}
+Request write_req(uint32_t node, uint64_t off, const void* buf, uint32_t len) {
+  Request r; r.kind = ReqKind::kWrite; r.addr = {node, off}; r.buf = const_cast<void*>(buf); r.len = len; return r;
+}
+Request cas_req(uint32_t node, uint64_t off, uint64_t compare, uint64_t swap, uint64_t* result) {
+  Request r; r.kind = ReqKind::kCas; r.addr = {node, off}; r.compare = compare; r.swap = swap; r.result = result; return r;
+}
+Request faa_req(uint32_t node, uint64_t off, uint64_t add, uint64_t* result) {
+  Request r; r.kind = ReqKind::kFaa; r.addr = {node, off}; r.compare = add; r.result = result; return r;
+}
+Request rpc_req(uint32_t node, uint16_t id, const void* buf, uint32_t len, std::vector<std::byte>* reply) {
+  Request r; r.kind = ReqKind::kRpc; r.addr = {node, 0}; r.rpc_id = id; r.buf = const_cast<void*>(buf); r.len = len; r.reply = reply;
+  return r;
+}
+
+// RPC ids registered on the memory nodes.
+constexpr uint16_t kRpcEcho = 1;      // reply = request
+constexpr uint16_t kRpcAdd = 2;       // request {a, b}; reply {a + b, node, src}
+constexpr uint16_t kRpcGenerate = 3;  // request u32 n; reply n bytes rpc_byte(i)
+constexpr uint16_t kRpcThrow = 4;     // throws std::runtime_error("boom from handler")
+
+// A transport plus the counters the test expects it to report.
+struct Counted {
+  std::unique_ptr<Transport> t;
+  FabricCounters expected;
+  void exec(std::vector<Request>& batch) {
+    t->execute(batch);
+    ++expected.batches;
+    for (const Request& r : batch) expected.add(r);
+  }
+};
+
+std::vector<std::byte> to_bytes(const std::vector<uint64_t>& v) {
+  std::vector<std::byte> b(v.size() * 8);
+  if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+std::vector<uint64_t> from_bytes(const std::vector<std::byte>& b) {
+  std::vector<uint64_t> v(b.size() / 8);
+  if (!v.empty()) std::memcpy(v.data(), b.data(), v.size() * 8);
+  return v;
+}
+
+struct Ctx {
+  UcxFabric& f;
+  Checker& ck;
+  const Layout& lay;
+  uint32_t nodes = 0, clients = 0, me = 0;  // me: client index
+  int rank = 0;
+};
+
+// --- round 1 client tests -------------------------------------------------------------------
+
+void test_write_read(Ctx& c, Counted& t) {
+  // Pieces of assorted sizes (some unaligned) covering this client's stripe on every node.
+  const uint32_t sizes[] = {8, 24, 13, 256, 4096, 3, 8192, 1000, 16, 2048};
+  std::vector<std::pair<uint64_t, uint32_t>> pieces;  // (offset in stripe, len)
+  for (uint64_t off = 0, i = 0; off < kStripe; ++i) {
+    const uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(sizes[i % std::size(sizes)], kStripe - off));
+    pieces.emplace_back(off, len);
+    off += len;
+  }
+  std::vector<std::vector<std::byte>> src(c.nodes, std::vector<std::byte>(kStripe));
+  std::vector<Request> batch;
+  const uint64_t base = uint64_t{c.me} * kStripe;
+  for (uint32_t n = 0; n < c.nodes; ++n) {
+    for (uint64_t i = 0; i < kStripe; ++i) src[n][i] = stripe_byte(c.me, n, i);
+    for (auto [off, len] : pieces) batch.push_back(write_req(n, base + off, src[n].data() + off, len));
+  }
+  t.exec(batch);  // several hundred writes to every node in one execute()
+  c.ck.check(true, "write batch of " + std::to_string(batch.size()) + " pieces");
+
+  // Read back: once as the same pieces, once as one 64 KiB read per node.
+  std::vector<std::vector<std::byte>> pieces_back(c.nodes, std::vector<std::byte>(kStripe)),
+      whole_back(c.nodes, std::vector<std::byte>(kStripe));
+  batch.clear();
+  for (uint32_t n = 0; n < c.nodes; ++n) {
+    for (auto [off, len] : pieces) batch.push_back(read_req(n, base + off, pieces_back[n].data() + off, len));
+    batch.push_back(read_req(n, base, whole_back[n].data(), static_cast<uint32_t>(kStripe)));
+  }
+  t.exec(batch);
+  for (uint32_t n = 0; n < c.nodes; ++n) {
+    c.ck.check(pieces_back[n] == src[n], "stripe of client " + std::to_string(c.me) + " on node " + std::to_string(n) +
+                                             " read back piecewise");
+    c.ck.check(whole_back[n] == src[n], "stripe of client " + std::to_string(c.me) + " on node " + std::to_string(n) +
+                                            " read back as one 64 KiB read");
   }
 }
 
-uint64_t pattern(int rank, uint64_t i) { return (static_cast<uint64_t>(rank) << 48) ^ (i * 0x9E3779B97F4A7C15ULL); }
+void test_atomic_semantics(Ctx& c, Counted& t) {
+  for (uint32_t n = 0; n < c.nodes; ++n) {
+    const uint64_t w0 = c.lay.priv + uint64_t{c.me} * 128, w1 = w0 + 8;
+    const std::string at = " (node " + std::to_string(n) + ")";
+    uint64_t init[2] = {0x1111, 10};
+    std::vector<Request> b{write_req(n, w0, init, 16)};
+    t.exec(b);
+    uint64_t old = 0, val = 0;
+    b = {cas_req(n, w0, 0x1111, 0x2222, &old)};
+    t.exec(b);
+    c.ck.check(old == 0x1111, "CAS with matching compare returns the old value" + at);
+    b = {read_req(n, w0, &val, 8)};
+    t.exec(b);
+    c.ck.check(val == 0x2222, "CAS with matching compare stores the swap value" + at);
+    b = {cas_req(n, w0, 0x1111, 0x3333, &old)};
+    t.exec(b);
+    c.ck.check(old == 0x2222, "CAS with a stale compare returns the current value" + at);
+    b = {read_req(n, w0, &val, 8)};
+    t.exec(b);
+    c.ck.check(val == 0x2222, "CAS with a stale compare leaves the word unchanged" + at);
+    b = {faa_req(n, w1, 5, &old)};
+    t.exec(b);
+    c.ck.check(old == 10, "FAA returns the old value" + at);
+    b = {faa_req(n, w1, ~uint64_t{0}, &old), read_req(n, w0, &val, 8)};  // independent requests in one batch
+    t.exec(b);
+    c.ck.check(old == 15, "FAA adds" + at);
+    b = {read_req(n, w1, &val, 8)};
+    t.exec(b);
+    c.ck.check(val == 14, "FAA of 2^64-1 wraps (subtracts one)" + at);
+  }
+}
 
-constexpr uint64_t kRegion = 1 << 20;
-constexpr uint64_t kCounterOff = 0;       // FAA target
-constexpr uint64_t kClaimOff = 64;        // 256 CAS words
-constexpr uint64_t kClaimWords = 256;
-constexpr uint64_t kPrivateOff = 8192;    // per-client 64 KiB areas
-constexpr uint64_t kPrivateBytes = 64 * 1024;
-constexpr int kFaaPerClient = 500;
+// All clients FAA the shared counter of every node; returns the fetched values per node.
+std::vector<std::vector<uint64_t>> test_faa_counter(Ctx& c, Counted& t) {
+  std::vector<std::vector<uint64_t>> olds(c.nodes, std::vector<uint64_t>(kFaaPerClient));
+  for (int i = 0; i < kFaaPerClient; i += 3) {
+    std::vector<Request> b;
+    for (uint32_t n = 0; n < c.nodes; ++n)
+      for (int j = i; j < std::min(i + 3, kFaaPerClient); ++j) b.push_back(faa_req(n, c.lay.counter, 1, &olds[n][j]));
+    t.exec(b);
+  }
+  for (uint32_t n = 0; n < c.nodes; ++n) {
+    auto s = olds[n];
+    std::sort(s.begin(), s.end());
+    c.ck.check(std::adjacent_find(s.begin(), s.end()) == s.end(), "FAA results on node " + std::to_string(n) + " are distinct");
+    c.ck.check(s.back() < uint64_t{c.clients} * kFaaPerClient,
+               "FAA results on node " + std::to_string(n) + " are below clients*N");
+  }
+  return olds;
+}
+
+// All clients race CAS(0 -> me+1) on every claim word; returns the claimed (node << 32 | word).
+std::vector<uint64_t> test_cas_race(Ctx& c, Counted& t) {
+  std::vector<uint64_t> wins;
+  for (uint32_t n = 0; n < c.nodes; ++n) {
+    for (uint64_t w0 = 0; w0 < kCasWords; w0 += 64) {
+      std::vector<uint64_t> old(64);
+      std::vector<Request> b;
+      for (uint64_t w = 0; w < 64; ++w) b.push_back(cas_req(n, c.lay.cas + (w0 + w) * 8, 0, c.me + 1, &old[w]));
+      t.exec(b);
+      for (uint64_t w = 0; w < 64; ++w) {
+        if (old[w] == 0) {
+          wins.push_back((uint64_t{n} << 32) | (w0 + w));
+        } else if (!(old[w] >= 1 && old[w] <= c.clients && old[w] != c.me + 1)) {
+          c.ck.check(false, "lost CAS on node " + std::to_string(n) + " word " + std::to_string(w0 + w) +
+                                " returned an impossible owner " + std::to_string(old[w]));
+        }
+      }
+    }
+  }
+  c.ck.check(true, "CAS race: " + std::to_string(wins.size()) + " words claimed");
+  return wins;
+}
+
+void test_read_sizes(Ctx& c, Counted& t) {
+  const uint32_t sizes[] = {8, 16, 24, 64, 100, 512, 1000, 4096, 8192, 16384, 65535, 65536};
+  auto expect_ok = [&](const std::vector<Request>& b, const std::vector<std::vector<std::byte>>& bufs, const std::string& what) {
+    bool ok = true;
+    for (size_t i = 0; i < b.size() && ok; ++i)
+      for (uint32_t j = 0; j < b[i].len && ok; ++j)
+        ok = bufs[i][j] == read_byte(b[i].addr.node, b[i].addr.offset - c.lay.read_area + j);
+    c.ck.check(ok, what);
+  };
+  for (uint32_t size : sizes) {
+    const size_t count = size <= 4096 ? 64 : 8;
+    std::vector<Request> b;
+    std::vector<std::vector<std::byte>> bufs;
+    for (size_t i = 0; i < count; ++i) {
+      const uint32_t n = static_cast<uint32_t>(i % c.nodes);
+      uint64_t off = (mix(i + size * 131) % (kReadBytes - size + 1));
+      if (i % 2 == 0) off &= ~uint64_t{7};  // half aligned, half arbitrary
+      bufs.emplace_back(size);
+      b.push_back(read_req(n, c.lay.read_area + off, nullptr, size));
+    }
+    for (size_t i = 0; i < b.size(); ++i) b[i].buf = bufs[i].data();
+    t.exec(b);
+    expect_ok(b, bufs, "batch of " + std::to_string(count) + " reads of " + std::to_string(size) + " bytes");
+  }
+  // One batch mixing every size on every node.
+  std::vector<Request> b;
+  std::vector<std::vector<std::byte>> bufs;
+  for (uint32_t n = 0; n < c.nodes; ++n)
+    for (uint32_t size : sizes) {
+      bufs.emplace_back(size);
+      b.push_back(read_req(n, c.lay.read_area + kReadBytes - size, nullptr, size));
+    }
+  for (size_t i = 0; i < b.size(); ++i) b[i].buf = bufs[i].data();
+  t.exec(b);
+  expect_ok(b, bufs, "mixed-size read batch ending at the read area's end");
+}
+
+void test_big_batch(Ctx& c, Counted& t) {
+  constexpr size_t kCount = 4000;
+  std::vector<uint64_t> vals(kCount);
+  std::vector<Request> b;
+  for (size_t i = 0; i < kCount; ++i)
+    b.push_back(read_req(static_cast<uint32_t>(i % c.nodes), c.lay.read_area + (i * 8) % kReadBytes, &vals[i], 8));
+  t.exec(b);
+  bool ok = true;
+  for (size_t i = 0; i < kCount && ok; ++i) {
+    std::byte want[8];
+    for (uint64_t j = 0; j < 8; ++j) want[j] = read_byte(b[i].addr.node, (i * 8) % kReadBytes + j);
+    ok = std::memcmp(&vals[i], want, 8) == 0;
+  }
+  c.ck.check(ok, "one batch of 4000 8-byte reads");
+}
+
+void test_rpc(Ctx& c, Counted& t, Transport& errors) {
+  const uint32_t lens[] = {0, 1, 16, 100, 1000, 8192, 16384, 65536, 200000};
+  for (uint32_t n = 0; n < c.nodes; ++n) {
+    const std::string at = " on node " + std::to_string(n);
+    // Echo of several sizes (large ones use rendezvous), all in one batch.
+    std::vector<std::vector<std::byte>> reqs, replies(std::size(lens));
+    std::vector<Request> b;
+    for (uint32_t len : lens) {
+      reqs.emplace_back(len);
+      for (uint32_t i = 0; i < len; ++i) reqs.back()[i] = rpc_byte(i + len + c.me);
+    }
+    for (size_t i = 0; i < std::size(lens); ++i)
+      b.push_back(rpc_req(n, kRpcEcho, reqs[i].data(), lens[i], &replies[i]));
+    t.exec(b);
+    for (size_t i = 0; i < std::size(lens); ++i)
+      c.ck.check(replies[i] == reqs[i], "echo RPC of " + std::to_string(lens[i]) + " bytes" + at);
+
+    // Add, mixed with one-sided requests in the same batch.
+    uint64_t args[2] = {1000 + c.me, 0xFFFF0000ULL + n}, val = 0;
+    std::vector<std::byte> sum;
+    b = {rpc_req(n, kRpcAdd, args, 16, &sum), read_req(n, c.lay.read_area, &val, 8)};
+    t.exec(b);
+    uint64_t out[3] = {0, 0, 0};
+    if (c.ck.check(sum.size() == sizeof out, "add RPC reply size" + at)) std::memcpy(out, sum.data(), sizeof out);
+    c.ck.check(out[0] == args[0] + args[1], "add RPC sum" + at);
+    c.ck.check(out[1] == n, "add RPC ran on the addressed node" + at);
+    c.ck.check(out[2] == static_cast<uint64_t>(c.rank), "add RPC handler saw the sender's rank" + at);
+
+    // Large replies (eager and rendezvous).
+    for (uint32_t len : {uint32_t{65536}, uint32_t{200000}}) {
+      std::vector<std::byte> reply;
+      b = {rpc_req(n, kRpcGenerate, &len, 4, &reply)};
+      t.exec(b);
+      bool ok = reply.size() == len;
+      for (uint32_t i = 0; i < len && ok; ++i) ok = reply[i] == rpc_byte(i);
+      c.ck.check(ok, "RPC reply of " + std::to_string(len) + " bytes" + at);
+    }
+
+    // A handler that throws and an id nobody registered: FabricError on the client.
+    std::vector<std::byte> r1, r2;
+    try {
+      std::vector<Request> eb{rpc_req(n, kRpcThrow, nullptr, 0, &r1)};
+      errors.execute(eb);
+      c.ck.check(false, "throwing RPC handler: expected FabricError" + at);
+    } catch (const FabricError& e) {
+      c.ck.check(std::string(e.what()).find("boom from handler") != std::string::npos,
+                 "throwing RPC handler reports the handler's message" + at + " (got: " + e.what() + ")");
+    }
+    c.ck.expect_throw("unregistered RPC id throws" + at, [&] {
+      std::vector<Request> eb{rpc_req(n, 77, nullptr, 0, &r2)};
+      errors.execute(eb);
+    });
+  }
+}
+
+void test_counters(Ctx& c) {
+  auto t = c.f.connect();
+  const uint32_t n = c.nodes - 1;
+  const uint64_t w = c.lay.priv + uint64_t{c.me} * 128 + 64;
+  std::byte rbuf[124];
+  uint64_t wbuf[4] = {1, 2, 3, 4}, old1 = 0, old2 = 0, old3 = 0, payload[2] = {7, 8};
+  std::vector<std::byte> reply;
+  std::vector<Request> b{read_req(n, c.lay.read_area, rbuf, 8),
+                         read_req(n, c.lay.read_area + 8, rbuf + 8, 16),
+                         read_req(n, c.lay.read_area + 24, rbuf + 24, 100),
+                         write_req(n, w, wbuf, 8),
+                         write_req(n, w + 8, wbuf + 1, 24),
+                         cas_req(n, c.lay.priv + uint64_t{c.me} * 128 + 16, 0, 0, &old1),
+                         faa_req(n, c.lay.priv + uint64_t{c.me} * 128 + 24, 1, &old2),
+                         faa_req(n, c.lay.priv + uint64_t{c.me} * 128 + 24, 1, &old3),
+                         rpc_req(n, kRpcEcho, payload, 16, &reply)};
+  t->execute(b);
+  FabricCounters want;
+  want.batches = 1;
+  for (const Request& r : b) want.add(r);
+  const FabricCounters& got = t->counters();
+  c.ck.check(got.batches == 1 && got.reads == 3 && got.writes == 2 && got.cas == 1 && got.faa == 2 && got.rpcs == 1,
+             "fresh transport counts 1 batch, 3 reads, 2 writes, 1 CAS, 2 FAA, 1 RPC");
+  c.ck.check(got.bytes_read == want.bytes_read && got.bytes_written == want.bytes_written && got.bytes_read >= 124 &&
+                 got.bytes_written >= 32 + 16,
+             "fresh transport byte counters (read " + std::to_string(got.bytes_read) + ", written " +
+                 std::to_string(got.bytes_written) + ")");
+  // A rejected batch changes nothing.
+  std::vector<Request> bad{read_req(n, c.lay.region, rbuf, 8)};
+  c.ck.expect_throw("out-of-range read on the counters transport", [&] { t->execute(bad); });
+  c.ck.check(t->counters().reads == 3 && t->counters().batches == 1, "a rejected batch is not counted");
+}
+
+void test_errors(Ctx& c, Transport& t) {
+  const uint64_t region = c.f.region_bytes(0);
+  c.ck.check(region == c.lay.region, "region_bytes(node) is the configured size");
+  c.ck.check(c.f.region_bytes(c.nodes) == 0, "region_bytes of a node that does not exist is 0");
+  uint64_t v = 0, old = 0;
+  std::vector<std::byte> reply;
+  auto one = [&](Request r) { std::vector<Request> b{r}; t.execute(b); };
+  c.ck.expect_throw("read from a memory node that does not exist", [&] { one(read_req(c.nodes, 0, &v, 8)); });
+  c.ck.expect_throw("read crossing the region end", [&] { one(read_req(0, region - 4, &v, 8)); });
+  c.ck.expect_throw("read at an offset near 2^64 (overflow)", [&] { one(read_req(0, ~uint64_t{0} - 3, &v, 8)); });
+  c.ck.expect_throw("write starting at the region end", [&] { one(write_req(0, region, &v, 1)); });
+  c.ck.expect_throw("CAS beyond the region", [&] { one(cas_req(0, region, 0, 1, &old)); });
+  c.ck.expect_throw("CAS on an unaligned offset", [&] { one(cas_req(0, c.lay.priv + 4, 0, 1, &old)); });
+  c.ck.expect_throw("FAA on an unaligned offset", [&] { one(faa_req(0, c.lay.priv + 12, 1, &old)); });
+  c.ck.expect_throw("FAA without a result pointer", [&] { one(faa_req(0, c.lay.priv, 1, nullptr)); });
+  c.ck.expect_throw("RPC without a reply vector", [&] { one(rpc_req(0, kRpcEcho, nullptr, 0, nullptr)); });
+  c.ck.expect_throw("RPC to a memory node that does not exist", [&] { one(rpc_req(c.nodes, kRpcEcho, nullptr, 0, &reply)); });
+
+  // A batch with one bad request is rejected before anything is applied.
+  const uint64_t w = c.lay.priv + uint64_t{c.me} * 128 + 48;
+  uint64_t marker = 0xDEADBEEFULL;
+  c.ck.expect_throw("batch with a valid write and an out-of-range read", [&] {
+    std::vector<Request> b{write_req(0, w, &marker, 8), read_req(0, region, &v, 8)};
+    t.execute(b);
+  });
+  v = 1;
+  one(read_req(0, w, &v, 8));
+  c.ck.check(v == 0, "the valid write of a rejected batch was not applied");
+  one(read_req(0, c.lay.read_area, &v, 8));
+  std::byte want[8];
+  for (uint64_t j = 0; j < 8; ++j) want[j] = read_byte(0, j);
+  c.ck.check(std::memcmp(&v, want, 8) == 0, "the transport still works after errors");
+}
+
+void measure(Ctx& c, Counted& t, int iters) {
+  // Latency target: a node in another process when there is one.
+  const uint32_t n = (c.f.is_memory_node() && c.nodes > 1) ? static_cast<uint32_t>((c.rank + 1) % c.nodes) : 0;
+  using clock = std::chrono::steady_clock;
+  std::vector<uint64_t> vals(64);
+  for (size_t batch : {size_t{1}, size_t{16}, size_t{64}}) {
+    std::vector<Request> b;
+    for (size_t i = 0; i < batch; ++i) b.push_back(read_req(n, c.lay.read_area + i * 64, &vals[i], 8));
+    for (int i = 0; i < 100; ++i) t.exec(b);  // warm-up
+    const auto t0 = clock::now();
+    for (int i = 0; i < iters; ++i) t.exec(b);
+    const double s = std::chrono::duration<double>(clock::now() - t0).count();
+    std::printf("info: rank %d -> node %u: batches of %2zu 8-byte READs: %.2f us/batch, %.3f Mreads/s\n", c.rank, n, batch,
+                s / iters * 1e6, static_cast<double>(batch) * iters / s / 1e6);
+  }
+  std::fflush(stdout);
+}
+
+// --- round 2 client checks -------------------------------------------------------------------
+
+void check_persisted(Ctx& c, Counted& t, const std::vector<uint64_t>& wins) {
+  for (uint32_t n = 0; n < c.nodes; ++n) {
+    std::vector<std::byte> stripe(kStripe);
+    std::vector<uint64_t> words(kCasWords);
+    uint64_t counter = 0;
+    std::vector<Request> b{read_req(n, uint64_t{c.me} * kStripe, stripe.data(), static_cast<uint32_t>(kStripe)),
+                           read_req(n, c.lay.cas, words.data(), static_cast<uint32_t>(kCasWords * 8)),
+                           read_req(n, c.lay.counter, &counter, 8)};
+    t.exec(b);
+    bool ok = true;
+    for (uint64_t i = 0; i < kStripe && ok; ++i) ok = stripe[i] == stripe_byte(c.me, n, i);
+    c.ck.check(ok, "round 2: own stripe on node " + std::to_string(n) + " still holds the pattern");
+    c.ck.check(counter == uint64_t{c.clients} * kFaaPerClient, "round 2: FAA counter on node " + std::to_string(n) +
+                                                                   " is clients*N (" + std::to_string(counter) + ")");
+    std::vector<char> mine(kCasWords, 0);
+    for (uint64_t wkey : wins)
+      if ((wkey >> 32) == n) mine[wkey & 0xFFFFFFFF] = 1;
+    ok = true;
+    for (uint64_t w = 0; w < kCasWords; ++w) ok = ok && ((words[w] == c.me + 1) == (mine[w] != 0));
+    c.ck.check(ok, "round 2: CAS words on node " + std::to_string(n) + " hold this client's id exactly where it won");
+  }
+}
+
+int parse_args(int argc, char** argv, UcxFabricConfig& cfg, int& iters) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--symmetric") cfg.symmetric = true;
+    else if (a == "--memory-nodes" && i + 1 < argc) cfg.memory_nodes = static_cast<uint32_t>(std::stoul(argv[++i]));
+    else if (a == "--bench-iters" && i + 1 < argc) iters = std::stoi(argv[++i]);
+    else return 1;
+  }
+  return 0;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  int world_rank = 0, world_size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   UcxFabricConfig cfg;
-  cfg.region_bytes = kRegion;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--symmetric") == 0) cfg.symmetric = true;
-    else if (std::strcmp(argv[i], "--memory-nodes") == 0 && i + 1 < argc) cfg.memory_nodes = std::stoul(argv[++i]);
+  int iters = 2000;
+  if (parse_args(argc, argv, cfg, iters) != 0) {
+    if (world_rank == 0) std::fprintf(stderr, "usage: ucx_fabric_test [--memory-nodes K | --symmetric] [--bench-iters N]\n");
+    MPI_Finalize();
+    return 2;
   }
-  int rc = 0;
-  {
-    auto f = UcxFabric::create(cfg);
-    const int rank = f->rank();
-    const uint32_t nodes = f->memory_nodes();
-    const uint32_t clients = f->client_count();
-    const uint32_t me = cfg.symmetric ? rank : rank - nodes;
-    f->register_rpc(9, [&](uint32_t src, std::span<const std::byte> req, std::vector<std::byte>& reply) {
-      // Echo the request reversed, then the sender's rank and the serving rank.
-      reply.assign(req.rbegin(), req.rend());
-      const uint32_t extra[2] = {src, static_cast<uint32_t>(rank)};
-      const auto* b = reinterpret_cast<const std::byte*>(extra);
-      reply.insert(reply.end(), b, b + sizeof extra);
-    });
-    f->barrier();
-    std::vector<uint64_t> my_claims;
-    if (f->is_client()) {
-      auto t = f->connect();
-      for (uint32_t node = 0; node < nodes; ++node) {
-        // 1. Writes of several sizes to this client's private area, read back in one batch.
-        const uint64_t base = kPrivateOff + me * kPrivateBytes;
-        const uint32_t sizes[] = {8, 24, 256, 4096, 16384};
-        std::vector<std::vector<uint64_t>> out, in;
-        std::vector<Request> batch;
-        uint64_t off = base;
-        for (uint32_t s : sizes) {
-          out.emplace_back(s / 8);
-          for (uint64_t i = 0; i < s / 8; ++i) out.back()[i] = pattern(rank, off + i);
-          Request r;
-          r.kind = ReqKind::kWrite; r.addr = {node, off}; r.buf = out.back().data(); r.len = s;
-          batch.push_back(r);
-          off += s;
-        }
-        t->execute(batch);
-        batch.clear();
-        off = base;
-        for (uint32_t s : sizes) {
-          in.emplace_back(s / 8, 0);
-          Request r;
-          r.kind = ReqKind::kRead; r.addr = {node, off}; r.buf = in.back().data(); r.len = s;
-          batch.push_back(r);
-          off += s;
-        }
-        t->execute(batch);
-        expect(in == out, "read back what was written (node " + std::to_string(node) + ")", rank);
+  const Layout lay(world_size);
+  cfg.region_bytes = lay.region;
+  Checker ck;
+  ck.rank = world_rank;
 
-        // 2. Many small reads in one batch (the engine's common case).
-        std::vector<uint64_t> words(512);
-        batch.clear();
-        for (uint64_t i = 0; i < words.size(); ++i) {
-          Request r;
-          r.kind = ReqKind::kRead; r.addr = {node, base + (i % 4) * 8}; r.buf = &words[i]; r.len = 8;
-          batch.push_back(r);
-        }
-        t->execute(batch);
+  try {
+    auto fabric = UcxFabric::create(cfg);
+    UcxFabric& f = *fabric;
+    Ctx c{f, ck, lay};
+    c.nodes = f.memory_nodes();
+    c.clients = f.client_count();
+    c.rank = f.rank();
+    c.me = cfg.symmetric ? static_cast<uint32_t>(f.rank()) : static_cast<uint32_t>(f.rank()) - c.nodes;
+    ck.check(c.clients > 0, "there is at least one client rank");
+    ck.check(f.is_memory_node() == (cfg.symmetric || static_cast<uint32_t>(f.rank()) < cfg.memory_nodes), "is_memory_node()");
+    ck.check(f.is_client() == (cfg.symmetric || static_cast<uint32_t>(f.rank()) >= cfg.memory_nodes), "is_client()");
+
+    // Memory nodes: check the region, pre-fill the read area, register the RPC handlers.
+    if (f.is_memory_node()) {
+      const uint32_t node = static_cast<uint32_t>(f.rank());
+      auto region = f.local_region(node);
+      ck.check(region.size() == lay.region, "local_region has the configured size");
+      ck.check(std::all_of(region.begin(), region.end(), [](std::byte b) { return b == std::byte{0}; }),
+               "the region starts zero-filled");
+      ck.check(reinterpret_cast<uintptr_t>(region.data()) % 8 == 0, "the region is 8-byte aligned");
+      ck.check(f.local_region(node + 1).empty() && f.local_region(node + c.nodes).empty(), "local_region of other nodes is empty");
+      for (uint64_t i = 0; i < kReadBytes; ++i) region[lay.read_area + i] = read_byte(node, i);
+      f.register_rpc(kRpcEcho, [](uint32_t, std::span<const std::byte> req, std::vector<std::byte>& reply) {
+        reply.assign(req.begin(), req.end());
+      });
+      f.register_rpc(kRpcAdd, [node](uint32_t src, std::span<const std::byte> req, std::vector<std::byte>& reply) {
+        if (req.size() != 16) throw std::runtime_error("add: bad request size");
+        uint64_t in[2], out[3];
+        std::memcpy(in, req.data(), 16);
+        out[0] = in[0] + in[1];
+        out[1] = node;
+        out[2] = src;
+        reply.resize(sizeof out);
+        std::memcpy(reply.data(), out, sizeof out);
+      });
+      f.register_rpc(kRpcGenerate, [](uint32_t, std::span<const std::byte> req, std::vector<std::byte>& reply) {
+        uint32_t n = 0;
+        if (req.size() != 4) throw std::runtime_error("generate: bad request size");
+        std::memcpy(&n, req.data(), 4);
+        reply.resize(n);
+        for (uint32_t i = 0; i < n; ++i) reply[i] = rpc_byte(i);
+      });
+      f.register_rpc(kRpcThrow, [](uint32_t, std::span<const std::byte>, std::vector<std::byte>&) {
+        throw std::runtime_error("boom from handler");
+      });
+    } else {
+      ck.check(f.local_region(0).empty(), "a rank that hosts nothing has no local region");
+    }
+
+    // ---- round 1 ----
+    f.barrier();
+    Counted t;
+    std::unique_ptr<Transport> errors;
+    std::vector<std::vector<uint64_t>> faa_olds;
+    std::vector<uint64_t> wins;
+    if (f.is_client()) {
+      t.t = f.connect();
+      errors = f.connect();
+      ck.run("write/read", [&] { test_write_read(c, t); });
+      ck.run("atomic semantics", [&] { test_atomic_semantics(c, t); });
+      ck.run("FAA counter", [&] { faa_olds = test_faa_counter(c, t); });
+      ck.run("CAS race", [&] { wins = test_cas_race(c, t); });
+      ck.run("read sizes", [&] { test_read_sizes(c, t); });
+      ck.run("big batch", [&] { test_big_batch(c, t); });
+      ck.run("rpc", [&] { test_rpc(c, t, *errors); });
+      ck.run("counters", [&] { test_counters(c); });
+      ck.run("errors", [&] { test_errors(c, *errors); });
+      f.client_done();
+    }
+    f.serve();  // memory nodes: blocks (event fd) until every client rank called client_done()
+
+    if (f.is_memory_node()) {
+      const uint32_t node = static_cast<uint32_t>(f.rank());
+      auto region = f.local_region(node);
+      uint64_t counter = 0;
+      std::memcpy(&counter, region.data() + lay.counter, 8);
+      ck.check(counter == uint64_t{c.clients} * kFaaPerClient,
+               "memory node " + std::to_string(node) + ": FAA counter == clients*N (" + std::to_string(counter) + ")");
+      bool ok = true;
+      for (uint64_t w = 0; w < kCasWords; ++w) {
+        uint64_t v = 0;
+        std::memcpy(&v, region.data() + lay.cas + w * 8, 8);
+        ok = ok && v >= 1 && v <= c.clients;
+      }
+      ck.check(ok, "memory node " + std::to_string(node) + ": every CAS word was claimed by some client");
+      ok = true;
+      for (uint32_t cl = 0; cl < c.clients && ok; ++cl)
+        for (uint64_t i = 0; i < kStripe && ok; ++i) ok = region[uint64_t{cl} * kStripe + i] == stripe_byte(cl, node, i);
+      ck.check(ok, "memory node " + std::to_string(node) + ": every client's stripe holds its pattern");
+    }
+
+    // Rank 0: FAA results form a permutation of 0..clients*N-1; every CAS word claimed once.
+    std::vector<uint64_t> mine;
+    if (f.is_client()) {
+      for (const auto& o : faa_olds) {
+        mine.push_back(o.size());
+        mine.insert(mine.end(), o.begin(), o.end());
+      }
+      mine.push_back(wins.size());
+      mine.insert(mine.end(), wins.begin(), wins.end());
+    }
+    auto all = f.gather(to_bytes(mine));
+    if (f.rank() == 0) {
+      std::vector<std::vector<uint64_t>> per_node(c.nodes);
+      std::map<uint64_t, int> claims;
+      uint32_t senders = 0;
+      for (const auto& bytes : all) {
+        auto v = from_bytes(bytes);
+        if (v.empty()) continue;
+        ++senders;
+        size_t p = 0;
         bool ok = true;
-        std::vector<uint64_t> flat;
-        for (const auto& v : out) flat.insert(flat.end(), v.begin(), v.end());
-        for (uint64_t i = 0; i < words.size(); ++i) ok &= words[i] == flat[i % 4];
-        expect(ok, "512 reads in one batch", rank);
-
-        // 3. Fetch-add on one shared counter by every client.
-        uint64_t old = 0;
-        for (int i = 0; i < kFaaPerClient; ++i) {
-          Request r;
-          r.kind = ReqKind::kFaa; r.addr = {node, kCounterOff}; r.compare = 1; r.result = &old;
-          std::vector<Request> one{r};
-          t->execute(one);
+        for (uint32_t n = 0; n < c.nodes && ok; ++n) {
+          ok = p < v.size() && p + 1 + v[p] <= v.size();
+          if (!ok) break;
+          per_node[n].insert(per_node[n].end(), v.begin() + p + 1, v.begin() + p + 1 + v[p]);
+          p += 1 + v[p];
         }
-        // 4. Racing CAS claims: each word 0 → my id; count the ones I won.
-        std::vector<uint64_t> results(kClaimWords);
-        batch.clear();
-        for (uint64_t w = 0; w < kClaimWords; ++w) {
-          Request r;
-          r.kind = ReqKind::kCas; r.addr = {node, kClaimOff + w * 8}; r.compare = 0; r.swap = 1000 + rank;
-          r.result = &results[w];
-          batch.push_back(r);
-        }
-        t->execute(batch);
-        for (uint64_t w = 0; w < kClaimWords; ++w)
-          if (results[w] == 0) my_claims.push_back(node * kClaimWords + w);
-        // A failed CAS returns the winner's value and changes nothing.
-        for (uint64_t w = 0; w < kClaimWords; ++w)
-          expect(results[w] == 0 || (results[w] >= 1000 && results[w] < 1000 + static_cast<uint64_t>(f->size())),
-                 "CAS returns the old value", rank);
-
-        // 5. RPC echo.
-        const char msg[] = "hello, memory node";
-        std::vector<std::byte> reply;
-        Request r;
-        r.kind = ReqKind::kRpc; r.addr = {node, 0}; r.buf = const_cast<char*>(msg); r.len = sizeof msg;
-        r.rpc_id = 9; r.reply = &reply;
-        std::vector<Request> one{r};
-        t->execute(one);
-        bool rpc_ok = reply.size() == sizeof msg + 8;
-        for (size_t i = 0; rpc_ok && i < sizeof msg; ++i) rpc_ok = static_cast<char>(reply[i]) == msg[sizeof msg - 1 - i];
-        uint32_t extra[2] = {0, 0};
-        if (rpc_ok) std::memcpy(extra, reply.data() + sizeof msg, 8);
-        expect(rpc_ok && extra[0] == static_cast<uint32_t>(rank) && extra[1] == node, "rpc echo", rank);
-
-        // 6. A bad address throws, an unknown handler throws; the transport stays usable.
-        Request bad;
-        bad.kind = ReqKind::kRead; bad.addr = {node, kRegion - 4}; bad.buf = words.data(); bad.len = 8;
-        std::vector<Request> badb{bad};
-        bool threw = false;
-        try { t->execute(badb); } catch (const FabricError&) { threw = true; }
-        expect(threw, "out-of-range read throws FabricError", rank);
-        r.rpc_id = 77;
-        std::vector<Request> badrpc{r};
-        threw = false;
-        try { t->execute(badrpc); } catch (const FabricError&) { threw = true; }
-        expect(threw, "rpc to an unknown handler throws FabricError", rank);
+        ok = ok && p < v.size() && p + 1 + v[p] == v.size();
+        ck.check(ok, "gathered client result is well-formed");
+        if (!ok) continue;
+        for (size_t i = p + 1; i < v.size(); ++i) ++claims[v[i]];
       }
-      const auto& c = t->counters();
-      // Per node: 5 writes, 5 + 512 reads (+1 rejected before posting: not counted), 500 FAA,
-      // 256 CAS, 2 RPCs (the unknown-handler one was posted).
-      expect(c.writes == 5u * nodes && c.reads == 517u * nodes && c.faa == 500u * nodes && c.cas == 256u * nodes &&
-                 c.rpcs == 2u * nodes,
-             "counters match the requests issued", rank);
-      f->client_done();
-    }
-    f->serve();
-    // Every CAS word was claimed exactly once across all clients.
-    std::vector<std::byte> mine(my_claims.size() * 8);
-    if (!my_claims.empty()) std::memcpy(mine.data(), my_claims.data(), mine.size());
-    auto all = f->gather(mine);
-    if (rank == 0) {
-      std::vector<int> claimed(nodes * kClaimWords, 0);
-      for (auto& b : all)
-        for (size_t i = 0; i + 8 <= b.size(); i += 8) {
-          uint64_t w;
-          std::memcpy(&w, b.data() + i, 8);
-          if (w < claimed.size()) ++claimed[w];
-        }
-      bool once = true;
-      for (int c : claimed) once &= c == 1;
-      expect(once, "each CAS word claimed exactly once", rank);
-    }
-    f->barrier();
-    if (f->is_memory_node()) {
-      auto region = f->local_region(rank);
-      uint64_t counter;
-      std::memcpy(&counter, region.data() + kCounterOff, 8);
-      expect(counter == static_cast<uint64_t>(clients) * kFaaPerClient, "FAA total = clients x increments", rank);
-      bool writes_landed = true;
-      for (uint32_t c = 0; c < clients; ++c) {
-        const int writer = cfg.symmetric ? c : c + nodes;
-        uint64_t w;
-        std::memcpy(&w, region.data() + kPrivateOff + c * kPrivateBytes, 8);
-        writes_landed &= w == pattern(writer, kPrivateOff + c * kPrivateBytes);
+      ck.check(senders == c.clients, "gather delivered every client's result");
+      for (uint32_t n = 0; n < c.nodes; ++n) {
+        auto& s = per_node[n];
+        std::sort(s.begin(), s.end());
+        bool perm = s.size() == uint64_t{c.clients} * kFaaPerClient;
+        for (size_t i = 0; i < s.size() && perm; ++i) perm = s[i] == i;
+        ck.check(perm, "FAA results of all clients on node " + std::to_string(n) + " are exactly 0..clients*N-1");
       }
-      expect(writes_landed, "writes visible in the memory node's region", rank);
+      bool once = claims.size() == uint64_t{c.nodes} * kCasWords;
+      for (auto& [k, cnt] : claims) once = once && cnt == 1 && (k >> 32) < c.nodes && (k & 0xFFFFFFFF) < kCasWords;
+      ck.check(once, "every CAS word on every node was claimed by exactly one client (" + std::to_string(claims.size()) + " claims)");
     }
-    int local_fail = failures, total_fail = 0, local_checks = checks, total_checks = 0;
-    MPI_Reduce(&local_fail, &total_fail, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
-    MPI_Reduce(&local_checks, &total_checks, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
-    if (rank == 0) std::printf("%d passed, %d failed\n", total_checks - total_fail, total_fail);
-    MPI_Allreduce(&local_fail, &total_fail, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    rc = total_fail ? 1 : 0;
-    f->barrier();
+
+    // ---- round 2: persistence checks, then a latency/rate measurement by the first client ----
+    f.barrier();
+    if (f.is_client()) {
+      ck.run("round 2", [&] { check_persisted(c, t, wins); });
+      if (c.me == 0) ck.run("measure", [&] { measure(c, t, iters); });
+      const FabricCounters& got = t.t->counters();
+      const FabricCounters& want = t.expected;
+      ck.check(got.batches == want.batches && got.reads == want.reads && got.writes == want.writes && got.cas == want.cas &&
+                   got.faa == want.faa && got.rpcs == want.rpcs && got.bytes_read == want.bytes_read &&
+                   got.bytes_written == want.bytes_written,
+               "main transport counters match every request issued (batches " + std::to_string(got.batches) + "/" +
+                   std::to_string(want.batches) + ", reads " + std::to_string(got.reads) + "/" + std::to_string(want.reads) +
+                   ", rpcs " + std::to_string(got.rpcs) + "/" + std::to_string(want.rpcs) + ")");
+      f.client_done();
+    }
+    f.serve();
+    t.t.reset();
+    errors.reset();
+    f.barrier();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: fatal: %s\n", world_rank, e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
   }
+
+  long local[2] = {ck.passed, ck.failed}, total[2] = {0, 0};
+  MPI_Reduce(local, total, 2, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+  long any_failed = ck.failed, global_failed = 0;
+  MPI_Allreduce(&any_failed, &global_failed, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  if (world_rank == 0) std::printf("ucx_fabric_test: %ld passed, %ld failed\n", total[0], total[1]);
   MPI_Finalize();
-  return rc;
+  return global_failed == 0 ? 0 : 1;
 }

@@ -32,10 +32,11 @@
 //    A lookup READs the k bucket words, then the records whose fingerprints match.
 //
 // Write protocol (memory-node CPU only, one mutex per shard; stores are 8-byte atomic releases)
-//   inline insert into a free slot: WRITE payload with check(v+1); store ctrl OCC|v+1|kbits.
-//   heap insert:  record ctrl ← LOCK|v (not OCC); payload check(v+1); set fingerprint in the
-//                 bucket word; record ctrl ← OCC|v+1|kbits.
-//   update in place: ctrl ← ctrl|LOCK; payload check(v+1); ctrl ← OCC|v+1|kbits.
+//   inline insert into a free slot (ctrl v, not OCC): payload with check(v+1); ctrl ← OCC|v+1|kbits.
+//   heap insert into a free record (ctrl v, not OCC): payload with check(v+1); set the fingerprint
+//                 in the bucket word; then record ctrl ← OCC|v+1|kbits.
+//   update in place: ctrl ← ctrl|LOCK; payload check(v+1); ctrl ← OCC|v+1|kbits. (The check alone
+//                 already rejects a mix of versions; LOCK makes "mid-write, re-read" explicit.)
 //   erase / clear:   ctrl ← v+1 (not OCC); heap: then clear the fingerprint.
 //   relocate y from slot A to free slot B (one of y's candidates): insert y at B as above (y is now
 //   live twice, with the same value), then clear A.
@@ -65,6 +66,12 @@
 //    the candidates have been checked. If they differ (or nothing is cached yet), the lookup runs
 //    again with the fresh value as its "before". A validated miss linearizes at an instant in that
 //    window where no candidate held the key.
+//  * Copy-before-clear is what keeps a moving key present at every instant (so hits stay possible
+//    mid-relocation and misses rarely need a retry); the counter is what makes misses sound, since
+//    a reader's k READs happen at k different instants.
+//  Assumed of the fabric (true of LocalFabric's fences and of an RDMA NIC reading x86 memory): the
+//  node's stores become visible in program order, and a READ posted after another one completed
+//  observes memory no older than that one did.
 // Consequently a lookup of a present key issues at most k bucket READs (plus re-reads of a record
 // caught mid-write); a miss adds one header READ (and on the first miss on a shard, a second probe,
 // unless `read_header` primed the cache).
@@ -273,6 +280,8 @@ class CuckooClient final : public KvClient {
   Task<OpResult> update(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> put(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> erase(uint64_t key) override;
+  // A cuckoo table holds a key at most once: get(), with the value appended to `values_out`.
+  Task<OpResult> get_all(uint64_t key, std::vector<std::byte>* values_out) override;
   // Reads and validates a shard's header (one READ) and primes the relocation-counter cache.
   Task<CuckooShardHeader> read_header(uint32_t node);
 

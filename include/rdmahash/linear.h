@@ -42,7 +42,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <unordered_map>
 #include <span>
 #include <string>
 #include <vector>
@@ -75,11 +78,52 @@ struct LinearConfig {
   uint64_t region_bytes() const;  // header + all slots
 };
 
+// Chooses how many slots each lookup READ fetches (seed 000 §3–4). One per client: not
+// thread-safe. Without one, lookups read the fixed `ProbeConfig::read_size`.
+class ReadSizer {
+ public:
+  virtual ~ReadSizer() = default;
+  // Slots to read starting at `slot` of shard `node` (>= 1).
+  virtual uint32_t size_at(uint32_t node, uint64_t slot) = 0;
+  // True if the sizer wants to see the clusters lookups discover (then `observe` is called).
+  virtual bool wants_clusters() const { return false; }
+  // A run of `length` occupied slots from `start` that a lookup saw end at an empty slot (it may
+  // begin before `start` when `start` was the lookup's home slot).
+  virtual void observe(uint32_t node, uint64_t start, uint64_t length) { (void)node, (void)start, (void)length; }
+};
+
+// Cluster hints (seed 000 §3.4, §4.4): remembers the `capacity` largest clusters this client has
+// seen. A read that starts inside a known cluster reads to its end (plus the empty slot after it);
+// a read with a known cluster ahead takes the model's Eq. 10 read size for that cluster; otherwise
+// the cluster-oblivious model size `default_size`.
+class ClusterReadSizer final : public ReadSizer {
+ public:
+  // `size_with_cluster(x, L)`: the model's read size when a cluster of L slots starts x slots ahead.
+  ClusterReadSizer(uint32_t default_size, size_t capacity,
+                   std::function<uint32_t(uint64_t offset, uint64_t length)> size_with_cluster,
+                   uint32_t max_size = 4096);
+  uint32_t size_at(uint32_t node, uint64_t slot) override;
+  bool wants_clusters() const override { return true; }
+  void observe(uint32_t node, uint64_t start, uint64_t length) override;
+  size_t tracked() const { return clusters_.size(); }
+
+ private:
+  using Key = std::pair<uint32_t, uint64_t>;  // (node, start)
+  uint32_t default_size_;
+  size_t capacity_;
+  std::function<uint32_t(uint64_t, uint64_t)> size_with_cluster_;
+  uint32_t max_size_;
+  std::map<Key, uint64_t> clusters_;           // (node, start) -> length
+  std::multimap<uint64_t, Key> by_length_;     // for evicting the smallest
+  std::unordered_map<uint64_t, uint32_t> cache_;  // (offset, length) -> read size
+};
+
 // Probing parameters: a client-side choice, not part of the table.
 struct ProbeConfig {
   uint32_t chunk = 8;         // C: slots per find_or_put read (seed 001)
   uint32_t max_chunks = 128;  // M: find_or_put gives up (kFull) after M chunks
   uint32_t read_size = 8;     // R: slots per get/update/erase read (seed 000)
+  std::shared_ptr<ReadSizer> read_sizer;  // optional: chooses R per read (model, cluster hints)
   void validate() const;
 };
 
@@ -129,6 +173,10 @@ class LinearClient final : public KvClient {
   Task<OpResult> update(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> put(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> erase(uint64_t key) override;
+  // Multimap lookup (seed 000): scans from the home slot to the first empty slot and returns every
+  // record with `key` (bulk-loaded tables may hold a key many times). `matches` counts them; their
+  // values are appended to `values_out` when it is given.
+  Task<OpResult> get_all(uint64_t key, std::vector<std::byte>* values_out) override;
   // Reads and validates a shard's header (one READ).
   Task<ShardHeader> read_header(uint32_t node);
 
@@ -143,6 +191,8 @@ class LinearClient final : public KvClient {
   RemoteAddr slot_addr(uint32_t node, uint64_t slot) const;
   Task<Located> locate(uint64_t key, const LinearPlacement& p, std::span<std::byte> value_out, uint32_t& reads);
   Task<bool> read_stable(uint32_t node, uint64_t slot, std::byte* dst);
+  uint32_t read_slots(uint32_t node, uint64_t slot) const;
+  void observe_clusters(uint32_t node, uint64_t start, const std::byte* slots, uint64_t n, uint64_t& run_start) const;
   Task<OpResult> insert(uint64_t key, std::span<const std::byte> value);
 
   LinearConfig cfg_;

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <span>
 #include <stdexcept>
+#include <vector>
 
 #include "rdmahash/task.h"
 
@@ -55,6 +56,9 @@ class KvClient {
   virtual Task<OpResult> put(uint64_t key, std::span<const std::byte> value) = 0;
   // Remove a present key (kErased) or report kNotFound.
   virtual Task<OpResult> erase(uint64_t key) = 0;
+  // Every record of `key` (multimap tables); values appended to `values_out` if given. Schemes that
+  // hold a key at most once answer with get().
+  virtual Task<OpResult> get_all(uint64_t key, std::vector<std::byte>* values_out);
 };
 
 }  // namespace rdmahash

@@ -1,7 +1,9 @@
 #include "bench/driver.h"
 
+#include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <barrier>
 #include <chrono>
 #include <cstring>
@@ -35,7 +37,16 @@ Task<void> do_op(KvClient* kv, Engine* engine, Op op, uint32_t value_bytes, Clie
     co_return;
   }
   OpResult res;
-  if (op.kind == OpKind::kGet) {
+  if (op.kind == OpKind::kGetAll) {
+    std::vector<std::byte> values;
+    res = co_await kv->get_all(op.key, value_bytes ? &values : nullptr);
+    if (value_bytes) {
+      std::vector<std::byte> want(value_bytes);
+      fill_value(op.key, want);
+      for (size_t i = 0; i + value_bytes <= values.size(); i += value_bytes)
+        if (!std::equal(want.begin(), want.end(), values.begin() + static_cast<std::ptrdiff_t>(i))) ++r->value_mismatches;
+    }
+  } else if (op.kind == OpKind::kGet) {
     res = co_await kv->get(op.key, buf);
     if (res.status == Status::kFound && value_bytes) {
       std::vector<std::byte> want(value_bytes);
@@ -47,6 +58,7 @@ Task<void> do_op(KvClient* kv, Engine* engine, Op op, uint32_t value_bytes, Clie
     res = co_await kv->find_or_put(op.key, buf);
   }
   r->chunks += res.chunks;
+  r->matches += res.matches;
   switch (res.status) {
     case Status::kFound: ++r->found; break;
     case Status::kInserted: ++r->inserted; break;
@@ -58,10 +70,12 @@ Task<void> do_op(KvClient* kv, Engine* engine, Op op, uint32_t value_bytes, Clie
 
 // One client's share of one point.
 ClientResult run_client(Engine& engine, const SchemeAdapter& adapter, const BenchOptions& o, Workload w,
-                        uint32_t read_size, uint32_t read_bytes, const KeySpace& keys, uint32_t client) {
+                        const ReadSizeSpec& read_size, uint32_t read_bytes, const KeySpace& keys, uint32_t client) {
   ClientResult r;
   r.latency_ns.reserve(o.ops);
-  std::unique_ptr<KvClient> kv = adapter.make_client(engine, read_size);
+  auto setup = adapter.make_client(engine, read_size, o);
+  std::unique_ptr<KvClient> kv = std::move(setup.client);
+  r.read_size = setup.read_size;
   OpStream stream(o, w, keys, client);
   const RawTarget raw{o.memory_nodes, adapter.region_bytes(), read_bytes};
   const uint32_t vb = adapter.value_bytes();
@@ -78,7 +92,7 @@ ClientResult run_client(Engine& engine, const SchemeAdapter& adapter, const Benc
 
 struct Point {
   Workload workload;
-  uint32_t read_size;
+  ReadSizeSpec read_size;
   uint32_t read_bytes;
   uint32_t repeat = 0;
 };
@@ -87,8 +101,8 @@ std::vector<Point> points_of(const BenchOptions& o) {
   std::vector<Point> pts;
   for (uint32_t rep = 0; rep < o.repeat; ++rep)
   for (Workload w : o.workloads) {
-    if (w == Workload::kGet)
-      for (uint32_t r : o.read_sizes) pts.push_back({w, r, 0, rep});
+    if (w == Workload::kGet || w == Workload::kGetAll)
+      for (const ReadSizeSpec& r : o.read_sizes) pts.push_back({w, r, 0, rep});
     else if (w == Workload::kRawRead)
       for (uint32_t b : o.read_bytes) pts.push_back({w, o.read_sizes.front(), b, rep});
     else
@@ -152,11 +166,11 @@ int run_local(const BenchOptions& o) {
     auto adapter = make_adapter(o, lf);
     check_key_capacity(o, *adapter, clients);
     auto fabric = make_local_fabric(std::vector<uint64_t>(o.memory_nodes, adapter->region_bytes()));
-    const KeySpace keys(o.records, adapter->key_bits(), o.seed);
-    adapter->load_all([&](uint32_t n) { return fabric->local_region(n); }, keys,
-                      progress_bar(o, o.records, "loading " + std::to_string(o.records) + " records"));
+    const KeySpace keys(o.records, adapter->key_bits(), o.seed, o.zipf_theta);
+    adapter->load(*fabric, keys, progress_bar(o, o.records, "loading " + std::to_string(o.records) + " records"));
     for (const Point& pt : points_of(o)) {
       std::vector<ClientResult> results(clients);
+      std::vector<std::exception_ptr> errors(clients);
       std::barrier sync(clients);
       std::vector<std::thread> threads;
       std::vector<std::unique_ptr<Transport>> transports;
@@ -165,34 +179,54 @@ int run_local(const BenchOptions& o) {
         threads.emplace_back([&, c] {
           Engine engine(*transports[c]);
           sync.arrive_and_wait();
-          results[c] = run_client(engine, *adapter, o, pt.workload, pt.read_size, pt.read_bytes, keys, c);
+          try {
+            results[c] = run_client(engine, *adapter, o, pt.workload, pt.read_size, pt.read_bytes, keys, c);
+          } catch (...) {
+            errors[c] = std::current_exception();
+          }
         });
       }
       for (auto& t : threads) t.join();
+      for (auto& e : errors)
+        if (e) std::rethrow_exception(e);
       ClientResult total;
       for (const auto& r : results) total.merge(r);
       PointInfo info{o.scheme, adapter->describe(), "local",
                      o.symmetric ? o.memory_nodes : o.memory_nodes + clients, o.memory_nodes, clients,
-                     o.records, adapter->slots(), lf, pt.workload, pt.read_size, pt.read_bytes, pt.repeat};
+                     o.records, adapter->slots(), lf, pt.workload, pt.read_size.slots, pt.read_bytes,
+                     pt.read_size.text(), pt.repeat};
       reporter.report(info, total);
     }
   }
   return 0;
 }
 
+int run_ucx_ranks(const BenchOptions& o, uint64_t region);
+
 int run_ucx(const BenchOptions& o) {
   // Every rank computes the same sizes, so the collective create() agrees on the region size.
   uint64_t region = 0;
   for (double lf : o.load_factors) region = std::max(region, make_adapter(o, lf)->region_bytes());
+  int ranks = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  if (!o.symmetric && static_cast<uint32_t>(ranks) <= o.memory_nodes)
+    throw InvalidArgument("no client ranks: run more ranks (" + std::to_string(ranks) + ") than --memory-nodes (" +
+                          std::to_string(o.memory_nodes) + "), or use --symmetric");
+  // From here on an error may be one rank's alone: it must abort the job, not wait in a collective.
+  try {
+    return run_ucx_ranks(o, region);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(e.what());
+  }
+}
+
+int run_ucx_ranks(const BenchOptions& o, uint64_t region) {
   UcxFabricConfig fc;
   fc.memory_nodes = o.memory_nodes;
   fc.symmetric = o.symmetric;
   fc.region_bytes = region;
   auto fabric = UcxFabric::create(fc);
   const uint32_t mem_nodes = fabric->memory_nodes();
-  if (fabric->client_count() == 0)
-    throw InvalidArgument("no client ranks: run more ranks than --memory-nodes (" + std::to_string(mem_nodes) +
-                          "), or use --symmetric");
   BenchOptions opts = o;
   opts.memory_nodes = mem_nodes;  // --symmetric: every rank is a memory node
   std::unique_ptr<Reporter> reporter;
@@ -204,17 +238,8 @@ int run_ucx(const BenchOptions& o) {
   for (double lf : opts.load_factors) {
     auto adapter = make_adapter(opts, lf);
     check_key_capacity(opts, *adapter, fabric->client_count());
-    const KeySpace keys(opts.records, adapter->key_bits(), opts.seed);
-    if (fabric->is_memory_node()) {
-      const uint32_t node = static_cast<uint32_t>(fabric->rank());
-      try {
-        adapter->load_shard(node, fabric->local_region(node), keys,
-                            fabric->rank() == 0 ? progress_bar(opts, opts.records, "loading shard 0") : nullptr);
-      } catch (const InvalidArgument& e) {
-        // Only this rank failed: not an InvalidArgument every rank sees, so the caller aborts all.
-        throw std::runtime_error(e.what());
-      }
-    }
+    const KeySpace keys(opts.records, adapter->key_bits(), opts.seed, opts.zipf_theta);
+    adapter->load(*fabric, keys, fabric->rank() == 0 ? progress_bar(opts, opts.records, "loading shard 0") : nullptr);
     for (const Point& pt : points_of(opts)) {
       fabric->barrier();
       ClientResult mine;
@@ -231,8 +256,8 @@ int run_ucx(const BenchOptions& o) {
         for (const auto& b : all)
           if (!b.empty()) total.merge(ClientResult::deserialize(b));
         PointInfo info{opts.scheme, adapter->describe(), "ucx", static_cast<uint32_t>(fabric->size()), mem_nodes,
-                       fabric->client_count(), opts.records, adapter->slots(), lf, pt.workload, pt.read_size,
-                       pt.read_bytes, pt.repeat};
+                       fabric->client_count(), opts.records, adapter->slots(), lf, pt.workload,
+                       pt.read_size.slots, pt.read_bytes, pt.read_size.text(), pt.repeat};
         reporter->report(info, total);
       }
     }

@@ -17,6 +17,8 @@ namespace rdmahash::bench {
 int run_local(const BenchOptions& o);
 
 // UCX run (`--fabric ucx`): call on every MPI rank after MPI_Init. Returns the exit status.
+// Throws InvalidArgument only for errors every rank detects alike (before any communication);
+// any other exception may be one rank's alone, and the caller must abort the job.
 int run_ucx(const BenchOptions& o);
 
 }  // namespace rdmahash::bench

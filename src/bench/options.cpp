@@ -1,6 +1,7 @@
 #include "bench/options.h"
 
 #include <cmath>
+#include <string>
 
 #include "rdmahash/table.h"
 
@@ -9,6 +10,7 @@ namespace rdmahash::bench {
 const char* to_string(Workload w) {
   switch (w) {
     case Workload::kGet: return "get";
+    case Workload::kGetAll: return "get-all";
     case Workload::kFindOrPut: return "find-or-put";
     case Workload::kMixed: return "mixed";
     case Workload::kReadIntensive: return "read-intensive";
@@ -19,16 +21,73 @@ const char* to_string(Workload w) {
 }
 
 Workload parse_workload(const std::string& s) {
-  for (Workload w : {Workload::kGet, Workload::kFindOrPut, Workload::kMixed, Workload::kReadIntensive,
+  for (Workload w : {Workload::kGet, Workload::kGetAll, Workload::kFindOrPut, Workload::kMixed, Workload::kReadIntensive,
                      Workload::kWriteIntensive, Workload::kRawRead})
     if (s == to_string(w)) return w;
   throw InvalidArgument("unknown workload '" + s +
-                        "' (expected get, find-or-put, mixed, read-intensive, write-intensive or raw-read)");
+                        "' (expected get, get-all, find-or-put, mixed, read-intensive, write-intensive or raw-read)");
+}
+
+std::string ReadSizeSpec::text() const {
+  switch (kind) {
+    case Kind::kFixed: return "fixed:" + std::to_string(slots);
+    case Kind::kModel: return "model";
+    case Kind::kModelUnconstrained: return "model-unconstrained";
+    case Kind::kCluster: return "cluster";
+  }
+  return "?";
+}
+
+ReadSizeSpec parse_read_size(const std::string& s) {
+  ReadSizeSpec r;
+  if (s == "model") { r.kind = ReadSizeSpec::Kind::kModel; return r; }
+  if (s == "model-unconstrained") { r.kind = ReadSizeSpec::Kind::kModelUnconstrained; return r; }
+  if (s == "cluster") { r.kind = ReadSizeSpec::Kind::kCluster; return r; }
+  std::string num = s.rfind("fixed:", 0) == 0 ? s.substr(6) : s;
+  size_t used = 0;
+  unsigned long v = 0;
+  try {
+    v = std::stoul(num, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (num.empty() || used != num.size() || num[0] == '-' || v == 0 || v > 65536)
+    throw InvalidArgument("--read-size '" + s + "' must be a slot count in [1, 65536], fixed:N, model, "
+                          "model-unconstrained or cluster");
+  r.slots = static_cast<uint32_t>(v);
+  return r;
+}
+
+double parse_distribution(const std::string& s) {
+  if (s == "uniform") return 0;
+  if (s.rfind("zipf:", 0) == 0) {
+    size_t used = 0;
+    double theta = 0;
+    try {
+      theta = std::stod(s.substr(5), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == s.size() - 5 && used > 0 && theta > 0 && theta < 10 && theta != 1.0) return theta;
+  }
+  throw InvalidArgument("--distribution '" + s + "' must be uniform or zipf:THETA with 0 < THETA < 10, THETA != 1");
 }
 
 std::string BenchOptions::error() const {
   if (fabric != "local" && fabric != "ucx") return "--fabric must be 'local' or 'ucx', got '" + fabric + "'";
-  if (scheme != "linear") return "--scheme '" + scheme + "' is not available (available: linear)";
+  if (scheme != "linear" && scheme != "cuckoo")
+    return "--scheme '" + scheme + "' is not available (available: linear, cuckoo)";
+  if (storage != "inline" && storage != "heap") return "--storage must be inline or heap, got '" + storage + "'";
+  if (scheme == "linear" && storage == "heap")
+    return "--storage heap is not implemented for --scheme linear yet (cuckoo supports it)";
+  if (slots_per_bucket != 1 && slots_per_bucket != 4) return "--slots-per-bucket must be 1 or 4";
+  if (cuckoo_probe != "parallel" && cuckoo_probe != "sequential")
+    return "--cuckoo-probe must be parallel or sequential, got '" + cuckoo_probe + "'";
+  if (scheme == "cuckoo" && zipf_theta > 0)
+    return "--distribution zipf loads duplicate keys: cuckoo tables hold each key once (use --scheme linear)";
+  if (scheme == "cuckoo")
+    for (Workload w : workloads)
+      if (w == Workload::kGetAll) return "workload get-all (multimap scans) applies to --scheme linear";
   if (slot_format != "auto" && slot_format != "set" && slot_format != "inline")
     return "--slot-format must be auto, set or inline, got '" + slot_format + "'";
   if (memory_nodes == 0) return "--memory-nodes must be at least 1";
@@ -53,8 +112,20 @@ std::string BenchOptions::error() const {
   if (chunk == 0 || chunk > 65536) return "--chunk must be in [1, 65536]";
   if (max_chunks == 0) return "--max-chunks must be at least 1";
   if (read_sizes.empty()) return "--read-size needs at least one value";
-  for (uint32_t r : read_sizes)
-    if (r == 0 || r > 65536) return "--read-size must be in [1, 65536] slots";
+  for (const auto& r : read_sizes)
+    if (r.kind == ReadSizeSpec::Kind::kFixed && (r.slots == 0 || r.slots > 65536))
+      return "--read-size must be in [1, 65536] slots";
+  if (clusters > 10000000) return "--clusters must be at most 10^7";
+  if (assumed_load_factor != 0 && !(assumed_load_factor > 0 && assumed_load_factor < 1))
+    return "--assumed-load-factor must be in (0, 1)";
+  if (zipf_theta < 0 || zipf_theta >= 10 || std::isnan(zipf_theta)) return "--distribution zipf:THETA needs 0 < THETA < 10";
+  if (zipf_theta == 1.0) return "--distribution zipf:1 is not supported (the generator needs THETA != 1)";
+  if (zipf_theta > 0) {
+    for (Workload w : workloads)
+      if (w != Workload::kGet && w != Workload::kGetAll && w != Workload::kRawRead)
+        return std::string("--distribution zipf loads duplicate keys (a multimap): workload ") + to_string(w) +
+               " needs distinct keys";
+  }
   for (uint32_t b : read_bytes)
     if (b == 0 || b > (1u << 20)) return "--read-bytes must be in [1, 1048576]";
   return {};

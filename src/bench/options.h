@@ -7,14 +7,30 @@
 
 namespace rdmahash::bench {
 
-enum class Workload { kGet, kFindOrPut, kMixed, kReadIntensive, kWriteIntensive, kRawRead };
+enum class Workload { kGet, kGetAll, kFindOrPut, kMixed, kReadIntensive, kWriteIntensive, kRawRead };
 const char* to_string(Workload w);
 Workload parse_workload(const std::string& s);  // throws InvalidArgument
+
+// How lookups size their READs (seed 000): a fixed number of slots, the model's R* for the table's
+// load factor (with or without the bandwidth constraint of Eq. 2), or R* with cluster hints.
+struct ReadSizeSpec {
+  enum class Kind { kFixed, kModel, kModelUnconstrained, kCluster };
+  Kind kind = Kind::kFixed;
+  uint32_t slots = 8;  // kFixed
+  std::string text() const;  // "fixed:8", "model", "model-unconstrained", "cluster"
+};
+ReadSizeSpec parse_read_size(const std::string& s);  // "8", "fixed:8", "model", ... ; throws InvalidArgument
+
+// "uniform" → 0; "zipf:THETA" → THETA. Throws InvalidArgument.
+double parse_distribution(const std::string& s);
 
 struct BenchOptions {
   std::string fabric = "local";        // local | ucx
   std::string scheme = "linear";
   std::string slot_format = "auto";    // auto | set | inline (auto: set unless values or 4-byte keys)
+  std::string storage = "inline";      // inline | heap (records out of band; cuckoo)
+  uint32_t slots_per_bucket = 4;       // cuckoo: 1 or 4
+  std::string cuckoo_probe = "parallel";  // cuckoo lookups: parallel | sequential
   uint32_t memory_nodes = 1;
   bool symmetric = false;
   uint32_t clients = 1;                // local fabric: client threads (ucx: the client ranks)
@@ -27,7 +43,11 @@ struct BenchOptions {
   uint32_t depth = 16;
   uint32_t chunk = 8;
   uint32_t max_chunks = 128;
-  std::vector<uint32_t> read_sizes{8}; // slots per get read
+  std::vector<ReadSizeSpec> read_sizes{ReadSizeSpec{}};  // lookup read sizes (a list sweeps)
+  uint32_t clusters = 1000;            // clusters tracked per client (--read-size cluster)
+  double assumed_load_factor = 0;      // model R from this load factor instead of the table's (0: table's)
+  std::string profile_path;            // cost-model parameters (rdmahash calibrate); empty: seed 000's
+  double zipf_theta = 0;               // 0: uniform; else the loaded keys' (and lookups') Zipf skew
   std::vector<uint32_t> read_bytes{8}; // raw-read sizes
   uint64_t tail_slots = 0;
   uint64_t seed = 1;

@@ -22,19 +22,20 @@ void ClientResult::merge(const ClientResult& o) {
   ops += o.ops; found += o.found; inserted += o.inserted; full += o.full; not_found += o.not_found;
   errors += o.errors; value_mismatches += o.value_mismatches;
   round_trips += o.round_trips; reads += o.reads; writes += o.writes; cas += o.cas; faa += o.faa;
-  rpcs += o.rpcs; bytes += o.bytes; chunks += o.chunks;
+  rpcs += o.rpcs; bytes += o.bytes; chunks += o.chunks; matches += o.matches;
+  read_size = std::max(read_size, o.read_size);
   seconds = std::max(seconds, o.seconds);
   latency_ns.insert(latency_ns.end(), o.latency_ns.begin(), o.latency_ns.end());
 }
 
 namespace {
-constexpr size_t kFixedWords = 17;
+constexpr size_t kFixedWords = 18;
 }
 
 std::vector<std::byte> ClientResult::serialize() const {
   const uint64_t fixed[kFixedWords] = {ops, found, inserted, full, not_found, errors, value_mismatches,
-                                       round_trips, reads, writes, cas, faa, rpcs, bytes, chunks, 0,
-                                       latency_ns.size()};
+                                       round_trips, reads, writes, cas, faa, rpcs, bytes, chunks, matches,
+                                       read_size, latency_ns.size()};
   std::vector<std::byte> out(sizeof fixed + sizeof(double) + latency_ns.size() * 4);
   std::memcpy(out.data(), fixed, sizeof fixed);
   std::memcpy(out.data() + sizeof fixed, &seconds, sizeof(double));
@@ -49,11 +50,13 @@ ClientResult ClientResult::deserialize(std::span<const std::byte> in) {
   std::memcpy(f, in.data(), sizeof f);
   r.ops = f[0]; r.found = f[1]; r.inserted = f[2]; r.full = f[3]; r.not_found = f[4]; r.errors = f[5];
   r.value_mismatches = f[6]; r.round_trips = f[7]; r.reads = f[8]; r.writes = f[9]; r.cas = f[10];
-  r.faa = f[11]; r.rpcs = f[12]; r.bytes = f[13]; r.chunks = f[14];
+  r.faa = f[11]; r.rpcs = f[12]; r.bytes = f[13]; r.chunks = f[14]; r.matches = f[15];
+  r.read_size = static_cast<uint32_t>(f[16]);
   std::memcpy(&r.seconds, in.data() + sizeof f, sizeof(double));
-  if (in.size() != sizeof f + sizeof(double) + f[16] * 4) throw InvalidArgument("corrupt client result");
-  r.latency_ns.resize(f[16]);
-  if (f[16]) std::memcpy(r.latency_ns.data(), in.data() + sizeof f + sizeof(double), f[16] * 4);
+  const uint64_t nlat = f[kFixedWords - 1];
+  if (in.size() != sizeof f + sizeof(double) + nlat * 4) throw InvalidArgument("corrupt client result");
+  r.latency_ns.resize(nlat);
+  if (nlat) std::memcpy(r.latency_ns.data(), in.data() + sizeof f + sizeof(double), nlat * 4);
   return r;
 }
 
@@ -105,7 +108,14 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   j["depth"] = o.depth;
   j["chunk"] = o.chunk;
   j["max_chunks"] = o.max_chunks;
-  j["read_size"] = p.read_size;
+  j["read_size"] = t.read_size ? t.read_size : p.read_size;
+  j["read_size_policy"] = p.read_size_policy;
+  j["clusters"] = o.clusters;
+  j["assumed_load_factor"] = o.assumed_load_factor;
+  j["distribution"] = o.zipf_theta > 0 ? "zipf" : "uniform";
+  j["zipf_theta"] = o.zipf_theta;
+  j["matches_per_op"] = t.ops ? static_cast<double>(t.matches) / static_cast<double>(t.ops) : 0.0;
+  j["matches_per_s"] = t.seconds > 0 ? static_cast<double>(t.matches) / t.seconds : 0.0;
   if (p.workload == Workload::kRawRead) j["read_bytes"] = p.read_bytes;
   j["same_keys"] = o.same_keys;
   j["seed"] = o.seed;
@@ -134,7 +144,7 @@ void print_summary_header(std::FILE* out) {
 void print_summary_row(std::FILE* out, const PointInfo& p, const ClientResult& t) {
   const Derived d = derive(t);
   const double lf = p.slots ? static_cast<double>(p.records) / static_cast<double>(p.slots) : 0.0;
-  const uint32_t rb = p.workload == Workload::kRawRead ? p.read_bytes : p.read_size;
+  const uint32_t rb = p.workload == Workload::kRawRead ? p.read_bytes : (t.read_size ? t.read_size : p.read_size);
   char outcomes[64];
   std::snprintf(outcomes, sizeof outcomes, "%llu/%llu/%llu/%llu", static_cast<unsigned long long>(t.found),
                 static_cast<unsigned long long>(t.inserted), static_cast<unsigned long long>(t.full),

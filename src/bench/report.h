@@ -20,6 +20,8 @@ struct ClientResult {
   uint64_t value_mismatches = 0;  // gets that returned a value other than the one stored
   uint64_t round_trips = 0, reads = 0, writes = 0, cas = 0, faa = 0, rpcs = 0, bytes = 0;
   uint64_t chunks = 0;            // slot-array reads per operation, summed
+  uint64_t matches = 0;           // records returned (get-all returns every match)
+  uint32_t read_size = 0;         // lookup read size this client used (model: its R*)
   double seconds = 0;
   std::vector<uint32_t> latency_ns;
 
@@ -37,6 +39,7 @@ struct PointInfo {
   double target_load_factor = 0;
   Workload workload = Workload::kGet;
   uint32_t read_size = 0, read_bytes = 0;
+  std::string read_size_policy = "fixed";
   uint32_t repeat = 0;  // which repetition of the point (--repeat)
 };
 

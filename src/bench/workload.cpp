@@ -3,6 +3,9 @@
 #include <cstring>
 #include <vector>
 
+#include "bench/ycsb.h"
+#include "rdmahash/cuckoo.h"
+#include "rdmahash/model.h"
 #include "schemes/hash.h"
 
 namespace rdmahash::bench {
@@ -29,12 +32,38 @@ void fill_value(uint64_t key, std::span<std::byte> out) {
   }
 }
 
+struct RecordStream::Zipf {
+  ycsb::Rng rng;
+  ycsb::ZipfianGenerator gen;
+};
+
+RecordStream::RecordStream(const KeySpace& keys) : keys_(keys) {
+  if (keys.zipf_theta() > 0)
+    zipf_.reset(new Zipf{ycsb::Rng(hash::mix64(keys.seed() ^ 0x2F1A7E11ULL)),
+                         ycsb::ZipfianGenerator(0, keys.records() - 1, keys.zipf_theta())});
+}
+RecordStream::~RecordStream() = default;
+
+uint64_t RecordStream::next() {
+  const uint64_t i = i_++;
+  return keys_.key(zipf_ ? zipf_->gen.next(zipf_->rng) : i);
+}
+
+struct OpStream::Zipf {
+  ycsb::Rng rng;
+  ycsb::ZipfianGenerator gen;
+};
+OpStream::~OpStream() = default;
+
 OpStream::OpStream(const BenchOptions& o, Workload w, const KeySpace& keys, uint32_t client)
     : w_(w), keys_(keys) {
   const uint32_t stream = o.same_keys ? 0 : client;
   state_ = hash::mix64(o.seed * 0x100000001B3ULL + stream + 1);
   // New keys of different clients never collide unless --same-keys asks them to.
   next_new_ = keys.records() + static_cast<uint64_t>(stream) * (o.ops + 1);
+  if (keys.zipf_theta() > 0)
+    zipf_.reset(new Zipf{ycsb::Rng(hash::mix64(state_ ^ 0x51ED2701ULL)),
+                         ycsb::ZipfianGenerator(0, keys.records() - 1, keys.zipf_theta())});
   insert_fraction_ = w == Workload::kMixed ? 0.5 : w == Workload::kReadIntensive ? 0.2
                    : w == Workload::kWriteIntensive ? 0.8 : w == Workload::kFindOrPut ? 1.0 : 0.0;
 }
@@ -44,10 +73,15 @@ uint64_t OpStream::rng() {
   return hash::mix64(state_);
 }
 
+uint64_t OpStream::present_index() {
+  return zipf_ ? zipf_->gen.next(zipf_->rng) : hash::range(rng(), keys_.records());
+}
+
 Op OpStream::next() {
   switch (w_) {
     case Workload::kRawRead: return Op{OpKind::kRawRead, rng()};
-    case Workload::kGet: return Op{OpKind::kGet, keys_.key(hash::range(rng(), keys_.records()))};
+    case Workload::kGet: return Op{OpKind::kGet, keys_.key(present_index())};
+    case Workload::kGetAll: return Op{OpKind::kGetAll, keys_.key(present_index())};
     default: break;
   }
   const bool insert = static_cast<double>(rng() >> 11) * 0x1.0p-53 < insert_fraction_;
@@ -71,6 +105,7 @@ class LinearAdapter final : public SchemeAdapter {
     probe_.chunk = o.chunk;
     probe_.max_chunks = o.max_chunks;
     probe_.validate();
+    cost_params_ = model::paper_cost_params(cfg_.slot_bytes());
   }
   uint64_t region_bytes() const override { return cfg_.region_bytes(); }
   uint64_t slots() const override { return cfg_.home_slots * cfg_.memory_nodes; }
@@ -79,38 +114,50 @@ class LinearAdapter final : public SchemeAdapter {
   }
   uint32_t value_bytes() const override { return cfg_.value_bytes; }
 
-  void load_shard(uint32_t node, std::span<std::byte> region, const KeySpace& keys,
-                  const std::function<void(uint64_t)>& progress) override {
-    LinearShardLoader loader(cfg_, node, region);
+  void load(Fabric& fabric, const KeySpace& keys, const std::function<void(uint64_t)>& progress) override {
+    std::vector<std::unique_ptr<LinearShardLoader>> loaders(cfg_.memory_nodes);
+    for (uint32_t n = 0; n < cfg_.memory_nodes; ++n)
+      if (auto region = fabric.local_region(n); !region.empty())
+        loaders[n] = std::make_unique<LinearShardLoader>(cfg_, n, region);
     std::vector<std::byte> value(cfg_.value_bytes);
+    RecordStream records(keys);
     for (uint64_t i = 0; i < keys.records(); ++i) {
-      const uint64_t k = keys.key(i);
-      if (linear_place(cfg_, k).node != node) continue;
-      fill_value(k, value);
-      loader.insert(k, value);
+      const uint64_t k = records.next();
+      if (auto& l = loaders[linear_place(cfg_, k).node]) {
+        fill_value(k, value);
+        l->insert(k, value);
+      }
       if ((i & 0xFFFF) == 0 && progress) progress(i);
     }
     if (progress) progress(keys.records());
   }
 
-  void load_all(const std::function<std::span<std::byte>(uint32_t)>& region, const KeySpace& keys,
-                const std::function<void(uint64_t)>& progress) override {
-    std::vector<LinearShardLoader> loaders;
-    for (uint32_t n = 0; n < cfg_.memory_nodes; ++n) loaders.emplace_back(cfg_, n, region(n));
-    std::vector<std::byte> value(cfg_.value_bytes);
-    for (uint64_t i = 0; i < keys.records(); ++i) {
-      const uint64_t k = keys.key(i);
-      fill_value(k, value);
-      loaders[linear_place(cfg_, k).node].insert(k, value);
-      if ((i & 0xFFFF) == 0 && progress) progress(i);
-    }
-    if (progress) progress(keys.records());
-  }
-
-  std::unique_ptr<KvClient> make_client(Engine& engine, uint32_t read_size) const override {
+  ClientSetup make_client(Engine& engine, const ReadSizeSpec& spec, const BenchOptions& o) const override {
     ProbeConfig p = probe_;
-    p.read_size = read_size;
-    return std::make_unique<LinearClient>(cfg_, p, engine);
+    if (spec.kind == ReadSizeSpec::Kind::kFixed) {
+      p.read_size = spec.slots;
+      return {std::make_unique<LinearClient>(cfg_, p, engine), p.read_size};
+    }
+    // Model sizes: the load factor comes from the table's metadata (or --assumed-load-factor).
+    const ShardHeader h = engine.run(LinearClient(cfg_, p, engine).read_header(0));
+    const uint64_t m = h.home_slots;
+    uint64_t n = h.records;
+    if (o.assumed_load_factor > 0) n = static_cast<uint64_t>(o.assumed_load_factor * static_cast<double>(m));
+    n = std::min<uint64_t>(n, m - 1);
+    auto dist = std::make_shared<model::FirstEmptyDistribution>(m, n);
+    model::CostParams params = cost_params_;
+    params.slot_bytes = cfg_.slot_bytes();
+    const bool constrained = spec.kind != ReadSizeSpec::Kind::kModelUnconstrained;
+    p.read_size = static_cast<uint32_t>(model::optimal_read_size(*dist, params, constrained).read_size);
+    if (spec.kind == ReadSizeSpec::Kind::kCluster) {
+      p.read_sizer = std::make_shared<ClusterReadSizer>(
+          p.read_size, o.clusters, [dist, params, r = p.read_size](uint64_t x, uint64_t len) {
+            // Reading past the cluster's end by more than R* cannot pay off: bound the search.
+            return static_cast<uint32_t>(
+                model::optimal_read_size_with_cluster(*dist, params, true, x, len, x + len + 1 + r).read_size);
+          });
+    }
+    return {std::make_unique<LinearClient>(cfg_, p, engine), p.read_size};
   }
 
   std::string describe() const override {
@@ -122,12 +169,62 @@ class LinearAdapter final : public SchemeAdapter {
  private:
   LinearConfig cfg_;
   ProbeConfig probe_;
+  model::CostParams cost_params_;
+};
+
+class CuckooAdapter final : public SchemeAdapter {
+ public:
+  CuckooAdapter(const BenchOptions& o, double load_factor) {
+    cfg_ = CuckooConfig::for_records(o.records, load_factor, o.memory_nodes, o.slots_per_bucket);
+    cfg_.key_bytes = o.key_bytes;
+    cfg_.value_bytes = o.value_bytes;
+    cfg_.storage = o.storage == "heap" ? CuckooStorage::kHeap : CuckooStorage::kInline;
+    cfg_.hash_seed = hash::mix64(o.seed ^ 0xC0C0ULL);
+    cfg_.validate();
+    probe_ = o.cuckoo_probe == "sequential" ? CuckooProbe::kSequential : CuckooProbe::kParallel;
+  }
+  uint64_t region_bytes() const override { return cfg_.region_bytes(); }
+  uint64_t slots() const override { return cfg_.slots_per_node() * cfg_.memory_nodes; }
+  unsigned key_bits() const override { return cfg_.key_bytes == 4 ? 32 : 63; }
+  uint32_t value_bytes() const override { return cfg_.value_bytes; }
+
+  void load(Fabric& fabric, const KeySpace& keys, const std::function<void(uint64_t)>& progress) override {
+    // The server formats the hosted shards and serves the clients' inserts (relocations need the
+    // owner's CPU); it must outlive the run, so the adapter keeps it.
+    server_ = std::make_unique<CuckooServer>(fabric, cfg_);
+    std::vector<std::byte> value(cfg_.value_bytes);
+    RecordStream records(keys);
+    for (uint64_t i = 0; i < keys.records(); ++i) {
+      const uint64_t k = records.next();
+      fill_value(k, value);
+      server_->bulk_insert(k, value);  // false when the key's shard lives elsewhere
+      if ((i & 0xFFFF) == 0 && progress) progress(i);
+    }
+    if (progress) progress(keys.records());
+  }
+
+  ClientSetup make_client(Engine& engine, const ReadSizeSpec& spec, const BenchOptions& o) const override {
+    if (spec.kind != ReadSizeSpec::Kind::kFixed)
+      throw InvalidArgument("--read-size " + spec.text() + " applies to linear probing, not to --scheme cuckoo");
+    return {std::make_unique<CuckooClient>(cfg_, probe_, engine, hash::mix64(o.seed + 7)), cfg_.slots_per_bucket};
+  }
+
+  std::string describe() const override {
+    return std::string("cuckoo/") + (cfg_.storage == CuckooStorage::kHeap ? "heap" : "inline") + " S=" +
+           std::to_string(cfg_.slots_per_bucket) + (probe_ == CuckooProbe::kParallel ? " par" : " seq");
+  }
+
+ private:
+  CuckooConfig cfg_;
+  CuckooProbe probe_;
+  std::unique_ptr<CuckooServer> server_;
 };
 
 }  // namespace
 
 std::unique_ptr<SchemeAdapter> make_adapter(const BenchOptions& o, double load_factor) {
   if (o.scheme == "linear") return std::make_unique<LinearAdapter>(o, load_factor);
+  if (o.scheme == "cuckoo") return std::make_unique<CuckooAdapter>(o, load_factor);
   throw InvalidArgument("unknown scheme '" + o.scheme + "'");
 }
 

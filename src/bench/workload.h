@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <memory>
 #include <span>
 
@@ -16,22 +17,44 @@ namespace rdmahash::bench {
 // Key i of the experiment: a seeded bijection of i onto the scheme's key domain of `bits` bits,
 // so that keys are distinct, spread, and reproducible on every rank without communication.
 // Keys 0..records-1 are loaded; keys from `records` on are new.
+//
+// With a Zipf skew θ > 0 the loaded records are a multimap: record j carries key(z_j) with z_j
+// drawn from Zipf(θ) over [0, records) (rank 0 the most frequent), and lookups draw their keys
+// the same way (seed 000 §5.8).
 class KeySpace {
  public:
-  KeySpace(uint64_t records, unsigned bits, uint64_t seed) : records_(records), bits_(bits), seed_(seed) {}
+  KeySpace(uint64_t records, unsigned bits, uint64_t seed, double zipf_theta = 0)
+      : records_(records), bits_(bits), seed_(seed), theta_(zipf_theta) {}
   uint64_t key(uint64_t i) const;
   uint64_t records() const { return records_; }
+  double zipf_theta() const { return theta_; }
+  uint64_t seed() const { return seed_; }
 
  private:
   uint64_t records_;
   unsigned bits_;
   uint64_t seed_;
+  double theta_;
+};
+
+// The keys of the loaded records, in load order; every rank generates the same sequence.
+class RecordStream {
+ public:
+  explicit RecordStream(const KeySpace& keys);
+  ~RecordStream();
+  uint64_t next();
+
+ private:
+  struct Zipf;
+  const KeySpace& keys_;
+  uint64_t i_ = 0;
+  std::unique_ptr<Zipf> zipf_;
 };
 
 // The value stored with `key` (deterministic, so readers can verify what they got).
 void fill_value(uint64_t key, std::span<std::byte> out);
 
-enum class OpKind : uint8_t { kGet, kFindOrPut, kRawRead };
+enum class OpKind : uint8_t { kGet, kGetAll, kFindOrPut, kRawRead };
 struct Op {
   OpKind kind;
   uint64_t key;  // kRawRead: random 64 bits for the address
@@ -42,10 +65,14 @@ struct Op {
 class OpStream {
  public:
   OpStream(const BenchOptions& o, Workload w, const KeySpace& keys, uint32_t client);
+  ~OpStream();
   Op next();
 
  private:
+  struct Zipf;
   uint64_t rng();
+  uint64_t present_index();
+  std::unique_ptr<Zipf> zipf_;
   Workload w_;
   const KeySpace& keys_;
   uint64_t state_;
@@ -61,13 +88,18 @@ class SchemeAdapter {
   virtual uint64_t slots() const = 0;  // home slots over all memory nodes
   virtual unsigned key_bits() const = 0;
   virtual uint32_t value_bytes() const = 0;
-  // Formats shard `node` in `region` and loads every key of `keys` that belongs to it.
-  virtual void load_shard(uint32_t node, std::span<std::byte> region, const KeySpace& keys,
-                          const std::function<void(uint64_t done)>& progress) = 0;
-  // Loads all shards at once (in-process fabric): one pass over the keys.
-  virtual void load_all(const std::function<std::span<std::byte>(uint32_t)>& region, const KeySpace& keys,
-                        const std::function<void(uint64_t done)>& progress) = 0;
-  virtual std::unique_ptr<KvClient> make_client(Engine& engine, uint32_t read_size) const = 0;
+  // Memory-node side: formats every shard this process hosts (`fabric.local_region(n)` is
+  // non-empty) and loads the records of `keys` that belong to them, in one pass over the keys.
+  // Registers whatever RPC handlers the scheme's clients need. Call before the start barrier.
+  virtual void load(Fabric& fabric, const KeySpace& keys, const std::function<void(uint64_t done)>& progress) = 0;
+  struct ClientSetup {
+    std::unique_ptr<KvClient> client;
+    uint32_t read_size = 0;  // the lookup read size in slots (for model/cluster: the model's R*)
+  };
+  // A client whose lookups size their reads as `spec` says. For model sizes it reads the table's
+  // metadata (one READ) to learn the load factor. Throws InvalidArgument if the scheme has no such
+  // policy.
+  virtual ClientSetup make_client(Engine& engine, const ReadSizeSpec& spec, const BenchOptions& o) const = 0;
   virtual std::string describe() const = 0;
 };
 

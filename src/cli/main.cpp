@@ -2,6 +2,8 @@
 //
 //   rdmahash bench [options]     benchmark a scheme (see --help); `mpirun -n N rdmahash bench
 //                                --fabric ucx ...` runs over UCX, `--fabric local` in one process.
+//   rdmahash model [options]     the read-size cost model (seed 000 §3): R* for a table, or a curve.
+//   rdmahash calibrate [options] measure the model's c, rho0, alpha, l on a fabric (seed 000 §3.5).
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -12,6 +14,7 @@
 
 #include "bench/driver.h"
 #include "bench/options.h"
+#include "cli/model_cmd.h"
 #include "rdmahash/fabric.h"
 #include "rdmahash/table.h"
 
@@ -19,11 +22,16 @@ namespace {
 
 using rdmahash::bench::BenchOptions;
 
-void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>& workloads) {
+void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>& workloads,
+                       std::vector<std::string>& read_sizes, std::string& distribution) {
   cmd.add_option("--fabric", o.fabric, "local (threads in this process) or ucx (launch with mpirun)")
       ->capture_default_str();
-  cmd.add_option("--scheme", o.scheme, "hash table scheme: linear")->capture_default_str();
+  cmd.add_option("--scheme", o.scheme, "hash table scheme: linear or cuckoo")->capture_default_str();
   cmd.add_option("--slot-format", o.slot_format, "linear slot format: auto, set (63-bit keys) or inline (records)")
+      ->capture_default_str();
+  cmd.add_option("--storage", o.storage, "records inline in the table or in a heap (cuckoo)")->capture_default_str();
+  cmd.add_option("--slots-per-bucket", o.slots_per_bucket, "cuckoo: 1 or 4 slots per bucket")->capture_default_str();
+  cmd.add_option("--cuckoo-probe", o.cuckoo_probe, "cuckoo lookups: parallel (k READs at once) or sequential")
       ->capture_default_str();
   cmd.add_option("--memory-nodes", o.memory_nodes, "memory nodes K (ucx: ranks 0..K-1)")->capture_default_str();
   cmd.add_flag("--symmetric", o.symmetric, "every rank hosts a shard and runs a client (PGAS layout)");
@@ -34,13 +42,19 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
   cmd.add_option("--key-bytes", o.key_bytes, "4 or 8")->capture_default_str();
   cmd.add_option("--value-bytes", o.value_bytes, "inline value bytes, 0..120")->capture_default_str();
   cmd.add_option("--workload", workloads,
-                 "get, find-or-put, mixed, read-intensive, write-intensive, raw-read (a list runs each)")
+                 "get, get-all, find-or-put, mixed, read-intensive, write-intensive, raw-read (a list runs each)")
       ->delimiter(',');
   cmd.add_option("--ops", o.ops, "operations per client")->capture_default_str();
   cmd.add_option("--depth", o.depth, "operations in flight per client")->capture_default_str();
   cmd.add_option("--chunk", o.chunk, "find-or-put chunk size C (slots)")->capture_default_str();
   cmd.add_option("--max-chunks", o.max_chunks, "find-or-put gives up after M chunks")->capture_default_str();
-  cmd.add_option("--read-size", o.read_sizes, "slots per get READ (a list sweeps)")->delimiter(',')
+  cmd.add_option("--read-size", read_sizes,
+                 "lookup READ size: N or fixed:N slots, model, model-unconstrained, cluster (a list sweeps)")
+      ->delimiter(',');
+  cmd.add_option("--clusters", o.clusters, "clusters each client tracks for --read-size cluster")->capture_default_str();
+  cmd.add_option("--assumed-load-factor", o.assumed_load_factor,
+                 "size model reads for this load factor instead of the table's (seed 000 §5.6)");
+  cmd.add_option("--distribution", distribution, "loaded keys and lookups: uniform, or zipf:THETA (a multimap)")
       ->capture_default_str();
   cmd.add_option("--read-bytes", o.read_bytes, "raw-read READ size in bytes (a list sweeps)")->delimiter(',')
       ->capture_default_str();
@@ -60,18 +74,26 @@ int main(int argc, char** argv) {
   CLI::App app{"rdmahash: hash tables in remote memory over one-sided operations"};
   app.require_subcommand(1);
   BenchOptions opts;
-  std::vector<std::string> workloads{"get"};
+  std::vector<std::string> workloads{"get"}, read_sizes{"8"};
+  std::string distribution = "uniform";
   CLI::App* bench = app.add_subcommand("bench", "benchmark a scheme over a fabric");
-  add_bench_options(*bench, opts, workloads);
+  add_bench_options(*bench, opts, workloads, read_sizes, distribution);
+  rdmahash::cli::ModelCommand model_cmd(app);
+  rdmahash::cli::CalibrateCommand calibrate_cmd(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (model_cmd.parsed()) return model_cmd.run();
+  if (calibrate_cmd.parsed()) return calibrate_cmd.run(argc, argv);
 
   try {
     opts.workloads.clear();
     for (const auto& w : workloads) opts.workloads.push_back(rdmahash::bench::parse_workload(w));
+    opts.read_sizes.clear();
+    for (const auto& r : read_sizes) opts.read_sizes.push_back(rdmahash::bench::parse_read_size(r));
+    opts.zipf_theta = rdmahash::bench::parse_distribution(distribution);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rdmahash bench: error: %s\n", e.what());
     return 2;

@@ -3,13 +3,16 @@
 // Design
 // ------
 // * One ucp_context (RMA | AMO64 | AM | WAKEUP) and one worker (UCS_THREAD_MODE_SINGLE) per
-//   process, endpoints to every rank including this one (the "self" transport handles loopback,
-//   which symmetric mode needs). Transports come from the environment (UCX_TLS, UCX_NET_DEVICES,
+//   process, endpoints to every rank including this one (loopback, which symmetric mode needs, goes
+//   over the "self" transport when UCX_TLS allows it). Transports come from the environment (UCX_TLS, UCX_NET_DEVICES,
 //   ...); nothing is hard-coded here.
 // * MPI (MPI_COMM_WORLD) is used only for bootstrap and control: allgather of worker addresses and
 //   packed rkeys, barriers, gather(). Each step of create() ends with an agreement (allreduce) so
 //   that a failure on one rank makes every rank throw instead of leaving the others in a
-//   collective.
+//   collective. The collectives of create() and of destruction are non-blocking (MPI_I*) and
+//   progress the worker while they wait: over TCP a peer's endpoint wireup or flush needs this
+//   worker to progress. barrier() and gather() are plain blocking MPI calls: the lifecycle in
+//   ucx_fabric.h makes sure no client needs a memory node's progress while it sits in them.
 // * Memory node regions come from ucp_mem_map(UCP_MEM_MAP_ALLOCATE). Letting UCX allocate the
 //   memory lets it pick a shared-memory segment (sysv/posix) that peers on the same host map
 //   through the unpacked rkey: GET/PUT become memcpy and CAS/FAA become CPU atomics executed by the
@@ -30,7 +33,9 @@
 //   node counts its own message too, delivered through the self endpoint).
 // * RPCs are active messages (ucp_am_send_nbx with UCP_AM_SEND_FLAG_REPLY). The memory node runs
 //   the registered RpcHandler inside the AM callback (progress context) and answers with another
-//   active message on the reply endpoint. Payloads and replies of any size work: data that arrives
+//   active message on the reply endpoint (posting a non-blocking send from an AM callback is
+//   allowed; only ucp_worker_progress is not). The reply buffer lives on the heap until its send
+//   completes. Payloads and replies of any size work: data that arrives
 //   with UCP_AM_RECV_ATTR_FLAG_RNDV (rendezvous, large messages) is fetched with
 //   ucp_am_recv_data_nbx before the handler runs (request side) or straight into the caller's
 //   reply vector (reply side). Replies are matched to requests by a process-wide request id.
@@ -238,7 +243,9 @@ class UcxFabricImpl final : public UcxFabric {
   void send_reply(ucp_ep_h reply_ep, OutgoingReply* out);
   // Progresses the worker until `sp` (a UCP request, NULL or an error) completes; frees it.
   ucs_status_t wait(ucs_status_ptr_t sp);
-  // MPI barrier that keeps this worker progressing while it waits for the other ranks.
+  // Waits for a non-blocking MPI operation while progressing the worker (when it exists): during
+  // create() and destruction a peer may be waiting for this worker (e.g. TCP wireup, flushes).
+  void progress_wait(MPI_Request& req);
   void progress_barrier();
   bool all_agree(bool ok);
   std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> mine);
@@ -311,7 +318,8 @@ void UcxFabricImpl::init() {
   ucp_worker_attr_t wattr{};
   wattr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
   ucs_status_t st = ucp_worker_query(worker_, &wattr);
-  if (st != UCS_OK) throw FabricError(ucx_error("ucp_worker_query", st));  // local query: cannot differ by rank
+  if (!all_agree(st == UCS_OK))
+    throw FabricError(st != UCS_OK ? ucx_error("ucp_worker_query", st) : "ucx fabric: another rank failed to query its worker address");
   std::vector<std::vector<std::byte>> addresses;
   try {
     addresses = allgather({reinterpret_cast<const std::byte*>(wattr.address), wattr.address_length});
@@ -333,7 +341,8 @@ void UcxFabricImpl::init() {
 
   // Wire up every connection now (flush waits for the endpoints' wireup), with every rank
   // progressing, so that the first requests of the clients do not depend on peers' progress.
-  st = wait(ucp_worker_flush_nbx(worker_, nullptr));
+  const ucp_request_param_t no_params{};  // completion is polled by wait()
+  st = wait(ucp_worker_flush_nbx(worker_, &no_params));
   if (!all_agree(st == UCS_OK)) throw FabricError(ucx_error("initial worker flush", st == UCS_OK ? UCS_ERR_IO_ERROR : st));
   progress_barrier();
   connected_ = true;
@@ -508,19 +517,25 @@ ucs_status_t UcxFabricImpl::wait(ucs_status_ptr_t sp) {
   return st;
 }
 
-void UcxFabricImpl::progress_barrier() {
-  MPI_Request req;
-  mpi_check(MPI_Ibarrier(MPI_COMM_WORLD, &req), "MPI_Ibarrier");
+void UcxFabricImpl::progress_wait(MPI_Request& req) {
   int flag = 0;
   while (!flag) {
-    ucp_worker_progress(worker_);
+    if (worker_) ucp_worker_progress(worker_);
     mpi_check(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), "MPI_Test");
   }
 }
 
+void UcxFabricImpl::progress_barrier() {
+  MPI_Request req;
+  mpi_check(MPI_Ibarrier(MPI_COMM_WORLD, &req), "MPI_Ibarrier");
+  progress_wait(req);
+}
+
 bool UcxFabricImpl::all_agree(bool ok) {
   int mine = ok ? 1 : 0, all = 0;
-  mpi_check(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce");
+  MPI_Request req;
+  mpi_check(MPI_Iallreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req), "MPI_Iallreduce");
+  progress_wait(req);
   return all == 1;
 }
 
@@ -528,7 +543,9 @@ std::vector<std::vector<std::byte>> UcxFabricImpl::allgather(std::span<const std
   if (mine.size() > static_cast<size_t>(INT_MAX)) throw FabricError("ucx fabric: allgather of more than 2 GiB");
   const int len = static_cast<int>(mine.size());
   std::vector<int> lens(static_cast<size_t>(size_)), displs(static_cast<size_t>(size_));
-  mpi_check(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather");
+  MPI_Request req;
+  mpi_check(MPI_Iallgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD, &req), "MPI_Iallgather");
+  progress_wait(req);
   size_t total = 0;
   for (size_t i = 0; i < lens.size(); ++i) {
     if (total > static_cast<size_t>(INT_MAX)) throw FabricError("ucx fabric: allgather of more than 2 GiB");
@@ -536,8 +553,9 @@ std::vector<std::vector<std::byte>> UcxFabricImpl::allgather(std::span<const std
     total += static_cast<size_t>(lens[i]);
   }
   std::vector<std::byte> all(total);
-  mpi_check(MPI_Allgatherv(mine.data(), len, MPI_BYTE, all.data(), lens.data(), displs.data(), MPI_BYTE, MPI_COMM_WORLD),
-            "MPI_Allgatherv");
+  mpi_check(MPI_Iallgatherv(mine.data(), len, MPI_BYTE, all.data(), lens.data(), displs.data(), MPI_BYTE, MPI_COMM_WORLD, &req),
+            "MPI_Iallgatherv");
+  progress_wait(req);
   std::vector<std::vector<std::byte>> out(lens.size());
   for (size_t i = 0; i < lens.size(); ++i)
     out[i].assign(all.begin() + displs[i], all.begin() + displs[i] + lens[i]);

@@ -307,9 +307,9 @@ void CuckooShard::write_new(const Loc& at, uint64_t key, std::span<const std::by
     node_store(base, off, make_ctrl(v, p.kbits));
     return;
   }
-  // Heap: the record stays locked until its bucket word references it (a live record is always
-  // referenced; see cuckoo.h), so a reader holding a stale fingerprint never accepts it early.
-  node_store(base, off, kLock | (version_of(old) << 32));
+  // Heap: the record's ctrl stays free (not OCC) until after the bucket word references it, so a
+  // live record is always referenced (see cuckoo.h) and a reader holding a stale fingerprint never
+  // accepts it early.
   node_store_words(base, off + 8, rec.data() + 8, l.bytes - 8);
   const uint64_t woff = kHeaderBytes + 8 * at.bucket;
   uint64_t w = node_load(base, woff);
@@ -478,7 +478,7 @@ bool CuckooShard::bulk_insert(uint64_t key, std::span<const std::byte> value) {
   const CuckooShardResult r = put(key, value);
   if (r.status == Status::kFull) {
     std::lock_guard lock(mu_);
-    throw InvalidArgument("cuckoo build: shard " + std::to_string(node_) + " could not place key " +
+    throw InvalidArgument("cuckoo shard " + std::to_string(node_) + " could not place key " +
                           std::to_string(key) + " within " + std::to_string(cfg_.max_displacements) +
                           " displacements; it reached load factor " +
                           fmt_factor(static_cast<double>(records_) / static_cast<double>(capacity())) + " (" +
@@ -884,6 +884,13 @@ Task<OpResult> CuckooClient::update(uint64_t key, std::span<const std::byte> val
 Task<OpResult> CuckooClient::erase(uint64_t key) {
   validate_key(key);
   co_return co_await remote(kOpErase, key, {});
+}
+
+Task<OpResult> CuckooClient::get_all(uint64_t key, std::vector<std::byte>* values_out) {
+  std::vector<std::byte> value(values_out ? cfg_.value_bytes : 0);
+  const OpResult r = co_await get(key, value);
+  if (r.status == Status::kFound && values_out) values_out->insert(values_out->end(), value.begin(), value.end());
+  co_return r;
 }
 
 Task<CuckooShardHeader> CuckooClient::read_header(uint32_t node) {

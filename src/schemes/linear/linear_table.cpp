@@ -23,7 +23,8 @@ constexpr uint32_t kMaxStableRetries = 1u << 22;
 // words) and on the heap otherwise, so a lookup does not pay a malloc for its read buffer.
 class Scratch {
  public:
-  explicit Scratch(size_t n) : n_(n) {
+  // n == 0: just the inline bytes (callers check size() and fall back to their own buffer).
+  explicit Scratch(size_t n) : n_(n ? n : sizeof small_) {
     if (n > sizeof small_) big_.resize(n);
   }
   std::byte* data() { return n_ > sizeof small_ ? big_.data() : small_; }
@@ -99,6 +100,11 @@ const char* to_string(Status s) {
     case Status::kErased: return "erased";
   }
   return "?";
+}
+
+Task<OpResult> KvClient::get_all(uint64_t, std::vector<std::byte>*) {
+  throw InvalidArgument("this scheme holds each key at most once: multimap lookups (get_all) are not supported");
+  co_return OpResult{};
 }
 
 const char* to_string(SlotFormat f) { return f == SlotFormat::kSet ? "set" : "inline"; }
@@ -299,17 +305,24 @@ Task<bool> LinearClient::read_stable(uint32_t node, uint64_t slot, std::byte* ds
 Task<LinearClient::Located> LinearClient::locate(uint64_t key, const LinearPlacement& p,
                                                  std::span<std::byte> value_out, uint32_t& reads) {
   const uint64_t total = cfg_.total_slots();
-  const uint32_t R = probe_.read_size;
   const InlineLayout l(cfg_);
-  Scratch buf(static_cast<size_t>(R) * slot_bytes_);
+  std::vector<std::byte> big;
+  Scratch buf(0);
   std::vector<std::byte> one;
   const bool set = cfg_.format == SlotFormat::kSet;
+  uint64_t run_start = p.home;
   for (uint64_t s = p.home; s < total;) {
-    const uint64_t n = std::min<uint64_t>(R, total - s);
-    co_await engine_.read(slot_addr(p.node, s), buf.data(), static_cast<uint32_t>(n * slot_bytes_));
+    const uint64_t n = std::min<uint64_t>(read_slots(p.node, s), total - s);
+    std::byte* data = buf.data();
+    if (n * slot_bytes_ > buf.size()) {
+      big.resize(n * slot_bytes_);
+      data = big.data();
+    }
+    co_await engine_.read(slot_addr(p.node, s), data, static_cast<uint32_t>(n * slot_bytes_));
     ++reads;
+    observe_clusters(p.node, s, data, n, run_start);
     for (uint64_t j = 0; j < n; ++j) {
-      const std::byte* sl = buf.data() + j * slot_bytes_;
+      const std::byte* sl = data + j * slot_bytes_;
       uint64_t w = load64(sl);
       if (w == 0) co_return Located{};
       if (set) {
@@ -331,6 +344,132 @@ Task<LinearClient::Located> LinearClient::locate(uint64_t key, const LinearPlace
     s += n;
   }
   co_return Located{};
+}
+
+uint32_t LinearClient::read_slots(uint32_t node, uint64_t slot) const {
+  return probe_.read_sizer ? std::max<uint32_t>(1, probe_.read_sizer->size_at(node, slot)) : probe_.read_size;
+}
+
+// Reports the clusters a scan has seen to a read sizer that tracks them. A scan knows the slots
+// from `run_start` (its home slot, or the slot after the last empty one it saw) are occupied up
+// to the next empty slot, across reads; each such run is reported when its empty slot is seen.
+// The run that starts at the home slot may begin earlier than the scan can see: it is reported
+// from the home slot, which is all a later read starting inside it needs. Tombstones count as
+// occupied: probes run through them.
+void LinearClient::observe_clusters(uint32_t node, uint64_t start, const std::byte* slots, uint64_t n,
+                                    uint64_t& run_start) const {
+  if (!probe_.read_sizer || !probe_.read_sizer->wants_clusters()) return;
+  for (uint64_t j = 0; j < n; ++j) {
+    if (load64(slots + j * slot_bytes_) != 0) continue;
+    const uint64_t empty = start + j;
+    if (empty > run_start) probe_.read_sizer->observe(node, run_start, empty - run_start);
+    run_start = empty + 1;
+  }
+}
+
+Task<OpResult> LinearClient::get_all(uint64_t key, std::vector<std::byte>* values_out) {
+  validate_key(key);
+  OpResult r;
+  const LinearPlacement p = linear_place(cfg_, key);
+  const uint64_t total = cfg_.total_slots();
+  const InlineLayout l(cfg_);
+  const bool set = cfg_.format == SlotFormat::kSet;
+  std::vector<std::byte> buf;
+  std::vector<std::byte> one(slot_bytes_);
+  uint64_t run_start = p.home;
+  for (uint64_t s = p.home; s < total;) {
+    const uint64_t n = std::min<uint64_t>(read_slots(p.node, s), total - s);
+    buf.resize(n * slot_bytes_);
+    co_await engine_.read(slot_addr(p.node, s), buf.data(), static_cast<uint32_t>(n * slot_bytes_));
+    ++r.chunks;
+    observe_clusters(p.node, s, buf.data(), n, run_start);
+    for (uint64_t j = 0; j < n; ++j) {
+      const std::byte* sl = buf.data() + j * slot_bytes_;
+      uint64_t w = load64(sl);
+      if (w == 0) {  // the first empty slot ends the scan (seed 000 §4.3)
+        r.status = r.matches ? Status::kFound : Status::kNotFound;
+        co_return r;
+      }
+      if (set) {
+        r.matches += w == (kOcc | key);
+        continue;
+      }
+      if ((w & kDel) || static_cast<uint32_t>(w) != p.kbits) continue;
+      if ((w & kLock) || !inline_consistent(cfg_, l, sl)) {
+        if (!co_await read_stable(p.node, s + j, one.data())) continue;
+        sl = one.data();
+      }
+      if (cfg_.key_bytes == 8 && load64(sl + l.key_off) != key) continue;
+      ++r.matches;
+      if (values_out) values_out->insert(values_out->end(), sl + l.val_off, sl + l.val_off + cfg_.value_bytes);
+    }
+    s += n;
+  }
+  r.status = r.matches ? Status::kFound : Status::kNotFound;
+  co_return r;
+}
+
+// --- cluster hints ----------------------------------------------------------------------------
+
+ClusterReadSizer::ClusterReadSizer(uint32_t default_size, size_t capacity,
+                                   std::function<uint32_t(uint64_t, uint64_t)> size_with_cluster, uint32_t max_size)
+    : default_size_(std::max<uint32_t>(1, default_size)),
+      capacity_(capacity),
+      size_with_cluster_(std::move(size_with_cluster)),
+      max_size_(max_size) {}
+
+void ClusterReadSizer::observe(uint32_t node, uint64_t start, uint64_t length) {
+  if (capacity_ == 0 || length == 0) return;
+  // Not among the largest: nothing to do (the common case once the tracker is full).
+  if (clusters_.size() >= capacity_ && length <= by_length_.begin()->first) return;
+  auto containing = clusters_.upper_bound({node, start});
+  if (containing != clusters_.begin()) {
+    auto prev = std::prev(containing);
+    if (prev->first.first == node && prev->first.second <= start &&
+        prev->first.second + prev->second >= start + length)
+      return;  // a part of a cluster already known (a lookup that started inside it)
+  }
+  // Drop what this observation supersedes: tracked clusters overlapping it (the table only grows,
+  // so an overlapping older cluster is a stale piece of this one).
+  auto it = clusters_.lower_bound({node, start});
+  if (it != clusters_.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first.first == node && prev->first.second + prev->second > start) it = prev;
+  }
+  while (it != clusters_.end() && it->first.first == node && it->first.second < start + length) {
+    if (it->first.second == start && it->second == length) return;  // already known
+    auto range = by_length_.equal_range(it->second);
+    for (auto b = range.first; b != range.second; ++b)
+      if (b->second == it->first) { by_length_.erase(b); break; }
+    it = clusters_.erase(it);
+  }
+  if (clusters_.size() >= capacity_) {
+    auto smallest = by_length_.begin();
+    if (smallest->first >= length) return;  // not among the largest
+    clusters_.erase(smallest->second);
+    by_length_.erase(smallest);
+  }
+  clusters_.emplace(Key{node, start}, length);
+  by_length_.emplace(length, Key{node, start});
+}
+
+uint32_t ClusterReadSizer::size_at(uint32_t node, uint64_t slot) {
+  auto it = clusters_.upper_bound({node, slot});
+  if (it != clusters_.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first.first == node && slot < prev->first.second + prev->second)  // inside: read to its end
+      return static_cast<uint32_t>(std::min<uint64_t>(max_size_, prev->first.second + prev->second - slot + 1));
+  }
+  if (it == clusters_.end() || it->first.first != node) return default_size_;
+  const uint64_t offset = it->first.second - slot;
+  if (offset > 2ULL * default_size_) return default_size_;  // too far ahead to change the choice
+  const uint64_t length = it->second;
+  const uint64_t key = (offset << 32) | std::min<uint64_t>(length, 0xffffffffULL);
+  if (auto c = cache_.find(key); c != cache_.end()) return c->second;
+  if (cache_.size() > (1u << 16)) cache_.clear();
+  const uint32_t r = std::clamp<uint32_t>(size_with_cluster_(offset, length), 1, max_size_);
+  cache_.emplace(key, r);
+  return r;
 }
 
 Task<OpResult> LinearClient::get(uint64_t key, std::span<std::byte> value_out) {

@@ -1,0 +1,133 @@
+// model/calibrate.h — model bootstrapping (seed 000 §3.5): measure the cost-model parameters of
+// Eq. 2 and Eq. 3 on the fabric at hand, like qperf but through our own Engine and Transport.
+//
+// What is measured (all through one client's Engine against one memory node), after one
+// sequential sweep of READs over the whole region (first-touch costs such as page faults in a
+// shared-memory mapping would otherwise land in the first measurement), and after a short warm-up
+// before each measurement:
+//   * latency: for every size in `latency_sizes` (default 8 B … 64 KiB), `iterations` READs at
+//     depth 1 (one READ per round trip) at random 8-byte-aligned offsets of the region; the
+//     engine's per-operation latency (batch boundary to batch boundary) is recorded and the
+//     median (plus p10/p90/min/mean) kept.
+//   * c   = median depth-1 latency of a `small_bytes` (8 B) READ — the model's "latency of a
+//           minimal READ" (the seed uses 0-byte READs; our fabric has no 0-byte READ).
+//   * α   = least-squares slope of median latency vs READ size over `latency_sizes`, in ns/B.
+//           A slope ≤ 0 (possible on fabrics where size hardly matters, e.g. shared memory with
+//           noisy medians) cannot be used by the model (it needs α > 0): then α = 1e9 / l (the
+//           seed's own choice, α = 1/l) and `alpha_source` says "inverse_bandwidth".
+//   * ρ0  = peak rate of `small_bytes` READs: `rate_ops` READs at each depth of `rate_depths`
+//           (the engine posts up to `depth` READs per batch), the best rate wins.
+//   * l   = link bandwidth: `bandwidth_ops` READs of `bandwidth_bytes` (64 KiB) at depth
+//           `bandwidth_depth` (16), payload bytes per second.
+//
+// A `Profile` holds the four parameters, every raw measurement and where they were taken
+// (fabric, UCX_* environment, host, UTC date). It round-trips through JSON (`to_json` /
+// `profile_from_json`); `rdmahash calibrate` writes it and `rdmahash model --profile` reads it.
+//
+// This is an internal (not installed) part of the tools; the header is free of nlohmann::json.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "rdmahash/engine.h"
+#include "rdmahash/model.h"
+
+namespace rdmahash::model {
+
+// Thrown for a profile that cannot be read or is malformed (bad JSON, a missing or invalid field).
+class ProfileError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// y ≈ slope·x + intercept by ordinary least squares.
+struct LinearFit {
+  double slope = 0.0;
+  double intercept = 0.0;
+  double r2 = 0.0;  // coefficient of determination (1 when every point is on the line)
+};
+// Throws std::invalid_argument if the sizes differ, there are fewer than 2 points, a value is not
+// finite, or every x is the same.
+LinearFit fit_line(std::span<const double> x, std::span<const double> y);
+
+struct LatencySample {
+  uint32_t bytes = 0;
+  uint64_t samples = 0;
+  double median_ns = 0, p10_ns = 0, p90_ns = 0, min_ns = 0, mean_ns = 0;
+};
+
+struct RateSample {
+  uint32_t bytes = 0;
+  uint32_t depth = 0;
+  uint64_t ops = 0;
+  double seconds = 0;
+  double ops_per_s = 0;
+  double bytes_per_s = 0;  // payload
+};
+
+struct CalibrateOptions {
+  uint64_t iterations = 10000;  // depth-1 READs per latency size
+  std::vector<uint32_t> latency_sizes{8, 64, 256, 1024, 4096, 16384, 65536};
+  uint32_t small_bytes = 8;     // size of the READ behind c and ρ0
+  std::vector<uint32_t> rate_depths{64, 128, 256};
+  uint64_t rate_ops = 0;        // READs per rate depth; 0: 10 × iterations
+  uint32_t bandwidth_bytes = 65536;
+  uint32_t bandwidth_depth = 16;
+  uint64_t bandwidth_ops = 0;   // 0: iterations
+  uint64_t seed = 1;            // offsets of the READs
+  // Throws std::invalid_argument naming the bad field (region_bytes: the target region's size).
+  void validate(uint64_t region_bytes) const;
+};
+
+struct Profile {
+  // The model's parameters (units as in CostParams).
+  double c_ns = 0;
+  double rho0_ops_per_s = 0;
+  double alpha_ns_per_byte = 0;
+  double link_bytes_per_s = 0;
+  std::string alpha_source = "fit";  // "fit" or "inverse_bandwidth" (fit slope ≤ 0: α = 1e9/l)
+
+  // Raw measurements.
+  LinearFit latency_fit;
+  std::vector<LatencySample> latency;
+  std::vector<RateSample> rate;       // small READs at each rate depth
+  std::vector<RateSample> bandwidth;  // large READs
+
+  // Where and how.
+  std::string fabric;                                    // "local", "ucx"
+  std::vector<std::pair<std::string, std::string>> env;  // UCX_* variables of the client
+  std::string host;
+  std::string date;  // UTC, ISO 8601
+  uint64_t region_bytes = 0;
+  uint64_t iterations = 0;
+
+  // Throws ProfileError unless the four parameters are finite and > 0.
+  void validate() const;
+  // The model's parameters for slots of `slot_bytes` and READ headers of `header_bytes`.
+  CostParams cost_params(double slot_bytes = 8.0, double header_bytes = 30.0) const;
+};
+
+// Runs every measurement against memory node `node` (a region of `region_bytes`) through
+// `engine` and returns the profile with fabric-independent fields filled in (host and date from
+// this process; the caller sets `fabric` and, for UCX, `env = ucx_environment()`). Throws
+// std::invalid_argument for bad options, FabricError for transport failures.
+Profile calibrate(Engine& engine, uint32_t node, uint64_t region_bytes, const CalibrateOptions& options);
+
+// The process's UCX_* environment variables, sorted by name.
+std::vector<std::pair<std::string, std::string>> ucx_environment();
+
+// JSON text of a profile (one object; `indent` < 0: one line).
+std::string to_json(const Profile& p, int indent = 2);
+// Parses and validates a profile. Only the four parameters are required; the other fields are
+// checked when present. Throws ProfileError with a message naming the problem.
+Profile profile_from_json(std::string_view text);
+// Reads a profile file. Throws ProfileError ("cannot read profile 'PATH'" or "profile 'PATH': ...").
+Profile load_profile(const std::string& path);
+
+}  // namespace rdmahash::model

@@ -1,0 +1,289 @@
+// Model bootstrapping (seed 000 §3.5): the least-squares fit, calibration on LocalFabric, and the
+// profile's JSON form. No assertion depends on how fast this machine is beyond "positive, finite".
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "model/calibrate.h"
+#include "rdmahash/engine.h"
+#include "rdmahash/fabric.h"
+#include "rdmahash/model.h"
+
+namespace m = rdmahash::model;
+
+namespace {
+
+bool positive_finite(double x) { return std::isfinite(x) && x > 0; }
+
+m::CalibrateOptions quick_options() {
+  m::CalibrateOptions o;
+  o.iterations = 300;
+  o.latency_sizes = {8, 256, 4096, 65536};
+  o.rate_depths = {64, 256};
+  o.rate_ops = 3000;
+  o.bandwidth_ops = 200;
+  return o;
+}
+
+m::Profile sample_profile() {
+  m::Profile p;
+  p.c_ns = 1290.5;
+  p.rho0_ops_per_s = 87.17e6;
+  p.alpha_ns_per_byte = 0.08;
+  p.link_bytes_per_s = 12.5e9;
+  p.alpha_source = "fit";
+  p.latency_fit = {0.0812345678901, 1288.25, 0.9993};
+  p.latency = {{8, 1000, 1290.5, 1200, 1500, 1100, 1301.25}, {65536, 1000, 6533.0, 6400, 6700, 6300, 6550.5}};
+  p.rate = {{8, 64, 100000, 0.00114, 87.17e6, 697.36e6}};
+  p.bandwidth = {{65536, 16, 2000, 0.0105, 190476.19, 12.48e9}};
+  p.fabric = "ucx";
+  p.env = {{"UCX_NET_DEVICES", "mlx5_0:1"}, {"UCX_TLS", "rc,self"}};
+  p.host = "node17";
+  p.date = "2024-05-01T12:00:00Z";
+  p.region_bytes = 1ull << 26;
+  p.iterations = 10000;
+  return p;
+}
+
+// Expects profile_from_json(text) to throw a ProfileError whose message contains `needle`.
+void expect_rejected(const std::string& text, const std::string& needle) {
+  try {
+    m::profile_from_json(text);
+    ADD_FAILURE() << "accepted: " << text;
+  } catch (const m::ProfileError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "message: " << e.what();
+  }
+}
+
+}  // namespace
+
+TEST(LinearFit, ExactOnALine) {
+  // y = 0.08 x + 1290 on the calibration sizes: the fit must recover slope and intercept.
+  const std::vector<double> x{8, 64, 256, 1024, 4096, 16384, 65536};
+  std::vector<double> y;
+  for (double v : x) y.push_back(0.08 * v + 1290.0);
+  const m::LinearFit f = m::fit_line(x, y);
+  EXPECT_NEAR(f.slope, 0.08, 1e-12);
+  EXPECT_NEAR(f.intercept, 1290.0, 1e-9);
+  EXPECT_NEAR(f.r2, 1.0, 1e-12);
+}
+
+TEST(LinearFit, KnownLeastSquaresSolution) {
+  // Points off a line: (0,1), (1,3), (2,2), (3,5). Normal equations give slope 1.1, intercept 1.1.
+  const std::vector<double> x{0, 1, 2, 3}, y{1, 3, 2, 5};
+  const m::LinearFit f = m::fit_line(x, y);
+  EXPECT_NEAR(f.slope, 1.1, 1e-12);
+  EXPECT_NEAR(f.intercept, 1.1, 1e-12);
+  // Residuals -0.1, 0.8, -1.3, 0.6: SS_res = 2.7; SS_tot = 8.75.
+  EXPECT_NEAR(f.r2, 1.0 - 2.7 / 8.75, 1e-12);
+}
+
+TEST(LinearFit, NegativeAndZeroSlopes) {
+  const std::vector<double> x{1, 2, 3}, down{5, 3, 1}, flat{7, 7, 7};
+  EXPECT_NEAR(m::fit_line(x, down).slope, -2.0, 1e-12);
+  EXPECT_NEAR(m::fit_line(x, down).intercept, 7.0, 1e-12);
+  const m::LinearFit f = m::fit_line(x, flat);
+  EXPECT_EQ(f.slope, 0.0);
+  EXPECT_EQ(f.intercept, 7.0);
+  EXPECT_EQ(f.r2, 1.0);
+}
+
+TEST(LinearFit, RejectsDegenerateInput) {
+  const std::vector<double> one{1}, two{1, 2}, same{4, 4}, nan{1, NAN};
+  EXPECT_THROW(m::fit_line(one, one), std::invalid_argument);
+  EXPECT_THROW(m::fit_line(two, one), std::invalid_argument);
+  EXPECT_THROW(m::fit_line(same, two), std::invalid_argument);
+  EXPECT_THROW(m::fit_line(two, nan), std::invalid_argument);
+}
+
+TEST(Calibrate, LocalFabricGivesUsableParameters) {
+  const uint64_t region = 1ull << 20;
+  auto fabric = rdmahash::make_local_fabric({region});
+  auto transport = fabric->connect();
+  rdmahash::Engine engine(*transport);
+  const m::CalibrateOptions o = quick_options();
+  m::Profile p = m::calibrate(engine, 0, region, o);
+  p.fabric = "local";
+
+  EXPECT_TRUE(positive_finite(p.c_ns)) << p.c_ns;
+  EXPECT_TRUE(positive_finite(p.rho0_ops_per_s)) << p.rho0_ops_per_s;
+  EXPECT_TRUE(positive_finite(p.alpha_ns_per_byte)) << p.alpha_ns_per_byte;
+  EXPECT_GE(p.alpha_ns_per_byte, 0.0);
+  EXPECT_TRUE(positive_finite(p.link_bytes_per_s)) << p.link_bytes_per_s;
+  EXPECT_NO_THROW(p.validate());
+  EXPECT_TRUE(p.alpha_source == "fit" || p.alpha_source == "inverse_bandwidth") << p.alpha_source;
+  if (p.alpha_source == "fit") {
+    EXPECT_EQ(p.alpha_ns_per_byte, p.latency_fit.slope);
+  }
+
+  // Raw measurements: one latency row per size (8 B is among them, so it gives c), one rate row
+  // per depth, one bandwidth row; every READ was issued.
+  ASSERT_EQ(p.latency.size(), o.latency_sizes.size());
+  for (size_t i = 0; i < p.latency.size(); ++i) {
+    EXPECT_EQ(p.latency[i].bytes, o.latency_sizes[i]);
+    EXPECT_EQ(p.latency[i].samples, o.iterations);
+    EXPECT_LE(p.latency[i].min_ns, p.latency[i].median_ns);
+    EXPECT_LE(p.latency[i].p10_ns, p.latency[i].median_ns);
+    EXPECT_LE(p.latency[i].median_ns, p.latency[i].p90_ns);
+  }
+  EXPECT_EQ(p.c_ns, p.latency[0].median_ns);
+  ASSERT_EQ(p.rate.size(), o.rate_depths.size());
+  for (const auto& r : p.rate) {
+    EXPECT_EQ(r.ops, o.rate_ops);
+    EXPECT_TRUE(positive_finite(r.ops_per_s));
+    EXPECT_LE(r.ops_per_s, p.rho0_ops_per_s);
+  }
+  ASSERT_EQ(p.bandwidth.size(), 1u);
+  EXPECT_EQ(p.bandwidth[0].bytes, o.bandwidth_bytes);
+  EXPECT_EQ(p.link_bytes_per_s, p.bandwidth[0].bytes_per_s);
+  // latency (iterations + warm-up per size) + rate + bandwidth READs, all 8-byte-aligned in range.
+  EXPECT_GT(transport->counters().reads, o.iterations * o.latency_sizes.size() + 2 * o.rate_ops + o.bandwidth_ops);
+  EXPECT_EQ(transport->counters().writes, 0u);
+
+  // The profile feeds the model.
+  const m::FirstEmptyDistribution dist(1000, 800);
+  const m::ReadSizeChoice choice = m::optimal_read_size(dist, p.cost_params(8.0), true);
+  EXPECT_GE(choice.read_size, 1u);
+  EXPECT_TRUE(std::isfinite(choice.cost_ns));
+}
+
+TEST(Calibrate, AddsTheSmallReadWhenNotAmongTheSizes) {
+  const uint64_t region = 1ull << 16;
+  auto fabric = rdmahash::make_local_fabric({region});
+  auto transport = fabric->connect();
+  rdmahash::Engine engine(*transport);
+  m::CalibrateOptions o = quick_options();
+  o.iterations = 50;
+  o.latency_sizes = {64, 4096};
+  o.rate_depths = {8};
+  o.rate_ops = 200;
+  o.bandwidth_bytes = 4096;
+  o.bandwidth_ops = 50;
+  const m::Profile p = m::calibrate(engine, 0, region, o);
+  ASSERT_EQ(p.latency.size(), 3u);
+  EXPECT_EQ(p.latency[2].bytes, 8u);
+  EXPECT_EQ(p.c_ns, p.latency[2].median_ns);
+  EXPECT_NO_THROW(p.validate());
+}
+
+TEST(Calibrate, RejectsBadOptions) {
+  auto fabric = rdmahash::make_local_fabric({4096});
+  auto transport = fabric->connect();
+  rdmahash::Engine engine(*transport);
+  m::CalibrateOptions o = quick_options();
+  EXPECT_THROW(m::calibrate(engine, 0, 4096, o), std::invalid_argument);  // 64 KiB READs > region
+  o.latency_sizes = {8, 64};
+  o.bandwidth_bytes = 1024;
+  o.iterations = 0;
+  EXPECT_THROW(m::calibrate(engine, 0, 4096, o), std::invalid_argument);
+  o.iterations = 10;
+  o.latency_sizes = {8};
+  EXPECT_THROW(m::calibrate(engine, 0, 4096, o), std::invalid_argument);  // cannot fit alpha
+  o.latency_sizes = {8, 64};
+  o.rate_depths = {};
+  EXPECT_THROW(m::calibrate(engine, 0, 4096, o), std::invalid_argument);
+  EXPECT_EQ(transport->counters().reads, 0u);  // validated before any READ
+}
+
+TEST(ProfileJson, RoundTrips) {
+  const m::Profile p = sample_profile();
+  for (int indent : {-1, 2}) {
+    const m::Profile q = m::profile_from_json(m::to_json(p, indent));
+    EXPECT_EQ(q.c_ns, p.c_ns);
+    EXPECT_EQ(q.rho0_ops_per_s, p.rho0_ops_per_s);
+    EXPECT_EQ(q.alpha_ns_per_byte, p.alpha_ns_per_byte);
+    EXPECT_EQ(q.link_bytes_per_s, p.link_bytes_per_s);
+    EXPECT_EQ(q.alpha_source, p.alpha_source);
+    EXPECT_EQ(q.latency_fit.slope, p.latency_fit.slope);
+    EXPECT_EQ(q.latency_fit.intercept, p.latency_fit.intercept);
+    EXPECT_EQ(q.latency_fit.r2, p.latency_fit.r2);
+    ASSERT_EQ(q.latency.size(), p.latency.size());
+    for (size_t i = 0; i < p.latency.size(); ++i) {
+      EXPECT_EQ(q.latency[i].bytes, p.latency[i].bytes);
+      EXPECT_EQ(q.latency[i].samples, p.latency[i].samples);
+      EXPECT_EQ(q.latency[i].median_ns, p.latency[i].median_ns);
+      EXPECT_EQ(q.latency[i].p10_ns, p.latency[i].p10_ns);
+      EXPECT_EQ(q.latency[i].p90_ns, p.latency[i].p90_ns);
+      EXPECT_EQ(q.latency[i].min_ns, p.latency[i].min_ns);
+      EXPECT_EQ(q.latency[i].mean_ns, p.latency[i].mean_ns);
+    }
+    ASSERT_EQ(q.rate.size(), 1u);
+    EXPECT_EQ(q.rate[0].depth, 64u);
+    EXPECT_EQ(q.rate[0].ops, 100000u);
+    EXPECT_EQ(q.rate[0].seconds, p.rate[0].seconds);
+    EXPECT_EQ(q.rate[0].ops_per_s, p.rate[0].ops_per_s);
+    EXPECT_EQ(q.rate[0].bytes_per_s, p.rate[0].bytes_per_s);
+    ASSERT_EQ(q.bandwidth.size(), 1u);
+    EXPECT_EQ(q.bandwidth[0].bytes, 65536u);
+    EXPECT_EQ(q.bandwidth[0].bytes_per_s, p.bandwidth[0].bytes_per_s);
+    EXPECT_EQ(q.fabric, p.fabric);
+    EXPECT_EQ(q.env, p.env);
+    EXPECT_EQ(q.host, p.host);
+    EXPECT_EQ(q.date, p.date);
+    EXPECT_EQ(q.region_bytes, p.region_bytes);
+    EXPECT_EQ(q.iterations, p.iterations);
+    EXPECT_EQ(m::to_json(q), m::to_json(p));
+  }
+}
+
+TEST(ProfileJson, OnlyTheFourParametersAreRequired) {
+  const m::Profile p =
+      m::profile_from_json(R"({"c_ns": 2000, "rho0_ops_per_s": 1e7, "alpha_ns_per_byte": 0.1, "link_bytes_per_s": 5e9})");
+  EXPECT_EQ(p.c_ns, 2000);
+  EXPECT_EQ(p.rho0_ops_per_s, 1e7);
+  const m::CostParams cp = p.cost_params(32.0, 30.0);
+  EXPECT_EQ(cp.slot_bytes, 32.0);
+  EXPECT_EQ(cp.alpha_ns_per_byte, 0.1);
+  EXPECT_EQ(cp.link_bytes_per_s, 5e9);
+}
+
+TEST(ProfileJson, MalformedProfilesAreRejected) {
+  const std::string ok_tail = R"("rho0_ops_per_s": 1e7, "alpha_ns_per_byte": 0.1, "link_bytes_per_s": 5e9)";
+  expect_rejected("", "not valid JSON");
+  expect_rejected("{\"c_ns\": 12,", "not valid JSON");
+  expect_rejected("[1, 2]", "top level must be a JSON object");
+  expect_rejected("{" + ok_tail + "}", "field 'c_ns' is missing");
+  expect_rejected("{\"c_ns\": \"fast\", " + ok_tail + "}", "field 'c_ns' must be a number");
+  expect_rejected("{\"c_ns\": 0, " + ok_tail + "}", "field 'c_ns' must be > 0");
+  expect_rejected("{\"c_ns\": -5, " + ok_tail + "}", "field 'c_ns' must be > 0");
+  expect_rejected("{\"c_ns\": null, " + ok_tail + "}", "field 'c_ns' is missing");
+  expect_rejected(R"({"c_ns": 1, "rho0_ops_per_s": 1e7, "alpha_ns_per_byte": 0.1})", "field 'link_bytes_per_s' is missing");
+  expect_rejected("{\"format\": \"something-else\", \"c_ns\": 1, " + ok_tail + "}", "field 'format' must be");
+  expect_rejected("{\"version\": 99, \"c_ns\": 1, " + ok_tail + "}", "field 'version' must be 1");
+  expect_rejected("{\"c_ns\": 1, " + ok_tail + R"(, "measurements": {"rate": [{"bytes": 8}]}})",
+                  "field 'measurements.rate[0].depth' is missing");
+  expect_rejected("{\"c_ns\": 1, " + ok_tail + R"(, "measurements": {"latency": {}}})",
+                  "field 'measurements.latency' must be an array");
+  expect_rejected("{\"c_ns\": 1, " + ok_tail + R"(, "ucx_env": {"UCX_TLS": 5}})", "field 'ucx_env.UCX_TLS' must be a string");
+}
+
+TEST(ProfileJson, LoadProfileNamesTheFile) {
+  try {
+    m::load_profile("/nonexistent/dir/profile.json");
+    ADD_FAILURE();
+  } catch (const m::ProfileError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot read profile '/nonexistent/dir/profile.json'"), std::string::npos);
+  }
+  const std::string path = ::testing::TempDir() + "calibrate_test_bad_profile.json";
+  {
+    std::ofstream f(path);
+    f << R"({"c_ns": 1, "rho0_ops_per_s": -1, "alpha_ns_per_byte": 0.1, "link_bytes_per_s": 5e9})";
+  }
+  try {
+    m::load_profile(path);
+    ADD_FAILURE();
+  } catch (const m::ProfileError& e) {
+    EXPECT_NE(std::string(e.what()).find("profile '" + path + "': field 'rho0_ops_per_s' must be > 0"), std::string::npos)
+        << e.what();
+  }
+  {
+    std::ofstream f(path);
+    f << m::to_json(sample_profile());
+  }
+  EXPECT_EQ(m::load_profile(path).c_ns, 1290.5);
+  std::remove(path.c_str());
+}

@@ -1,0 +1,749 @@
+// Cuckoo hashing on LocalFabric: conformance against std::unordered_map, probe costs, concurrent
+// writers with one-sided readers during relocations, bulk builds, bad input.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <functional>
+#include <tuple>
+#include <cstdio>
+#include <random>
+#include <set>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "rdmahash/cuckoo.h"
+#include "test_util.h"
+
+namespace rdmahash {
+namespace {
+
+using test::value_for;
+
+// A formatted, empty table: one LocalFabric region per shard, the RPC handler registered.
+struct CuckooTable {
+  CuckooConfig cfg;
+  std::unique_ptr<Fabric> fabric;
+  std::unique_ptr<CuckooServer> server;
+  explicit CuckooTable(const CuckooConfig& c) : cfg(c) {
+    fabric = make_local_fabric(std::vector<uint64_t>(c.memory_nodes, c.region_bytes()));
+    server = std::make_unique<CuckooServer>(*fabric, c);
+  }
+  std::vector<uint64_t> all_keys() const {
+    std::vector<uint64_t> keys;
+    for (uint32_t n = 0; n < cfg.memory_nodes; ++n) {
+      auto k = server->shard(n).keys();
+      keys.insert(keys.end(), k.begin(), k.end());
+    }
+    return keys;
+  }
+};
+
+// One client thread's synchronous view: transport, engine, client; `last` holds the last op's stats.
+struct SyncClient {
+  std::unique_ptr<Transport> transport;
+  Engine engine;
+  CuckooClient client;
+  OpStats last;
+  SyncClient(Fabric& f, const CuckooConfig& c, CuckooProbe probe, uint64_t seed = 1)
+      : transport(f.connect()), engine(*transport), client(c, probe, engine, seed) {}
+  OpResult run(Task<OpResult> t) {
+    last = {};
+    return engine.run(std::move(t), &last);
+  }
+  OpResult get(uint64_t k, std::span<std::byte> out = {}) { return run(client.get(k, out)); }
+  OpResult find_or_put(uint64_t k, std::span<const std::byte> v = {}) { return run(client.find_or_put(k, v)); }
+  OpResult put(uint64_t k, std::span<const std::byte> v) { return run(client.put(k, v)); }
+  OpResult update(uint64_t k, std::span<const std::byte> v) { return run(client.update(k, v)); }
+  OpResult erase(uint64_t k) { return run(client.erase(k)); }
+  void prime() {
+    for (uint32_t n = 0; n < client.config().memory_nodes; ++n) (void)engine.run(client.read_header(n));
+  }
+};
+
+uint64_t key_mask(const CuckooConfig& c) { return c.key_bytes == 4 ? 0xffffffffULL : ~0ULL; }
+
+std::vector<uint64_t> distinct_keys(size_t n, uint64_t mask, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::unordered_set<uint64_t> seen;
+  std::vector<uint64_t> keys;
+  while (keys.size() < n) {
+    const uint64_t k = rng() & mask;
+    if (seen.insert(k).second) keys.push_back(k);
+  }
+  return keys;
+}
+
+// --- conformance ---------------------------------------------------------------------------------
+
+struct Variant {
+  CuckooStorage storage;
+  uint32_t slots, key_bytes, value_bytes;
+  CuckooProbe probe;
+};
+
+std::string name_of(const testing::TestParamInfo<Variant>& i) {
+  const Variant& v = i.param;
+  return std::string(to_string(v.storage)) + "_s" + std::to_string(v.slots) + "_k" + std::to_string(v.key_bytes) +
+         "_v" + std::to_string(v.value_bytes) + "_" + to_string(v.probe);
+}
+
+class CuckooOracle : public testing::TestWithParam<Variant> {
+ protected:
+  CuckooConfig config() const {
+    const Variant& v = GetParam();
+    CuckooConfig c;
+    c.storage = v.storage;
+    c.slots_per_bucket = v.slots;
+    c.key_bytes = v.key_bytes;
+    c.value_bytes = v.value_bytes;
+    c.memory_nodes = 2;
+    // About 400 of the 600 universe keys are present at a time: load ≈ 0.78 (S=4) or 0.5 (S=1),
+    // enough that inserts need displacement paths.
+    c.buckets_per_node = v.slots == 4 ? 64 : 400;
+    return c;
+  }
+};
+
+TEST_P(CuckooOracle, RandomOperationsMatchUnorderedMap) {
+  CuckooTable t(config());
+  SyncClient c(*t.fabric, t.cfg, GetParam().probe, 5);
+  const uint32_t vb = t.cfg.value_bytes;
+  std::unordered_map<uint64_t, std::vector<std::byte>> oracle;
+  std::mt19937_64 rng(42);
+  std::vector<uint64_t> universe = distinct_keys(599, key_mask(t.cfg), 9);
+  universe.push_back(0);  // key 0 is an ordinary key
+  std::vector<std::byte> out(vb);
+  uint64_t full = 0;
+  for (int step = 0; step < 4000; ++step) {
+    const uint64_t k = universe[rng() % universe.size()];
+    const int op = static_cast<int>(rng() % 5);
+    const auto v = value_for(k, static_cast<uint32_t>(step), vb);
+    const bool present = oracle.count(k) > 0;
+    if (op == 0) {
+      auto r = c.find_or_put(k, v);
+      if (r.status == Status::kFull && !present) { ++full; continue; }
+      ASSERT_EQ(r.status, present ? Status::kFound : Status::kInserted) << "step " << step;
+      EXPECT_EQ(r.chunks, 0u);
+      EXPECT_EQ(c.last.rpcs, 1u);
+      if (!present) oracle[k] = v;
+    } else if (op == 1) {
+      std::fill(out.begin(), out.end(), std::byte{0xEE});
+      auto r = c.get(k, out);
+      ASSERT_EQ(r.status, present ? Status::kFound : Status::kNotFound) << "step " << step;
+      EXPECT_EQ(c.last.rpcs, 0u) << "lookups are one-sided";
+      if (present) {
+        ASSERT_EQ(out, oracle[k]) << "step " << step;
+        EXPECT_LE(r.chunks, kCuckooWays);
+      }
+    } else if (op == 2) {
+      auto r = c.erase(k);
+      ASSERT_EQ(r.status, present ? Status::kErased : Status::kNotFound);
+      oracle.erase(k);
+    } else if (op == 3) {
+      auto r = c.update(k, v);
+      ASSERT_EQ(r.status, present ? Status::kUpdated : Status::kNotFound);
+      if (present) oracle[k] = v;
+    } else {
+      auto r = c.put(k, v);
+      if (r.status == Status::kFull && !present) { ++full; continue; }
+      ASSERT_EQ(r.status, present ? Status::kUpdated : Status::kInserted);
+      oracle[k] = v;
+    }
+  }
+  EXPECT_LT(full, 20u) << "the table was sized to rarely fill";
+  // The table holds exactly the oracle's keys, each once, with their values.
+  auto keys = t.all_keys();
+  std::unordered_set<uint64_t> distinct(keys.begin(), keys.end());
+  EXPECT_EQ(distinct.size(), keys.size()) << "duplicate key in the table";
+  EXPECT_EQ(keys.size(), oracle.size());
+  EXPECT_EQ(t.server->records(), oracle.size());
+  for (const auto& [k, v] : oracle) {
+    EXPECT_TRUE(distinct.count(k));
+    ASSERT_EQ(c.get(k, out).status, Status::kFound);
+    EXPECT_EQ(out, v);
+    EXPECT_EQ(t.server->shard(cuckoo_place(t.cfg, k).node).find(k), v);
+  }
+  EXPECT_GT(t.server->stats().relocating_inserts, 0u) << "the test should exercise displacement paths";
+  // get_all: a cuckoo table holds a key at most once, so it answers like get().
+  ASSERT_FALSE(oracle.empty());
+  std::vector<std::byte> all;
+  const auto& [k0, v0] = *oracle.begin();
+  EXPECT_EQ(c.run(c.client.get_all(k0, &all)).status, Status::kFound);
+  EXPECT_EQ(all, v0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, CuckooOracle,
+    testing::Values(Variant{CuckooStorage::kInline, 4, 8, 8, CuckooProbe::kParallel},
+                    Variant{CuckooStorage::kInline, 4, 8, 8, CuckooProbe::kSequential},
+                    Variant{CuckooStorage::kInline, 1, 8, 8, CuckooProbe::kParallel},
+                    Variant{CuckooStorage::kInline, 1, 8, 8, CuckooProbe::kSequential},
+                    Variant{CuckooStorage::kInline, 4, 4, 0, CuckooProbe::kParallel},
+                    Variant{CuckooStorage::kInline, 1, 4, 4, CuckooProbe::kSequential},
+                    Variant{CuckooStorage::kInline, 4, 8, 120, CuckooProbe::kSequential},
+                    Variant{CuckooStorage::kHeap, 4, 8, 8, CuckooProbe::kParallel},
+                    Variant{CuckooStorage::kHeap, 4, 8, 8, CuckooProbe::kSequential},
+                    Variant{CuckooStorage::kHeap, 1, 8, 8, CuckooProbe::kParallel},
+                    Variant{CuckooStorage::kHeap, 1, 8, 8, CuckooProbe::kSequential},
+                    Variant{CuckooStorage::kHeap, 4, 4, 0, CuckooProbe::kSequential},
+                    Variant{CuckooStorage::kHeap, 1, 4, 4, CuckooProbe::kParallel},
+                    Variant{CuckooStorage::kHeap, 4, 8, 120, CuckooProbe::kParallel}),
+    name_of);
+
+// --- probe costs ---------------------------------------------------------------------------------
+
+struct Cost {
+  double chunks = 0, round_trips = 0, reads = 0;
+};
+
+// Builds `records` keys at `load` and measures per-lookup costs over every key (hits) and as many
+// absent keys (misses; the relocation cache is primed, as after a client's first lookups).
+struct CostRun {
+  Cost hit, miss;
+  uint32_t max_hit_chunks = 0, max_miss_chunks = 0;
+};
+
+CostRun measure(CuckooStorage storage, uint32_t slots, double load, CuckooProbe probe, uint64_t records = 4000) {
+  CuckooConfig cfg = CuckooConfig::for_records(records, load, 1, slots);
+  cfg.storage = storage;
+  cfg.key_bytes = 8;
+  cfg.value_bytes = 8;
+  CuckooTable t(cfg);
+  const auto keys = distinct_keys(records, ~0ULL, 77);
+  std::vector<std::byte> values;
+  for (uint64_t k : keys) {
+    auto v = value_for(k, 3, 8);
+    values.insert(values.end(), v.begin(), v.end());
+  }
+  t.server->build(keys, values);
+  SyncClient c(*t.fabric, cfg, probe, 11);
+  c.prime();
+  CostRun run;
+  std::vector<std::byte> out(8);
+  const uint64_t reads0 = c.transport->counters().reads;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto r = c.get(keys[i], out);
+    EXPECT_EQ(r.status, Status::kFound);
+    EXPECT_EQ(out, value_for(keys[i], 3, 8));
+    run.hit.chunks += r.chunks;
+    run.hit.round_trips += c.last.round_trips;
+    run.hit.reads += c.last.reads;
+    run.max_hit_chunks = std::max(run.max_hit_chunks, r.chunks);
+  }
+  EXPECT_EQ(c.transport->counters().reads - reads0, static_cast<uint64_t>(run.hit.reads)) << "OpStats vs transport";
+  const auto absent = distinct_keys(2 * records, ~0ULL, 78);  // overlaps `keys` only by chance
+  const std::unordered_set<uint64_t> present(keys.begin(), keys.end());
+  uint64_t misses = 0;
+  for (uint64_t k : absent) {
+    if (present.count(k)) continue;
+    if (++misses > records) break;
+    auto r = c.get(k);
+    EXPECT_EQ(r.status, Status::kNotFound);
+    run.miss.chunks += r.chunks;
+    run.miss.round_trips += c.last.round_trips;
+    run.miss.reads += c.last.reads;
+    run.max_miss_chunks = std::max(run.max_miss_chunks, r.chunks);
+  }
+  for (Cost* x : {&run.hit, &run.miss}) {
+    const double n = x == &run.hit ? static_cast<double>(keys.size()) : static_cast<double>(records);
+    x->chunks /= n;
+    x->round_trips /= n;
+    x->reads /= n;
+  }
+  return run;
+}
+
+TEST(Cuckoo, ParallelInlineLookupIsKReadsInOneRoundTrip) {
+  auto cfg = CuckooConfig::for_records(3000, 0.9, 2, 4);
+  CuckooTable t(cfg);
+  const auto keys = distinct_keys(3000, ~0ULL, 5);
+  t.server->build(keys);
+  SyncClient c(*t.fabric, cfg, CuckooProbe::kParallel);
+  for (uint64_t k : keys) {
+    const uint64_t batches = c.transport->counters().batches;
+    auto r = c.get(k);
+    ASSERT_EQ(r.status, Status::kFound);
+    ASSERT_EQ(r.chunks, kCuckooWays);
+    ASSERT_EQ(c.last.reads, kCuckooWays);
+    ASSERT_EQ(c.last.round_trips, 1u);
+    ASSERT_EQ(c.transport->counters().batches - batches, 1u);  // the k READs were one batch
+    ASSERT_EQ(c.last.bytes, kCuckooWays * cfg.bucket_bytes());
+  }
+  // A miss adds one 8-byte header READ of the relocation counter after the k bucket READs.
+  c.prime();
+  auto r = c.get(keys[0] ^ 0x5555);
+  ASSERT_EQ(r.status, Status::kNotFound);
+  EXPECT_EQ(r.chunks, kCuckooWays);
+  EXPECT_EQ(c.last.reads, kCuckooWays + 1);
+  EXPECT_EQ(c.last.round_trips, 2u);
+}
+
+TEST(Cuckoo, SequentialLookupReadsAtMostKBucketsInRandomOrder) {
+  for (CuckooStorage storage : {CuckooStorage::kInline, CuckooStorage::kHeap}) {
+    auto cfg = CuckooConfig::for_records(2000, 0.85, 1, 4);
+    cfg.storage = storage;
+    CuckooTable t(cfg);
+    const auto keys = distinct_keys(2000, ~0ULL, 6);
+    t.server->build(keys);
+    SyncClient c(*t.fabric, cfg, CuckooProbe::kSequential, 99);
+    c.prime();
+    std::set<uint32_t> seen_chunks;
+    for (int round = 0; round < 3; ++round) {
+      for (uint64_t k : keys) {
+        const uint64_t reads = c.transport->counters().reads;
+        auto r = c.get(k);
+        ASSERT_EQ(r.status, Status::kFound);
+        ASSERT_GE(r.chunks, 1u);
+        ASSERT_LE(r.chunks, kCuckooWays);
+        seen_chunks.insert(r.chunks);
+        if (storage == CuckooStorage::kInline) {
+          ASSERT_EQ(c.transport->counters().reads - reads, r.chunks);  // every READ was a bucket READ
+          ASSERT_EQ(c.last.round_trips, r.chunks);                    // one bucket per round trip
+        } else {
+          ASSERT_GE(c.last.reads, r.chunks + 1);  // + the heap record(s) whose fingerprint matched
+        }
+      }
+    }
+    // The candidate order is random per operation: the same keys are found after 1, 2 or 3 READs.
+    EXPECT_EQ(seen_chunks, (std::set<uint32_t>{1, 2, 3})) << to_string(storage);
+    for (int i = 0; i < 200; ++i) {
+      auto r = c.get(keys[0] + 1000003ULL * (i + 1));
+      if (r.status == Status::kFound) continue;
+      ASSERT_EQ(r.chunks, kCuckooWays);  // a miss never reads more than k buckets either
+      if (storage == CuckooStorage::kInline) {
+        ASSERT_EQ(c.last.reads, kCuckooWays + 1);
+      }
+    }
+  }
+}
+
+TEST(Cuckoo, LookupCostByLoadFactor) {
+  // The numbers the report quotes: bucket READs (chunks), round trips and all READs per lookup.
+  std::printf("%-7s %-2s %-5s %-10s | hit: buckets rtts reads | miss: buckets rtts reads\n", "storage", "S", "load",
+              "probe");
+  struct Case {
+    CuckooStorage storage;
+    uint32_t slots;
+    double load;
+  };
+  for (const Case& cs : {Case{CuckooStorage::kInline, 4, 0.5}, Case{CuckooStorage::kInline, 4, 0.9},
+                         Case{CuckooStorage::kHeap, 4, 0.5}, Case{CuckooStorage::kHeap, 4, 0.9},
+                         Case{CuckooStorage::kInline, 1, 0.5}, Case{CuckooStorage::kHeap, 1, 0.5}}) {
+    for (CuckooProbe probe : {CuckooProbe::kParallel, CuckooProbe::kSequential}) {
+      const CostRun run = measure(cs.storage, cs.slots, cs.load, probe);
+      std::printf("%-7s %-2u %-5.2f %-10s |       %7.3f %4.2f %5.2f |        %7.3f %4.2f %5.2f\n",
+                  to_string(cs.storage), cs.slots, cs.load, to_string(probe), run.hit.chunks, run.hit.round_trips,
+                  run.hit.reads, run.miss.chunks, run.miss.round_trips, run.miss.reads);
+      EXPECT_LE(run.max_hit_chunks, kCuckooWays);
+      EXPECT_LE(run.max_miss_chunks, kCuckooWays);
+      if (probe == CuckooProbe::kParallel) {
+        EXPECT_EQ(run.hit.chunks, 3.0);
+        EXPECT_EQ(run.hit.round_trips, cs.storage == CuckooStorage::kInline ? 1.0 : 2.0);
+      } else {
+        EXPECT_LT(run.hit.chunks, 2.5);  // stops at the first hit: about 2 on average
+        EXPECT_EQ(run.miss.chunks, 3.0);
+      }
+    }
+  }
+}
+
+// --- concurrency ----------------------------------------------------------------------------------
+
+// A value that proves its own integrity: [salt:4][value_for(key, salt)].
+std::vector<std::byte> salted(uint64_t key, uint32_t salt, uint32_t vb) {
+  std::vector<std::byte> v(vb);
+  std::memcpy(v.data(), &salt, 4);
+  auto rest = value_for(key, salt, vb - 4);
+  std::copy(rest.begin(), rest.end(), v.begin() + 4);
+  return v;
+}
+bool intact(uint64_t key, std::span<const std::byte> v) {
+  uint32_t salt;
+  std::memcpy(&salt, v.data(), 4);
+  auto want = salted(key, salt, static_cast<uint32_t>(v.size()));
+  return std::equal(want.begin(), want.end(), v.begin());
+}
+
+class CuckooRace : public testing::TestWithParam<std::pair<CuckooStorage, CuckooProbe>> {};
+
+TEST_P(CuckooRace, WritersRelocateWhileReadersNeverMissOrTear) {
+  CuckooConfig c;
+  c.storage = GetParam().first;
+  c.memory_nodes = 2;
+  c.slots_per_bucket = 4;
+  c.key_bytes = 8;
+  c.value_bytes = 40;
+  c.buckets_per_node = 400;  // 2800 + up to 64 churn keys in 3200 slots: load ≈ 0.9, many relocations
+  CuckooTable t(c);
+  const auto all = distinct_keys(2800 + 64, ~0ULL, 21);
+  const std::vector<uint64_t> pool(all.begin(), all.begin() + 2800);
+  const std::vector<uint64_t> churn(all.begin() + 2800, all.end());
+  std::vector<std::atomic<uint8_t>> done(pool.size());  // set once find_or_put returned for the key
+  // Every thread waits at a start line so that readers really overlap the writers, and the churn
+  // thread keeps relocating pool keys until every reader has done its lookups.
+  constexpr int kThreads = 3 + 1 + 2;
+  constexpr uint64_t kMinLookups = 20000;
+  std::atomic<int> ready{0}, writers_left{3}, readers_left{2};
+  auto start_line = [&] {
+    ++ready;
+    while (ready.load() < kThreads) std::this_thread::yield();
+  };
+  std::atomic<uint64_t> inserted{0}, found{0}, other{0}, missed{0}, torn{0}, lookups{0}, updates{0};
+
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 3; ++w) {
+    threads.emplace_back([&, w] {
+      SyncClient cl(*t.fabric, c, CuckooProbe::kParallel);
+      std::vector<size_t> idx(pool.size());
+      for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+      std::shuffle(idx.begin(), idx.end(), std::mt19937_64(300 + w));
+      start_line();
+      for (size_t i : idx) {
+        auto r = cl.find_or_put(pool[i], salted(pool[i], 0, c.value_bytes));
+        if (r.status == Status::kInserted) ++inserted;
+        else if (r.status == Status::kFound) ++found;
+        else ++other;
+        done[i].store(1, std::memory_order_release);
+      }
+      --writers_left;
+    });
+  }
+  // Updates present keys and churns a separate key set (insert, erase), so records move, change and
+  // disappear under the readers' feet.
+  threads.emplace_back([&] {
+    SyncClient cl(*t.fabric, c, CuckooProbe::kParallel);
+    std::mt19937_64 rng(8);
+    start_line();
+    for (uint32_t salt = 1; writers_left.load() > 0 || readers_left.load() > 0; ++salt) {
+      const size_t i = rng() % pool.size();
+      if (done[i].load(std::memory_order_acquire)) {
+        if (cl.update(pool[i], salted(pool[i], salt, c.value_bytes)).status != Status::kUpdated) ++other;
+        ++updates;
+      }
+      const uint64_t k = churn[rng() % churn.size()];
+      if (rng() % 2) (void)cl.put(k, salted(k, salt, c.value_bytes));
+      else (void)cl.erase(k);
+    }
+  });
+  for (int rd = 0; rd < 2; ++rd) {
+    threads.emplace_back([&, rd] {
+      SyncClient cl(*t.fabric, c, GetParam().second, 500 + rd);
+      std::mt19937_64 rng(600 + rd);
+      std::vector<std::byte> out(c.value_bytes);
+      start_line();
+      for (uint64_t n = 0; writers_left.load() > 0 || n < kMinLookups; ++n) {
+        const size_t i = rng() % pool.size();
+        const bool must_find = done[i].load(std::memory_order_acquire);  // inserted before this lookup
+        auto r = cl.get(pool[i], out);
+        ++lookups;
+        if (r.status == Status::kFound) {
+          if (!intact(pool[i], out)) ++torn;
+        } else if (must_find) {
+          ++missed;
+        }
+      }
+      --readers_left;
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(other.load(), 0u);
+  EXPECT_EQ(inserted.load(), pool.size());  // total inserted == distinct keys
+  EXPECT_EQ(inserted.load() + found.load(), 3 * pool.size());
+  EXPECT_EQ(missed.load(), 0u) << "a reader missed a key inserted before its lookup";
+  EXPECT_EQ(torn.load(), 0u) << "a reader returned a torn value";
+  EXPECT_GE(lookups.load(), 2 * kMinLookups);
+  EXPECT_GT(updates.load(), 0u);
+  const CuckooShardStats st = t.server->stats();
+  EXPECT_GT(st.relocating_inserts, 50u) << "the race should cover relocations";
+  // Every pool key is present exactly once with an intact value.
+  auto keys = t.all_keys();
+  std::unordered_set<uint64_t> distinct(keys.begin(), keys.end());
+  EXPECT_EQ(distinct.size(), keys.size());
+  SyncClient cl(*t.fabric, c, CuckooProbe::kSequential);
+  std::vector<std::byte> out(c.value_bytes);
+  for (uint64_t k : pool) {
+    ASSERT_TRUE(distinct.count(k));
+    ASSERT_EQ(cl.get(k, out).status, Status::kFound);
+    ASSERT_TRUE(intact(k, out));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, CuckooRace,
+                         testing::Values(std::pair{CuckooStorage::kInline, CuckooProbe::kParallel},
+                                         std::pair{CuckooStorage::kInline, CuckooProbe::kSequential},
+                                         std::pair{CuckooStorage::kHeap, CuckooProbe::kParallel},
+                                         std::pair{CuckooStorage::kHeap, CuckooProbe::kSequential}),
+                         [](const auto& i) {
+                           return std::string(to_string(i.param.first)) + "_" + to_string(i.param.second);
+                         });
+
+// The threaded race above depends on the scheduler to interleave; this one forces the worst
+// interleavings a NIC allows, deterministically, on one thread: its transport runs node-side writes
+// (relocating inserts, erases, in-place updates) between the requests of a batch and between the
+// 8-byte words of every READ (a multi-word READ is not atomic).
+class InterleavingTransport final : public Transport {
+ public:
+  InterleavingTransport(std::unique_ptr<Transport> inner, std::function<void()> hook)
+      : inner_(std::move(inner)), hook_(std::move(hook)) {}
+  void execute(std::span<Request> batch) override {
+    ++counters_.batches;
+    for (Request& r : batch) {
+      if (r.kind == ReqKind::kRead) {
+        // About four writes land inside each READ, at random word boundaries (a one-word READ gets
+        // one before it 4 times in 5). Words between two writes are read as one piece.
+        const uint32_t words = (r.len + 7) / 8;
+        uint32_t done = 0;
+        for (uint32_t w = 0; w <= words; ++w) {
+          const bool cut = w < words && rng_() % (words + 4) < 4;
+          if (!cut && w < words) continue;
+          read_piece(r, done * 8, std::min(r.len, w * 8));
+          done = w;
+          if (cut) hook_();
+        }
+      } else {
+        hook_();
+        inner_->execute(std::span<Request>(&r, 1));
+      }
+      counters_.add(r);
+    }
+  }
+
+ private:
+  void read_piece(const Request& r, uint32_t from, uint32_t to) {
+    if (from >= to) return;
+    Request piece = r;
+    piece.addr.offset += from;
+    piece.buf = static_cast<std::byte*>(r.buf) + from;
+    piece.len = to - from;
+    inner_->execute(std::span<Request>(&piece, 1));
+  }
+  std::unique_ptr<Transport> inner_;
+  std::function<void()> hook_;
+  std::mt19937_64 rng_{17};
+};
+
+class CuckooInterleaving : public testing::TestWithParam<std::tuple<CuckooStorage, uint32_t, CuckooProbe>> {};
+
+TEST_P(CuckooInterleaving, RelocationsBetweenReadsNeverHideOrTearAKey) {
+  const auto [storage, slots, probe] = GetParam();
+  CuckooConfig c;
+  c.storage = storage;
+  c.slots_per_bucket = slots;
+  c.value_bytes = 40;
+  c.buckets_per_node = slots == 4 ? 150 : 600;  // 600 slots
+  const size_t base = slots == 4 ? 540 : 420;    // load 0.9 (S=4) or 0.7 (S=1) before the churn
+  CuckooTable t(c);
+  const auto all = distinct_keys(base + 200, ~0ULL, 41);
+  const std::vector<uint64_t> pool(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(base));
+  std::vector<std::byte> values;
+  for (uint64_t k : pool) {
+    auto v = salted(k, 0, c.value_bytes);
+    values.insert(values.end(), v.begin(), v.end());
+  }
+  t.server->build(pool, values);
+  CuckooShard& shard = t.server->shard(0);
+
+  // The hook: one node-side write. Churn keys come and go (their inserts relocate pool keys); pool
+  // keys get new values in place.
+  std::mt19937_64 rng(7);
+  std::vector<uint64_t> churn_in, churn_out(all.begin() + static_cast<std::ptrdiff_t>(base), all.end());
+  uint32_t salt = 1;
+  auto hook = [&] {
+    const uint64_t x = rng();
+    if (x % 4 == 0) {
+      const uint64_t k = pool[(x >> 8) % pool.size()];
+      ASSERT_EQ(shard.update(k, salted(k, salt++, c.value_bytes)).status, Status::kUpdated);
+    } else if ((x % 4 == 1 && !churn_out.empty()) || churn_in.empty()) {
+      const size_t j = (x >> 8) % churn_out.size();
+      const uint64_t k = churn_out[j];
+      if (shard.put(k, salted(k, salt++, c.value_bytes)).status == Status::kInserted) {
+        churn_in.push_back(k);
+        churn_out.erase(churn_out.begin() + static_cast<std::ptrdiff_t>(j));
+      }
+    } else {
+      const size_t j = (x >> 8) % churn_in.size();
+      ASSERT_EQ(shard.erase(churn_in[j]).status, Status::kErased);
+      churn_out.push_back(churn_in[j]);
+      churn_in.erase(churn_in.begin() + static_cast<std::ptrdiff_t>(j));
+    }
+  };
+  auto transport = std::make_unique<InterleavingTransport>(t.fabric->connect(), hook);
+  Engine engine(*transport);
+  CuckooClient client(c, probe, engine, 3);
+  const uint64_t paths_before = shard.stats().relocating_inserts;
+  std::vector<std::byte> out(c.value_bytes);
+  uint64_t missed = 0, torn = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const uint64_t k = pool[rng() % pool.size()];
+    const OpResult r = engine.run(client.get(k, out));
+    if (r.status != Status::kFound) ++missed;
+    else if (!intact(k, out)) ++torn;
+  }
+  EXPECT_EQ(missed, 0u) << "a present key was reported absent while it was being relocated";
+  EXPECT_EQ(torn, 0u) << "a torn value was returned";
+  EXPECT_GT(shard.stats().relocating_inserts - paths_before, 100u) << "relocations must overlap the lookups";
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, CuckooInterleaving,
+                         testing::Combine(testing::Values(CuckooStorage::kInline, CuckooStorage::kHeap),
+                                          testing::Values(4u, 1u),
+                                          testing::Values(CuckooProbe::kParallel, CuckooProbe::kSequential)),
+                         [](const auto& i) {
+                           return std::string(to_string(std::get<0>(i.param))) + "_s" +
+                                  std::to_string(std::get<1>(i.param)) + "_" + to_string(std::get<2>(i.param));
+                         });
+
+// --- builds and full tables ------------------------------------------------------------------------
+
+TEST(Cuckoo, FourSlotBucketsBuildToNinetyPercent) {
+  for (CuckooStorage storage : {CuckooStorage::kInline, CuckooStorage::kHeap}) {
+    auto cfg = CuckooConfig::for_records(20000, 0.9, 2, 4);
+    cfg.storage = storage;
+    cfg.value_bytes = 16;
+    CuckooTable t(cfg);
+    const auto keys = distinct_keys(20000, ~0ULL, 31);
+    std::vector<std::byte> values;
+    for (uint64_t k : keys) {
+      auto v = value_for(k, 1, 16);
+      values.insert(values.end(), v.begin(), v.end());
+    }
+    ASSERT_EQ(t.server->build(keys, values), keys.size());
+    EXPECT_NEAR(t.server->load_factor(), 0.9, 0.001);
+    EXPECT_GT(t.server->stats().relocating_inserts, 0u);
+    SyncClient c(*t.fabric, cfg, CuckooProbe::kParallel);
+    std::vector<std::byte> out(16);
+    for (size_t i = 0; i < keys.size(); i += 7) {
+      ASSERT_EQ(c.get(keys[i], out).status, Status::kFound);
+      ASSERT_EQ(out, value_for(keys[i], 1, 16));
+    }
+    // The header records what was loaded; a client checks it before use.
+    auto h = c.engine.run(c.client.read_header(1));
+    EXPECT_EQ(h.records, t.server->shard(1).records());
+    EXPECT_EQ(h.buckets, cfg.buckets_per_node);
+    EXPECT_EQ(h.moves % 2, 0u);
+  }
+}
+
+TEST(Cuckoo, OneSlotBucketsFailCleanlyAtNinetyFivePercent) {
+  auto cfg = CuckooConfig::for_records(20000, 0.95, 1, 1);
+  CuckooTable t(cfg);
+  const auto keys = distinct_keys(20000, ~0ULL, 32);
+  std::string message;
+  try {
+    t.server->build(keys);
+    FAIL() << "a 1-slot 3-way cuckoo table cannot be built to 0.95";
+  } catch (const InvalidArgument& e) {
+    message = e.what();
+  }
+  // "cuckoo build failed: reached load factor 0.9xxx of the 0.9500 requested (...)"
+  const auto at = message.find("reached load factor ");
+  ASSERT_NE(at, std::string::npos) << message;
+  const double reached = std::stod(message.substr(at + 20));
+  EXPECT_GT(reached, 0.5) << message;
+  EXPECT_LT(reached, 0.95) << message;
+  EXPECT_NE(message.find("0.9500 requested"), std::string::npos) << message;
+  // Nothing placed before the failure was lost.
+  const uint64_t placed = t.server->records();
+  EXPECT_NEAR(static_cast<double>(placed) / cfg.slots_per_node(), reached, 1e-4);
+  SyncClient c(*t.fabric, cfg, CuckooProbe::kSequential);
+  for (uint64_t i = 0; i < placed; ++i) ASSERT_EQ(c.get(keys[i]).status, Status::kFound) << i;
+  EXPECT_EQ(c.get(keys[placed]).status, Status::kNotFound);
+}
+
+TEST(Cuckoo, OnlineInsertReportsFullAndKeepsEverything) {
+  CuckooConfig cfg;
+  cfg.slots_per_bucket = 1;
+  cfg.buckets_per_node = 64;
+  cfg.value_bytes = 8;
+  cfg.max_displacements = 40;
+  CuckooTable t(cfg);
+  SyncClient c(*t.fabric, cfg, CuckooProbe::kParallel);
+  std::unordered_set<uint64_t> in;
+  uint64_t full = 0;
+  for (uint64_t k = 1; k <= 200; ++k) {
+    const auto before = t.all_keys();
+    auto r = c.find_or_put(k, value_for(k, 0, 8));
+    if (r.status == Status::kInserted) {
+      in.insert(k);
+    } else {
+      ASSERT_EQ(r.status, Status::kFull);
+      ++full;
+      auto after = t.all_keys();
+      ASSERT_EQ(std::multiset<uint64_t>(before.begin(), before.end()),
+                std::multiset<uint64_t>(after.begin(), after.end()))
+          << "a failed insert changed the table";
+      EXPECT_EQ(c.get(k).status, Status::kNotFound);
+    }
+  }
+  EXPECT_GT(full, 0u);
+  EXPECT_LE(in.size(), 64u);
+  std::vector<std::byte> out(8);
+  for (uint64_t k : in) {
+    ASSERT_EQ(c.get(k, out).status, Status::kFound);
+    EXPECT_EQ(out, value_for(k, 0, 8));
+  }
+  EXPECT_EQ(t.server->stats().full, full);
+}
+
+// --- bad input -------------------------------------------------------------------------------------
+
+TEST(Cuckoo, BadKeysValuesAndConfigsAreRejected) {
+  CuckooConfig cfg;
+  cfg.key_bytes = 4;
+  cfg.value_bytes = 8;
+  CuckooTable t(cfg);
+  SyncClient c(*t.fabric, cfg, CuckooProbe::kParallel);
+  const std::vector<std::byte> v8(8), v9(9), v3(3);
+  EXPECT_THROW(c.find_or_put(1ULL << 32, v8), InvalidArgument);
+  EXPECT_THROW(c.get(1ULL << 32), InvalidArgument);
+  EXPECT_THROW(c.erase(1ULL << 40), InvalidArgument);
+  EXPECT_THROW(c.put(1, v9), InvalidArgument);
+  EXPECT_THROW(c.put(1, v3), InvalidArgument);
+  EXPECT_THROW(c.update(1, v3), InvalidArgument);
+  EXPECT_THROW(c.find_or_put(1, v9), InvalidArgument);
+  EXPECT_EQ(c.transport->counters().batches, 0u) << "no request was issued for bad input";
+  EXPECT_EQ(c.get(1).status, Status::kNotFound);
+  EXPECT_THROW(t.server->build(std::vector<uint64_t>{1, 2, 1ULL << 33}), InvalidArgument);
+  EXPECT_EQ(t.server->records(), 0u) << "nothing of the bad build was stored";
+  EXPECT_THROW(t.server->bulk_insert(5, v3), InvalidArgument);
+  EXPECT_THROW(t.server->shard(1), InvalidArgument);
+
+  auto bad = [&](auto edit) {
+    CuckooConfig b = cfg;
+    edit(b);
+    return b;
+  };
+  EXPECT_THROW(bad([](CuckooConfig& b) { b.slots_per_bucket = 2; }).validate(), InvalidArgument);
+  EXPECT_THROW(bad([](CuckooConfig& b) { b.key_bytes = 5; }).validate(), InvalidArgument);
+  EXPECT_THROW(bad([](CuckooConfig& b) { b.value_bytes = 121; }).validate(), InvalidArgument);
+  EXPECT_THROW(bad([](CuckooConfig& b) { b.buckets_per_node = 2; }).validate(), InvalidArgument);
+  EXPECT_THROW(bad([](CuckooConfig& b) { b.memory_nodes = 0; }).validate(), InvalidArgument);
+  EXPECT_THROW(bad([](CuckooConfig& b) { b.max_displacements = 0; }).validate(), InvalidArgument);
+  EXPECT_THROW(bad([](CuckooConfig& b) { b.storage = static_cast<CuckooStorage>(7); }).validate(), InvalidArgument);
+  EXPECT_THROW(CuckooConfig::for_records(100, 1.0, 1), InvalidArgument);
+  EXPECT_THROW(CuckooConfig::for_records(0, 0.5, 1), InvalidArgument);
+  EXPECT_THROW(CuckooConfig::for_records(100, 0.5, 0), InvalidArgument);
+  EXPECT_THROW(CuckooConfig::for_records(100, 0.5, 1, 3), InvalidArgument);
+  EXPECT_THROW((void)CuckooClient(cfg, CuckooProbe::kParallel, c.engine, 1, 0x0B00), InvalidArgument);
+  EXPECT_THROW((void)CuckooServer(*t.fabric, cfg, 0x0D00), InvalidArgument);
+  CuckooConfig two = cfg;
+  two.memory_nodes = 2;
+  EXPECT_THROW((void)CuckooServer(*t.fabric, two), InvalidArgument) << "more shards than memory nodes";
+  auto small = make_local_fabric({cfg.region_bytes() - 8});
+  EXPECT_THROW((void)CuckooServer(*small, cfg), InvalidArgument) << "region smaller than the shard";
+
+  // A client whose configuration differs from the table's is refused by the node and by the header.
+  CuckooConfig other = cfg;
+  other.hash_seed ^= 1;
+  SyncClient o(*t.fabric, other, CuckooProbe::kParallel);
+  EXPECT_THROW(o.find_or_put(1, v8), InvalidArgument);
+  EXPECT_THROW(o.engine.run(o.client.read_header(0)), InvalidArgument);
+  // A region that holds no cuckoo shard.
+  auto blank = make_local_fabric({cfg.region_bytes()});
+  SyncClient b(*blank, cfg, CuckooProbe::kParallel);
+  EXPECT_THROW(b.engine.run(b.client.read_header(0)), FabricError);
+}
+
+}  // namespace
+}  // namespace rdmahash

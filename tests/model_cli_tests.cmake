@@ -1,0 +1,143 @@
+# End-to-end tests of `rdmahash model` and `rdmahash calibrate`.
+# Included from tests/CMakeLists.txt after RDMAHASH_MPIRUN and RDMAHASH_MPI_ENV are set.
+set(MODEL_CLI_BIN $<TARGET_FILE:rdmahash_cli>)
+set(MODEL_CLI_EXPECT_FAIL ${CMAKE_CURRENT_SOURCE_DIR}/expect_fail.sh)
+set(MODEL_CLI_OUT ${CMAKE_CURRENT_BINARY_DIR}/model_cli)
+file(MAKE_DIRECTORY ${MODEL_CLI_OUT})
+
+# python3 -c "${MODEL_CLI_CHECK}" EXPECTATION... -- COMMAND...
+# Runs COMMAND, requires exit 0 and one JSON object on stdout, then checks each EXPECTATION:
+# `a.b` (the field exists and is not null) or `a.b=VALUE` (VALUE parsed as JSON if it can be,
+# else a string; numbers compared to 1e-9 relative). Model output (it has `read_size`) must also be
+# self-consistent: cost = E[X(R)]·T(R), a constrained optimum within the bandwidth bound, and every
+# curve row's cost = E·T.
+set(MODEL_CLI_CHECK [=[
+import json, math, subprocess, sys
+sep = sys.argv.index('--')
+expectations, cmd = sys.argv[1:sep], sys.argv[sep + 1:]
+run = subprocess.run(cmd, capture_output=True, text=True)
+if run.returncode != 0:
+    sys.exit('exit status %d: %s' % (run.returncode, run.stderr))
+out = json.loads(run.stdout)
+def field(path):
+    v = out
+    for k in path.split('.'):
+        if not isinstance(v, dict) or v.get(k) is None:
+            sys.exit('missing field %s in %s' % (path, run.stdout))
+        v = v[k]
+    return v
+def same(a, b):
+    if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+        return a == b
+    return math.isclose(a, b, rel_tol=1e-9)
+for e in expectations:
+    path, eq, want = e.partition('=')
+    got = field(path)
+    if eq:
+        try:
+            want = json.loads(want)
+        except ValueError:
+            pass
+        if not same(got, want):
+            sys.exit('%s: expected %r, got %r' % (path, want, got))
+if 'read_size' in out:
+    if not same(out['cost_ns'], out['expected_reads'] * out['read_cost_ns']):
+        sys.exit('cost_ns != expected_reads * read_cost_ns')
+    if out['mode'] == 'optimize' and out['constrained'] and not out['exceeds_bandwidth'] and out['read_size'] > out['max_read_size_by_bandwidth']:
+        sys.exit('constrained read size above the bandwidth bound')
+    if out['expected_reads'] < 1:
+        sys.exit('expected_reads < 1')
+    for row in out.get('curve', []):
+        if not same(row['cost_ns'], row['expected_reads'] * row['read_cost_ns']) or row['expected_reads'] < 1:
+            sys.exit('bad curve row %r' % row)
+print('ok: ' + ' '.join(expectations))
+]=])
+set(MODEL_CLI_FIELDS read_size expected_reads cost_ns constrained max_read_size_by_bandwidth
+    slots records load_factor slot_bytes header_bytes c_ns alpha_ns_per_byte rho0_ops_per_s link_bytes_per_s)
+set(MODEL_CLI_SEED c_ns=1290 alpha_ns_per_byte=0.08 rho0_ops_per_s=87170000 link_bytes_per_s=12500000000)
+
+# Seed 000 §5.1: N = 120·2^20 records, 8-byte slots, the paper's parameters (the defaults).
+# Eq. 2 bounds R by floor(l(h+w)/(w ρ0 h)) = 22 slots (see model.h).
+add_test(NAME model_json_seed_lf050 COMMAND python3 -c "${MODEL_CLI_CHECK}" ${MODEL_CLI_FIELDS} ${MODEL_CLI_SEED}
+  records=125829120 slots=251658240 load_factor=0.5 constrained=true max_read_size_by_bandwidth=22 mode=optimize
+  -- ${MODEL_CLI_BIN} model --records 125829120 --load-factor 0.5 --json)
+add_test(NAME model_json_seed_lf090 COMMAND python3 -c "${MODEL_CLI_CHECK}" ${MODEL_CLI_FIELDS} ${MODEL_CLI_SEED}
+  records=125829120 slots=139810134 constrained=true max_read_size_by_bandwidth=22 read_size=22
+  -- ${MODEL_CLI_BIN} model --records 125829120 --load-factor 0.9 --json)
+add_test(NAME model_json_unconstrained_curve COMMAND python3 -c "${MODEL_CLI_CHECK}" ${MODEL_CLI_FIELDS}
+  constrained=false curve slots=1000 records=850
+  -- ${MODEL_CLI_BIN} model --slots 1000 --records 850 --unconstrained --curve 1-64 --json)
+add_test(NAME model_json_evaluate COMMAND python3 -c "${MODEL_CLI_CHECK}" ${MODEL_CLI_FIELDS}
+  mode=evaluate read_size=32 exceeds_bandwidth=true read_bytes=256
+  -- ${MODEL_CLI_BIN} model --records 125829120 --load-factor 0.8 --read-size 32 --json)
+# A cluster starting at the probe start: one READ of L+1 slots reaches the empty slot (§4.4).
+add_test(NAME model_json_cluster_hint COMMAND python3 -c "${MODEL_CLI_CHECK}" ${MODEL_CLI_FIELDS}
+  read_size=6 expected_reads=1 cluster_offset=0 cluster_length=5
+  -- ${MODEL_CLI_BIN} model --records 800 --slots 1000 --cluster-offset 0 --cluster-length 5 --json)
+add_test(NAME model_json_flags_and_slot_bytes COMMAND python3 -c "${MODEL_CLI_CHECK}" ${MODEL_CLI_FIELDS}
+  c_ns=500 slot_bytes=32 header_bytes=40 param_sources.c_ns=flag param_sources.rho0_ops_per_s=seed000
+  -- ${MODEL_CLI_BIN} model --records 1000 --load-factor 0.75 --c-ns 500 --slot-bytes 32 --header-bytes 40 --json)
+add_test(NAME model_text COMMAND ${MODEL_CLI_BIN} model --records 125829120 --load-factor 0.65 --curve 20-24)
+set_tests_properties(model_text PROPERTIES PASS_REGULAR_EXPRESSION "optimal R = [0-9]+ slots.*E\\[X\\(R\\)\\] = ")
+
+# Impossible inputs: exit status 2 and a message naming the problem.
+add_test(NAME model_fail_n_ge_m COMMAND ${MODEL_CLI_EXPECT_FAIL} "records N \\(100\\) must be less than slots M \\(100\\)"
+  ${MODEL_CLI_BIN} model --records 100 --slots 100)
+add_test(NAME model_fail_read_size_zero COMMAND ${MODEL_CLI_EXPECT_FAIL} "--read-size must be at least 1"
+  ${MODEL_CLI_BIN} model --records 100 --load-factor 0.5 --read-size 0)
+add_test(NAME model_fail_negative_cost COMMAND ${MODEL_CLI_EXPECT_FAIL} "--c-ns must be a positive number"
+  ${MODEL_CLI_BIN} model --records 100 --load-factor 0.5 --c-ns -5)
+add_test(NAME model_fail_zero_alpha COMMAND ${MODEL_CLI_EXPECT_FAIL} "--alpha-ns-per-byte must be a positive number"
+  ${MODEL_CLI_BIN} model --records 100 --load-factor 0.5 --alpha-ns-per-byte 0)
+add_test(NAME model_fail_load_factor_one COMMAND ${MODEL_CLI_EXPECT_FAIL} "--load-factor must be in \\(0,1\\)"
+  ${MODEL_CLI_BIN} model --records 100 --load-factor 1)
+add_test(NAME model_fail_missing_records COMMAND ${MODEL_CLI_EXPECT_FAIL} "--records is required"
+  ${MODEL_CLI_BIN} model --load-factor 0.5)
+add_test(NAME model_fail_missing_size COMMAND ${MODEL_CLI_EXPECT_FAIL} "give --slots M or --load-factor F"
+  ${MODEL_CLI_BIN} model --records 100)
+add_test(NAME model_fail_profile_path COMMAND ${MODEL_CLI_EXPECT_FAIL} "cannot read profile '/nonexistent/profile.json'"
+  ${MODEL_CLI_BIN} model --records 100 --load-factor 0.5 --profile /nonexistent/profile.json)
+add_test(NAME model_fail_profile_malformed COMMAND ${MODEL_CLI_EXPECT_FAIL} "profile '.*expect_fail.sh': not valid JSON"
+  ${MODEL_CLI_BIN} model --records 100 --load-factor 0.5 --profile ${MODEL_CLI_EXPECT_FAIL})
+add_test(NAME model_fail_curve COMMAND ${MODEL_CLI_EXPECT_FAIL} "--curve must be R1-R2"
+  ${MODEL_CLI_BIN} model --records 100 --load-factor 0.5 --curve 9-3)
+add_test(NAME calibrate_fail_fabric COMMAND ${MODEL_CLI_EXPECT_FAIL} "--fabric must be local or ucx"
+  ${MODEL_CLI_BIN} calibrate --fabric verbs)
+add_test(NAME calibrate_fail_region COMMAND ${MODEL_CLI_EXPECT_FAIL} "region-bytes .* must be at least the largest READ"
+  ${MODEL_CLI_BIN} calibrate --region-bytes 8192)
+add_test(NAME calibrate_fail_out COMMAND ${MODEL_CLI_EXPECT_FAIL} "cannot open --out file"
+  ${MODEL_CLI_BIN} calibrate --iterations 10 --out /nonexistent/dir/profile.json)
+
+# calibrate → profile → model, in process and over UCX (rank 0 memory node, rank 1 client).
+set(MODEL_CLI_CAL --iterations 2000 --region-bytes 4194304)
+add_test(NAME calibrate_local_stdout COMMAND python3 -c "${MODEL_CLI_CHECK}"
+  c_ns rho0_ops_per_s alpha_ns_per_byte link_bytes_per_s fabric=local format=rdmahash-calibration
+  measurements.latency measurements.rate measurements.bandwidth measurements.latency_fit date
+  -- ${MODEL_CLI_BIN} calibrate --fabric local --iterations 300)
+add_test(NAME calibrate_local COMMAND ${MODEL_CLI_BIN} calibrate --fabric local ${MODEL_CLI_CAL}
+  --out ${MODEL_CLI_OUT}/profile_local.json)
+add_test(NAME model_profile_local COMMAND python3 -c "${MODEL_CLI_CHECK}" ${MODEL_CLI_FIELDS}
+  param_sources.c_ns=profile param_sources.link_bytes_per_s=profile records=1000000 slots=1250000
+  -- ${MODEL_CLI_BIN} model --profile ${MODEL_CLI_OUT}/profile_local.json --load-factor 0.8 --records 1000000 --json)
+add_test(NAME model_profile_override COMMAND python3 -c "${MODEL_CLI_CHECK}" ${MODEL_CLI_FIELDS}
+  c_ns=1290 param_sources.c_ns=flag param_sources.rho0_ops_per_s=profile
+  -- ${MODEL_CLI_BIN} model --profile ${MODEL_CLI_OUT}/profile_local.json --c-ns 1290 --load-factor 0.5 --records 1000 --json)
+set_tests_properties(calibrate_local PROPERTIES FIXTURES_SETUP model_cli_profile_local
+  PASS_REGULAR_EXPRESSION "fabric local: c = .* -> ")
+set_tests_properties(model_profile_local model_profile_override PROPERTIES FIXTURES_REQUIRED model_cli_profile_local)
+
+add_test(NAME calibrate_ucx COMMAND ${RDMAHASH_MPIRUN} -n 2 ${MODEL_CLI_BIN} calibrate --fabric ucx ${MODEL_CLI_CAL}
+  --out ${MODEL_CLI_OUT}/profile_ucx.json)
+add_test(NAME model_profile_ucx COMMAND python3 -c "${MODEL_CLI_CHECK}" ${MODEL_CLI_FIELDS}
+  param_sources.c_ns=profile profile=${MODEL_CLI_OUT}/profile_ucx.json
+  -- ${MODEL_CLI_BIN} model --profile ${MODEL_CLI_OUT}/profile_ucx.json --load-factor 0.8 --records 1000000 --json)
+add_test(NAME calibrate_ucx_profile_fields COMMAND python3 -c
+  "import json, sys\np = json.load(open(sys.argv[1]))\nassert p['fabric'] == 'ucx' and p['ucx_tls'] == 'self,sm', p\nprint('ok')"
+  ${MODEL_CLI_OUT}/profile_ucx.json)
+add_test(NAME calibrate_ucx_three_ranks COMMAND ${MODEL_CLI_EXPECT_FAIL} "exactly 2 ranks"
+  ${RDMAHASH_MPIRUN} -n 3 ${MODEL_CLI_BIN} calibrate --fabric ucx --iterations 10)
+set_tests_properties(calibrate_ucx PROPERTIES FIXTURES_SETUP model_cli_profile_ucx
+  PASS_REGULAR_EXPRESSION "fabric ucx \\(UCX_TLS=self,sm\\): c = .* -> ")
+set_tests_properties(model_profile_ucx calibrate_ucx_profile_fields PROPERTIES FIXTURES_REQUIRED model_cli_profile_ucx)
+set_tests_properties(calibrate_ucx calibrate_ucx_three_ranks PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 120)
+set_tests_properties(calibrate_local calibrate_local_stdout PROPERTIES TIMEOUT 120)
