@@ -70,6 +70,14 @@ def main():
                 fail("get-all on a zipf multimap returns at least one record per lookup on average")
             if r["read_size_policy"].startswith("fixed") is False and r["read_size"] < 1:
                 fail("model read size must be at least one slot")
+        elif w == "ycsb-load":
+            if o["inserted"] != ops:
+                fail(f"ycsb load phase must insert every record: {o}")
+        elif w == "ycsb-run":
+            if o["not_found"] != 0:
+                fail(f"ycsb run phase asked for a record that is not there: {o}")
+            if sum(o.values()) != ops:
+                fail(f"ycsb run outcomes do not add up to ops: {o}")
         else:
             if o["found"] + o["inserted"] + o["full"] != ops:
                 fail(f"{w}: outcomes do not add up to ops: {o}")

@@ -60,3 +60,24 @@ add_test(NAME cli_zipf_needs_multimap_workload COMMAND ${EXPECT_FAIL} "multimap"
   ${RDMAHASH_BIN} bench --distribution zipf:0.9 --workload find-or-put)
 add_test(NAME cli_cuckoo_model_read_size COMMAND ${EXPECT_FAIL} "applies to linear probing"
   ${RDMAHASH_BIN} bench --scheme cuckoo --records 1000 --ops 10 --read-size model)
+
+# YCSB workload files: load phase, run phase; overrides as YCSB's -p.
+set(YCSB_DIR ${CMAKE_CURRENT_SOURCE_DIR}/data/ycsb)
+add_test(NAME bench_local_ycsb_a COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --ycsb ${YCSB_DIR}/workloada -p recordcount=20000 -p operationcount=20000
+  -p fieldcount=1 -p fieldlength=32 --clients 2 --depth 8)
+add_test(NAME bench_local_ycsb_d_cuckoo COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --scheme cuckoo --ycsb ${YCSB_DIR}/workloadd -p recordcount=20000 -p operationcount=20000
+  -p fieldcount=1 -p fieldlength=8 --clients 2 --depth 8)
+add_test(NAME bench_ucx_ycsb_f COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_MPIRUN} -n 3 ${RDMAHASH_BIN} bench --fabric ucx --ycsb ${YCSB_DIR}/workloadf -p recordcount=20000
+  -p operationcount=10000 -p fieldcount=2 -p fieldlength=8 --depth 8)
+set_tests_properties(bench_ucx_ycsb_f PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
+add_test(NAME cli_ycsb_scan_unsupported COMMAND ${EXPECT_FAIL} "operation 'scan' is not supported by --scheme linear"
+  ${RDMAHASH_BIN} bench --ycsb ${YCSB_DIR}/workloade -p recordcount=100 -p operationcount=100 -p fieldcount=1)
+add_test(NAME cli_ycsb_value_too_big COMMAND ${EXPECT_FAIL} "do not fit the 120 value bytes"
+  ${RDMAHASH_BIN} bench --ycsb ${YCSB_DIR}/workloada -p recordcount=100 -p operationcount=100)
+add_test(NAME cli_ycsb_malformed COMMAND ${EXPECT_FAIL} "add up to 1.05, not 1.*line 4"
+  ${RDMAHASH_BIN} bench --ycsb ${YCSB_DIR}/malformed_sum)
+add_test(NAME cli_ycsb_missing_file COMMAND ${EXPECT_FAIL} "ycsb" ${RDMAHASH_BIN} bench --ycsb /no/such/workload)
+add_test(NAME cli_p_without_ycsb COMMAND ${EXPECT_FAIL} "needs --ycsb" ${RDMAHASH_BIN} bench -p recordcount=5)

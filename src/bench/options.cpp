@@ -16,6 +16,8 @@ const char* to_string(Workload w) {
     case Workload::kReadIntensive: return "read-intensive";
     case Workload::kWriteIntensive: return "write-intensive";
     case Workload::kRawRead: return "raw-read";
+    case Workload::kYcsbLoad: return "ycsb-load";
+    case Workload::kYcsbRun: return "ycsb-run";
   }
   return "?";
 }

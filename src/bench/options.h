@@ -3,11 +3,13 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rdmahash::bench {
 
-enum class Workload { kGet, kGetAll, kFindOrPut, kMixed, kReadIntensive, kWriteIntensive, kRawRead };
+enum class Workload { kGet, kGetAll, kFindOrPut, kMixed, kReadIntensive, kWriteIntensive, kRawRead,
+                      kYcsbLoad, kYcsbRun };
 const char* to_string(Workload w);
 Workload parse_workload(const std::string& s);  // throws InvalidArgument
 
@@ -54,6 +56,11 @@ struct BenchOptions {
   uint32_t repeat = 1;                 // run the sequence of points this many times (interleaved)
   bool same_keys = false;
   std::string json_path;
+  // YCSB (--ycsb FILE -p name=value): records, ops, value size and mix come from the workload
+  // file; the bench runs YCSB's load phase (clients insert the records) and then its run phase.
+  std::string ycsb_path;
+  std::vector<std::pair<std::string, std::string>> ycsb_overrides;
+  bool ycsb_skip_unsupported = false;
   bool progress = true;                // progress bar while loading (only on a terminal)
   bool quiet = false;                  // no summary table
 

@@ -20,6 +20,7 @@ void ClientResult::add_op(const OpStats& s, std::chrono::nanoseconds latency) {
 
 void ClientResult::merge(const ClientResult& o) {
   ops += o.ops; found += o.found; inserted += o.inserted; full += o.full; not_found += o.not_found;
+  updated += o.updated; skipped += o.skipped;
   errors += o.errors; value_mismatches += o.value_mismatches;
   round_trips += o.round_trips; reads += o.reads; writes += o.writes; cas += o.cas; faa += o.faa;
   rpcs += o.rpcs; bytes += o.bytes; chunks += o.chunks; matches += o.matches;
@@ -29,13 +30,13 @@ void ClientResult::merge(const ClientResult& o) {
 }
 
 namespace {
-constexpr size_t kFixedWords = 18;
+constexpr size_t kFixedWords = 20;
 }
 
 std::vector<std::byte> ClientResult::serialize() const {
   const uint64_t fixed[kFixedWords] = {ops, found, inserted, full, not_found, errors, value_mismatches,
                                        round_trips, reads, writes, cas, faa, rpcs, bytes, chunks, matches,
-                                       read_size, latency_ns.size()};
+                                       read_size, updated, skipped, latency_ns.size()};
   std::vector<std::byte> out(sizeof fixed + sizeof(double) + latency_ns.size() * 4);
   std::memcpy(out.data(), fixed, sizeof fixed);
   std::memcpy(out.data() + sizeof fixed, &seconds, sizeof(double));
@@ -52,6 +53,8 @@ ClientResult ClientResult::deserialize(std::span<const std::byte> in) {
   r.value_mismatches = f[6]; r.round_trips = f[7]; r.reads = f[8]; r.writes = f[9]; r.cas = f[10];
   r.faa = f[11]; r.rpcs = f[12]; r.bytes = f[13]; r.chunks = f[14]; r.matches = f[15];
   r.read_size = static_cast<uint32_t>(f[16]);
+  r.updated = f[17];
+  r.skipped = f[18];
   std::memcpy(&r.seconds, in.data() + sizeof f, sizeof(double));
   const uint64_t nlat = f[kFixedWords - 1];
   if (in.size() != sizeof f + sizeof(double) + nlat * 4) throw InvalidArgument("corrupt client result");
@@ -129,7 +132,13 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   j["requests_per_op"] = {{"read", d.reads}, {"write", d.writes}, {"cas", d.cas}, {"faa", d.faa}, {"rpc", d.rpcs}};
   j["bytes_per_op"] = d.bytes;
   j["chunks_per_op"] = d.chunks;
-  j["outcomes"] = {{"found", t.found}, {"inserted", t.inserted}, {"full", t.full}, {"not_found", t.not_found}};
+  j["outcomes"] = {{"found", t.found}, {"inserted", t.inserted}, {"full", t.full}, {"not_found", t.not_found},
+                   {"updated", t.updated}, {"skipped", t.skipped}};
+  if (!p.ycsb.empty()) {
+    j["ycsb"] = p.ycsb;
+    j["ycsb_file"] = o.ycsb_path;
+    j["ycsb_skip_unsupported"] = o.ycsb_skip_unsupported;
+  }
   j["errors"] = t.errors;
   j["value_mismatches"] = t.value_mismatches;
   return j.dump();

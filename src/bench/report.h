@@ -15,7 +15,8 @@ namespace rdmahash::bench {
 // What one client measured at one point. Counters are totals over its operations.
 struct ClientResult {
   uint64_t ops = 0;
-  uint64_t found = 0, inserted = 0, full = 0, not_found = 0;
+  uint64_t found = 0, inserted = 0, full = 0, not_found = 0, updated = 0;
+  uint64_t skipped = 0;           // YCSB operations the scheme cannot do (--ycsb-skip-unsupported)
   uint64_t errors = 0;            // operations that threw
   uint64_t value_mismatches = 0;  // gets that returned a value other than the one stored
   uint64_t round_trips = 0, reads = 0, writes = 0, cas = 0, faa = 0, rpcs = 0, bytes = 0;
@@ -41,6 +42,7 @@ struct PointInfo {
   uint32_t read_size = 0, read_bytes = 0;
   std::string read_size_policy = "fixed";
   uint32_t repeat = 0;  // which repetition of the point (--repeat)
+  std::string ycsb;     // the YCSB workload's summary, when the point is a YCSB phase
 };
 
 std::string to_json_line(const BenchOptions& o, const PointInfo& p, const ClientResult& total);

@@ -14,6 +14,7 @@
 
 #include "bench/driver.h"
 #include "bench/options.h"
+#include "bench/ycsb.h"
 #include "cli/model_cmd.h"
 #include "rdmahash/fabric.h"
 #include "rdmahash/table.h"
@@ -23,7 +24,8 @@ namespace {
 using rdmahash::bench::BenchOptions;
 
 void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>& workloads,
-                       std::vector<std::string>& read_sizes, std::string& distribution) {
+                       std::vector<std::string>& read_sizes, std::string& distribution,
+                       std::vector<std::string>& ycsb_props) {
   cmd.add_option("--fabric", o.fabric, "local (threads in this process) or ucx (launch with mpirun)")
       ->capture_default_str();
   cmd.add_option("--scheme", o.scheme, "hash table scheme: linear or cuckoo")->capture_default_str();
@@ -63,6 +65,13 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
   cmd.add_option("--repeat", o.repeat, "run the whole sequence of points N times (medians on noisy machines)")
       ->capture_default_str();
   cmd.add_flag("--same-keys", o.same_keys, "every client issues the same key sequence (worst-case contention)");
+  cmd.add_option("--ycsb", o.ycsb_path,
+                 "run a YCSB core workload file (load phase, then run phase); records, ops, value size and mix "
+                 "come from the file")
+      ->check(CLI::ExistingFile);
+  cmd.add_option("-p", ycsb_props, "override a YCSB property, as YCSB's client: -p name=value (repeatable)");
+  cmd.add_flag("--ycsb-skip-unsupported", o.ycsb_skip_unsupported,
+               "skip YCSB operations the scheme cannot do (scans) instead of failing; counted as skipped");
   cmd.add_option("--json", o.json_path, "append one JSON object per point to FILE (JSON Lines)");
   cmd.add_flag("!--no-progress", o.progress, "no progress bar while loading");
   cmd.add_flag("--quiet", o.quiet, "no summary table on stdout");
@@ -76,8 +85,9 @@ int main(int argc, char** argv) {
   BenchOptions opts;
   std::vector<std::string> workloads{"get"}, read_sizes{"8"};
   std::string distribution = "uniform";
+  std::vector<std::string> ycsb_props;
   CLI::App* bench = app.add_subcommand("bench", "benchmark a scheme over a fabric");
-  add_bench_options(*bench, opts, workloads, read_sizes, distribution);
+  add_bench_options(*bench, opts, workloads, read_sizes, distribution, ycsb_props);
   rdmahash::cli::ModelCommand model_cmd(app);
   rdmahash::cli::CalibrateCommand calibrate_cmd(app);
   try {
@@ -94,6 +104,8 @@ int main(int argc, char** argv) {
     opts.read_sizes.clear();
     for (const auto& r : read_sizes) opts.read_sizes.push_back(rdmahash::bench::parse_read_size(r));
     opts.zipf_theta = rdmahash::bench::parse_distribution(distribution);
+    for (const auto& p : ycsb_props) opts.ycsb_overrides.push_back(rdmahash::bench::ycsb::parse_override(p));
+    if (!ycsb_props.empty() && opts.ycsb_path.empty()) throw rdmahash::InvalidArgument("-p name=value needs --ycsb FILE");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rdmahash bench: error: %s\n", e.what());
     return 2;
