@@ -123,10 +123,13 @@ TEST(ClusterTracking, ReadsToTheEndOfAKnownClusterAndEvictsTheSmallest) {
   EXPECT_EQ(asked.back(), (std::pair<uint64_t, uint64_t>{5, 30}));
   EXPECT_EQ(sizer.size_at(0, 50), 10u);   // 50 ahead: beyond 2x the default, no effect
   EXPECT_EQ(sizer.size_at(0, 130), 10u);  // past the end
-  sizer.observe(0, 500, 5);
-  sizer.observe(0, 900, 50);  // capacity 2: the 5-slot cluster goes
+  sizer.observe(0, 500, 5);  // shorter than the default read: cannot save a round trip, ignored
+  EXPECT_EQ(sizer.tracked(), 1u);
+  sizer.observe(0, 600, 12);
+  sizer.observe(0, 900, 50);  // capacity 2: the smallest (12 slots) goes
   EXPECT_EQ(sizer.tracked(), 2u);
   EXPECT_EQ(sizer.size_at(0, 500), 10u);
+  EXPECT_EQ(sizer.size_at(0, 600), 10u);
   EXPECT_EQ(sizer.size_at(0, 910), 41u);
   sizer.observe(0, 95, 40);  // a grown cluster replaces the stale piece it contains
   EXPECT_EQ(sizer.size_at(0, 100), 36u);

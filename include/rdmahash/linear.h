@@ -36,6 +36,71 @@
 //    so two clients racing to insert one key insert it once (seed 001 §3.3).
 //  * Lookups stop at the first empty slot; tombstones are skipped, never reused.
 //
+// Out-of-band (heap) records: kHeap and kHeap4 (seed 000 §4.1, Figs. 4 and 5)
+// -----------------------------------------------------------------------------
+// A heap shard is [ShardHeader 64 B][T_all slots of 8 B][HeapHeader 64 B][heap: H records].
+// A heap record has exactly the format of an inline slot above ([ctrl][key][value][check], ctrl =
+// OCC | version 1 | kbits) so a reader can verify it on its own: it accepts a record only if ctrl
+// is OCC and neither LOCK nor DEL, ctrl's low 32 bits are the key's kbits, the 8-byte key (if any)
+// is the key, and `check` matches. Record i lives at heap_offset() + 64 + i·record_bytes().
+// Records are WRITE-ONCE: once a slot may point to a record, no one ever writes it again (updates
+// are out of place), so a reader never sees a torn record and indices are never reused (no ABA).
+//
+//  * kHeap (one record per slot; insertable with CAS). Slot word:
+//        0 = empty | bit 63 OCC | bit 62 DEL (tombstone) | bits 46..61 16-bit key fingerprint |
+//        bits 0..45 record index + 1 (never 0).
+//    Seed 000 used 5-byte read-only slots (1-byte signature, 4-byte offset); ours is one 8-byte
+//    word so that claiming, updating and erasing are single CASes, and a 16-bit fingerprint makes a
+//    wasted heap READ per probed slot 1/65536 likely instead of 1/256.
+//    Heap allocation: HeapHeader.next is a per-shard bump counter advanced with one-sided FAA (no
+//    memory-node CPU). A client takes blocks of kHeapBlock records and keeps the unused ones as
+//    *private* records (never referenced by a slot); an FAA that returns next >= capacity means
+//    the heap is exhausted: the insert/update reports kFull and changes nothing.
+//    insert (find_or_put / put of a new key):
+//        WRITE the record into a private index i (posted in the same batch as the first chunk
+//        READ(s) — the record is private, so writing it speculatively is harmless; if the key turns
+//        out to be present, i stays private and is reused by the next insert) ;
+//        scan chunks as for inline records (fingerprint match → READ the record to compare keys) ;
+//        at the first empty slot: await the WRITE, THEN CAS slot 0 → OCC|fp|i+1.
+//        CAS lost: re-check the winner (its record, if the fingerprints match) exactly like inline;
+//        my key → kFound (i stays private), else continue scanning.
+//    update: WRITE a new record into a private index j (same batch as the first slot READ), find
+//        the key's slot word w (reading its record to compare keys), CAS w → OCC|fp|j+1 ; CAS lost
+//        → j stays private, retry. The superseded record is garbage (never reclaimed: there are no
+//        one-sided means to know when readers are done with it).
+//    erase: find w as above, CAS w → w|DEL. The record stays (garbage).
+//    Leaks, all bounded and never dangerous: superseded and erased records, and the private
+//    records a client still holds when it is destroyed (< kHeapBlock per client per node).
+//    lookup (get / get_all, Algorithm 2): READ R slots; for every live slot whose fingerprint
+//        matches, READ its record. get_all posts those record READs in the same batch as the READ
+//        of the next R slots (if no empty slot was seen yet) and finishes when BOTH an empty slot
+//        has been seen and every record READ it posted has been checked. A get finishes at the
+//        first verified match, so it overlaps the next window's READ with record READs only when
+//        the window had no fingerprint match (else the prefetch is almost always wasted; a match
+//        that fails verification then costs one extra round trip). A record that fails
+//        verification (fingerprint collision) is skipped. A present key costs 2 round trips when
+//        its slot is within the first R slots read (or the first window is free of other matches
+//        up to it), i.e. slots then record; a miss with no fingerprint match costs the slot READs.
+//  * kHeap4 (Fig. 5, bulk-loaded, read-only). Slot word = a bucket of 4 ways:
+//        bits 32+8w..39+8w = 8-bit fingerprint (1..255) of way w, 0 = free way ;
+//        bits 0..31 = group index + 1 of the bucket's 4 contiguous heap records (0 = empty bucket).
+//    Our reading of seed 000 §4.1 / Fig. 5 for linear probing: the table is bucketised linear
+//    probing over 4-way buckets. The loader puts a record into the first bucket at or after its
+//    home bucket that has a free way, in way order; the bucket's group of 4 records is allocated
+//    when the bucket gets its first record, so the (up to) 4 records of one slot are contiguous in
+//    the heap and a key's record is record 4·group + way. A probe therefore ends at the first
+//    bucket with a free way (an insert would have stopped there) — not only at an empty bucket.
+//    Lookups read R buckets, then every record whose way fingerprint matches (as kHeap). Online
+//    find_or_put/put/update/erase throw InvalidArgument ("heap4 tables are bulk-loaded").
+//    The load factor of a heap4 table is records / (4 · home buckets).
+//
+// Invariants (heap)
+//  * A slot word goes empty → live(i) → live(j)* → tombstone; an index is published at most once.
+//  * A slot never points to a record that is not completely written: the CAS that publishes an
+//    index is posted only after the WRITE of that record has completed.
+//  * A key occupies at most one live slot of its shard (same first-empty-slot CAS argument as
+//    inline; the winner's key is read from its record when fingerprints match).
+//
 // Thread safety: LinearClient is used by one Engine (one thread); any number of clients on any
 // number of threads or processes may operate on one table concurrently.
 #pragma once
@@ -43,6 +108,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <map>
 #include <memory>
 #include <unordered_map>
@@ -56,7 +122,7 @@
 
 namespace rdmahash {
 
-enum class SlotFormat : uint8_t { kSet = 0, kInline = 1 };
+enum class SlotFormat : uint8_t { kSet = 0, kInline = 1, kHeap = 2, kHeap4 = 3 };
 const char* to_string(SlotFormat f);
 
 struct LinearConfig {
@@ -64,9 +130,13 @@ struct LinearConfig {
   uint32_t memory_nodes = 1;
   uint64_t home_slots = 1024;  // S, per memory node
   uint64_t tail_slots = 0;     // T, per memory node; 0 picks max(4096, S/32)
-  uint32_t key_bytes = 8;      // kInline: 4 or 8; kSet: 8 (keys < 2^63)
-  uint32_t value_bytes = 0;    // kInline: 0..120; kSet: 0
+  uint32_t key_bytes = 8;      // kInline/kHeap/kHeap4: 4 or 8; kSet: 8 (keys < 2^63)
+  uint32_t value_bytes = 0;    // kInline: 0..120; kHeap/kHeap4: 0..1024; kSet: 0
   uint64_t hash_seed = 0x5eed5eed12345678ULL;
+  // kHeap/kHeap4: records in each node's heap; 0 picks heap4: 4 per slot (every bucket's group),
+  // heap: total_slots() + total_slots()/4 + 1024 (room for every slot, out-of-place updates and
+  // the private blocks clients hold).
+  uint64_t heap_records = 0;
 
   // Home slots for `records` at `load_factor` (records / all home slots), split over the nodes.
   static LinearConfig for_records(uint64_t records, double load_factor, uint32_t memory_nodes);
@@ -74,8 +144,12 @@ struct LinearConfig {
   void validate() const;  // throws InvalidArgument with a message naming the bad field
   uint64_t tail() const { return tail_slots ? tail_slots : std::max<uint64_t>(4096, home_slots / 32); }
   uint64_t total_slots() const { return home_slots + tail(); }
-  uint32_t slot_bytes() const;
-  uint64_t region_bytes() const;  // header + all slots
+  uint32_t slot_bytes() const;     // 8 for kSet/kHeap/kHeap4
+  uint64_t region_bytes() const;   // header + all slots (+ heap header + heap)
+  bool heap() const { return format == SlotFormat::kHeap || format == SlotFormat::kHeap4; }
+  uint32_t record_bytes() const;   // bytes of one record (an inline slot, or a heap record)
+  uint64_t heap_capacity() const;  // records per node's heap (0 unless heap())
+  uint64_t heap_offset() const;    // byte offset of the HeapHeader in a shard region
 };
 
 // Chooses how many slots each lookup READ fetches (seed 000 §3–4). One per client: not
@@ -139,11 +213,37 @@ struct ShardHeader {
 static_assert(sizeof(ShardHeader) == 64);
 inline constexpr uint64_t kLinearMagic = 0x31524e494c48524dULL;  // "MRHLINR1"
 
+// kHeap/kHeap4: the 64 bytes before the heap records (at LinearConfig::heap_offset()).
+struct HeapHeader {
+  uint64_t magic;
+  uint64_t next;      // records allocated so far (FAA target; may overshoot capacity)
+  uint64_t capacity;  // records the heap holds
+  uint32_t record_bytes, ways;
+  uint64_t reserved[4];
+};
+static_assert(sizeof(HeapHeader) == 64);
+inline constexpr uint64_t kLinearHeapMagic = 0x31504145484c524dULL;  // "MRLHEAP1"
+inline constexpr uint32_t kHeapBlock = 16;  // records a client takes per FAA
+
+// A decoded kHeap slot word (memory-node side inspection and tests).
+struct HeapSlot {
+  bool empty = true, tombstone = false;
+  uint16_t fp = 0;
+  uint64_t index = 0;  // record index (valid unless empty)
+};
+HeapSlot decode_heap_slot(uint64_t word);
+// The record at `index` of a heap shard if it is published and consistent: (key, value).
+std::optional<std::pair<uint64_t, std::vector<std::byte>>> linear_heap_record(const LinearConfig& cfg,
+                                                                            std::span<const std::byte> region,
+                                                                            uint64_t index);
+
 // Where a key lives. Pure function of the config; shared by clients and loaders.
 struct LinearPlacement {
   uint32_t node;
   uint64_t home;   // slot index in the shard
   uint32_t kbits;  // low 32 bits of an inline ctrl word for this key
+  uint16_t fp16;   // kHeap slot fingerprint
+  uint8_t fp8;     // kHeap4 way fingerprint, 1..255
 };
 LinearPlacement linear_place(const LinearConfig& cfg, uint64_t key);
 
@@ -194,11 +294,27 @@ class LinearClient final : public KvClient {
   uint32_t read_slots(uint32_t node, uint64_t slot) const;
   void observe_clusters(uint32_t node, uint64_t start, const std::byte* slots, uint64_t n, uint64_t& run_start) const;
   Task<OpResult> insert(uint64_t key, std::span<const std::byte> value);
+  // Out-of-band records (kHeap, kHeap4).
+  RemoteAddr record_addr(uint32_t node, uint64_t index) const;
+  bool record_matches(const std::byte* rec, uint64_t key, const LinearPlacement& p) const;
+  void build_record(uint64_t key, std::span<const std::byte> value, std::byte* rec) const;
+  Task<Located> heap_scan(uint64_t key, const LinearPlacement& p, bool all, std::span<std::byte> value_out,
+                          std::vector<std::byte>* values_out, OpResult& r);
+  Task<std::optional<uint64_t>> take_record(uint32_t node);  // private record index, or none (heap full)
+  std::optional<uint64_t> pop_spare(uint32_t node);
+  void give_back(uint32_t node, uint64_t index) { spare_[node].push_back(index); }
+  Task<bool> heap_is_mine(uint64_t word, uint64_t key, const LinearPlacement& p);
+  Task<OpResult> heap_insert(uint64_t key, std::span<const std::byte> value);
+  Task<OpResult> heap_update(uint64_t key, std::span<const std::byte> value);
+  Task<OpResult> heap_erase(uint64_t key);
+  void check_writable() const;
 
   LinearConfig cfg_;
   ProbeConfig probe_;
   Engine& engine_;
   uint32_t slot_bytes_;
+  uint32_t record_bytes_;
+  std::vector<std::vector<uint64_t>> spare_;  // per node: private (unpublished) heap records
 };
 
 // The error message of a config that does not validate, or empty.

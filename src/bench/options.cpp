@@ -79,9 +79,10 @@ std::string BenchOptions::error() const {
   if (fabric != "local" && fabric != "ucx") return "--fabric must be 'local' or 'ucx', got '" + fabric + "'";
   if (scheme != "linear" && scheme != "cuckoo")
     return "--scheme '" + scheme + "' is not available (available: linear, cuckoo)";
-  if (storage != "inline" && storage != "heap") return "--storage must be inline or heap, got '" + storage + "'";
-  if (scheme == "linear" && storage == "heap")
-    return "--storage heap is not implemented for --scheme linear yet (cuckoo supports it)";
+  if (storage != "inline" && storage != "heap" && storage != "heap4")
+    return "--storage must be inline, heap or heap4, got '" + storage + "'";
+  if (scheme != "linear" && storage == "heap4")
+    return "--storage heap4 applies to --scheme linear (cuckoo: --storage heap --slots-per-bucket 4)";
   if (slots_per_bucket != 1 && slots_per_bucket != 4) return "--slots-per-bucket must be 1 or 4";
   if (cuckoo_probe != "parallel" && cuckoo_probe != "sequential")
     return "--cuckoo-probe must be parallel or sequential, got '" + cuckoo_probe + "'";

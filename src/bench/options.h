@@ -3,8 +3,11 @@
 
 #include <cstdint>
 #include <string>
+#include <optional>
 #include <utility>
 #include <vector>
+
+#include "rdmahash/model.h"
 
 namespace rdmahash::bench {
 
@@ -49,6 +52,7 @@ struct BenchOptions {
   uint32_t clusters = 1000;            // clusters tracked per client (--read-size cluster)
   double assumed_load_factor = 0;      // model R from this load factor instead of the table's (0: table's)
   std::string profile_path;            // cost-model parameters (rdmahash calibrate); empty: seed 000's
+  std::optional<model::CostParams> cost_params;  // loaded from profile_path (slot_bytes set per table)
   double zipf_theta = 0;               // 0: uniform; else the loaded keys' (and lookups') Zipf skew
   std::vector<uint32_t> read_bytes{8}; // raw-read sizes
   uint64_t tail_slots = 0;

@@ -95,20 +95,33 @@ class LinearAdapter final : public SchemeAdapter {
  public:
   LinearAdapter(const BenchOptions& o, double load_factor) {
     cfg_ = LinearConfig::for_records(o.records, load_factor, o.memory_nodes);
-    const bool inline_fmt = o.slot_format == "inline" || (o.slot_format == "auto" && (o.value_bytes > 0 || o.key_bytes == 4));
-    cfg_.format = inline_fmt ? SlotFormat::kInline : SlotFormat::kSet;
+    // --storage heap|heap4: records out of band (seed 000 §4.1); records = key + value bytes.
+    const bool heap = o.storage == "heap" || o.storage == "heap4";
+    if (heap && o.slot_format == "set")
+      throw InvalidArgument("--slot-format set holds keys in the slots: it cannot be combined with --storage " + o.storage);
+    const bool inline_fmt = !heap && (o.slot_format == "inline" || (o.slot_format == "auto" && (o.value_bytes > 0 || o.key_bytes == 4)));
+    cfg_.format = o.storage == "heap4" ? SlotFormat::kHeap4 : heap ? SlotFormat::kHeap
+                : inline_fmt ? SlotFormat::kInline : SlotFormat::kSet;
+    if (o.storage == "heap4")
+      for (Workload w : o.workloads)
+        if (w != Workload::kGet && w != Workload::kGetAll && w != Workload::kRawRead)
+          throw InvalidArgument(std::string("--storage heap4 tables are bulk-loaded (read-only): workload ") +
+                                to_string(w) + " writes; use get, get-all or raw-read");
+    // heap4 buckets hold 4 records: the load factor is records / (4 · home buckets).
+    if (cfg_.format == SlotFormat::kHeap4) cfg_.home_slots = std::max<uint64_t>(8, (cfg_.home_slots + 3) / 4);
     cfg_.key_bytes = o.key_bytes;
-    cfg_.value_bytes = inline_fmt ? o.value_bytes : 0;
+    cfg_.value_bytes = inline_fmt || heap ? o.value_bytes : 0;
     cfg_.tail_slots = o.tail_slots;
     cfg_.hash_seed = hash::mix64(o.seed ^ 0x7AB1E5EEDULL);
     cfg_.validate();
     probe_.chunk = o.chunk;
     probe_.max_chunks = o.max_chunks;
     probe_.validate();
-    cost_params_ = model::paper_cost_params(cfg_.slot_bytes());
+    cost_params_ = o.cost_params ? *o.cost_params : model::paper_cost_params(cfg_.slot_bytes());
+    cost_params_.slot_bytes = cfg_.slot_bytes();
   }
   uint64_t region_bytes() const override { return cfg_.region_bytes(); }
-  uint64_t slots() const override { return cfg_.home_slots * cfg_.memory_nodes; }
+  uint64_t slots() const override { return cfg_.home_slots * cfg_.memory_nodes * (cfg_.format == SlotFormat::kHeap4 ? 4 : 1); }
   unsigned key_bits() const override {
     return cfg_.format == SlotFormat::kSet ? 63 : cfg_.key_bytes * 8;
   }
@@ -138,6 +151,9 @@ class LinearAdapter final : public SchemeAdapter {
       p.read_size = spec.slots;
       return {std::make_unique<LinearClient>(cfg_, p, engine), p.read_size};
     }
+    if (cfg_.format == SlotFormat::kHeap4)
+      throw InvalidArgument("--read-size " + spec.text() + ": the read-size model assumes one record per slot; "
+                            "use a fixed read size with --storage heap4");
     // Model sizes: the load factor comes from the table's metadata (or --assumed-load-factor).
     const ShardHeader h = engine.run(LinearClient(cfg_, p, engine).read_header(0));
     const uint64_t m = h.home_slots;

@@ -15,6 +15,7 @@
 #include "bench/driver.h"
 #include "bench/options.h"
 #include "bench/ycsb.h"
+#include "model/calibrate.h"
 #include "cli/model_cmd.h"
 #include "rdmahash/fabric.h"
 #include "rdmahash/table.h"
@@ -31,7 +32,7 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
   cmd.add_option("--scheme", o.scheme, "hash table scheme: linear or cuckoo")->capture_default_str();
   cmd.add_option("--slot-format", o.slot_format, "linear slot format: auto, set (63-bit keys) or inline (records)")
       ->capture_default_str();
-  cmd.add_option("--storage", o.storage, "records inline in the table or in a heap (cuckoo)")->capture_default_str();
+  cmd.add_option("--storage", o.storage, "records inline in the table slots, in a heap (8-byte CAS-able slots), or heap4 (linear, bulk-loaded: 4 fingerprints per slot)")->capture_default_str();
   cmd.add_option("--slots-per-bucket", o.slots_per_bucket, "cuckoo: 1 or 4 slots per bucket")->capture_default_str();
   cmd.add_option("--cuckoo-probe", o.cuckoo_probe, "cuckoo lookups: parallel (k READs at once) or sequential")
       ->capture_default_str();
@@ -53,6 +54,9 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
   cmd.add_option("--read-size", read_sizes,
                  "lookup READ size: N or fixed:N slots, model, model-unconstrained, cluster (a list sweeps)")
       ->delimiter(',');
+  cmd.add_option("--profile", o.profile_path,
+                 "cost-model parameters from `rdmahash calibrate` for model/cluster read sizes (default: seed 000's)")
+      ->check(CLI::ExistingFile);
   cmd.add_option("--clusters", o.clusters, "clusters each client tracks for --read-size cluster")->capture_default_str();
   cmd.add_option("--assumed-load-factor", o.assumed_load_factor,
                  "size model reads for this load factor instead of the table's (seed 000 §5.6)");
@@ -105,6 +109,7 @@ int main(int argc, char** argv) {
     for (const auto& r : read_sizes) opts.read_sizes.push_back(rdmahash::bench::parse_read_size(r));
     opts.zipf_theta = rdmahash::bench::parse_distribution(distribution);
     for (const auto& p : ycsb_props) opts.ycsb_overrides.push_back(rdmahash::bench::ycsb::parse_override(p));
+    if (!opts.profile_path.empty()) opts.cost_params = rdmahash::model::load_profile(opts.profile_path).cost_params();
     if (!ycsb_props.empty() && opts.ycsb_path.empty()) throw rdmahash::InvalidArgument("-p name=value needs --ycsb FILE");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rdmahash bench: error: %s\n", e.what());

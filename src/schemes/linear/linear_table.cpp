@@ -1,6 +1,7 @@
 // Linear probing over one-sided operations. The layout, publication protocol and invariants are
 // documented in include/rdmahash/linear.h; this file follows them line by line.
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -18,6 +19,22 @@ constexpr uint64_t kVersionMask = (1ULL << 29) - 1;
 constexpr uint64_t kSetTombstone = 1;
 constexpr uint64_t kHeaderBytes = sizeof(ShardHeader);
 constexpr uint32_t kMaxStableRetries = 1u << 22;
+// kHeap slot words (see linear.h).
+constexpr uint64_t kHOcc = 1ULL << 63;
+constexpr uint64_t kHDel = 1ULL << 62;
+constexpr int kFpShift = 46;
+constexpr uint64_t kIdxMask = (1ULL << kFpShift) - 1;
+constexpr uint64_t kHeapHeaderBytes = sizeof(HeapHeader);
+inline uint64_t heap_word(uint16_t fp, uint64_t index) {
+  return kHOcc | (static_cast<uint64_t>(fp) << kFpShift) | (index + 1);
+}
+inline bool heap_live(uint64_t w) { return (w & kHOcc) && !(w & kHDel); }
+inline uint16_t heap_fp(uint64_t w) { return static_cast<uint16_t>(w >> kFpShift); }
+inline uint64_t heap_index(uint64_t w) { return (w & kIdxMask) - 1; }
+// kHeap4 bucket words.
+inline uint8_t way_fp(uint64_t w, uint32_t way) { return static_cast<uint8_t>(w >> (32 + 8 * way)); }
+inline uint64_t bucket_group(uint64_t w) { return (w & 0xffffffffULL) - 1; }
+inline bool bucket_has_free_way(uint64_t w) { return w == 0 || way_fp(w, 3) == 0; }  // ways fill in order
 
 // A buffer that lives in the coroutine frame when small (the common case: R or C slots of a few
 // words) and on the heap otherwise, so a lookup does not pay a malloc for its read buffer.
@@ -107,7 +124,15 @@ Task<OpResult> KvClient::get_all(uint64_t, std::vector<std::byte>*) {
   co_return OpResult{};
 }
 
-const char* to_string(SlotFormat f) { return f == SlotFormat::kSet ? "set" : "inline"; }
+const char* to_string(SlotFormat f) {
+  switch (f) {
+    case SlotFormat::kSet: return "set";
+    case SlotFormat::kInline: return "inline";
+    case SlotFormat::kHeap: return "heap";
+    case SlotFormat::kHeap4: return "heap4";
+  }
+  return "?";
+}
 
 // --- configuration --------------------------------------------------------------------------
 
@@ -132,8 +157,16 @@ std::string linear_config_error(const LinearConfig& c) {
     if (c.value_bytes != 0) return "set tables hold keys only (value bytes must be 0; use inline records for values)";
   } else {
     if (c.key_bytes != 4 && c.key_bytes != 8) return "key bytes must be 4 or 8, got " + std::to_string(c.key_bytes);
-    if (c.value_bytes > 120) return "value bytes must be at most 120 for inline records, got " + std::to_string(c.value_bytes);
+    if (c.format == SlotFormat::kInline && c.value_bytes > 120)
+      return "value bytes must be at most 120 for inline records, got " + std::to_string(c.value_bytes);
+    if (c.value_bytes > 1024) return "value bytes must be at most 1024 for heap records, got " + std::to_string(c.value_bytes);
+    if (c.format != SlotFormat::kInline && c.format != SlotFormat::kHeap && c.format != SlotFormat::kHeap4)
+      return "unknown slot format " + std::to_string(static_cast<int>(c.format));
   }
+  if (c.format == SlotFormat::kHeap && c.heap_capacity() > kIdxMask)
+    return "heap records per node must be below 2^46";
+  if (c.format == SlotFormat::kHeap4 && (c.heap_capacity() / 4 >= 0xffffffffULL || c.heap_capacity() % 4))
+    return "heap4 heaps hold a multiple of 4 records, fewer than 2^34";
   return {};
 }
 
@@ -142,10 +175,51 @@ void LinearConfig::validate() const {
 }
 
 uint32_t LinearConfig::slot_bytes() const {
+  return format == SlotFormat::kInline ? InlineLayout(*this).bytes : 8;
+}
+
+uint32_t LinearConfig::record_bytes() const {
   return format == SlotFormat::kSet ? 8 : InlineLayout(*this).bytes;
 }
 
-uint64_t LinearConfig::region_bytes() const { return kHeaderBytes + total_slots() * slot_bytes(); }
+uint64_t LinearConfig::heap_capacity() const {
+  if (!heap()) return 0;
+  if (heap_records) return heap_records;
+  const uint64_t t = total_slots();
+  return format == SlotFormat::kHeap4 ? 4 * t : t + t / 4 + 1024;
+}
+
+uint64_t LinearConfig::heap_offset() const { return kHeaderBytes + total_slots() * slot_bytes(); }
+
+uint64_t LinearConfig::region_bytes() const {
+  return heap_offset() + (heap() ? kHeapHeaderBytes + heap_capacity() * record_bytes() : 0);
+}
+
+HeapSlot decode_heap_slot(uint64_t w) {
+  HeapSlot h;
+  if (w == 0) return h;
+  h.empty = false;
+  h.tombstone = (w & kHDel) != 0;
+  h.fp = heap_fp(w);
+  h.index = heap_index(w);
+  return h;
+}
+
+std::optional<std::pair<uint64_t, std::vector<std::byte>>> linear_heap_record(const LinearConfig& cfg,
+                                                                            std::span<const std::byte> region,
+                                                                            uint64_t index) {
+  if (!cfg.heap() || index >= cfg.heap_capacity()) return std::nullopt;
+  const InlineLayout l(cfg);
+  const uint64_t off = cfg.heap_offset() + kHeapHeaderBytes + index * l.bytes;
+  if (off + l.bytes > region.size()) return std::nullopt;
+  std::vector<std::byte> rec(region.begin() + static_cast<std::ptrdiff_t>(off),
+                             region.begin() + static_cast<std::ptrdiff_t>(off + l.bytes));
+  const uint64_t ctrl = load64(rec.data());
+  if (!(ctrl & kOcc) || (ctrl & (kLock | kDel)) || !inline_consistent(cfg, l, rec.data())) return std::nullopt;
+  const uint64_t key = slot_key(cfg, rec.data());
+  if (static_cast<uint32_t>(ctrl) != linear_place(cfg, key).kbits) return std::nullopt;
+  return std::make_pair(key, std::vector<std::byte>(rec.begin() + l.val_off, rec.begin() + l.val_off + cfg.value_bytes));
+}
 
 void ProbeConfig::validate() const {
   if (chunk == 0) throw InvalidArgument("chunk size must be at least 1 slot");
@@ -161,6 +235,9 @@ LinearPlacement linear_place(const LinearConfig& c, uint64_t key) {
   p.node = static_cast<uint32_t>(hash::range(h, c.memory_nodes));
   p.home = hash::range(h2, c.home_slots);
   p.kbits = c.key_bytes == 4 ? static_cast<uint32_t>(key) : static_cast<uint32_t>(h);
+  // Bits 32..47 of h: independent of the node (top bits of h) and of the home slot (from h2).
+  p.fp16 = static_cast<uint16_t>(h >> 32);
+  p.fp8 = static_cast<uint8_t>(1 + (h >> 32) % 255);
   return p;
 }
 
@@ -187,6 +264,15 @@ LinearShardLoader::LinearShardLoader(const LinearConfig& cfg, uint32_t node, std
   h.node = node;
   h.memory_nodes = cfg.memory_nodes;
   std::memcpy(region.data(), &h, sizeof h);
+  if (cfg.heap()) {
+    HeapHeader hh{};
+    hh.magic = kLinearHeapMagic;
+    hh.next = 0;
+    hh.capacity = cfg.heap_capacity();
+    hh.record_bytes = cfg.record_bytes();
+    hh.ways = cfg.format == SlotFormat::kHeap4 ? 4 : 1;
+    std::memcpy(region.data() + cfg.heap_offset(), &hh, sizeof hh);
+  }
 }
 
 uint64_t LinearShardLoader::records() const {
@@ -199,7 +285,7 @@ bool LinearShardLoader::insert(uint64_t key, std::span<const std::byte> value) {
   const LinearPlacement p = linear_place(cfg_, key);
   if (p.node != node_) return false;
   if (cfg_.format == SlotFormat::kSet && key >= kOcc) throw InvalidArgument("set keys must be below 2^63");
-  if (cfg_.format == SlotFormat::kInline && cfg_.key_bytes == 4 && key > 0xffffffffULL)
+  if (cfg_.format != SlotFormat::kSet && cfg_.key_bytes == 4 && key > 0xffffffffULL)
     throw InvalidArgument("4-byte keys must be below 2^32");
   if (value.size() != (cfg_.format == SlotFormat::kSet ? 0 : cfg_.value_bytes))
     throw InvalidArgument("value must be exactly value_bytes long");
@@ -207,12 +293,47 @@ bool LinearShardLoader::insert(uint64_t key, std::span<const std::byte> value) {
   std::byte* slots = region_.data() + kHeaderBytes;
   const uint64_t total = cfg_.total_slots();
   uint64_t s = p.home;
-  while (s < total && load64(slots + s * sb) != 0) ++s;
+  if (cfg_.format == SlotFormat::kHeap4) {
+    while (s < total && !bucket_has_free_way(load64(slots + s * sb))) ++s;
+  } else {
+    while (s < total && load64(slots + s * sb) != 0) ++s;
+  }
   if (s == total)
     throw InvalidArgument("shard " + std::to_string(node_) + " overflowed its " + std::to_string(cfg_.tail()) +
                           " tail slots: use a lower load factor or more tail slots");
   std::byte* slot = slots + s * sb;
-  if (cfg_.format == SlotFormat::kSet) {
+  if (cfg_.heap()) {
+    HeapHeader hh;
+    std::byte* hp = region_.data() + cfg_.heap_offset();
+    std::memcpy(&hh, hp, sizeof hh);
+    const InlineLayout l(cfg_);
+    uint64_t word = load64(slot);
+    uint64_t index;
+    if (cfg_.format == SlotFormat::kHeap4) {
+      if (word == 0) {  // the bucket's first record: allocate its group of 4
+        if (hh.next + 4 > hh.capacity)
+          throw InvalidArgument("shard " + std::to_string(node_) + ": heap of " + std::to_string(hh.capacity) +
+                                " records is full");
+        word = hh.next / 4 + 1;
+        hh.next += 4;
+      }
+      uint32_t way = 0;
+      while (way_fp(word, way) != 0) ++way;
+      index = bucket_group(word) * 4 + way;
+      word |= static_cast<uint64_t>(p.fp8) << (32 + 8 * way);
+    } else {
+      if (hh.next >= hh.capacity)
+        throw InvalidArgument("shard " + std::to_string(node_) + ": heap of " + std::to_string(hh.capacity) +
+                              " records is full");
+      index = hh.next++;
+      word = heap_word(p.fp16, index);
+    }
+    std::byte* rec = hp + kHeapHeaderBytes + index * l.bytes;
+    build_payload(cfg_, l, key, 1, value, rec);
+    store64(rec, make_ctrl(1, p.kbits));
+    store64(slot, word);
+    std::memcpy(hp, &hh, sizeof hh);
+  } else if (cfg_.format == SlotFormat::kSet) {
     store64(slot, kOcc | key);
   } else {
     InlineLayout l(cfg_);
@@ -232,7 +353,14 @@ std::vector<uint64_t> linear_scan_keys(const LinearConfig& cfg, std::span<const 
   const std::byte* slots = region.data() + kHeaderBytes;
   for (uint64_t s = 0; s < cfg.total_slots(); ++s) {
     const uint64_t w = load64(slots + s * sb);
-    if (cfg.format == SlotFormat::kSet) {
+    if (cfg.format == SlotFormat::kHeap) {
+      if (heap_live(w))
+        if (auto rec = linear_heap_record(cfg, region, heap_index(w))) keys.push_back(rec->first);
+    } else if (cfg.format == SlotFormat::kHeap4) {
+      for (uint32_t way = 0; w && way < 4; ++way)
+        if (way_fp(w, way))
+          if (auto rec = linear_heap_record(cfg, region, bucket_group(w) * 4 + way)) keys.push_back(rec->first);
+    } else if (cfg.format == SlotFormat::kSet) {
       if (w & kOcc) keys.push_back(w & ~kOcc);
     } else if ((w & kOcc) && !(w & kDel)) {
       keys.push_back(slot_key(cfg, slots + s * sb));
@@ -250,15 +378,16 @@ struct LinearClient::Located {
 };
 
 LinearClient::LinearClient(const LinearConfig& cfg, const ProbeConfig& probe, Engine& engine)
-    : cfg_(cfg), probe_(probe), engine_(engine), slot_bytes_(cfg.slot_bytes()) {
+    : cfg_(cfg), probe_(probe), engine_(engine), slot_bytes_(cfg.slot_bytes()), record_bytes_(cfg.record_bytes()) {
   cfg_.validate();
   probe_.validate();
+  if (cfg_.heap()) spare_.resize(cfg_.memory_nodes);
 }
 
 void LinearClient::validate_key(uint64_t key) const {
   if (cfg_.format == SlotFormat::kSet && key >= kOcc)
     throw InvalidArgument("key " + std::to_string(key) + " does not fit a set slot (keys must be below 2^63)");
-  if (cfg_.format == SlotFormat::kInline && cfg_.key_bytes == 4 && key > 0xffffffffULL)
+  if (cfg_.format != SlotFormat::kSet && cfg_.key_bytes == 4 && key > 0xffffffffULL)
     throw InvalidArgument("key " + std::to_string(key) + " does not fit 4 key bytes");
 }
 
@@ -371,6 +500,11 @@ Task<OpResult> LinearClient::get_all(uint64_t key, std::vector<std::byte>* value
   validate_key(key);
   OpResult r;
   const LinearPlacement p = linear_place(cfg_, key);
+  if (cfg_.heap()) {
+    co_await heap_scan(key, p, true, {}, values_out, r);
+    r.status = r.matches ? Status::kFound : Status::kNotFound;
+    co_return r;
+  }
   const uint64_t total = cfg_.total_slots();
   const InlineLayout l(cfg_);
   const bool set = cfg_.format == SlotFormat::kSet;
@@ -419,7 +553,9 @@ ClusterReadSizer::ClusterReadSizer(uint32_t default_size, size_t capacity,
       max_size_(max_size) {}
 
 void ClusterReadSizer::observe(uint32_t node, uint64_t start, uint64_t length) {
-  if (capacity_ == 0 || length == 0) return;
+  // A run shorter than the default read cannot save a round trip (a read of R* slots covers it),
+  // so it is not worth the bookkeeping on every lookup of a lightly skewed table.
+  if (capacity_ == 0 || length < default_size_) return;
   // Not among the largest: nothing to do (the common case once the tracker is full).
   if (clusters_.size() >= capacity_ && length <= by_length_.begin()->first) return;
   auto containing = clusters_.upper_bound({node, start});
@@ -476,6 +612,12 @@ Task<OpResult> LinearClient::get(uint64_t key, std::span<std::byte> value_out) {
   validate_key(key);
   OpResult r;
   const LinearPlacement p = linear_place(cfg_, key);
+  if (cfg_.heap()) {
+    const Located loc = co_await heap_scan(key, p, false, value_out, nullptr, r);
+    r.status = loc.found ? Status::kFound : Status::kNotFound;
+    r.matches = loc.found ? 1 : 0;
+    co_return r;
+  }
   const Located loc = co_await locate(key, p, value_out, r.chunks);
   r.status = loc.found ? Status::kFound : Status::kNotFound;
   r.matches = loc.found ? 1 : 0;
@@ -485,6 +627,8 @@ Task<OpResult> LinearClient::get(uint64_t key, std::span<std::byte> value_out) {
 Task<OpResult> LinearClient::find_or_put(uint64_t key, std::span<const std::byte> value) {
   validate_key(key);
   check_value(value, false);
+  check_writable();
+  if (cfg_.format == SlotFormat::kHeap) co_return co_await heap_insert(key, value);
   co_return co_await insert(key, value);
 }
 
@@ -573,6 +717,8 @@ Task<OpResult> LinearClient::insert(uint64_t key, std::span<const std::byte> val
 Task<OpResult> LinearClient::update(uint64_t key, std::span<const std::byte> value) {
   validate_key(key);
   check_value(value, true);
+  check_writable();
+  if (cfg_.format == SlotFormat::kHeap) co_return co_await heap_update(key, value);
   OpResult r;
   const LinearPlacement p = linear_place(cfg_, key);
   const InlineLayout l(cfg_);
@@ -598,7 +744,8 @@ Task<OpResult> LinearClient::update(uint64_t key, std::span<const std::byte> val
 
 Task<OpResult> LinearClient::put(uint64_t key, std::span<const std::byte> value) {
   validate_key(key);
-  check_value(value, cfg_.format == SlotFormat::kInline);
+  check_value(value, cfg_.format != SlotFormat::kSet);
+  check_writable();
   if (cfg_.format == SlotFormat::kSet) {
     OpResult r = co_await insert(key, value);
     if (r.status == Status::kFound) r.status = Status::kUpdated;  // nothing to replace in a set
@@ -608,8 +755,13 @@ Task<OpResult> LinearClient::put(uint64_t key, std::span<const std::byte> value)
   for (;;) {
     OpResult r = co_await update(key, value);
     chunks += r.chunks;
-    if (r.status == Status::kUpdated) { r.chunks = chunks; co_return r; }
-    r = co_await insert(key, value);
+    if (r.status == Status::kUpdated || r.status == Status::kFull) { r.chunks = chunks; co_return r; }
+    // (if/else, not ?: — GCC mishandles co_await inside a conditional expression)
+    if (cfg_.format == SlotFormat::kHeap) {
+      r = co_await heap_insert(key, value);
+    } else {
+      r = co_await insert(key, value);
+    }
     chunks += r.chunks;
     if (r.status != Status::kFound) { r.chunks = chunks; co_return r; }
     // Inserted concurrently by someone else after our update missed: update it now.
@@ -618,6 +770,8 @@ Task<OpResult> LinearClient::put(uint64_t key, std::span<const std::byte> value)
 
 Task<OpResult> LinearClient::erase(uint64_t key) {
   validate_key(key);
+  check_writable();
+  if (cfg_.format == SlotFormat::kHeap) co_return co_await heap_erase(key);
   OpResult r;
   const LinearPlacement p = linear_place(cfg_, key);
   for (;;) {
@@ -627,6 +781,263 @@ Task<OpResult> LinearClient::erase(uint64_t key) {
                               ? kSetTombstone
                               : (kOcc | kDel | (((version_of(loc.ctrl) + 1) & kVersionMask) << 32) | p.kbits);
     if (co_await engine_.cas(slot_addr(p.node, loc.slot), loc.ctrl, dead) == loc.ctrl) {
+      r.status = Status::kErased;
+      r.matches = 1;
+      co_return r;
+    }
+  }
+}
+
+// --- out-of-band records (kHeap, kHeap4); the protocol is documented in linear.h ---------------
+
+void LinearClient::check_writable() const {
+  if (cfg_.format == SlotFormat::kHeap4)
+    throw InvalidArgument("heap4 tables are bulk-loaded: find_or_put, put, update and erase are not supported");
+}
+
+RemoteAddr LinearClient::record_addr(uint32_t node, uint64_t index) const {
+  return RemoteAddr{node, cfg_.heap_offset() + kHeapHeaderBytes + index * record_bytes_};
+}
+
+bool LinearClient::record_matches(const std::byte* rec, uint64_t key, const LinearPlacement& p) const {
+  const uint64_t ctrl = load64(rec);
+  if (!(ctrl & kOcc) || (ctrl & (kLock | kDel)) || static_cast<uint32_t>(ctrl) != p.kbits) return false;
+  const InlineLayout l(cfg_);
+  if (cfg_.key_bytes == 8 && load64(rec + l.key_off) != key) return false;
+  return inline_consistent(cfg_, l, rec);
+}
+
+void LinearClient::build_record(uint64_t key, std::span<const std::byte> value, std::byte* rec) const {
+  const InlineLayout l(cfg_);
+  build_payload(cfg_, l, key, 1, value, rec);
+  store64(rec, make_ctrl(1, linear_place(cfg_, key).kbits));
+}
+
+// Algorithm 2 (PROCESS_OUT_OF_BAND): the record READs of window i share a batch with the READ of
+// window i+1; a get returns at the first verified match, otherwise the scan ends once an empty slot
+// (kHeap4: a bucket with a free way) was seen AND the records it asked for have been checked.
+Task<LinearClient::Located> LinearClient::heap_scan(uint64_t key, const LinearPlacement& p, bool all,
+                                                    std::span<std::byte> value_out,
+                                                    std::vector<std::byte>* values_out, OpResult& r) {
+  const uint64_t total = cfg_.total_slots();
+  const bool four = cfg_.format == SlotFormat::kHeap4;
+  const InlineLayout l(cfg_);
+  struct Want {
+    uint64_t slot, word, index;
+  };
+  Scratch slot_buf(0);
+  std::vector<std::byte> big, recs;
+  std::vector<Want> wants;
+  std::vector<Pending> rec_reads;
+  std::optional<Pending> slot_read;
+  uint64_t s = p.home, n = 0, run_start = p.home;
+  std::byte* data = nullptr;
+  auto post_window = [&]() {
+    n = std::min<uint64_t>(read_slots(p.node, s), total - s);
+    data = slot_buf.data();
+    if (n * 8 > slot_buf.size()) {
+      big.resize(n * 8);
+      data = big.data();
+    }
+    return engine_.read(slot_addr(p.node, s), data, static_cast<uint32_t>(n * 8));
+  };
+  bool ended = s >= total;
+  bool window_posted = !ended;  // the READ of the window at `s` is posted (and unscanned)
+  if (!ended) slot_read.emplace(post_window());
+  for (;;) {
+    if (slot_read) {
+      co_await std::move(*slot_read);
+      slot_read.reset();
+      ++r.chunks;
+    }
+    // The previous window's records (posted in the batch that just completed).
+    for (size_t i = 0; i < rec_reads.size(); ++i) {
+      co_await std::move(rec_reads[i]);
+      const std::byte* rec = recs.data() + i * record_bytes_;
+      if (!record_matches(rec, key, p)) continue;  // fingerprint collision
+      ++r.matches;
+      if (values_out) values_out->insert(values_out->end(), rec + l.val_off, rec + l.val_off + cfg_.value_bytes);
+      if (!all) {
+        if (!value_out.empty())
+          std::memcpy(value_out.data(), rec + l.val_off, std::min<size_t>(value_out.size(), cfg_.value_bytes));
+        co_return Located{true, wants[i].slot, wants[i].word};
+      }
+    }
+    rec_reads.clear();
+    wants.clear();
+    if (ended) break;
+    if (!window_posted) {  // a get's candidate records all failed verification: read on
+      slot_read.emplace(post_window());
+      window_posted = true;
+      continue;
+    }
+    if (!four) observe_clusters(p.node, s, data, n, run_start);
+    for (uint64_t j = 0; j < n && !ended; ++j) {
+      const uint64_t w = load64(data + j * 8);
+      if (w == 0) {
+        ended = true;
+      } else if (!four) {
+        if (heap_live(w) && heap_fp(w) == p.fp16) wants.push_back(Want{s + j, w, heap_index(w)});
+      } else {
+        for (uint32_t way = 0; way < 4; ++way)
+          if (way_fp(w, way) == p.fp8) wants.push_back(Want{s + j, w, bucket_group(w) * 4 + way});
+        ended = bucket_has_free_way(w);
+      }
+    }
+    s += n;
+    if (s >= total) ended = true;  // ran off the tail: nothing further can hold the key
+    recs.resize(wants.size() * record_bytes_);
+    for (size_t i = 0; i < wants.size(); ++i)
+      rec_reads.push_back(engine_.read(record_addr(p.node, wants[i].index), recs.data() + i * record_bytes_,
+                                       record_bytes_));
+    // Overlap (Algorithm 2): the next window shares the batch of these record READs — for a get
+    // only if no fingerprint matched (a match almost always ends a get: prefetching would waste a
+    // READ per such get, while a failed match costs one extra round trip, rarely).
+    window_posted = !ended && (all || wants.empty());
+    if (window_posted) slot_read.emplace(post_window());
+    if (ended && rec_reads.empty()) break;
+  }
+  co_return Located{};
+}
+
+std::optional<uint64_t> LinearClient::pop_spare(uint32_t node) {
+  auto& v = spare_[node];
+  if (v.empty()) return std::nullopt;
+  const uint64_t i = v.back();
+  v.pop_back();
+  return i;
+}
+
+Task<std::optional<uint64_t>> LinearClient::take_record(uint32_t node) {
+  if (auto i = pop_spare(node)) co_return i;
+  const uint64_t first =
+      co_await engine_.faa(RemoteAddr{node, cfg_.heap_offset() + offsetof(HeapHeader, next)}, kHeapBlock);
+  const uint64_t cap = cfg_.heap_capacity();
+  if (first >= cap) co_return std::nullopt;  // exhausted (the counter may overshoot; harmless)
+  const uint64_t last = std::min<uint64_t>(first + kHeapBlock, cap);
+  for (uint64_t i = last; i-- > first + 1;) spare_[node].push_back(i);
+  co_return first;
+}
+
+Task<bool> LinearClient::heap_is_mine(uint64_t w, uint64_t key, const LinearPlacement& p) {
+  if (!heap_live(w) || heap_fp(w) != p.fp16) co_return false;
+  std::vector<std::byte> rec(record_bytes_);
+  co_await engine_.read(record_addr(p.node, heap_index(w)), rec.data(), record_bytes_);
+  co_return record_matches(rec.data(), key, p);
+}
+
+Task<OpResult> LinearClient::heap_insert(uint64_t key, std::span<const std::byte> value) {
+  OpResult r;
+  const LinearPlacement p = linear_place(cfg_, key);
+  const uint64_t total = cfg_.total_slots();
+  const uint32_t C = probe_.chunk;
+  const uint32_t M = probe_.max_chunks;
+  const size_t chunk_bytes = static_cast<size_t>(C) * 8;
+  Scratch bufs(2 * chunk_bytes);
+  std::vector<std::byte> rec(record_bytes_);
+  build_record(key, value, rec.data());
+  // A private record, written speculatively in the same batch as the first chunk READs.
+  std::optional<uint64_t> index = pop_spare(p.node);
+  std::optional<Pending> write;
+  if (index) write.emplace(engine_.write(record_addr(p.node, *index), rec.data(), record_bytes_));
+  auto finish = [&](Status st) {  // the record was not published: keep it private for later
+    if (index) give_back(p.node, *index);
+    r.status = st;
+    r.matches = st == Status::kFound ? 1 : 0;
+    return r;
+  };
+  auto chunk_len = [&](uint32_t i) -> uint64_t {
+    const uint64_t start = p.home + static_cast<uint64_t>(i) * C;
+    return start >= total ? 0 : std::min<uint64_t>(C, total - start);
+  };
+  auto post = [&](uint32_t i) {
+    return engine_.read(slot_addr(p.node, p.home + static_cast<uint64_t>(i) * C), bufs.data() + (i % 2) * chunk_bytes,
+                        static_cast<uint32_t>(chunk_len(i) * 8));
+  };
+  if (chunk_len(0) == 0) co_return finish(Status::kFull);
+  std::optional<Pending> cur(post(0));
+  for (uint32_t i = 0; i < M; ++i) {
+    const uint64_t n = chunk_len(i);
+    std::optional<Pending> next;
+    if (i + 1 < M && chunk_len(i + 1) > 0) next.emplace(post(i + 1));
+    co_await std::move(*cur);
+    cur.reset();
+    ++r.chunks;
+    const std::byte* chunk = bufs.data() + (i % 2) * chunk_bytes;
+    const uint64_t start = p.home + static_cast<uint64_t>(i) * C;
+    for (uint64_t j = 0; j < n; ++j) {
+      const uint64_t slot = start + j;
+      const uint64_t w = load64(chunk + j * 8);
+      if (w != 0) {
+        if (co_await heap_is_mine(w, key, p)) co_return finish(Status::kFound);
+        continue;
+      }
+      if (!index) {
+        index = co_await take_record(p.node);
+        if (!index) co_return finish(Status::kFull);
+        write.emplace(engine_.write(record_addr(p.node, *index), rec.data(), record_bytes_));
+      }
+      // The record must be completely written before the slot can point to it.
+      if (write) {
+        co_await std::move(*write);
+        write.reset();
+      }
+      const uint64_t old = co_await engine_.cas(slot_addr(p.node, slot), 0, heap_word(p.fp16, *index));
+      if (old == 0) {
+        r.status = Status::kInserted;  // the record is published: no longer ours to reuse
+        co_return r;
+      }
+      // Someone else claimed the slot first: re-check the winner (seed 001, line 15).
+      if (co_await heap_is_mine(old, key, p)) co_return finish(Status::kFound);
+    }
+    if (!next) break;
+    cur.emplace(std::move(*next));
+  }
+  co_return finish(Status::kFull);
+}
+
+Task<OpResult> LinearClient::heap_update(uint64_t key, std::span<const std::byte> value) {
+  OpResult r;
+  const LinearPlacement p = linear_place(cfg_, key);
+  std::vector<std::byte> rec(record_bytes_);
+  build_record(key, value, rec.data());
+  std::optional<uint64_t> index = pop_spare(p.node);
+  std::optional<Pending> write;  // shares a batch with the scan's first READ
+  if (index) write.emplace(engine_.write(record_addr(p.node, *index), rec.data(), record_bytes_));
+  for (;;) {
+    const Located loc = co_await heap_scan(key, p, false, {}, nullptr, r);
+    r.matches = 0;
+    if (!loc.found) {
+      if (index) give_back(p.node, *index);
+      r.status = Status::kNotFound;
+      co_return r;
+    }
+    if (!index) {
+      index = co_await take_record(p.node);
+      if (!index) { r.status = Status::kFull; co_return r; }
+      write.emplace(engine_.write(record_addr(p.node, *index), rec.data(), record_bytes_));
+    }
+    if (write) {
+      co_await std::move(*write);
+      write.reset();
+    }
+    if (co_await engine_.cas(slot_addr(p.node, loc.slot), loc.ctrl, heap_word(p.fp16, *index)) == loc.ctrl) {
+      r.status = Status::kUpdated;
+      r.matches = 1;
+      co_return r;
+    }
+    // Raced with another update or an erase: the record is still private; look again.
+  }
+}
+
+Task<OpResult> LinearClient::heap_erase(uint64_t key) {
+  OpResult r;
+  const LinearPlacement p = linear_place(cfg_, key);
+  for (;;) {
+    const Located loc = co_await heap_scan(key, p, false, {}, nullptr, r);
+    r.matches = 0;
+    if (!loc.found) { r.status = Status::kNotFound; co_return r; }
+    if (co_await engine_.cas(slot_addr(p.node, loc.slot), loc.ctrl, loc.ctrl | kHDel) == loc.ctrl) {
       r.status = Status::kErased;
       r.matches = 1;
       co_return r;

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Fig. 9 of seed 000 §5.4: lookup latency percentiles (p10/p25/p50/p75/p90) at depth 1 (one lookup
+# in flight: an idle system) per scheme and load factor, 8-byte records. Output: results/latency/.
+# Env: RDMAHASH_BUILD, RECORDS, OPS, REPEAT, LOAD_FACTORS, READ_SIZES.
+OPS=${OPS:-50000}  # one lookup at a time: fewer per point
+source "$(dirname "$0")/fig_lib.sh" latency
+LOAD_FACTORS=${LOAD_FACTORS:-0.25,0.5,0.65,0.8,0.9}
+READ_SIZES=${READ_SIZES:-32,model,model-unconstrained}
+common=(--records "$RECORDS" --load-factor "$LOAD_FACTORS" --key-bytes 4 --value-bytes 4 --workload get
+        --ops "$OPS" --depth 1 --repeat "$REPEAT")
+
+bench --scheme linear --read-size "$READ_SIZES" "${common[@]}"
+bench --scheme cuckoo --cuckoo-probe parallel "${common[@]}"
+bench --scheme cuckoo --cuckoo-probe sequential "${common[@]}"
+plot

@@ -1,0 +1,47 @@
+# Sourced by scripts/fig_*.sh (not a figure itself): `source scripts/fig_lib.sh NAME`.
+# Sets BIN (the rdmahash binary from $RDMAHASH_BUILD, default build/release), OUT=results/NAME
+# (emptied of old results), the MPI/UCX environment for real processes over UCX shared memory, and
+#   bench ARGS...  one `rdmahash bench` sweep: 1 memory node + 1 client (mpirun -n 2), appended
+#                  to $OUT/results.jsonl
+#   plot           python/plot.py $OUT/results.jsonl --out $OUT
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+BUILD=${RDMAHASH_BUILD:-build/release}
+BIN=$BUILD/rdmahash
+if [ ! -x "$BIN" ]; then
+  echo "$0: no $BIN: build first (cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build $BUILD)," \
+       "or set RDMAHASH_BUILD" >&2
+  exit 1
+fi
+OUT=results/$1
+mkdir -p "$OUT"
+rm -f "$OUT"/results.jsonl "$OUT"/*.png "$OUT"/table1.csv "$OUT"/index.md
+
+# Sizes shared by the figures (each script adds its own sweep variables).
+RECORDS=${RECORDS:-200000}   # records bulk-loaded per table
+OPS=${OPS:-200000}           # lookups per point
+REPEAT=${REPEAT:-5}          # interleaved repetitions (the plots show medians and min-max)
+DEPTH=${DEPTH:-16}           # lookups in flight (throughput figures)
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1
+export UCX_TLS=${UCX_TLS:-self,sm} UCX_WARN_UNUSED_ENV_VARS=n
+
+bench() {
+  echo "+ mpirun -n 2 $BIN bench --fabric ucx --memory-nodes 1 $*" >&2
+  mpirun --oversubscribe -n 2 "$BIN" bench --fabric ucx --memory-nodes 1 --no-progress \
+    --json "$OUT/results.jsonl" "$@"
+}
+
+plot() {
+  local py
+  for py in ${PYTHON:-} python3 /usr/bin/python3; do  # the first python3 that has matplotlib
+    if command -v "$py" >/dev/null && "$py" -c 'import matplotlib' 2>/dev/null; then
+      "$py" python/plot.py "$OUT/results.jsonl" --out "$OUT" --rdmahash "$BIN"
+      echo "figures: $OUT/index.md" >&2
+      return
+    fi
+  done
+  echo "$0: no python3 with matplotlib (Debian: apt-get install python3-matplotlib)" >&2
+  exit 1
+}

@@ -1,0 +1,65 @@
+// The benchmark driver's own pieces: result serialization (what UCX ranks send to rank 0),
+// option parsing, key generation.
+#include <gtest/gtest.h>
+
+#include <unordered_set>
+
+#include "bench/options.h"
+#include "bench/report.h"
+#include "bench/workload.h"
+#include "rdmahash/table.h"
+
+namespace rdmahash::bench {
+namespace {
+
+TEST(ClientResult, SerializationRoundTripsEveryField) {
+  ClientResult r;
+  r.ops = 1; r.found = 2; r.inserted = 3; r.full = 4; r.not_found = 5; r.updated = 6; r.skipped = 7;
+  r.errors = 8; r.value_mismatches = 9; r.round_trips = 10; r.reads = 11; r.writes = 12; r.cas = 13;
+  r.faa = 14; r.rpcs = 15; r.bytes = 16; r.chunks = 17; r.matches = 18; r.read_size = 19; r.seconds = 2.5;
+  r.latency_ns = {100, 200, 300};
+  const auto bytes = r.serialize();
+  const ClientResult b = ClientResult::deserialize(bytes);
+  EXPECT_EQ(b.ops, 1u); EXPECT_EQ(b.found, 2u); EXPECT_EQ(b.inserted, 3u); EXPECT_EQ(b.full, 4u);
+  EXPECT_EQ(b.not_found, 5u); EXPECT_EQ(b.updated, 6u); EXPECT_EQ(b.skipped, 7u); EXPECT_EQ(b.errors, 8u);
+  EXPECT_EQ(b.value_mismatches, 9u); EXPECT_EQ(b.round_trips, 10u); EXPECT_EQ(b.reads, 11u);
+  EXPECT_EQ(b.writes, 12u); EXPECT_EQ(b.cas, 13u); EXPECT_EQ(b.faa, 14u); EXPECT_EQ(b.rpcs, 15u);
+  EXPECT_EQ(b.bytes, 16u); EXPECT_EQ(b.chunks, 17u); EXPECT_EQ(b.matches, 18u); EXPECT_EQ(b.read_size, 19u);
+  EXPECT_EQ(b.seconds, 2.5);
+  EXPECT_EQ(b.latency_ns, r.latency_ns);
+  auto truncated = bytes;
+  truncated.pop_back();
+  EXPECT_THROW(ClientResult::deserialize(truncated), InvalidArgument);
+}
+
+TEST(BenchOptions, ReadSizesAndDistributionsParse) {
+  EXPECT_EQ(parse_read_size("16").slots, 16u);
+  EXPECT_EQ(parse_read_size("fixed:3").slots, 3u);
+  EXPECT_EQ(parse_read_size("model").kind, ReadSizeSpec::Kind::kModel);
+  EXPECT_EQ(parse_read_size("cluster").text(), "cluster");
+  for (const char* bad : {"0", "-1", "fixed:", "x", "70000", "8x"}) EXPECT_THROW(parse_read_size(bad), InvalidArgument) << bad;
+  EXPECT_EQ(parse_distribution("uniform"), 0.0);
+  EXPECT_DOUBLE_EQ(parse_distribution("zipf:0.99"), 0.99);
+  for (const char* bad : {"zipf", "zipf:", "zipf:1", "zipf:-2", "normal"}) EXPECT_THROW(parse_distribution(bad), InvalidArgument) << bad;
+  BenchOptions o;
+  EXPECT_EQ(o.error(), "");
+  o.load_factors = {0.5, 1.0};
+  EXPECT_NE(o.error().find("load-factor"), std::string::npos);
+}
+
+TEST(KeySpace, IsABijectionOntoTheKeyDomain) {
+  for (unsigned bits : {32u, 63u, 64u}) {
+    KeySpace ks(1 << 16, bits, 7);
+    std::unordered_set<uint64_t> seen;
+    for (uint64_t i = 0; i < (1 << 16); ++i) {
+      const uint64_t k = ks.key(i);
+      if (bits < 64) {
+        EXPECT_LT(k, 1ULL << bits);
+      }
+      EXPECT_TRUE(seen.insert(k).second) << "collision at " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rdmahash::bench

@@ -1,0 +1,83 @@
+# Tests of python/plot.py (the figure tool) on a small real sample of `rdmahash bench --json`
+# output (tests/data/bench_sample.jsonl: local fabric, several schemes, read-size policies, load
+# factors, depth-1 rows, two record sizes inline/heap and a zipf get-all sweep).
+# Included from tests/CMakeLists.txt after cli_tests.cmake (it uses the rdmahash_cli target).
+
+# A python3 that has matplotlib: `python3` on PATH may be another interpreter (pyenv, venv) than
+# Debian's /usr/bin/python3 that python3-matplotlib installs into.
+set(PLOT_PYTHON "")
+foreach(candidate python3 /usr/bin/python3)
+  execute_process(COMMAND ${candidate} -c "import sys, matplotlib; print(sys.executable)"
+                  RESULT_VARIABLE plot_py_rc OUTPUT_VARIABLE plot_py_exe ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(plot_py_rc EQUAL 0 AND plot_py_exe)
+    set(PLOT_PYTHON ${plot_py_exe})
+    break()
+  endif()
+endforeach()
+
+set(PLOT_PY ${CMAKE_SOURCE_DIR}/python/plot.py)
+set(PLOT_SAMPLE ${CMAKE_SOURCE_DIR}/tests/data/bench_sample.jsonl)
+set(PLOT_OUT ${CMAKE_BINARY_DIR}/plots)
+
+# python3 -c "${PLOT_CHECK}" OUT_DIR PNG... -- COMMAND...
+# Empties OUT_DIR, runs COMMAND (must exit 0), then requires every PNG in OUT_DIR to exist and be
+# larger than 5 KB (not an empty canvas), index.md to list each of them, and table1.csv to have rows.
+set(PLOT_CHECK [=[
+import os, shutil, subprocess, sys
+sep = sys.argv.index('--')
+out, pngs, cmd = sys.argv[1], sys.argv[2:sep], sys.argv[sep + 1:]
+shutil.rmtree(out, ignore_errors=True)
+run = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+sys.stdout.write(run.stdout); sys.stdout.write(run.stderr)
+if run.returncode != 0:
+    sys.exit('FAIL: plot.py exit status %d' % run.returncode)
+index = open(os.path.join(out, 'index.md')).read()
+failed = 0
+for png in pngs:
+    path = os.path.join(out, png)
+    size = os.path.getsize(path) if os.path.exists(path) else -1
+    ok = size > 5 * 1024 and open(path, 'rb').read(8) == b'\x89PNG\r\n\x1a\n' and png in index
+    print('%s: %s (%d bytes%s)' % ('ok' if ok else 'FAIL', png, size, '' if png in index else ', not in index.md'))
+    failed += not ok
+rows = open(os.path.join(out, 'table1.csv')).read().splitlines()
+if len(rows) < 2 or not rows[0].startswith('fabric,'):
+    print('FAIL: table1.csv has no rows'); failed += 1
+print('%d passed, %d failed' % (len(pngs) + 1 - failed, failed))
+sys.exit(1 if failed else 0)
+]=])
+
+set(PLOT_EXPECTED fig6_cuckoo_throughput_vs_load.png fig7_throughput_vs_load.png fig8_bytes_per_lookup.png
+    fig9_latency_depth1.png table1_round_trips_read_size.png fig10_throughput_vs_read_size.png
+    fig11_inline_vs_heap.png fig12_cluster_skew.png)
+
+if(PLOT_PYTHON)
+  add_test(NAME plot_sample_figures
+    COMMAND ${PLOT_PYTHON} -c "${PLOT_CHECK}" ${PLOT_OUT} ${PLOT_EXPECTED} --
+            ${PLOT_PYTHON} ${PLOT_PY} ${PLOT_SAMPLE} --out ${PLOT_OUT} --rdmahash $<TARGET_FILE:rdmahash_cli>)
+  set_tests_properties(plot_sample_figures PROPERTIES TIMEOUT 300 LABELS plot)
+else()
+  message(WARNING "no python3 with matplotlib found: plot_sample_figures will fail "
+                  "(Debian: apt-get install python3-matplotlib)")
+  add_test(NAME plot_sample_figures COMMAND sh -c "echo 'no python3 with matplotlib when CMake ran (Debian: apt-get install python3-matplotlib, then re-run cmake)'; exit 1")
+  set(PLOT_PYTHON python3)  # enough for the bad-input tests: plot.py checks its input before importing matplotlib
+endif()
+
+# Bad input: a clear message and a non-zero exit (plot.py: status 2), never a traceback.
+set(PLOT_BAD_DIR ${CMAKE_CURRENT_BINARY_DIR}/plot_bad_input)
+file(MAKE_DIRECTORY ${PLOT_BAD_DIR})
+file(READ ${PLOT_SAMPLE} plot_sample_text LIMIT 4096)
+string(REGEX REPLACE "\n.*" "" plot_first_line "${plot_sample_text}")
+file(WRITE ${PLOT_BAD_DIR}/malformed.jsonl "${plot_first_line}\n{\"scheme\": \"linear\", \"fabric\":\n")
+file(WRITE ${PLOT_BAD_DIR}/not_bench.jsonl "{\"hello\": 1}\n")
+file(WRITE ${PLOT_BAD_DIR}/empty.jsonl "")
+set(PLOT_EXPECT_FAIL ${CMAKE_CURRENT_SOURCE_DIR}/expect_fail.sh)
+add_test(NAME plot_malformed_jsonl COMMAND ${PLOT_EXPECT_FAIL} "malformed\\.jsonl:2: not JSON"
+  ${PLOT_PYTHON} ${PLOT_PY} ${PLOT_BAD_DIR}/malformed.jsonl --out ${PLOT_BAD_DIR}/out)
+add_test(NAME plot_not_bench_jsonl COMMAND ${PLOT_EXPECT_FAIL} "not_bench\\.jsonl:1: not an .rdmahash bench. result"
+  ${PLOT_PYTHON} ${PLOT_PY} ${PLOT_BAD_DIR}/not_bench.jsonl --out ${PLOT_BAD_DIR}/out)
+add_test(NAME plot_empty_jsonl COMMAND ${PLOT_EXPECT_FAIL} "no usable rows"
+  ${PLOT_PYTHON} ${PLOT_PY} ${PLOT_BAD_DIR}/empty.jsonl --out ${PLOT_BAD_DIR}/out)
+add_test(NAME plot_missing_file COMMAND ${PLOT_EXPECT_FAIL} "cannot read .*no_such\\.jsonl"
+  ${PLOT_PYTHON} ${PLOT_PY} ${PLOT_BAD_DIR}/no_such.jsonl --out ${PLOT_BAD_DIR}/out)
+set_tests_properties(plot_malformed_jsonl plot_not_bench_jsonl plot_empty_jsonl plot_missing_file PROPERTIES
+  TIMEOUT 60 LABELS plot)
