@@ -12,6 +12,8 @@ common=(--records "$RECORDS" --load-factor "$LOAD_FACTOR" --key-bytes 4 --worklo
 
 for v in $VALUE_SIZES; do  # the record size is one value per run
   bench --scheme linear --value-bytes "$v" --read-size "$READ_SIZES" "${common[@]}"
+  bench --scheme linear --storage heap --value-bytes "$v" --read-size "$READ_SIZES" "${common[@]}"
+  bench --scheme linear --storage heap4 --value-bytes "$v" --read-size 8 "${common[@]}"  # model sizes assume 1 record/slot
   bench --scheme cuckoo --storage inline --value-bytes "$v" "${common[@]}"
   bench --scheme cuckoo --storage heap --value-bytes "$v" "${common[@]}"
 done

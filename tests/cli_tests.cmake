@@ -81,3 +81,5 @@ add_test(NAME cli_ycsb_malformed COMMAND ${EXPECT_FAIL} "add up to 1.05, not 1.*
   ${RDMAHASH_BIN} bench --ycsb ${YCSB_DIR}/malformed_sum)
 add_test(NAME cli_ycsb_missing_file COMMAND ${EXPECT_FAIL} "ycsb" ${RDMAHASH_BIN} bench --ycsb /no/such/workload)
 add_test(NAME cli_p_without_ycsb COMMAND ${EXPECT_FAIL} "needs --ycsb" ${RDMAHASH_BIN} bench -p recordcount=5)
+add_test(NAME cli_heap4_model_read_size COMMAND ${EXPECT_FAIL} "fixed read size with --storage heap4"
+  ${RDMAHASH_BIN} bench --storage heap4 --key-bytes 4 --value-bytes 4 --read-size model --records 100 --ops 10)

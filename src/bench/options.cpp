@@ -118,6 +118,10 @@ std::string BenchOptions::error() const {
   for (const auto& r : read_sizes)
     if (r.kind == ReadSizeSpec::Kind::kFixed && (r.slots == 0 || r.slots > 65536))
       return "--read-size must be in [1, 65536] slots";
+  if (storage == "heap4")
+    for (const auto& r : read_sizes)
+      if (r.kind != ReadSizeSpec::Kind::kFixed)
+        return "--read-size " + r.text() + " assumes one record per slot: use a fixed read size with --storage heap4";
   if (clusters > 10000000) return "--clusters must be at most 10^7";
   if (assumed_load_factor != 0 && !(assumed_load_factor > 0 && assumed_load_factor < 1))
     return "--assumed-load-factor must be in (0, 1)";
