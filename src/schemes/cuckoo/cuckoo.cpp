@@ -12,13 +12,14 @@
 #include <vector>
 
 #include "schemes/hash.h"
+#include "schemes/record.h"
 
 namespace rdmahash {
 namespace {
 
-constexpr uint64_t kOcc = 1ULL << 63;
-constexpr uint64_t kLock = 1ULL << 62;
-constexpr uint64_t kVersionMask = (1ULL << 29) - 1;
+using record::kLock;
+using record::kOcc;
+using record::kVersionMask;
 constexpr uint64_t kHeaderBytes = sizeof(CuckooShardHeader);
 constexpr uint64_t kIndexMask = (1ULL << 48) - 1;
 // A record caught mid-write is re-read; a writer is the node's CPU inside one critical section, so
@@ -27,54 +28,23 @@ constexpr uint32_t kMaxStableRetries = 1u << 22;
 // A miss is re-validated while relocations keep overlapping it (see cuckoo.h); same reasoning.
 constexpr uint32_t kMaxMissRetries = 1u << 20;
 
-inline uint64_t load64(const std::byte* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
-inline void store64(std::byte* p, uint64_t v) { std::memcpy(p, &v, 8); }
-inline uint64_t version_of(uint64_t ctrl) { return (ctrl >> 32) & kVersionMask; }
-inline uint64_t make_ctrl(uint64_t version, uint32_t kbits) {
-  return kOcc | ((version & kVersionMask) << 32) | kbits;
-}
+using record::load64;
+using record::make_ctrl;
+using record::store64;
+using record::version_of;
 
-// Offsets inside a record (inline slot or heap record; one format).
-struct RecordLayout {
-  uint32_t val_off, val_padded, check_off, bytes;
-  bool has_check;
-  explicit RecordLayout(const CuckooConfig& c) {
-    val_off = c.key_bytes == 8 ? 16 : 8;
-    val_padded = (c.value_bytes + 7) / 8 * 8;
-    // A 4-byte key without a value is one ctrl word: nothing can be torn, no check needed.
-    has_check = c.key_bytes == 8 || c.value_bytes > 0;
-    check_off = val_off + val_padded;
-    bytes = check_off + (has_check ? 8 : 0);
-  }
+// Records (inline slots and heap records) use the shared format of schemes/record.h; the salt
+// keeps cuckoo's checksums distinct from linear probing's.
+struct RecordLayout : record::Layout {
+  explicit RecordLayout(const CuckooConfig& c) : record::Layout(c.key_bytes, c.value_bytes, 0xC0C0ULL) {}
 };
 
-uint64_t record_check(uint64_t version, uint64_t key, const std::byte* value_padded, uint32_t padded) {
-  uint64_t h = hash::mix64(version * 0x9E3779B97F4A7C15ULL ^ key ^ 0xC0C0ULL);
-  for (uint32_t i = 0; i < padded; i += 8) h = hash::mix64(h ^ load64(value_padded + i));
-  return h;
-}
-
-inline uint64_t record_key(const CuckooConfig& c, const std::byte* rec) {
-  return c.key_bytes == 8 ? load64(rec + 8) : (load64(rec) & 0xffffffffULL);
-}
-
-bool consistent(const CuckooConfig& c, const RecordLayout& l, const std::byte* rec) {
-  if (!l.has_check) return true;
-  return load64(rec + l.check_off) ==
-         record_check(version_of(load64(rec)), record_key(c, rec), rec + l.val_off, l.val_padded);
-}
-
+inline uint64_t record_key(const CuckooConfig& c, const std::byte* rec) { return RecordLayout(c).key(rec); }
+inline bool consistent(const CuckooConfig&, const RecordLayout& l, const std::byte* rec) { return l.consistent(rec); }
 // Fills the bytes after ctrl (key word, padded value, check for `version`).
-void build_record(const CuckooConfig& c, const RecordLayout& l, uint64_t key, uint64_t version,
-                  std::span<const std::byte> value, std::byte* rec) {
-  if (c.key_bytes == 8) store64(rec + 8, key);
-  std::memset(rec + l.val_off, 0, l.val_padded);
-  if (!value.empty()) std::memcpy(rec + l.val_off, value.data(), value.size());
-  if (l.has_check) store64(rec + l.check_off, record_check(version & kVersionMask, key, rec + l.val_off, l.val_padded));
+inline void build_record(const CuckooConfig&, const RecordLayout& l, uint64_t key, uint64_t version,
+                         std::span<const std::byte> value, std::byte* rec) {
+  l.build(key, version, value, rec);
 }
 
 // Memory-node stores: 8-byte atomic releases, because one-sided readers load the same words

@@ -8,14 +8,15 @@
 
 #include "rdmahash/linear.h"
 #include "schemes/hash.h"
+#include "schemes/record.h"
 
 namespace rdmahash {
 namespace {
 
-constexpr uint64_t kOcc = 1ULL << 63;
-constexpr uint64_t kLock = 1ULL << 62;
-constexpr uint64_t kDel = 1ULL << 61;
-constexpr uint64_t kVersionMask = (1ULL << 29) - 1;
+using record::kDel;
+using record::kLock;
+using record::kOcc;
+using record::kVersionMask;
 constexpr uint64_t kSetTombstone = 1;
 constexpr uint64_t kHeaderBytes = sizeof(ShardHeader);
 constexpr uint32_t kMaxStableRetries = 1u << 22;
@@ -53,56 +54,25 @@ class Scratch {
   std::vector<std::byte> big_;
 };
 
-inline uint64_t load64(const std::byte* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
-inline void store64(std::byte* p, uint64_t v) { std::memcpy(p, &v, 8); }
-inline uint64_t version_of(uint64_t ctrl) { return (ctrl >> 32) & kVersionMask; }
-inline uint64_t make_ctrl(uint64_t version, uint32_t kbits) {
-  return kOcc | ((version & kVersionMask) << 32) | kbits;
-}
+using record::load64;
+using record::make_ctrl;
+using record::store64;
+using record::version_of;
 
-// Offsets inside an inline slot.
-struct InlineLayout {
-  uint32_t key_off, val_off, val_padded, check_off, bytes;
-  bool has_check;
-  explicit InlineLayout(const LinearConfig& c) {
-    key_off = 8;
-    val_off = c.key_bytes == 8 ? 16 : 8;
-    val_padded = (c.value_bytes + 7) / 8 * 8;
-    has_check = c.key_bytes == 8 || c.value_bytes > 0;
-    check_off = val_off + val_padded;
-    bytes = check_off + (has_check ? 8 : 0);
-  }
+// Inline slots and heap records use the shared record format (schemes/record.h).
+struct InlineLayout : record::Layout {
+  explicit InlineLayout(const LinearConfig& c) : record::Layout(c.key_bytes, c.value_bytes) {}
 };
 
-uint64_t record_check(uint64_t version, uint64_t key, const std::byte* value_padded, uint32_t padded) {
-  uint64_t h = hash::mix64(version * 0x9E3779B97F4A7C15ULL ^ key);
-  for (uint32_t i = 0; i < padded; i += 8) h = hash::mix64(h ^ load64(value_padded + i));
-  return h;
-}
-
 // The key stored in a published inline slot.
-inline uint64_t slot_key(const LinearConfig& c, const std::byte* slot) {
-  return c.key_bytes == 8 ? load64(slot + 8) : (load64(slot) & 0xffffffffULL);
+inline uint64_t slot_key(const LinearConfig& c, const std::byte* slot) { return InlineLayout(c).key(slot); }
+inline bool inline_consistent(const LinearConfig&, const InlineLayout& l, const std::byte* slot) {
+  return l.consistent(slot);
 }
-
-bool inline_consistent(const LinearConfig& c, const InlineLayout& l, const std::byte* slot) {
-  if (!l.has_check) return true;
-  const uint64_t ctrl = load64(slot);
-  return load64(slot + l.check_off) ==
-         record_check(version_of(ctrl), slot_key(c, slot), slot + l.val_off, l.val_padded);
-}
-
 // Builds the bytes after ctrl (key word, padded value, check) for version `v`.
-void build_payload(const LinearConfig& c, const InlineLayout& l, uint64_t key, uint64_t v,
-                   std::span<const std::byte> value, std::byte* slot) {
-  if (c.key_bytes == 8) store64(slot + l.key_off, key);
-  std::memset(slot + l.val_off, 0, l.val_padded);
-  if (!value.empty()) std::memcpy(slot + l.val_off, value.data(), value.size());
-  if (l.has_check) store64(slot + l.check_off, record_check(v, key, slot + l.val_off, l.val_padded));
+inline void build_payload(const LinearConfig&, const InlineLayout& l, uint64_t key, uint64_t v,
+                          std::span<const std::byte> value, std::byte* slot) {
+  l.build(key, v, value, slot);
 }
 
 }  // namespace
