@@ -4,7 +4,9 @@
 usage: check_bench_json.py [--same-keys] -- COMMAND...
 
 Checks the documented fields exist and that the numbers are consistent with what each
-workload must do (the bench loads keys 0..records-1 and inserts new keys beyond them)."""
+workload must do (the bench loads keys 0..records-1 and inserts new keys beyond them), that every
+row states its table state (load factor at start and end, table bytes, cache size, warm-up), and
+that repetitions of a point (--repeat) report the same outcomes: each starts from the same state."""
 import json
 import os
 import subprocess
@@ -13,7 +15,11 @@ import tempfile
 
 REQUIRED = ["scheme", "fabric", "ranks", "memory_nodes", "clients", "records", "slots", "load_factor",
             "workload", "ops", "seconds", "throughput_ops_per_s", "latency_us", "round_trips_per_op",
-            "requests_per_op", "bytes_per_op", "outcomes"]
+            "requests_per_op", "bytes_per_op", "outcomes", "load_factor_start", "load_factor_end",
+            "table_bytes", "llc_bytes", "warmup_seconds", "cold", "keep_table"]
+
+# Fraction of new keys each insert workload draws (OpStream).
+INSERT_FRACTION = {"mixed": 0.5, "read-intensive": 0.2, "write-intensive": 0.8}
 
 
 def fail(msg):
@@ -35,6 +41,7 @@ def main():
         lines = open(path).read().splitlines()
     if not lines:
         fail("no JSON lines written")
+    same_point = {}  # the point without its repetition -> outcomes of its first repetition
     for line in lines:
         r = json.loads(line)
         for k in REQUIRED:
@@ -47,6 +54,25 @@ def main():
             if k not in r["requests_per_op"]:
                 fail(f"missing requests_per_op.{k}")
         w, ops, o = r["workload"], r["ops"], r["outcomes"]
+        # The table state the row states: the end is the start plus what the point inserted.
+        grown = r["load_factor_end"] - r["load_factor_start"]
+        if abs(grown - o["inserted"] / r["slots"]) > 1e-9:
+            fail(f"{w}: load factor {r['load_factor_start']} -> {r['load_factor_end']} but {o['inserted']} inserts "
+                 f"into {r['slots']} slots")
+        if not r["keep_table"]:
+            want_start = 0.0 if w == "ycsb-load" else r["load_factor"]  # YCSB loads into an empty table
+            if abs(r["load_factor_start"] - want_start) > 1e-9:
+                fail(f"{w}: starts at load factor {r['load_factor_start']}, not from the loaded table ({want_start})")
+        if r["table_bytes"] < r["slots"] * 8 or r["llc_bytes"] < 0:
+            fail(f"{w}: table_bytes {r['table_bytes']} smaller than its {r['slots']} slots")
+        if (r["warmup_seconds"] > 0) == r["cold"]:
+            fail(f"{w}: warmup_seconds {r['warmup_seconds']} with cold={r['cold']}")
+        if not same_keys:
+            key = json.dumps({k: v for k, v in r.items() if k in (
+                "scheme_detail", "target_load_factor", "workload", "read_size_policy", "read_bytes")}, sort_keys=True)
+            first = same_point.setdefault(key, o)
+            if first != o:
+                fail(f"{w}: repetition {r['repeat']} reports {o}, the first repetition {first}")
         if ops <= 0 or r["throughput_ops_per_s"] <= 0:
             fail(f"{w}: no progress")
         if r["errors"] or r["value_mismatches"]:
@@ -81,6 +107,10 @@ def main():
         else:
             if o["found"] + o["inserted"] + o["full"] != ops:
                 fail(f"{w}: outcomes do not add up to ops: {o}")
+            if w in INSERT_FRACTION and ops >= 1000:
+                frac = o["inserted"] / ops
+                if abs(frac - INSERT_FRACTION[w]) > 0.05:
+                    fail(f"{w}: {frac:.3f} of the ops inserted, expected {INSERT_FRACTION[w]}")
             if w == "find-or-put":
                 per_client = ops // r["clients"]
                 want = per_client if same_keys else ops

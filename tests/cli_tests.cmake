@@ -35,6 +35,26 @@ add_test(NAME bench_ucx_same_keys COMMAND python3 ${CHECK_JSON} --same-keys --
 set_tests_properties(bench_ucx_1mem_2clients bench_ucx_symmetric bench_ucx_same_keys PROPERTIES
   ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
 
+# Every point starts from a stated table state (issue 14): repetitions of an insert workload and an
+# insert workload after another one report the same outcomes as a first point would.
+add_test(NAME bench_local_repeat_find_or_put COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --fabric local --clients 2 --records 20000 --workload find-or-put --repeat 3 --ops 2000)
+add_test(NAME bench_local_inserts_after_inserts COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --fabric local --records 20000 --workload find-or-put,mixed,get,read-intensive,write-intensive
+  --repeat 2 --ops 4000)
+add_test(NAME bench_local_cuckoo_heap_repeat COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --fabric local --scheme cuckoo --storage heap --records 20000 --value-bytes 16
+  --workload mixed,find-or-put --repeat 2 --ops 4000)
+add_test(NAME bench_local_linear_heap_repeat COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --fabric local --storage heap --key-bytes 8 --records 20000 --value-bytes 16
+  --workload mixed,find-or-put --repeat 2 --ops 4000 --cold)
+add_test(NAME bench_local_keep_table COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --fabric local --records 20000 --workload find-or-put,find-or-put --ops 2000 --keep-table)
+add_test(NAME bench_ucx_repeat_inserts COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_MPIRUN} -n 3 ${RDMAHASH_BIN} bench --fabric ucx --memory-nodes 1 --records 20000 --value-bytes 8
+  --workload find-or-put,mixed --repeat 2 --ops 2000)
+set_tests_properties(bench_ucx_repeat_inserts PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
+
 # Cuckoo baseline and read-size policies through the same driver.
 add_test(NAME bench_local_cuckoo COMMAND python3 ${CHECK_JSON} --
   ${RDMAHASH_BIN} bench --fabric local --scheme cuckoo --clients 2 --records 20000 --load-factor 0.5,0.9
@@ -80,6 +100,24 @@ add_test(NAME cli_ycsb_value_too_big COMMAND ${EXPECT_FAIL} "do not fit the 120 
 add_test(NAME cli_ycsb_malformed COMMAND ${EXPECT_FAIL} "add up to 1.05, not 1.*line 4"
   ${RDMAHASH_BIN} bench --ycsb ${YCSB_DIR}/malformed_sum)
 add_test(NAME cli_ycsb_missing_file COMMAND ${EXPECT_FAIL} "ycsb" ${RDMAHASH_BIN} bench --ycsb /no/such/workload)
+# One error contract (issue 14): every bad input is `rdmahash <cmd>: error: ...` with exit status 2,
+# including CLI11's own parse errors and a table that cannot fit in memory.
+add_test(NAME cli_ycsb_nonexistent_contract COMMAND ${EXPECT_FAIL} "^rdmahash bench: error: .*ycsb.*/nonexistent"
+  ${RDMAHASH_BIN} bench --ycsb /nonexistent)
+add_test(NAME cli_records_too_big_for_memory COMMAND ${EXPECT_FAIL}
+  "^rdmahash bench: error: the table does not fit in memory: .* needs .* bytes.* but MemAvailable is .* bytes"
+  ${RDMAHASH_BIN} bench --records 10000000000)
+add_test(NAME cli_unknown_option_contract COMMAND ${EXPECT_FAIL} "^rdmahash bench: error: .*--no-such-option"
+  ${RDMAHASH_BIN} bench --no-such-option)
+add_test(NAME cli_model_unknown_option_contract COMMAND ${EXPECT_FAIL} "^rdmahash model: error: .*--nope"
+  ${RDMAHASH_BIN} model --nope)
+add_test(NAME cli_ucx_records_too_big_for_memory COMMAND ${EXPECT_FAIL}
+  "^rdmahash bench: error: the table does not fit in memory"
+  ${RDMAHASH_MPIRUN} -n 2 ${RDMAHASH_BIN} bench --fabric ucx --records 10000000000)
+set_tests_properties(cli_ucx_records_too_big_for_memory PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 120)
+# expect_fail.sh prints "ok (exit N)" when it passes: these must exit with exactly 2.
+set_tests_properties(cli_ycsb_nonexistent_contract cli_records_too_big_for_memory cli_unknown_option_contract
+  cli_model_unknown_option_contract cli_ucx_records_too_big_for_memory PROPERTIES PASS_REGULAR_EXPRESSION "ok \\(exit 2\\)")
 add_test(NAME cli_p_without_ycsb COMMAND ${EXPECT_FAIL} "needs --ycsb" ${RDMAHASH_BIN} bench -p recordcount=5)
 add_test(NAME cli_heap4_model_read_size COMMAND ${EXPECT_FAIL} "fixed read size with --storage heap4"
   ${RDMAHASH_BIN} bench --storage heap4 --key-bytes 4 --value-bytes 4 --read-size model --records 100 --ops 10)

@@ -9,10 +9,12 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "bench/report.h"
+#include "bench/sysinfo.h"
 #include "bench/workload.h"
 #include "bench/ycsb.h"
 #include "rdmahash/ucx_fabric.h"
@@ -71,13 +73,14 @@ Task<void> do_op(KvClient* kv, Engine* engine, Op op, uint32_t value_bytes, Clie
 
 // One client's share of one point.
 ClientResult run_client(Engine& engine, const SchemeAdapter& adapter, const BenchOptions& o, Workload w,
-                        const ReadSizeSpec& read_size, uint32_t read_bytes, const KeySpace& keys, uint32_t client) {
+                        const ReadSizeSpec& read_size, uint32_t read_bytes, const KeySpace& keys, uint32_t client,
+                        uint32_t clients, uint64_t insert_point) {
   ClientResult r;
   r.latency_ns.reserve(o.ops);
   auto setup = adapter.make_client(engine, read_size, o);
   std::unique_ptr<KvClient> kv = std::move(setup.client);
   r.read_size = setup.read_size;
-  OpStream stream(o, w, keys, client);
+  OpStream stream(o, w, keys, client, clients, insert_point);
   const RawTarget raw{o.memory_nodes, adapter.region_bytes(), read_bytes};
   const uint32_t vb = adapter.value_bytes();
   const auto start = std::chrono::steady_clock::now();
@@ -179,6 +182,34 @@ ClientResult run_ycsb_client(Engine& engine, const SchemeAdapter& adapter, const
   return r;
 }
 
+// Touches every page of every shard a client may read: one 8-byte READ per 4 KiB page, many in
+// flight. A client maps a memory node's region lazily (UCX shared memory: on first access), so
+// without this the first timed point would also measure page faults.
+Task<void> touch(Engine* engine, RemoteAddr addr) {
+  uint64_t word = 0;
+  co_await engine->read(addr, &word, sizeof word);
+}
+
+ClientResult warm_up(Engine& engine, const SchemeAdapter& adapter, uint32_t memory_nodes) {
+  constexpr uint64_t kPage = 4096;
+  const uint64_t region = adapter.region_bytes();
+  const uint64_t pages = (region + kPage - 1) / kPage;
+  ClientResult r;
+  const auto start = std::chrono::steady_clock::now();
+  engine.run_many(
+      pages * memory_nodes, 64,
+      [&](uint64_t i) {
+        const uint64_t off = std::min((i % pages) * kPage, region - 8);
+        return touch(&engine, RemoteAddr{static_cast<uint32_t>(i / pages), off});
+      },
+      [&](const Engine::Completion& c) {
+        if (c.error) std::rethrow_exception(c.error);
+        ++r.ops;
+      });
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
 struct Point {
   Workload workload;
   ReadSizeSpec read_size;
@@ -186,11 +217,18 @@ struct Point {
   uint32_t repeat = 0;
 };
 
+// Workloads that change the table (a later point would not start from the loaded state).
+bool writes(Workload w) {
+  return w != Workload::kGet && w != Workload::kGetAll && w != Workload::kRawRead;
+}
+
 std::vector<Point> points_of(const BenchOptions& o) {
   std::vector<Point> pts;
-  if (!o.ycsb_path.empty()) {  // YCSB: one load phase, then the run phase (repeated runs reuse the table)
-    pts.push_back({Workload::kYcsbLoad, o.read_sizes.front(), 0, 0});
-    for (uint32_t rep = 0; rep < o.repeat; ++rep) pts.push_back({Workload::kYcsbRun, o.read_sizes.front(), 0, rep});
+  if (!o.ycsb_path.empty()) {  // YCSB: each repetition is a load phase into an empty table, then a run phase
+    for (uint32_t rep = 0; rep < o.repeat; ++rep) {
+      pts.push_back({Workload::kYcsbLoad, o.read_sizes.front(), 0, rep});
+      pts.push_back({Workload::kYcsbRun, o.read_sizes.front(), 0, rep});
+    }
     return pts;
   }
   for (uint32_t rep = 0; rep < o.repeat; ++rep)
@@ -205,12 +243,21 @@ std::vector<Point> points_of(const BenchOptions& o) {
   return pts;
 }
 
+// Points that draw new keys (OpStream): each gets its own block of new keys.
+uint64_t insert_points(const std::vector<Point>& pts) {
+  return static_cast<uint64_t>(std::count_if(pts.begin(), pts.end(), [](const Point& p) {
+    return p.workload != Workload::kYcsbLoad && p.workload != Workload::kYcsbRun && writes(p.workload);
+  }));
+}
+
 // One client's share of one point, YCSB phases included.
 ClientResult run_point(Engine& engine, const SchemeAdapter& adapter, const BenchOptions& o, const Point& pt,
-                       const KeySpace& keys, uint32_t client, uint32_t clients, const ycsb::Workload* w) {
+                       const KeySpace& keys, uint32_t client, uint32_t clients, uint64_t insert_point,
+                       const ycsb::Workload* w) {
   if (pt.workload == Workload::kYcsbLoad || pt.workload == Workload::kYcsbRun)
     return run_ycsb_client(engine, adapter, o, *w, pt.workload, keys, client, clients);
-  return run_client(engine, adapter, o, pt.workload, pt.read_size, pt.read_bytes, keys, client);
+  return run_client(engine, adapter, o, pt.workload, pt.read_size, pt.read_bytes, keys, client, clients,
+                    insert_point);
 }
 
 class Reporter {
@@ -250,18 +297,31 @@ std::function<void(uint64_t)> progress_bar(const BenchOptions& o, uint64_t total
   };
 }
 
-void check_key_capacity(const BenchOptions& o, const SchemeAdapter& a, uint32_t clients) {
+void check_key_capacity(const BenchOptions& o, const SchemeAdapter& a, uint32_t clients, uint64_t insert_pts) {
   const unsigned bits = a.key_bits();
   if (bits >= 63) return;
-  const double needed = static_cast<double>(o.records) + static_cast<double>(clients) * static_cast<double>(o.ops + 1);
+  const double needed = static_cast<double>(o.records) + static_cast<double>(std::max<uint64_t>(insert_pts, 1)) *
+                                                             static_cast<double>(clients) * static_cast<double>(o.ops + 1);
   if (needed >= static_cast<double>(1ULL << bits))
-    throw InvalidArgument("--records plus new keys (clients x ops) exceed the " + std::to_string(bits) +
-                          "-bit key space: use --key-bytes 8 or fewer ops");
+    throw InvalidArgument("--records plus new keys (insert points x clients x ops) exceed the " + std::to_string(bits) +
+                          "-bit key space: use --key-bytes 8, fewer ops or fewer insert points");
+}
+
+// Bytes one process needs for `tables` shards of `region` bytes and `clients` clients' latency
+// samples (4 bytes per op, copied once more when merged).
+uint64_t bytes_needed(uint64_t region, uint32_t tables, uint64_t ops, uint32_t clients) {
+  return region * tables + ops * clients * 8;
+}
+
+std::string memory_error(uint64_t needed, uint64_t available, const std::string& what) {
+  return "the table does not fit in memory: " + what + " needs " + bytes_text(needed) + " but MemAvailable is " +
+         bytes_text(available) + " (/proc/meminfo); use fewer --records, a lower --value-bytes or fewer --memory-nodes";
 }
 
 // --ycsb: the workload file sets records, ops, value size and mix. Returns the parsed workload
-// (or null) and adjusts `o`: the table is sized for the records plus the inserts the run expects,
-// and nothing is bulk-loaded (YCSB's load phase inserts the records through the clients).
+// (or null) and adjusts `o`: the table is sized for the records plus the inserts one run phase
+// expects (every repetition starts from a fresh table), and nothing is bulk-loaded (YCSB's load
+// phase inserts the records through the clients).
 std::unique_ptr<ycsb::Workload> prepare_ycsb(BenchOptions& o, std::FILE* diag) {
   if (o.ycsb_path.empty()) return nullptr;
   std::unique_ptr<ycsb::Workload> w;
@@ -274,14 +334,18 @@ std::unique_ptr<ycsb::Workload> prepare_ycsb(BenchOptions& o, std::FILE* diag) {
     for (const auto& warn : w->warnings) std::fprintf(diag, "rdmahash bench: warning: %s\n", warn.c_str());
   if (w->operation_count == 0)
     throw InvalidArgument(o.ycsb_path + ": operationcount is 0 (YCSB's 'no limit'): set it, e.g. -p operationcount=1000000");
-  if (w->value_bytes() > 120)
+  const uint64_t limit = max_value_bytes(o);
+  if (w->value_bytes() > limit)
     throw InvalidArgument(o.ycsb_path + ": records of fieldcount x fieldlength = " + std::to_string(w->value_bytes()) +
-                          " bytes do not fit the 120 value bytes of an inline record: e.g. -p fieldcount=1 -p fieldlength=100");
+                          " bytes do not fit the " + std::to_string(limit) + " value bytes of " +
+                          (o.storage == "inline" ? "an inline record: use --storage heap (up to " +
+                                                       std::to_string(kMaxHeapValueBytes) + " bytes), or e.g. -p fieldcount=1 -p fieldlength=100"
+                                                 : "a heap record"));
   for (ycsb::OpType t : ycsb::used_op_types(*w))
     if (t == ycsb::OpType::kScan && !o.ycsb_skip_unsupported)
       throw InvalidArgument(o.ycsb_path + ": operation 'scan' is not supported by --scheme " + o.scheme +
                             " (hash tables have no key order); pass --ycsb-skip-unsupported to skip scans");
-  const double inserts = static_cast<double>(w->operation_count) * w->insert_proportion * static_cast<double>(o.repeat);
+  const double inserts = static_cast<double>(w->operation_count) * w->insert_proportion;
   o.records = w->record_count + static_cast<uint64_t>(inserts) + 1;
   o.value_bytes = w->value_bytes();
   o.ops = w->operation_count;
@@ -290,50 +354,230 @@ std::unique_ptr<ycsb::Workload> prepare_ycsb(BenchOptions& o, std::FILE* diag) {
   return w;
 }
 
+// What differs between the in-process run and the UCX run; the sweep itself is shared.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual uint32_t clients() const = 0;
+  virtual uint32_t memory_nodes() const = 0;
+  virtual PointInfo layout() const = 0;  // fabric, ranks, memory nodes, clients
+  // A table of `a`'s size is about to be loaded (local: a new fabric).
+  virtual void begin_table(const SchemeAdapter& a) = 0;
+  // Formats every shard and bulk-loads `keys` into them (UCX: memory nodes, between two barriers).
+  virtual void load(SchemeAdapter& a, const KeySpace& keys) = 0;
+  // Runs `fn(engine, client)` on every client, started together; returns the merged result where
+  // points are reported (local: here; UCX: rank 0), else nothing.
+  virtual std::optional<ClientResult> run(const std::function<ClientResult(Engine&, uint32_t)>& fn) = 0;
+};
+
+// Every load factor, every point: the shared sweep. Each point starts from a stated table state:
+// by default the loaded one (the shards are reloaded after any point that wrote), or with
+// --keep-table the state the previous point left; rows carry the load factor at start and end.
+void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter* reporter) {
+  const std::vector<Point> points = points_of(o);
+  const uint32_t clients = b.clients();
+  const uint64_t llc = llc_bytes();
+  for (double lf : o.load_factors) {
+    auto adapter = make_adapter(o, lf);
+    check_key_capacity(o, *adapter, clients, insert_points(points));
+    b.begin_table(*adapter);
+    const KeySpace keys(yw ? yw->record_count : o.records, adapter->key_bits(), o.seed, o.zipf_theta);
+    const KeySpace bulk = yw ? KeySpace(0, adapter->key_bits(), o.seed) : keys;
+    b.load(*adapter, bulk);
+    double warmup = 0;
+    if (!o.cold)
+      if (auto w = b.run([&](Engine& e, uint32_t) { return warm_up(e, *adapter, b.memory_nodes()); })) warmup = w->seconds;
+    uint64_t present = bulk.records();  // records in the table (known where points are reported)
+    bool dirty = false;                 // a point wrote since the last load
+    uint64_t insert_point = 0;
+    for (const Point& pt : points) {
+      // A YCSB load phase always starts from an empty table, whatever --keep-table says, and its
+      // run phase from the table that load phase left.
+      const bool reload = pt.workload == Workload::kYcsbLoad  ? dirty
+                          : pt.workload == Workload::kYcsbRun ? false
+                                                              : dirty && !o.keep_table;
+      if (reload) {
+        b.load(*adapter, bulk);
+        present = bulk.records();
+        dirty = false;
+      }
+      const uint64_t ip = insert_point;
+      if (pt.workload != Workload::kYcsbLoad && pt.workload != Workload::kYcsbRun && writes(pt.workload)) ++insert_point;
+      const auto total = b.run([&](Engine& e, uint32_t c) {
+        return run_point(e, *adapter, o, pt, keys, c, clients, ip, yw);
+      });
+      dirty = dirty || writes(pt.workload);
+      if (!total) continue;
+      PointInfo info = b.layout();
+      info.scheme = o.scheme;
+      info.scheme_detail = adapter->describe();
+      info.records = keys.records();
+      info.slots = adapter->slots();
+      info.target_load_factor = lf;
+      info.workload = pt.workload;
+      info.read_size = pt.read_size.slots;
+      info.read_bytes = pt.read_bytes;
+      info.read_size_policy = pt.read_size.text();
+      info.repeat = pt.repeat;
+      info.ycsb = yw ? ycsb::summary(*yw) : "";
+      const double slots = static_cast<double>(std::max<uint64_t>(adapter->slots(), 1));
+      info.load_factor_start = static_cast<double>(present) / slots;
+      present += total->inserted;
+      info.load_factor_end = static_cast<double>(present) / slots;
+      info.warmup_seconds = warmup;
+      info.table_bytes = adapter->region_bytes() * b.memory_nodes();
+      info.llc_bytes = llc;
+      reporter->report(info, *total);
+    }
+  }
+}
+
+class LocalBackend final : public Backend {
+ public:
+  LocalBackend(const BenchOptions& o) : o_(o), clients_(o.symmetric ? o.memory_nodes : o.clients) {}
+  uint32_t clients() const override { return clients_; }
+  uint32_t memory_nodes() const override { return o_.memory_nodes; }
+  PointInfo layout() const override {
+    PointInfo p;
+    p.fabric = "local";
+    p.ranks = o_.symmetric ? o_.memory_nodes : o_.memory_nodes + clients_;
+    p.memory_nodes = o_.memory_nodes;
+    p.clients = clients_;
+    return p;
+  }
+  void begin_table(const SchemeAdapter& a) override {
+    fabric_.reset();  // free the previous table first
+    fabric_ = make_local_fabric(std::vector<uint64_t>(o_.memory_nodes, a.region_bytes()));
+  }
+  void load(SchemeAdapter& a, const KeySpace& keys) override {
+    a.load(*fabric_, keys, progress_bar(o_, keys.records(), "loading " + std::to_string(keys.records()) + " records"));
+  }
+  std::optional<ClientResult> run(const std::function<ClientResult(Engine&, uint32_t)>& fn) override {
+    std::vector<ClientResult> results(clients_);
+    std::vector<std::exception_ptr> errors(clients_);
+    std::barrier sync(clients_);
+    std::vector<std::unique_ptr<Transport>> transports;
+    for (uint32_t c = 0; c < clients_; ++c) transports.push_back(fabric_->connect());
+    std::vector<std::thread> threads;
+    for (uint32_t c = 0; c < clients_; ++c) {
+      threads.emplace_back([&, c] {
+        Engine engine(*transports[c]);
+        sync.arrive_and_wait();
+        try {
+          results[c] = fn(engine, c);
+        } catch (...) {
+          errors[c] = std::current_exception();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+    ClientResult total;
+    for (const auto& r : results) total.merge(r);
+    return total;
+  }
+
+ private:
+  const BenchOptions& o_;
+  uint32_t clients_;
+  std::unique_ptr<Fabric> fabric_;
+};
+
+class UcxBackend final : public Backend {
+ public:
+  UcxBackend(const BenchOptions& o, UcxFabric& fabric)
+      : o_(o), fabric_(fabric), transport_(fabric.is_client() ? fabric.connect() : nullptr) {}
+  uint32_t clients() const override { return fabric_.client_count(); }
+  uint32_t memory_nodes() const override { return fabric_.memory_nodes(); }
+  PointInfo layout() const override {
+    PointInfo p;
+    p.fabric = "ucx";
+    p.ranks = static_cast<uint32_t>(fabric_.size());
+    p.memory_nodes = fabric_.memory_nodes();
+    p.clients = fabric_.client_count();
+    return p;
+  }
+  void begin_table(const SchemeAdapter&) override {}  // the regions were sized for every load factor
+  void load(SchemeAdapter& a, const KeySpace& keys) override {
+    fabric_.barrier();  // no client is still reading the old table
+    a.load(fabric_, keys, fabric_.rank() == 0 ? progress_bar(o_, keys.records(), "loading shard 0") : nullptr);
+    fabric_.barrier();  // no client reads the new one before it is complete
+  }
+  std::optional<ClientResult> run(const std::function<ClientResult(Engine&, uint32_t)>& fn) override {
+    fabric_.barrier();
+    ClientResult mine;
+    if (fabric_.is_client()) {
+      const uint32_t client = static_cast<uint32_t>(
+          o_.symmetric ? fabric_.rank() : fabric_.rank() - static_cast<int>(fabric_.memory_nodes()));
+      Engine engine(*transport_);
+      mine = fn(engine, client);
+      fabric_.client_done();
+    }
+    fabric_.serve();  // memory nodes: progress (blocking on the event fd) until every client is done
+    std::vector<std::byte> bytes = fabric_.is_client() ? mine.serialize() : std::vector<std::byte>{};
+    auto all = fabric_.gather(bytes);
+    if (fabric_.rank() != 0) return std::nullopt;
+    ClientResult total;
+    for (const auto& b : all)
+      if (!b.empty()) total.merge(ClientResult::deserialize(b));
+    return total;
+  }
+
+ private:
+  const BenchOptions& o_;
+  UcxFabric& fabric_;
+  std::unique_ptr<Transport> transport_;
+};
+
+// UCX: every rank checks that the memory nodes and clients on its host fit in its MemAvailable,
+// and all ranks agree on the outcome (so the error is an InvalidArgument on every rank).
+void check_memory_ucx(const BenchOptions& o, uint64_t region) {
+  int rank = 0, ranks = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const bool memory_node = o.symmetric || static_cast<uint32_t>(rank) < o.memory_nodes;
+  const bool client = o.symmetric || static_cast<uint32_t>(rank) >= o.memory_nodes;
+  const uint64_t clients = o.symmetric ? static_cast<uint64_t>(ranks) : static_cast<uint64_t>(ranks) - o.memory_nodes;
+  // Rank 0 also holds every client's latency samples while it merges them.
+  uint64_t mine = (memory_node ? region : 0) + (client ? o.ops * 4 : 0) + (rank == 0 ? o.ops * clients * 8 : 0);
+  MPI_Comm host;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host);
+  uint64_t on_host = 0;
+  MPI_Allreduce(&mine, &on_host, 1, MPI_UINT64_T, MPI_SUM, host);
+  MPI_Comm_free(&host);
+  const uint64_t avail = mem_available_bytes();
+  // The worst host's numbers, known to every rank: the largest shortfall, from the lowest rank with it.
+  const int64_t shortfall = avail ? static_cast<int64_t>(on_host) - static_cast<int64_t>(avail) : INT64_MIN;
+  int64_t worst = 0;
+  MPI_Allreduce(&shortfall, &worst, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+  int from = shortfall == worst ? rank : ranks, root = 0;
+  MPI_Allreduce(&from, &root, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  uint64_t numbers[2] = {on_host, avail};
+  MPI_Bcast(numbers, 2, MPI_UINT64_T, root, MPI_COMM_WORLD);
+  if (worst > 0)
+    throw InvalidArgument(memory_error(numbers[0], numbers[1],
+                                       "one host's memory nodes (" + bytes_text(region) + " each) and clients"));
+}
+
 }  // namespace
 
 int run_local(const BenchOptions& o_in) {
   BenchOptions o = o_in;
   const auto yw = prepare_ycsb(o, stderr);
-  Reporter reporter(o);
   const uint32_t clients = o.symmetric ? o.memory_nodes : o.clients;
-  for (double lf : o.load_factors) {
-    auto adapter = make_adapter(o, lf);
-    check_key_capacity(o, *adapter, clients);
-    auto fabric = make_local_fabric(std::vector<uint64_t>(o.memory_nodes, adapter->region_bytes()));
-    const KeySpace keys(yw ? yw->record_count : o.records, adapter->key_bits(), o.seed, o.zipf_theta);
-    const KeySpace bulk = yw ? KeySpace(0, adapter->key_bits(), o.seed) : keys;
-    adapter->load(*fabric, bulk, progress_bar(o, bulk.records(), "loading " + std::to_string(bulk.records()) + " records"));
-    for (const Point& pt : points_of(o)) {
-      std::vector<ClientResult> results(clients);
-      std::vector<std::exception_ptr> errors(clients);
-      std::barrier sync(clients);
-      std::vector<std::thread> threads;
-      std::vector<std::unique_ptr<Transport>> transports;
-      for (uint32_t c = 0; c < clients; ++c) transports.push_back(fabric->connect());
-      for (uint32_t c = 0; c < clients; ++c) {
-        threads.emplace_back([&, c] {
-          Engine engine(*transports[c]);
-          sync.arrive_and_wait();
-          try {
-            results[c] = run_point(engine, *adapter, o, pt, keys, c, clients, yw.get());
-          } catch (...) {
-            errors[c] = std::current_exception();
-          }
-        });
-      }
-      for (auto& t : threads) t.join();
-      for (auto& e : errors)
-        if (e) std::rethrow_exception(e);
-      ClientResult total;
-      for (const auto& r : results) total.merge(r);
-      PointInfo info{o.scheme, adapter->describe(), "local",
-                     o.symmetric ? o.memory_nodes : o.memory_nodes + clients, o.memory_nodes, clients,
-                     keys.records(), adapter->slots(), lf, pt.workload, pt.read_size.slots, pt.read_bytes,
-                     pt.read_size.text(), pt.repeat, yw ? ycsb::summary(*yw) : ""};
-      reporter.report(info, total);
+  // Up front, before any point runs: the largest table of the sweep must fit.
+  if (const uint64_t avail = mem_available_bytes())
+    for (double lf : o.load_factors) {
+      const uint64_t region = make_adapter(o, lf)->region_bytes();
+      const uint64_t need = bytes_needed(region, o.memory_nodes, o.ops, clients);
+      if (need > avail)
+        throw InvalidArgument(memory_error(need, avail, std::to_string(o.memory_nodes) + " shard(s) of " +
+                                                          bytes_text(region) + " plus latency samples"));
     }
-  }
+  Reporter reporter(o);
+  LocalBackend backend(o);
+  sweep(o, yw.get(), backend, &reporter);
   return 0;
 }
 
@@ -352,6 +596,7 @@ int run_ucx(const BenchOptions& o_in) {
   if (!o.symmetric && static_cast<uint32_t>(ranks) <= o.memory_nodes)
     throw InvalidArgument("no client ranks: run more ranks (" + std::to_string(ranks) + ") than --memory-nodes (" +
                           std::to_string(o.memory_nodes) + "), or use --symmetric");
+  check_memory_ucx(o, region);
   // From here on an error may be one rank's alone: it must abort the job, not wait in a collective.
   try {
     return run_ucx_ranks(o, region);
@@ -368,43 +613,12 @@ int run_ucx_ranks(const BenchOptions& o_in, uint64_t region) {
   fc.symmetric = o.symmetric;
   fc.region_bytes = region;
   auto fabric = UcxFabric::create(fc);
-  const uint32_t mem_nodes = fabric->memory_nodes();
-  BenchOptions opts = o;
-  opts.memory_nodes = mem_nodes;  // --symmetric: every rank is a memory node
+  o.memory_nodes = fabric->memory_nodes();  // --symmetric: every rank is a memory node
   std::unique_ptr<Reporter> reporter;
-  if (fabric->rank() == 0) reporter = std::make_unique<Reporter>(opts);
-  const uint32_t client_index =
-      static_cast<uint32_t>(opts.symmetric ? fabric->rank() : fabric->rank() - static_cast<int>(mem_nodes));
-  std::unique_ptr<Transport> transport = fabric->is_client() ? fabric->connect() : nullptr;
-
-  for (double lf : opts.load_factors) {
-    auto adapter = make_adapter(opts, lf);
-    check_key_capacity(opts, *adapter, fabric->client_count());
-    const KeySpace keys(yw ? yw->record_count : opts.records, adapter->key_bits(), opts.seed, opts.zipf_theta);
-    const KeySpace bulk = yw ? KeySpace(0, adapter->key_bits(), opts.seed) : keys;
-    adapter->load(*fabric, bulk, fabric->rank() == 0 ? progress_bar(opts, bulk.records(), "loading shard 0") : nullptr);
-    for (const Point& pt : points_of(opts)) {
-      fabric->barrier();
-      ClientResult mine;
-      if (fabric->is_client()) {
-        Engine engine(*transport);
-        mine = run_point(engine, *adapter, opts, pt, keys, client_index, fabric->client_count(), yw.get());
-        fabric->client_done();
-      }
-      fabric->serve();  // memory nodes: progress (blocking on the event fd) until every client is done
-      std::vector<std::byte> bytes = fabric->is_client() ? mine.serialize() : std::vector<std::byte>{};
-      auto all = fabric->gather(bytes);
-      if (fabric->rank() == 0) {
-        ClientResult total;
-        for (const auto& b : all)
-          if (!b.empty()) total.merge(ClientResult::deserialize(b));
-        PointInfo info{opts.scheme, adapter->describe(), "ucx", static_cast<uint32_t>(fabric->size()), mem_nodes,
-                       fabric->client_count(), keys.records(), adapter->slots(), lf, pt.workload,
-                       pt.read_size.slots, pt.read_bytes, pt.read_size.text(), pt.repeat,
-                       yw ? ycsb::summary(*yw) : ""};
-        reporter->report(info, total);
-      }
-    }
+  if (fabric->rank() == 0) reporter = std::make_unique<Reporter>(o);
+  {
+    UcxBackend backend(o, *fabric);
+    sweep(o, yw.get(), backend, reporter.get());
   }
   fabric->barrier();
   return 0;

@@ -1,9 +1,15 @@
 // The benchmark driver: builds the table, runs every point of the sweep, reports.
 //
 // Sweep order: for each load factor the table is built afresh (bulk load on the memory nodes);
-// then each workload runs in the order given, on the same table (a find-or-put point leaves its
-// inserts in the table for the points after it). `get` runs once per --read-size, `raw-read`
-// once per --read-bytes. Every point is measured between two barriers over all clients.
+// then each workload runs in the order given. Every point starts from a state its row states
+// (load_factor_start/end): by default the bulk-loaded table — the shards are reloaded (UCX: by the
+// memory nodes, between two barriers) before any point that follows a point that wrote — or, with
+// --keep-table, the table the previous point left. Insert points also draw new keys that no earlier
+// point, repetition or client used. YCSB: each repetition is a load phase into an empty table and
+// then a run phase on what it loaded. `get` runs once per --read-size, `raw-read` once per
+// --read-bytes. Before a table's first point every client touches each 4 KiB page of every shard
+// (one 8-byte READ each; --cold skips it). Every point is measured between two barriers over all
+// clients. The run logic is shared (sweep()); only the fabric-specific parts differ (Backend).
 #pragma once
 
 #include <cstdio>

@@ -75,6 +75,10 @@ double parse_distribution(const std::string& s) {
   throw InvalidArgument("--distribution '" + s + "' must be uniform or zipf:THETA with 0 < THETA < 10, THETA != 1");
 }
 
+uint32_t max_value_bytes(const BenchOptions& o) {
+  return o.storage == "inline" ? kMaxInlineValueBytes : kMaxHeapValueBytes;
+}
+
 std::string BenchOptions::error() const {
   if (fabric != "local" && fabric != "ucx") return "--fabric must be 'local' or 'ucx', got '" + fabric + "'";
   if (scheme != "linear" && scheme != "cuckoo")
@@ -104,7 +108,10 @@ std::string BenchOptions::error() const {
     if (!(f > 0.0 && f < 1.0) || std::isnan(f))
       return "--load-factor must be in (0, 1), got " + std::to_string(f);
   if (key_bytes != 4 && key_bytes != 8) return "--key-bytes must be 4 or 8";
-  if (value_bytes > 120) return "--value-bytes must be at most 120 (inline records hold at most 120 value bytes)";
+  if (value_bytes > max_value_bytes(*this))
+    return storage == "inline" ? "--value-bytes must be at most 120 (inline records hold at most 120 value bytes; "
+                                 "--storage heap takes up to 4096)"
+                               : "--value-bytes must be at most 4096 for --storage " + storage;
   if (slot_format == "set" && (value_bytes != 0 || key_bytes != 8))
     return "--slot-format set holds 63-bit keys only: use --key-bytes 8 and --value-bytes 0";
   if (key_bytes == 4 && records >= (1ULL << 31)) return "--key-bytes 4 allows fewer than 2^31 records";

@@ -29,6 +29,14 @@ ReadSizeSpec parse_read_size(const std::string& s);  // "8", "fixed:8", "model",
 // "uniform" → 0; "zipf:THETA" → THETA. Throws InvalidArgument.
 double parse_distribution(const std::string& s);
 
+// Value bytes a record can hold: inline slots and cuckoo inline buckets up to 120, heap records up
+// to 4096 (YCSB's default 10 x 100-byte records fit).
+constexpr uint32_t kMaxInlineValueBytes = 120;
+constexpr uint32_t kMaxHeapValueBytes = 4096;
+
+struct BenchOptions;
+uint32_t max_value_bytes(const BenchOptions& o);  // by o.storage
+
 struct BenchOptions {
   std::string fabric = "local";        // local | ucx
   std::string scheme = "linear";
@@ -65,6 +73,8 @@ struct BenchOptions {
   std::string ycsb_path;
   std::vector<std::pair<std::string, std::string>> ycsb_overrides;
   bool ycsb_skip_unsupported = false;
+  bool cold = false;                   // no warm-up: the first point also measures first-touch page faults
+  bool keep_table = false;             // no reload between points: each starts where the last ended
   bool progress = true;                // progress bar while loading (only on a terminal)
   bool quiet = false;                  // no summary table
 

@@ -105,6 +105,13 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   j["slots"] = p.slots;
   j["load_factor"] = p.slots ? static_cast<double>(p.records) / static_cast<double>(p.slots) : 0.0;
   j["target_load_factor"] = p.target_load_factor;
+  j["load_factor_start"] = p.load_factor_start;
+  j["load_factor_end"] = p.load_factor_end;
+  j["keep_table"] = o.keep_table;
+  j["table_bytes"] = p.table_bytes;
+  j["llc_bytes"] = p.llc_bytes;
+  j["warmup_seconds"] = p.warmup_seconds;
+  j["cold"] = o.cold;
   j["key_bytes"] = o.key_bytes;
   j["value_bytes"] = o.value_bytes;
   j["workload"] = to_string(p.workload);
@@ -152,7 +159,7 @@ void print_summary_header(std::FILE* out) {
 
 void print_summary_row(std::FILE* out, const PointInfo& p, const ClientResult& t) {
   const Derived d = derive(t);
-  const double lf = p.slots ? static_cast<double>(p.records) / static_cast<double>(p.slots) : 0.0;
+  const double lf = p.load_factor_start;
   const uint32_t rb = p.workload == Workload::kRawRead ? p.read_bytes : (t.read_size ? t.read_size : p.read_size);
   char outcomes[64];
   std::snprintf(outcomes, sizeof outcomes, "%llu/%llu/%llu/%llu", static_cast<unsigned long long>(t.found),

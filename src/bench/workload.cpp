@@ -55,12 +55,14 @@ struct OpStream::Zipf {
 };
 OpStream::~OpStream() = default;
 
-OpStream::OpStream(const BenchOptions& o, Workload w, const KeySpace& keys, uint32_t client)
+OpStream::OpStream(const BenchOptions& o, Workload w, const KeySpace& keys, uint32_t client, uint32_t clients,
+                   uint64_t insert_point)
     : w_(w), keys_(keys) {
   const uint32_t stream = o.same_keys ? 0 : client;
   state_ = hash::mix64(o.seed * 0x100000001B3ULL + stream + 1);
-  // New keys of different clients never collide unless --same-keys asks them to.
-  next_new_ = keys.records() + static_cast<uint64_t>(stream) * (o.ops + 1);
+  // New keys of different clients never collide unless --same-keys asks them to, and no insert
+  // point re-uses the new keys of an earlier one (they would be found, not inserted).
+  next_new_ = keys.records() + (insert_point * clients + stream) * (o.ops + 1);
   if (keys.zipf_theta() > 0)
     zipf_.reset(new Zipf{ycsb::Rng(hash::mix64(state_ ^ 0x51ED2701ULL)),
                          ycsb::ZipfianGenerator(0, keys.records() - 1, keys.zipf_theta())});

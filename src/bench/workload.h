@@ -62,9 +62,13 @@ struct Op {
 
 // The op sequence of one client. Deterministic in (seed, client) — or in seed alone with
 // same_keys, so that every client issues the same sequence.
+// New keys (inserts) are key indices from keys.records() on, in blocks of ops + 1: block
+// `insert_point` * clients + client, so no two clients (unless same_keys) and no two insert
+// points of one run (each point, repetition included, has its own `insert_point`) share a new key.
 class OpStream {
  public:
-  OpStream(const BenchOptions& o, Workload w, const KeySpace& keys, uint32_t client);
+  OpStream(const BenchOptions& o, Workload w, const KeySpace& keys, uint32_t client, uint32_t clients = 1,
+           uint64_t insert_point = 0);
   ~OpStream();
   Op next();
 

@@ -43,7 +43,7 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
   cmd.add_option("--load-factor", o.load_factors, "load factor(s) in (0,1); a list sweeps, e.g. 0.5,0.8")
       ->delimiter(',')->capture_default_str();
   cmd.add_option("--key-bytes", o.key_bytes, "4 or 8")->capture_default_str();
-  cmd.add_option("--value-bytes", o.value_bytes, "inline value bytes, 0..120")->capture_default_str();
+  cmd.add_option("--value-bytes", o.value_bytes, "value bytes: 0..120 inline, 0..4096 with --storage heap")->capture_default_str();
   cmd.add_option("--workload", workloads,
                  "get, get-all, find-or-put, mixed, read-intensive, write-intensive, raw-read (a list runs each)")
       ->delimiter(',');
@@ -76,9 +76,24 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
   cmd.add_option("-p", ycsb_props, "override a YCSB property, as YCSB's client: -p name=value (repeatable)");
   cmd.add_flag("--ycsb-skip-unsupported", o.ycsb_skip_unsupported,
                "skip YCSB operations the scheme cannot do (scans) instead of failing; counted as skipped");
+  cmd.add_flag("--cold", o.cold,
+               "no warm-up: the first point also measures the clients' first touch of every page (default: "
+               "each client reads one word per 4 KiB page of every shard first; JSON warmup_seconds)");
+  cmd.add_flag("--keep-table", o.keep_table,
+               "do not reload the table after a point that wrote: each point starts where the last ended "
+               "(JSON load_factor_start/end); default: every point starts from the bulk-loaded table");
   cmd.add_option("--json", o.json_path, "append one JSON object per point to FILE (JSON Lines)");
   cmd.add_flag("!--no-progress", o.progress, "no progress bar while loading");
   cmd.add_flag("--quiet", o.quiet, "no summary table on stdout");
+}
+
+// "rdmahash bench" etc.: the subcommand named on the command line, for error messages.
+std::string command_name(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "bench" || a == "model" || a == "calibrate") return "rdmahash " + a;
+  }
+  return "rdmahash";
 }
 
 }  // namespace
@@ -97,7 +112,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help prints and succeeds; every other parse error follows the CLI's one error contract.
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    std::fprintf(stderr, "%s: error: %s\n", command_name(argc, argv).c_str(), e.what());
+    return 2;
   }
   if (model_cmd.parsed()) return model_cmd.run();
   if (calibrate_cmd.parsed()) return calibrate_cmd.run(argc, argv);
@@ -123,6 +141,9 @@ int main(int argc, char** argv) {
   if (opts.fabric == "local") {
     try {
       return rdmahash::bench::run_local(opts);
+    } catch (const rdmahash::InvalidArgument& e) {
+      std::fprintf(stderr, "rdmahash bench: error: %s\n", e.what());
+      return 2;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "rdmahash bench: error: %s\n", e.what());
       return 1;

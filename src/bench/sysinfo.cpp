@@ -1,0 +1,64 @@
+#include "bench/sysinfo.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace rdmahash::bench {
+
+uint64_t mem_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string name, unit;
+  uint64_t value = 0;
+  while (in >> name >> value) {
+    std::getline(in, unit);
+    if (name == "MemAvailable:") return value * 1024;  // the kernel reports kB
+  }
+  return 0;
+}
+
+namespace {
+// "32768K", "8M", "1G" → bytes (sysfs cache sizes).
+uint64_t parse_size(const std::string& s) {
+  std::istringstream in(s);
+  uint64_t v = 0;
+  char unit = 0;
+  if (!(in >> v)) return 0;
+  in >> unit;
+  switch (unit) {
+    case 'K': return v << 10;
+    case 'M': return v << 20;
+    case 'G': return v << 30;
+    default: return v;
+  }
+}
+}  // namespace
+
+uint64_t llc_bytes() {
+  uint64_t best = 0, l3 = 0;
+  for (int i = 0; i < 16; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream level_in(dir + "level"), size_in(dir + "size");
+    int level = 0;
+    std::string size;
+    if (!(level_in >> level) || !(size_in >> size)) continue;
+    const uint64_t bytes = parse_size(size);
+    if (level == 3) l3 = std::max(l3, bytes);
+    best = std::max(best, bytes);
+  }
+  return l3 ? l3 : best;
+}
+
+std::string bytes_text(uint64_t bytes) {
+  char buf[64];
+  if (bytes >= (1ULL << 30))
+    std::snprintf(buf, sizeof buf, "%.1f GiB (%llu bytes)", static_cast<double>(bytes) / (1ULL << 30),
+                  static_cast<unsigned long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MiB (%llu bytes)", static_cast<double>(bytes) / (1ULL << 20),
+                  static_cast<unsigned long long>(bytes));
+  return buf;
+}
+
+}  // namespace rdmahash::bench
