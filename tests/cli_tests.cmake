@@ -95,7 +95,22 @@ add_test(NAME bench_ucx_ycsb_f COMMAND python3 ${CHECK_JSON} --
 set_tests_properties(bench_ucx_ycsb_f PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
 add_test(NAME cli_ycsb_scan_unsupported COMMAND ${EXPECT_FAIL} "operation 'scan' is not supported by --scheme linear"
   ${RDMAHASH_BIN} bench --ycsb ${YCSB_DIR}/workloade -p recordcount=100 -p operationcount=100 -p fieldcount=1)
-add_test(NAME cli_ycsb_value_too_big COMMAND ${EXPECT_FAIL} "do not fit the 120 value bytes"
+# YCSB files run unmodified (default 10 x 100-byte records) on heap storage; --repeat reloads.
+add_test(NAME bench_local_ycsb_a_default_records_heap COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --storage heap --ycsb ${YCSB_DIR}/workloada -p recordcount=5000 -p operationcount=5000
+  --clients 2 --depth 8 --repeat 2)
+add_test(NAME bench_local_ycsb_b_default_records_cuckoo_heap COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --scheme cuckoo --storage heap --ycsb ${YCSB_DIR}/workloadb -p recordcount=5000
+  -p operationcount=5000 --clients 2 --depth 8 --repeat 2)
+add_test(NAME bench_ucx_ycsb_d_default_records_heap COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_MPIRUN} -n 3 ${RDMAHASH_BIN} bench --fabric ucx --storage heap --ycsb ${YCSB_DIR}/workloadd
+  -p recordcount=4000 -p operationcount=4000 --depth 8 --repeat 2)
+set_tests_properties(bench_ucx_ycsb_d_default_records_heap PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
+add_test(NAME bench_local_heap_4096_byte_values COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --storage heap --records 5000 --value-bytes 4096 --workload get,find-or-put --ops 2000)
+add_test(NAME cli_heap_value_too_big COMMAND ${EXPECT_FAIL} "value-bytes must be at most 4096 for --storage heap"
+  ${RDMAHASH_BIN} bench --storage heap --value-bytes 4097)
+add_test(NAME cli_ycsb_value_too_big COMMAND ${EXPECT_FAIL} "do not fit the 120 value bytes of an inline record: use --storage heap"
   ${RDMAHASH_BIN} bench --ycsb ${YCSB_DIR}/workloada -p recordcount=100 -p operationcount=100)
 add_test(NAME cli_ycsb_malformed COMMAND ${EXPECT_FAIL} "add up to 1.05, not 1.*line 4"
   ${RDMAHASH_BIN} bench --ycsb ${YCSB_DIR}/malformed_sum)

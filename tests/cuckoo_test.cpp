@@ -188,6 +188,9 @@ INSTANTIATE_TEST_SUITE_P(
                     Variant{CuckooStorage::kHeap, 1, 8, 8, CuckooProbe::kSequential},
                     Variant{CuckooStorage::kHeap, 4, 4, 0, CuckooProbe::kSequential},
                     Variant{CuckooStorage::kHeap, 1, 4, 4, CuckooProbe::kParallel},
+                    // YCSB's default records (10 x 100 B) and the largest heap records.
+                    Variant{CuckooStorage::kHeap, 4, 8, 1000, CuckooProbe::kParallel},
+                    Variant{CuckooStorage::kHeap, 1, 8, 4096, CuckooProbe::kSequential},
                     Variant{CuckooStorage::kHeap, 4, 8, 120, CuckooProbe::kParallel}),
     name_of);
 
@@ -717,6 +720,9 @@ TEST(Cuckoo, BadKeysValuesAndConfigsAreRejected) {
   EXPECT_THROW(bad([](CuckooConfig& b) { b.slots_per_bucket = 2; }).validate(), InvalidArgument);
   EXPECT_THROW(bad([](CuckooConfig& b) { b.key_bytes = 5; }).validate(), InvalidArgument);
   EXPECT_THROW(bad([](CuckooConfig& b) { b.value_bytes = 121; }).validate(), InvalidArgument);
+  EXPECT_THROW(bad([](CuckooConfig& b) { b.storage = CuckooStorage::kHeap; b.value_bytes = 4097; }).validate(),
+               InvalidArgument);
+  EXPECT_NO_THROW(bad([](CuckooConfig& b) { b.storage = CuckooStorage::kHeap; b.value_bytes = 4096; }).validate());
   EXPECT_THROW(bad([](CuckooConfig& b) { b.buckets_per_node = 2; }).validate(), InvalidArgument);
   EXPECT_THROW(bad([](CuckooConfig& b) { b.memory_nodes = 0; }).validate(), InvalidArgument);
   EXPECT_THROW(bad([](CuckooConfig& b) { b.max_displacements = 0; }).validate(), InvalidArgument);

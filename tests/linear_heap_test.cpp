@@ -174,7 +174,9 @@ TEST_P(HeapOracle, RandomOperationsMatchUnorderedMap) {
 INSTANTIATE_TEST_SUITE_P(Formats, HeapOracle,
                          testing::Values(LoadParam{SlotFormat::kHeap, 4, 0}, LoadParam{SlotFormat::kHeap, 4, 4},
                                          LoadParam{SlotFormat::kHeap, 4, 28}, LoadParam{SlotFormat::kHeap, 8, 32},
-                                         LoadParam{SlotFormat::kHeap, 4, 124}),
+                                         LoadParam{SlotFormat::kHeap, 4, 124},
+                                         // YCSB's default records (10 x 100 B) and the largest heap records.
+                                         LoadParam{SlotFormat::kHeap, 8, 1000}, LoadParam{SlotFormat::kHeap, 8, 4096}),
                          load_name);
 
 TEST(Heap, FingerprintCollisionsAreResolvedByTheRecordKey) {

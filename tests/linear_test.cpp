@@ -213,6 +213,12 @@ TEST(Linear, BadKeysValuesAndConfigsAreRejected) {
   LinearConfig bad = rec;
   bad.value_bytes = 121;
   EXPECT_THROW(bad.validate(), InvalidArgument);
+  bad.format = SlotFormat::kHeap;  // heap records take up to 4096 value bytes
+  EXPECT_NO_THROW(bad.validate());
+  bad.value_bytes = 4096;
+  EXPECT_NO_THROW(bad.validate());
+  bad.value_bytes = 4097;
+  EXPECT_THROW(bad.validate(), InvalidArgument);
   bad = rec;
   bad.key_bytes = 5;
   EXPECT_THROW(bad.validate(), InvalidArgument);

@@ -117,7 +117,7 @@ struct CuckooConfig {
   uint64_t buckets_per_node = 1024;  // B, at least 3 (the candidates are distinct)
   uint32_t slots_per_bucket = 4;     // S: 1 or 4
   uint32_t key_bytes = 8;            // 4 (keys < 2^32) or 8
-  uint32_t value_bytes = 8;          // 0..120
+  uint32_t value_bytes = 8;          // 0..120 inline, 0..4096 heap
   CuckooStorage storage = CuckooStorage::kInline;
   uint64_t hash_seed = 0xC0C0A5A5D00DF00DULL;
   uint32_t max_displacements = 500;  // candidate moves one insert's search may examine

@@ -131,7 +131,7 @@ struct LinearConfig {
   uint64_t home_slots = 1024;  // S, per memory node
   uint64_t tail_slots = 0;     // T, per memory node; 0 picks max(4096, S/32)
   uint32_t key_bytes = 8;      // kInline/kHeap/kHeap4: 4 or 8; kSet: 8 (keys < 2^63)
-  uint32_t value_bytes = 0;    // kInline: 0..120; kHeap/kHeap4: 0..1024; kSet: 0
+  uint32_t value_bytes = 0;    // kInline: 0..120; kHeap/kHeap4: 0..4096; kSet: 0
   uint64_t hash_seed = 0x5eed5eed12345678ULL;
   // kHeap/kHeap4: records in each node's heap; 0 picks heap4: 4 per slot (every bucket's group),
   // heap: total_slots() + total_slots()/4 + 1024 (room for every slot, out-of-place updates and

@@ -354,6 +354,23 @@ std::unique_ptr<ycsb::Workload> prepare_ycsb(BenchOptions& o, std::FILE* diag) {
   return w;
 }
 
+// Records one table may gain beyond the loaded ones (o.table_writes, for heap sizing): every new key
+// and every out-of-place update of the points between two reloads, plus the private heap blocks
+// each client takes per point.
+void plan_table_writes(BenchOptions& o, const ycsb::Workload* yw, uint32_t clients) {
+  const std::vector<Point> pts = points_of(o);
+  const uint64_t writing = static_cast<uint64_t>(std::count_if(pts.begin(), pts.end(), [](const Point& p) { return writes(p.workload); }));
+  const uint64_t blocks = kHeapBlock * static_cast<uint64_t>(clients) * (writing + 1);
+  if (yw) {  // inserts are in o.records already; updates and read-modify-writes write a record each
+    const double updates = static_cast<double>(yw->operation_count) *
+                           (yw->update_proportion + yw->read_modify_write_proportion);
+    o.table_writes = static_cast<uint64_t>(updates) + blocks;
+    return;
+  }
+  const uint64_t per_point = o.ops * clients;
+  o.table_writes = (o.keep_table ? writing : std::min<uint64_t>(writing, 1)) * per_point + blocks;
+}
+
 // What differs between the in-process run and the UCX run; the sweep itself is shared.
 class Backend {
  public:
@@ -566,6 +583,7 @@ int run_local(const BenchOptions& o_in) {
   BenchOptions o = o_in;
   const auto yw = prepare_ycsb(o, stderr);
   const uint32_t clients = o.symmetric ? o.memory_nodes : o.clients;
+  plan_table_writes(o, yw.get(), clients);
   // Up front, before any point runs: the largest table of the sweep must fit.
   if (const uint64_t avail = mem_available_bytes())
     for (double lf : o.load_factors) {
@@ -587,12 +605,15 @@ int run_ucx(const BenchOptions& o_in) {
   BenchOptions o = o_in;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  prepare_ycsb(o, rank == 0 ? stderr : nullptr);  // every rank parses the same file: same outcome
+  const auto yw = prepare_ycsb(o, rank == 0 ? stderr : nullptr);  // every rank parses the same file: same outcome
+  int ranks = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const uint32_t clients = o.symmetric ? static_cast<uint32_t>(ranks)
+                                       : static_cast<uint32_t>(std::max<int>(ranks - static_cast<int>(o.memory_nodes), 1));
+  plan_table_writes(o, yw.get(), clients);
   // Every rank computes the same sizes, so the collective create() agrees on the region size.
   uint64_t region = 0;
   for (double lf : o.load_factors) region = std::max(region, make_adapter(o, lf)->region_bytes());
-  int ranks = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   if (!o.symmetric && static_cast<uint32_t>(ranks) <= o.memory_nodes)
     throw InvalidArgument("no client ranks: run more ranks (" + std::to_string(ranks) + ") than --memory-nodes (" +
                           std::to_string(o.memory_nodes) + "), or use --symmetric");

@@ -73,6 +73,9 @@ struct BenchOptions {
   std::string ycsb_path;
   std::vector<std::pair<std::string, std::string>> ycsb_overrides;
   bool ycsb_skip_unsupported = false;
+  // Set by the driver, not an option: records one table's points may write beyond `records`
+  // (inserts, out-of-place updates, clients' private blocks); sizes linear heaps (0: records only).
+  uint64_t table_writes = 0;
   bool cold = false;                   // no warm-up: the first point also measures first-touch page faults
   bool keep_table = false;             // no reload between points: each starts where the last ended
   bool progress = true;                // progress bar while loading (only on a terminal)

@@ -139,7 +139,10 @@ std::string cuckoo_config_error(const CuckooConfig& c) {
   if (c.slots_per_bucket != 1 && c.slots_per_bucket != 4)
     return "slots per bucket must be 1 or 4, got " + std::to_string(c.slots_per_bucket);
   if (c.key_bytes != 4 && c.key_bytes != 8) return "key bytes must be 4 or 8, got " + std::to_string(c.key_bytes);
-  if (c.value_bytes > 120) return "value bytes must be at most 120, got " + std::to_string(c.value_bytes);
+  // Inline buckets are READ whole (S records); a heap record is READ alone, so it may be larger.
+  if (c.storage == CuckooStorage::kInline && c.value_bytes > 120)
+    return "value bytes must be at most 120 for inline buckets, got " + std::to_string(c.value_bytes);
+  if (c.value_bytes > 4096) return "value bytes must be at most 4096, got " + std::to_string(c.value_bytes);
   if (c.storage != CuckooStorage::kInline && c.storage != CuckooStorage::kHeap) return "storage must be inline or heap";
   if (c.max_displacements == 0 || c.max_displacements > (1u << 20))
     return "max displacements must be in [1, 2^20], got " + std::to_string(c.max_displacements);

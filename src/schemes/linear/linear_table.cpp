@@ -129,7 +129,7 @@ std::string linear_config_error(const LinearConfig& c) {
     if (c.key_bytes != 4 && c.key_bytes != 8) return "key bytes must be 4 or 8, got " + std::to_string(c.key_bytes);
     if (c.format == SlotFormat::kInline && c.value_bytes > 120)
       return "value bytes must be at most 120 for inline records, got " + std::to_string(c.value_bytes);
-    if (c.value_bytes > 1024) return "value bytes must be at most 1024 for heap records, got " + std::to_string(c.value_bytes);
+    if (c.value_bytes > 4096) return "value bytes must be at most 4096 for heap records, got " + std::to_string(c.value_bytes);
     if (c.format != SlotFormat::kInline && c.format != SlotFormat::kHeap && c.format != SlotFormat::kHeap4)
       return "unknown slot format " + std::to_string(static_cast<int>(c.format));
   }
