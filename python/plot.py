@@ -15,6 +15,10 @@ Reads every line of every file, groups the points, and draws whichever figures t
                                       model's predicted cost E[X(R)]*T(R) (`rdmahash model --curve`)
   fig11_inline_vs_heap.png            throughput by record size (key + value bytes), inline vs heap
   fig12_cluster_skew.png              matching records/s vs zipf theta, per read-size policy
+  ycsb.png                            YCSB rows: throughput per workload, phase and scheme; run-phase
+                                      latency p50/p90/p99
+  points.png                          any rows of up to 40 points per layout (a single point, a short
+                                      mixed run): bars of throughput, p50 latency, round trips, bytes/op
 
 Repeated points (the `repeat` field, or the same point in several files) are drawn at their median
 with min-max error bars. Points that differ in fabric, layout, depth, workload, record size or
@@ -755,6 +759,153 @@ def fig12(rows, out):
 
 
 # ---------------------------------------------------------------------------------------------
+# Figures for any rows: YCSB phases, and a bar chart of each point
+
+LAYOUT = ("fabric", "ucx_tls", "ranks", "memory_nodes", "clients", "symmetric", "depth")
+BAR_PERCENTILES = ("p50", "p90", "p99")
+
+
+def scheme_label(r):
+    """The scheme as the bench describes it ("linear/heap slot=8B", "cuckoo/heap S=4 par")."""
+    return r["scheme_detail"]
+
+
+def ycsb_name(r):
+    """YCSB workload: the file's name (workloada) plus its summary when files share a name."""
+    f = r.get("ycsb_file") or "ycsb"
+    return os.path.basename(f)
+
+
+def grouped_bars(ax, groups, bars, stat_of, scale=1.0):
+    """Bars per group (x) and bar label (colour): median with min-max whiskers over repeats."""
+    width = 0.8 / max(len(bars), 1)
+    for i, bar in enumerate(bars):
+        xs, ys, lo, hi = [], [], [], []
+        for g, group in enumerate(groups):
+            st = stat_of(group, bar)
+            if st is None:
+                continue
+            xs.append(g - 0.4 + width * (i + 0.5))
+            ys.append(st.med * scale)
+            lo.append((st.med - st.lo) * scale)
+            hi.append((st.hi - st.med) * scale)
+        if xs:
+            ax.bar(xs, ys, width * 0.92, yerr=[lo, hi], capsize=2, label=bar, color=color_of(bar),
+                   error_kw={"linewidth": 0.8})
+    ax.set_xticks(range(len(groups)))
+
+
+def ycsb_figure(rows, out):
+    """Throughput per YCSB workload and phase per scheme, and the run phase's latency percentiles."""
+    rows = [r for r in rows if r["workload"] in ("ycsb-load", "ycsb-run")]
+    parts = partitions(rows, LAYOUT)
+    made = []
+    for ctx, pr in parts.items():
+        groups = sorted({(ycsb_name(r), r["workload"]) for r in pr})
+        schemes = sorted({scheme_label(r) for r in pr})
+        cell = {}
+        for r in pr:
+            cell.setdefault(((ycsb_name(r), r["workload"]), scheme_label(r)), []).append(r)
+
+        def stat(key):
+            return lambda g, b: Stat([key(r) for r in cell[(g, b)]]) if (g, b) in cell else None
+
+        fig, (ax_t, ax_l) = new_figure(ncols=2, width=6.5)
+        grouped_bars(ax_t, groups, schemes, stat(mops))
+        ax_t.set_xticklabels([f"{w}\n{phase.split('-')[1]}" for w, phase in groups], fontsize=8)
+        ax_t.set_ylabel("throughput (million ops/s)")
+        ax_t.set_title("throughput per workload and phase", fontsize=10)
+        ax_t.grid(True, axis="y", alpha=0.3)
+        # Latency: run phases only (a load phase is all inserts), p50/p90/p99 per scheme.
+        runs = [g for g in groups if g[1] == "ycsb-run"] or groups
+        bars = [f"{s} {p}" for s in schemes for p in BAR_PERCENTILES]
+        for s in schemes:
+            for p, shade in zip(BAR_PERCENTILES, (1.0, 0.7, 0.45)):
+                base = color_of(s)
+                _colors.setdefault(f"{s} {p}", tuple(min(1.0, c * shade + (1 - shade)) for c in base[:3]))
+        grouped_bars(ax_l, runs, bars,
+                     lambda g, b: Stat([r["latency_us"][b.rsplit(" ", 1)[1]] for r in cell[(g, b.rsplit(" ", 1)[0])]])
+                     if (g, b.rsplit(" ", 1)[0]) in cell else None)
+        ax_l.set_xticklabels([f"{w}\n{phase.split('-')[1]}" for w, phase in runs], fontsize=8)
+        ax_l.set_yscale("log")
+        ax_l.set_ylabel("latency (µs), p50 / p90 / p99")
+        ax_l.set_title("latency percentiles" + (" (run phase)" if runs is not groups else ""), fontsize=10)
+        ax_l.grid(True, axis="y", alpha=0.3, which="both")
+        ax_t.legend(fontsize=7, loc="best")
+        ax_l.legend(fontsize=6, loc="best", ncol=max(1, len(schemes) // 2))
+        ser = {b: [(0, Stat([1] * len(cell[k])))] for k in cell for b in [k[1]]}
+        title(fig, "YCSB — throughput and latency per workload and scheme", pr,
+              omit=("records", "record", "workload", "lf"),
+              extra=repeat_note([ser]) + " · " + "; ".join(sorted({f"{ycsb_name(r)}: {r['ycsb']}" for r in pr})))
+        made.append((save(fig, out, f"ycsb{suffix(LAYOUT, ctx, list(parts))}.png"),
+                     "YCSB throughput per workload, phase and scheme, and run-phase latency p50/p90/p99 — "
+                     + describe(pr, ("records", "record", "workload", "lf"))))
+    if not made:
+        raise Skip("needs YCSB rows (rdmahash bench --ycsb FILE)")
+    return made
+
+
+def point_label(r):
+    """Everything that tells one point of a run from another, on two lines."""
+    what = r["workload"]
+    if r["workload"] == "raw-read":
+        what += f" {r.get('read_bytes', '?')} B"
+    elif r["workload"] in LOOKUPS:
+        what += f" R={r['read_size_policy'].replace('fixed:', '')}"
+    return f"{what}\nlf {r['target_load_factor']:g}"
+
+
+def points_figure(rows, out):
+    """A bar chart of every point (at most 40 per layout): throughput, latency, round trips and
+    bytes per op. Draws any rows, so a single point or a short mixed run gets a figure too."""
+    rows = [r for r in rows if r["workload"] not in ("ycsb-load", "ycsb-run")]
+    parts = partitions(rows, LAYOUT + ("key_bytes", "value_bytes", "records"))
+    made = []
+    for ctx, pr in parts.items():
+        schemes = sorted({scheme_label(r) for r in pr})
+        order = []
+        for r in pr:  # the order the points ran in
+            if point_label(r) not in order:
+                order.append(point_label(r))
+        if len(order) * len(schemes) > 40:
+            continue  # a sweep: the seed figures draw it
+        cell = {}
+        for r in pr:
+            cell.setdefault((point_label(r), scheme_label(r)), []).append(r)
+
+        def stat(key):
+            return lambda g, b: Stat([key(r) for r in cell[(g, b)]]) if (g, b) in cell else None
+
+        import matplotlib.pyplot as plt
+        width = min(20.0, max(8.0, 1.2 * len(order) * max(1, len(schemes)) + 3))
+        fig, axes = plt.subplots(2, 2, figsize=(width, 7.5), squeeze=False, layout="constrained")
+        panels = [(mops, "throughput (million ops/s)"), (lambda r: r["latency_us"]["p50"], "latency p50 (µs)"),
+                  (lambda r: r["round_trips_per_op"], "round trips per op"), (lambda r: r["bytes_per_op"], "bytes per op")]
+        for ax, (key, label) in zip([a for row in axes for a in row], panels):
+            grouped_bars(ax, order, schemes, stat(key))
+            ax.set_xticklabels(order, fontsize=7)
+            ax.set_ylabel(label, fontsize=9)
+            ax.grid(True, axis="y", alpha=0.3)
+        axes[0][0].legend(fontsize=7, loc="best")
+        ser = {k: [(0, Stat([1] * len(v)))] for k, v in cell.items()}
+        lfs = sorted({(r["load_factor_start"], r["load_factor_end"]) for r in pr if "load_factor_start" in r})
+        grew = [f"{a:.3f}→{b:.3f}" for a, b in lfs if b > a]
+        extra = repeat_note([ser]) + (" · load factor during inserts " + ", ".join(grew[:4]) if grew else "")
+        if any("table_bytes" in r for r in pr):
+            r0 = pr[0]
+            extra += (f" · table {r0['table_bytes'] / 2**20:.1f} MiB, LLC {r0.get('llc_bytes', 0) / 2**20:.0f} MiB"
+                      + (", cold" if r0.get("cold") else f", warmed in {r0.get('warmup_seconds', 0):.2f} s"))
+        title(fig, "Benchmark points — throughput, latency, round trips and bytes per op", pr,
+              omit=("workload", "lf"), extra=extra)
+        made.append((save(fig, out, f"points{suffix(LAYOUT + ('key_bytes', 'value_bytes', 'records'), ctx, list(parts))}.png"),
+                     "every point as bars: throughput, p50 latency, round trips and bytes per op — "
+                     + describe(pr, ("workload", "lf"))))
+    if not made:
+        raise Skip("more than 40 points per layout: a sweep (see the figures above)" if parts else "no non-YCSB rows")
+    return made
+
+
+# ---------------------------------------------------------------------------------------------
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog=PROG, description="Plot `rdmahash bench --json` results (seed 000 §5 figures).")
@@ -785,7 +936,8 @@ def main(argv=None):
     figures = [("fig6", lambda: fig6(rows, args.out)), ("fig7", lambda: fig7(rows, args.out)),
                ("fig8", lambda: fig8(rows, args.out)), ("fig9", lambda: fig9(rows, args.out)),
                ("table1", lambda: table1(rows, args.out)), ("fig10", lambda: fig10(rows, args.out, binary)),
-               ("fig11", lambda: fig11(rows, args.out)), ("fig12", lambda: fig12(rows, args.out))]
+               ("fig11", lambda: fig11(rows, args.out)), ("fig12", lambda: fig12(rows, args.out)),
+               ("ycsb", lambda: ycsb_figure(rows, args.out)), ("points", lambda: points_figure(rows, args.out))]
     made = []
     for name, draw in figures:
         try:

@@ -3,7 +3,7 @@
 # (emptied of old results), the MPI/UCX environment for real processes over UCX shared memory, and
 #   bench ARGS...  one `rdmahash bench` sweep: 1 memory node + 1 client (mpirun -n 2), appended
 #                  to $OUT/results.jsonl
-#   plot           python/plot.py $OUT/results.jsonl --out $OUT
+#   plot           scripts/plot.sh (python/plot.py with a python3 that has matplotlib) $OUT/results.jsonl --out $OUT
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -34,14 +34,6 @@ bench() {
 }
 
 plot() {
-  local py
-  for py in ${PYTHON:-} python3 /usr/bin/python3; do  # the first python3 that has matplotlib
-    if command -v "$py" >/dev/null && "$py" -c 'import matplotlib' 2>/dev/null; then
-      "$py" python/plot.py "$OUT/results.jsonl" --out "$OUT" --rdmahash "$BIN"
-      echo "figures: $OUT/index.md" >&2
-      return
-    fi
-  done
-  echo "$0: no python3 with matplotlib (Debian: apt-get install python3-matplotlib)" >&2
-  exit 1
+  scripts/plot.sh "$OUT/results.jsonl" --out "$OUT" --rdmahash "$BIN"
+  echo "figures: $OUT/index.md" >&2
 }
