@@ -17,8 +17,9 @@ Reads every line of every file, groups the points, and draws whichever figures t
   fig12_cluster_skew.png              matching records/s vs zipf theta, per read-size policy
   ycsb.png                            YCSB rows: throughput per workload, phase and scheme; run-phase
                                       latency p50/p90/p99
-  points.png                          any rows of up to 40 points per layout (a single point, a short
-                                      mixed run): bars of throughput, p50 latency, round trips, bytes/op
+  points.png                          when no figure above applies (a single point, a short mixed run;
+                                      up to 40 points per layout): bars of throughput, p50 latency,
+                                      round trips and bytes per op
 
 Repeated points (the `repeat` field, or the same point in several files) are drawn at their median
 with min-max error bars. Points that differ in fabric, layout, depth, workload, record size or
@@ -937,13 +938,20 @@ def main(argv=None):
                ("fig8", lambda: fig8(rows, args.out)), ("fig9", lambda: fig9(rows, args.out)),
                ("table1", lambda: table1(rows, args.out)), ("fig10", lambda: fig10(rows, args.out, binary)),
                ("fig11", lambda: fig11(rows, args.out)), ("fig12", lambda: fig12(rows, args.out)),
-               ("ycsb", lambda: ycsb_figure(rows, args.out)), ("points", lambda: points_figure(rows, args.out))]
+               ("ycsb", lambda: ycsb_figure(rows, args.out))]
     made = []
     for name, draw in figures:
         try:
             made += draw()
         except Skip as s:
             note(f"{name}: skipped: {s}")
+    # Rows that none of the sweep figures above could draw (a single point, a short mixed run) get
+    # a bar chart of every point.
+    if not any(not png.startswith("ycsb") for png, _ in made):
+        try:
+            made += points_figure(rows, args.out)
+        except Skip as s:
+            note(f"points: skipped: {s}")
     if not made:
         print(f"{PROG}: error: none of the figures can be drawn from these {plural(len(rows), 'row')} "
               "(workloads: " + ", ".join(sorted({r['workload'] for r in rows})) + ")", file=sys.stderr)

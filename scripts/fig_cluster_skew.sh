@@ -2,7 +2,7 @@
 # Fig. 12 of seed 000 §5.8: rate of reading matching records (get-all on a multimap) with the
 # cluster-oblivious model read size vs with cluster hints, for uniform keys and growing Zipf skew,
 # 8-byte records at load factor 0.65. Output: results/cluster_skew/.
-# Env: RDMAHASH_BUILD, RECORDS, OPS, REPEAT, DEPTH, LOAD_FACTOR, THETAS.
+# Env: RDMAHASH_BUILD, RECORDS (default 6 M: tables > the LLC; SMALL=1: 200 000), OPS, REPEAT, DEPTH, LOAD_FACTOR, THETAS.
 OPS=${OPS:-10000}  # get-all lookups of hot keys return (and scan) many records
 source "$(dirname "$0")/fig_lib.sh" cluster_skew
 LOAD_FACTOR=${LOAD_FACTOR:-0.65}

@@ -2,7 +2,7 @@
 # Fig. 11 of seed 000 §5.7: lookup throughput by record size (4-byte keys, 4..120-byte values) at
 # load factor 0.65, records inline in the table vs in a heap. `--storage heap` exists for cuckoo
 # only today, so linear probing appears inline only. Output: results/inline_vs_heap/.
-# Env: RDMAHASH_BUILD, RECORDS, OPS, REPEAT, DEPTH, LOAD_FACTOR, VALUE_SIZES, READ_SIZES.
+# Env: RDMAHASH_BUILD, RECORDS (default 6 M: tables > the LLC; SMALL=1: 200 000), OPS, REPEAT, DEPTH, LOAD_FACTOR, VALUE_SIZES, READ_SIZES.
 source "$(dirname "$0")/fig_lib.sh" inline_vs_heap
 LOAD_FACTOR=${LOAD_FACTOR:-0.65}
 VALUE_SIZES=${VALUE_SIZES:-4 12 28 60 120}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fig. 9 of seed 000 §5.4: lookup latency percentiles (p10/p25/p50/p75/p90) at depth 1 (one lookup
 # in flight: an idle system) per scheme and load factor, 8-byte records. Output: results/latency/.
-# Env: RDMAHASH_BUILD, RECORDS, OPS, REPEAT, LOAD_FACTORS, READ_SIZES.
+# Env: RDMAHASH_BUILD, RECORDS (default 6 M: tables > the LLC; SMALL=1: 200 000), OPS, REPEAT, LOAD_FACTORS, READ_SIZES.
 OPS=${OPS:-50000}  # one lookup at a time: fewer per point
 source "$(dirname "$0")/fig_lib.sh" latency
 LOAD_FACTORS=${LOAD_FACTORS:-0.25,0.5,0.65,0.8,0.9}

@@ -2,7 +2,7 @@
 # Figs. 6, 7, 8 and Table 1 of seed 000 §5: lookup throughput, bytes per lookup, round trips and
 # read size vs load factor for linear probing (fixed and model read sizes) and the cuckoo variants
 # (parallel/sequential, 4/1 slots per bucket), 8-byte records. Output: results/throughput_vs_load/.
-# Env: RDMAHASH_BUILD, RECORDS, OPS, REPEAT, DEPTH, LOAD_FACTORS, READ_SIZES, CUCKOO1_LOAD_FACTORS.
+# Env: RDMAHASH_BUILD, RECORDS (default 6 M: tables > the LLC; SMALL=1: 200 000), OPS, REPEAT, DEPTH, LOAD_FACTORS, READ_SIZES, CUCKOO1_LOAD_FACTORS.
 source "$(dirname "$0")/fig_lib.sh" throughput_vs_load
 LOAD_FACTORS=${LOAD_FACTORS:-0.25,0.5,0.65,0.8,0.9}
 READ_SIZES=${READ_SIZES:-8,32,model,model-unconstrained}

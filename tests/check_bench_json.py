@@ -102,6 +102,8 @@ def main():
         elif w == "ycsb-run":
             if o["not_found"] != 0:
                 fail(f"ycsb run phase asked for a record that is not there: {o}")
+            if o["full"] != 0:
+                fail(f"ycsb run phase found the table (or its heap) full: it is sized for the run: {o}")
             if sum(o.values()) != ops:
                 fail(f"ycsb run outcomes do not add up to ops: {o}")
         else:
