@@ -81,6 +81,15 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
   cmd.add_flag("--quiet", o.quiet, "no summary table on stdout");
 }
 
+// "rdmahash bench" etc.: the subcommand named on the command line, for error messages.
+std::string command_name(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "bench" || a == "model" || a == "calibrate") return "rdmahash " + a;
+  }
+  return "rdmahash";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -97,7 +106,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help prints and succeeds; every other parse error follows the CLI's one error contract.
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    std::fprintf(stderr, "%s: error: %s\n", command_name(argc, argv).c_str(), e.what());
+    return 2;
   }
   if (model_cmd.parsed()) return model_cmd.run();
   if (calibrate_cmd.parsed()) return calibrate_cmd.run(argc, argv);
@@ -123,6 +135,9 @@ int main(int argc, char** argv) {
   if (opts.fabric == "local") {
     try {
       return rdmahash::bench::run_local(opts);
+    } catch (const rdmahash::InvalidArgument& e) {
+      std::fprintf(stderr, "rdmahash bench: error: %s\n", e.what());
+      return 2;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "rdmahash bench: error: %s\n", e.what());
       return 1;
