@@ -85,3 +85,6 @@ add_test(NAME cli_ycsb_missing_file COMMAND ${EXPECT_FAIL} "ycsb" ${RDMAHASH_BIN
 add_test(NAME cli_p_without_ycsb COMMAND ${EXPECT_FAIL} "needs --ycsb" ${RDMAHASH_BIN} bench -p recordcount=5)
 add_test(NAME cli_heap4_model_read_size COMMAND ${EXPECT_FAIL} "fixed read size with --storage heap4"
   ${RDMAHASH_BIN} bench --storage heap4 --key-bytes 4 --value-bytes 4 --read-size model --records 100 --ops 10)
+
+# Smallest valid, largest valid and first invalid value of every numeric option.
+include(${CMAKE_CURRENT_SOURCE_DIR}/cli_edges.cmake)
