@@ -156,12 +156,20 @@ def main():
     ap.add_argument("--test-timeout", type=int, default=300, help="ctest timeout per test, seconds")
     ap.add_argument("--list", action="store_true", help="check that every mutant applies, list them, exit")
     ap.add_argument("--no-baseline", action="store_true", help="skip the unmutated run of the tests")
+    ap.add_argument("--sweep", nargs="+", metavar="SOURCE",
+                    help="instead of the list: universalmutator's mutants of these sources (scripts/mutants_sweep.sh)")
+    ap.add_argument("--sample", type=int, default=0, help="--sweep: run a random sample of N mutants (0: all)")
+    ap.add_argument("--seed", type=int, default=1, help="--sweep: sample seed")
+    ap.add_argument("--sweep-tests", default="\\.", help="--sweep: ctest regex (default: every in-process gtest)")
+    ap.add_argument("--mutate", default="mutate", help="--sweep: universalmutator's mutate command")
     args = ap.parse_args()
     if args.repeat < 1:
         die("--repeat must be at least 1")
     if args.jobs < 1:
         die("--jobs must be at least 1")
 
+    if args.sweep:
+        return sweep(args)
     mutants = load_mutants(args.file)
     if args.only:
         ids = [i for i in args.only.split(",") if i]
@@ -190,6 +198,12 @@ def main():
         print(f"mutants: {len(stale)} mutant(s) no longer apply: fix their 'find' text", file=sys.stderr)
         return 1
 
+    return run_mutants(args, mutants)
+
+
+def run_mutants(args, mutants):
+    """Applies, builds and tests each mutant in the persistent copy; prints and returns the verdicts.
+    A mutant carries either find/replace or `content` (a whole mutated file, from the sweep)."""
     tree = os.path.join(args.workdir, "tree")
     build = os.path.join(args.workdir, "build")
     logs = os.path.join(args.workdir, "logs")
@@ -235,11 +249,15 @@ def main():
         path = os.path.join(tree, m["file"])
         with open(path, encoding="utf-8") as f:
             original = f.read()
-        err = check_applies(m, original)
-        if err:  # sync_tree copied the same text we checked above
-            die(f"{m['id']}: {err}", 1)
+        if "content" in m:
+            mutated = m["content"]
+        else:
+            err = check_applies(m, original)
+            if err:  # sync_tree copied the same text we checked above
+                die(f"{m['id']}: {err}", 1)
+            mutated = original.replace(m["find"], m["replace"], 1)
         with open(path, "w", encoding="utf-8") as f:
-            f.write(original.replace(m["find"], m["replace"], 1))
+            f.write(mutated)
         try:
             if not build_tree(os.path.join(logs, f"{m['id']}-build.log"), target_for(m["tests"])):
                 verdict, detail = "invalid", f"does not build (see logs/{m['id']}-build.log)"
@@ -266,6 +284,8 @@ def main():
         reps = f" [{args.repeat}x]" if args.repeat > 1 else ""
         print(f"{verdict.upper():8} {m['id']:32} {detail}{reps} ({secs:.0f} s)", flush=True)
         results[verdict].append(m["id"])
+        if verdict == "survived" and "diff" in m:
+            print(f"         {m['diff']}", flush=True)
 
     k, s, i = (len(results[x]) for x in ("killed", "survived", "invalid"))
     print(f"mutants: {k} killed, {s} survived, {i} invalid of {len(mutants)}")
@@ -273,6 +293,41 @@ def main():
         if results[x]:
             print(f"mutants: {x}: {' '.join(results[x])}")
     return 0 if s == 0 and i == 0 else 1
+
+
+def sweep(args):
+    """universalmutator (https://github.com/agroce/universalmutator) mutants of each source, a random
+    sample of them run like the list's mutants against --sweep-tests. Never run in CI: a full sweep
+    is thousands of mutants."""
+    import difflib
+    import random
+    out = os.path.join(args.workdir, "sweep")
+    mutants = []
+    for src in args.sweep:
+        rel = os.path.relpath(os.path.abspath(src), ROOT)
+        base = os.path.splitext(os.path.basename(rel))[0]
+        mdir = os.path.join(out, rel.replace("/", "_"))
+        if not os.path.isdir(mdir):
+            os.makedirs(mdir)
+            if run([args.mutate, os.path.join(ROOT, rel), "--noCheck", "--mutantDir", mdir],
+                   os.path.join(out, rel.replace("/", "_") + ".log")) != 0:
+                die(f"{args.mutate} failed on {rel}: see {out}", 1)
+        with open(os.path.join(ROOT, rel), encoding="utf-8") as f:
+            original = f.read().splitlines()
+        for name in sorted(os.listdir(mdir)):
+            if not name.startswith(base + ".mutant."):
+                continue
+            with open(os.path.join(mdir, name), encoding="utf-8") as f:
+                content = f.read()
+            changed = [l for l in difflib.unified_diff(original, content.splitlines(), lineterm="", n=0)
+                       if l[:1] in "+-" and not l.startswith(("+++", "---"))]
+            mutants.append({"id": f"{rel}:{name.split('.')[-2]}", "file": rel, "content": content,
+                            "tests": args.sweep_tests, "diff": " | ".join(changed)[:300]})
+    made = len(mutants)
+    if args.sample and args.sample < made:
+        mutants = random.Random(args.seed).sample(mutants, args.sample)
+    print(f"sweep: {made} mutant(s) made by universalmutator; running {len(mutants)}", flush=True)
+    return run_mutants(args, mutants)
 
 
 if __name__ == "__main__":

@@ -169,19 +169,13 @@ class OtherTransport final : public Transport {
   std::mt19937_64 rng_{23};
 };
 
-struct Format {
-  SlotFormat format;
-  uint32_t key_bytes, value_bytes;
-};
+using test::Format;
 std::string format_name(const Format& f) {
   return std::string(to_string(f.format)) + "_k" + std::to_string(f.key_bytes) + "_v" + std::to_string(f.value_bytes);
 }
 
 LinearConfig config_for(const Format& f) {
-  LinearConfig c;
-  c.format = f.format;
-  c.key_bytes = f.key_bytes;
-  c.value_bytes = f.value_bytes;
+  LinearConfig c = test::config_of(f);
   c.home_slots = 64;
   c.tail_slots = 64;
   return c;

@@ -14,10 +14,7 @@ namespace {
 using test::LocalTable;
 using test::value_for;
 
-struct Format {
-  SlotFormat format;
-  uint32_t key_bytes, value_bytes;
-};
+using test::Format;
 
 std::string name_of(const testing::TestParamInfo<Format>& i) {
   return std::string(to_string(i.param.format)) + "_k" + std::to_string(i.param.key_bytes) + "_v" +
@@ -184,10 +181,7 @@ TEST(Linear, NoWrapAroundAtTheEndOfTheTail) {
 class LinearBoundary : public testing::TestWithParam<Format> {};
 
 TEST_P(LinearBoundary, ShardsFilledToExactlyFullLoseNothingAndReportFull) {
-  LinearConfig c;
-  c.format = GetParam().format;
-  c.key_bytes = GetParam().key_bytes;
-  c.value_bytes = GetParam().value_bytes;
+  LinearConfig c = test::config_of(GetParam());
   c.memory_nodes = 2;
   c.home_slots = 16;
   c.tail_slots = 4;  // 20 slots per shard
