@@ -10,6 +10,12 @@ cmake -S . -B build/ci -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMAHASH_WER
 cmake --build build/ci -j "$jobs"
 ctest --test-dir build/ci --output-on-failure -j 2
 
+# Mutation harness (docs/testing.md): every safety mechanism removed in turn must fail its tests.
+# Set RDMAHASH_SKIP_MUTANTS=1 to skip it locally; CI always runs it.
+if [ "${RDMAHASH_SKIP_MUTANTS:-0}" != 1 ]; then
+  python3 scripts/mutants.py --jobs "$jobs" --workdir build/mutants
+fi
+
 # Sanitizer builds of the in-process suites (threads on LocalFabric; UCX's internals are not ours).
 cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMAHASH_WERROR=ON -DRDMAHASH_SANITIZER=thread
 cmake --build build/tsan -j "$jobs" --target rdmahash_tests

@@ -137,9 +137,25 @@ TEST(Calibrate, LocalFabricGivesUsableParameters) {
     EXPECT_TRUE(positive_finite(r.ops_per_s));
     EXPECT_LE(r.ops_per_s, p.rho0_ops_per_s);
   }
+  // Each parameter is the statistic of its raw rows that the model defines, not just finite:
+  // ρ0 is the best rate over the depths, l the bandwidth row, α the latency fit's slope (or 1/l
+  // when the slope is not positive), and the fit is the least-squares line through the medians.
+  double best_rate = 0;
+  for (const auto& r : p.rate) best_rate = std::max(best_rate, r.ops_per_s);
+  EXPECT_EQ(p.rho0_ops_per_s, best_rate);
+  for (const auto& r : p.rate) EXPECT_NEAR(r.ops_per_s, static_cast<double>(r.ops) / r.seconds, 1e-6 * r.ops_per_s);
+  std::vector<double> xs, ys;
+  for (const auto& l : p.latency) xs.push_back(static_cast<double>(l.bytes)), ys.push_back(l.median_ns);
+  const m::LinearFit refit = m::fit_line(xs, ys);
+  EXPECT_NEAR(p.latency_fit.slope, refit.slope, 1e-9 * std::abs(refit.slope) + 1e-12);
+  EXPECT_NEAR(p.latency_fit.intercept, refit.intercept, 1e-9 * std::abs(refit.intercept) + 1e-9);
+  EXPECT_EQ(p.alpha_ns_per_byte, refit.slope > 0 ? refit.slope : 1e9 / p.link_bytes_per_s);
   ASSERT_EQ(p.bandwidth.size(), 1u);
   EXPECT_EQ(p.bandwidth[0].bytes, o.bandwidth_bytes);
   EXPECT_EQ(p.link_bytes_per_s, p.bandwidth[0].bytes_per_s);
+  EXPECT_NEAR(p.bandwidth[0].bytes_per_s,
+              static_cast<double>(p.bandwidth[0].bytes) * static_cast<double>(p.bandwidth[0].ops) / p.bandwidth[0].seconds,
+              1e-6 * p.bandwidth[0].bytes_per_s);
   // latency (iterations + warm-up per size) + rate + bandwidth READs, all 8-byte-aligned in range.
   EXPECT_GT(transport->counters().reads, o.iterations * o.latency_sizes.size() + 2 * o.rate_ops + o.bandwidth_ops);
   EXPECT_EQ(transport->counters().writes, 0u);

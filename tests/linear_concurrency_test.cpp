@@ -16,18 +16,12 @@ namespace {
 using test::LocalTable;
 using test::value_for;
 
-struct Format {
-  SlotFormat format;
-  uint32_t key_bytes, value_bytes;
-};
+using test::Format;
 
 class LinearRace : public testing::TestWithParam<Format> {};
 
 TEST_P(LinearRace, ConcurrentFindOrPutInsertsEveryKeyOnce) {
-  LinearConfig c;
-  c.format = GetParam().format;
-  c.key_bytes = GetParam().key_bytes;
-  c.value_bytes = GetParam().value_bytes;
+  LinearConfig c = test::config_of(GetParam());
   c.home_slots = 2048;
   c.memory_nodes = 2;  // 3000 keys in 4096 home slots: load factor 0.73, long clusters
   LocalTable t(c);

@@ -1,6 +1,7 @@
 // Linear table conformance on LocalFabric against std::unordered_map as the oracle.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <unordered_map>
 #include <unordered_set>
@@ -13,10 +14,7 @@ namespace {
 using test::LocalTable;
 using test::value_for;
 
-struct Format {
-  SlotFormat format;
-  uint32_t key_bytes, value_bytes;
-};
+using test::Format;
 
 std::string name_of(const testing::TestParamInfo<Format>& i) {
   return std::string(to_string(i.param.format)) + "_k" + std::to_string(i.param.key_bytes) + "_v" +
@@ -159,12 +157,78 @@ TEST(Linear, NoWrapAroundAtTheEndOfTheTail) {
   c.tail_slots = 4;
   LocalTable t(c);
   Client client(*t.fabric, c, test::probe(8, 100, 3));
-  uint64_t ok = 0;
-  for (uint64_t k = 1; k <= 50; ++k) ok += client.find_or_put(k).status == Status::kInserted;
-  EXPECT_LE(ok, 12u);
-  EXPECT_EQ(t.all_keys().size(), ok);
-  for (uint64_t k = 1; k <= 50; ++k) (void)client.get(k);  // never reads outside the region
+  // Oracle: sequential linear probing without wrap-around over the 12 slots.
+  std::vector<uint64_t> slots(c.total_slots(), 0);
+  std::unordered_set<uint64_t> want;
+  for (uint64_t k = 1; k <= 50; ++k) {
+    uint64_t s = linear_place(c, k).home;
+    while (s < slots.size() && slots[s]) ++s;
+    if (s < slots.size()) slots[s] = k, want.insert(k);
+    EXPECT_EQ(client.find_or_put(k).status, want.count(k) ? Status::kInserted : Status::kFull) << k;
+  }
+  EXPECT_GE(want.size(), 4u);  // keys homed near the end fill the tail, then report full
+  auto keys = t.all_keys();
+  EXPECT_EQ(std::unordered_set<uint64_t>(keys.begin(), keys.end()), want);
+  EXPECT_EQ(keys.size(), want.size());
+  for (uint64_t k = 1; k <= 50; ++k)  // never reads outside the region
+    EXPECT_EQ(client.get(k).status, want.count(k) ? Status::kFound : Status::kNotFound) << k;
 }
+
+// Boundaries: every shard filled to exactly full, with keys homed in the last home slots so that
+// probes, chunks (C = 3 does not divide the tail) and lookup READs (R = 8) reach the last slot of
+// each shard. Every acknowledged insert is found with its value, the next insert reports full, and
+// a scan of every shard holds exactly the inserted keys.
+class LinearBoundary : public testing::TestWithParam<Format> {};
+
+TEST_P(LinearBoundary, ShardsFilledToExactlyFullLoseNothingAndReportFull) {
+  LinearConfig c = test::config_of(GetParam());
+  c.memory_nodes = 2;
+  c.home_slots = 16;
+  c.tail_slots = 4;  // 20 slots per shard
+  const uint64_t mask = c.format == SlotFormat::kSet ? (1ULL << 63) - 1 : c.key_bytes == 4 ? 0xffffffffULL : ~0ULL;
+  // For each shard: one key homed at every home slot, and `tail` more homed at the last one. Then
+  // for every a, the keys homed at or after slot a number exactly total - a: the shard is exactly
+  // full whatever the insertion order (probes never wrap).
+  std::vector<uint64_t> keys;
+  std::vector<std::vector<uint64_t>> wanted(c.memory_nodes, std::vector<uint64_t>(c.home_slots, 1));
+  for (auto& w : wanted) w.back() += c.tail();
+  std::unordered_set<uint64_t> used;
+  std::vector<uint64_t> extra;  // keys homed at the last home slot, for the "next insert is full" check
+  std::mt19937_64 rng(99);
+  while (extra.size() < 2 * c.memory_nodes || keys.size() < c.memory_nodes * c.total_slots()) {
+    const uint64_t k = rng() & mask;
+    if (!used.insert(k).second) continue;
+    const LinearPlacement pl = linear_place(c, k);
+    if (wanted[pl.node][pl.home] > 0) {
+      --wanted[pl.node][pl.home];
+      keys.push_back(k);
+    } else if (pl.home == c.home_slots - 1 && extra.size() < 2 * c.memory_nodes) {
+      extra.push_back(k);
+    }
+  }
+  std::shuffle(keys.begin(), keys.end(), rng);
+  LocalTable t(c);
+  Client client(*t.fabric, c, test::probe(3, 64, 8));
+  const uint32_t vb = c.format == SlotFormat::kSet ? 0 : c.value_bytes;
+  for (uint64_t k : keys) ASSERT_EQ(client.find_or_put(k, value_for(k, 0, vb)).status, Status::kInserted) << k;
+  for (uint64_t k : extra) EXPECT_EQ(client.find_or_put(k, value_for(k, 0, vb)).status, Status::kFull) << k;
+  std::vector<std::byte> out(vb);
+  for (uint64_t k : keys) {
+    ASSERT_EQ(client.get(k, out).status, Status::kFound) << k;
+    EXPECT_EQ(out, value_for(k, 0, vb)) << k;
+  }
+  for (uint64_t k : extra) EXPECT_EQ(client.get(k, out).status, Status::kNotFound) << k;
+  auto stored = t.all_keys();
+  std::sort(stored.begin(), stored.end());
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(stored, keys);
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, LinearBoundary,
+                         testing::Values(Format{SlotFormat::kSet, 8, 0}, Format{SlotFormat::kInline, 8, 24},
+                                         Format{SlotFormat::kInline, 4, 8}, Format{SlotFormat::kInline, 4, 0},
+                                         Format{SlotFormat::kHeap, 8, 24}),
+                         name_of);
 
 TEST(Linear, TombstonesAreSkippedAndNeverReused) {
   LinearConfig c;

@@ -77,8 +77,10 @@ add_test(NAME model_json_cluster_hint COMMAND python3 -c "${MODEL_CLI_CHECK}" ${
 add_test(NAME model_json_flags_and_slot_bytes COMMAND python3 -c "${MODEL_CLI_CHECK}" ${MODEL_CLI_FIELDS}
   c_ns=500 slot_bytes=32 header_bytes=40 param_sources.c_ns=flag param_sources.rho0_ops_per_s=seed000
   -- ${MODEL_CLI_BIN} model --records 1000 --load-factor 0.75 --c-ns 500 --slot-bytes 32 --header-bytes 40 --json)
-add_test(NAME model_text COMMAND ${MODEL_CLI_BIN} model --records 125829120 --load-factor 0.65 --curve 20-24)
-set_tests_properties(model_text PROPERTIES PASS_REGULAR_EXPRESSION "optimal R = [0-9]+ slots.*E\\[X\\(R\\)\\] = ")
+# expect_ok.sh: exit 0 AND the text (PASS_REGULAR_EXPRESSION alone would ignore the exit status).
+set(MODEL_CLI_EXPECT_OK ${CMAKE_CURRENT_SOURCE_DIR}/expect_ok.sh)
+add_test(NAME model_text COMMAND ${MODEL_CLI_EXPECT_OK} "optimal R = [0-9]+ slots.*E\\[X\\(R\\)\\] = "
+  ${MODEL_CLI_BIN} model --records 125829120 --load-factor 0.65 --curve 20-24)
 
 # Impossible inputs: exit status 2 and a message naming the problem.
 add_test(NAME model_fail_n_ge_m COMMAND ${MODEL_CLI_EXPECT_FAIL} "records N \\(100\\) must be less than slots M \\(100\\)"
@@ -114,7 +116,7 @@ add_test(NAME calibrate_local_stdout COMMAND python3 -c "${MODEL_CLI_CHECK}"
   c_ns rho0_ops_per_s alpha_ns_per_byte link_bytes_per_s fabric=local format=rdmahash-calibration
   measurements.latency measurements.rate measurements.bandwidth measurements.latency_fit date
   -- ${MODEL_CLI_BIN} calibrate --fabric local --iterations 300)
-add_test(NAME calibrate_local COMMAND ${MODEL_CLI_BIN} calibrate --fabric local ${MODEL_CLI_CAL}
+add_test(NAME calibrate_local COMMAND ${MODEL_CLI_EXPECT_OK} "fabric local: c = .* -> " ${MODEL_CLI_BIN} calibrate --fabric local ${MODEL_CLI_CAL}
   --out ${MODEL_CLI_OUT}/profile_local.json)
 add_test(NAME model_profile_local COMMAND python3 -c "${MODEL_CLI_CHECK}" ${MODEL_CLI_FIELDS}
   param_sources.c_ns=profile param_sources.link_bytes_per_s=profile records=1000000 slots=1250000
@@ -122,11 +124,10 @@ add_test(NAME model_profile_local COMMAND python3 -c "${MODEL_CLI_CHECK}" ${MODE
 add_test(NAME model_profile_override COMMAND python3 -c "${MODEL_CLI_CHECK}" ${MODEL_CLI_FIELDS}
   c_ns=1290 param_sources.c_ns=flag param_sources.rho0_ops_per_s=profile
   -- ${MODEL_CLI_BIN} model --profile ${MODEL_CLI_OUT}/profile_local.json --c-ns 1290 --load-factor 0.5 --records 1000 --json)
-set_tests_properties(calibrate_local PROPERTIES FIXTURES_SETUP model_cli_profile_local
-  PASS_REGULAR_EXPRESSION "fabric local: c = .* -> ")
+set_tests_properties(calibrate_local PROPERTIES FIXTURES_SETUP model_cli_profile_local)
 set_tests_properties(model_profile_local model_profile_override PROPERTIES FIXTURES_REQUIRED model_cli_profile_local)
 
-add_test(NAME calibrate_ucx COMMAND ${RDMAHASH_MPIRUN} -n 2 ${MODEL_CLI_BIN} calibrate --fabric ucx ${MODEL_CLI_CAL}
+add_test(NAME calibrate_ucx COMMAND ${MODEL_CLI_EXPECT_OK} "fabric ucx \\(UCX_TLS=self,sm\\): c = .* -> " ${RDMAHASH_MPIRUN} -n 2 ${MODEL_CLI_BIN} calibrate --fabric ucx ${MODEL_CLI_CAL}
   --out ${MODEL_CLI_OUT}/profile_ucx.json)
 add_test(NAME model_profile_ucx COMMAND python3 -c "${MODEL_CLI_CHECK}" ${MODEL_CLI_FIELDS}
   param_sources.c_ns=profile profile=${MODEL_CLI_OUT}/profile_ucx.json
@@ -136,8 +137,7 @@ add_test(NAME calibrate_ucx_profile_fields COMMAND python3 -c
   ${MODEL_CLI_OUT}/profile_ucx.json)
 add_test(NAME calibrate_ucx_three_ranks COMMAND ${MODEL_CLI_EXPECT_FAIL} "exactly 2 ranks"
   ${RDMAHASH_MPIRUN} -n 3 ${MODEL_CLI_BIN} calibrate --fabric ucx --iterations 10)
-set_tests_properties(calibrate_ucx PROPERTIES FIXTURES_SETUP model_cli_profile_ucx
-  PASS_REGULAR_EXPRESSION "fabric ucx \\(UCX_TLS=self,sm\\): c = .* -> ")
+set_tests_properties(calibrate_ucx PROPERTIES FIXTURES_SETUP model_cli_profile_ucx)
 set_tests_properties(model_profile_ucx calibrate_ucx_profile_fields PROPERTIES FIXTURES_REQUIRED model_cli_profile_ucx)
 set_tests_properties(calibrate_ucx calibrate_ucx_three_ranks PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 120)
 set_tests_properties(calibrate_local calibrate_local_stdout PROPERTIES TIMEOUT 120)

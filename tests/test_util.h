@@ -30,6 +30,19 @@ struct LocalTable {
   }
 };
 
+// A slot format with its key and value sizes (the parameter of the format-parametrised tests).
+struct Format {
+  SlotFormat format;
+  uint32_t key_bytes, value_bytes;
+};
+inline LinearConfig config_of(const Format& f) {
+  LinearConfig c;
+  c.format = f.format;
+  c.key_bytes = f.key_bytes;
+  c.value_bytes = f.value_bytes;
+  return c;
+}
+
 inline ProbeConfig probe(uint32_t chunk, uint32_t max_chunks, uint32_t read_size) {
   ProbeConfig p;
   p.chunk = chunk;

@@ -166,8 +166,14 @@ void test_write_read(Ctx& c, Counted& t) {
     for (uint64_t i = 0; i < kStripe; ++i) src[n][i] = stripe_byte(c.me, n, i);
     for (auto [off, len] : pieces) batch.push_back(write_req(n, base + off, src[n].data() + off, len));
   }
+  const FabricCounters before = t.t->counters();
   t.exec(batch);  // several hundred writes to every node in one execute()
-  c.ck.check(true, "write batch of " + std::to_string(batch.size()) + " pieces");
+  // The transport saw every piece as one WRITE of its bytes, in one round trip.
+  const FabricCounters& after = t.t->counters();
+  c.ck.check(after.writes - before.writes == batch.size() && after.batches - before.batches == 1 &&
+                 after.bytes_written - before.bytes_written == uint64_t{c.nodes} * kStripe,
+             "write batch of " + std::to_string(batch.size()) + " pieces counted as one batch of " +
+                 std::to_string(uint64_t{c.nodes} * kStripe) + " bytes");
 
   // Read back: once as the same pieces, once as one 64 KiB read per node.
   std::vector<std::vector<std::byte>> pieces_back(c.nodes, std::vector<std::byte>(kStripe)),
@@ -256,7 +262,15 @@ std::vector<uint64_t> test_cas_race(Ctx& c, Counted& t) {
       }
     }
   }
-  c.ck.check(true, "CAS race: " + std::to_string(wins.size()) + " words claimed");
+  // Every word this client won holds its id now (and no one can overwrite it: every CAS compares with 0).
+  for (uint64_t wkey : wins) {
+    uint64_t val = 0;
+    std::vector<Request> b{read_req(static_cast<uint32_t>(wkey >> 32), c.lay.cas + (wkey & 0xffffffffULL) * 8, &val, 8)};
+    t.exec(b);
+    if (!c.ck.check(val == c.me + 1, "CAS race: a won word on node " + std::to_string(wkey >> 32) + " holds " +
+                                         std::to_string(val) + ", not the winner's id " + std::to_string(c.me + 1)))
+      break;
+  }
   return wins;
 }
 

@@ -83,6 +83,15 @@
 // Two-sided requests: find_or_put/put/update/erase are RPCs to the owner node (ids
 // kCuckooRpcFirst..kCuckooRpcLast, one id per table on a fabric) served by `CuckooServer`.
 //
+// Safety mechanisms (mutants in tests/mutants/cuckoo.json; scripts/mutants.sh, docs/testing.md)
+//  * check word: a reader accepts a record only if `check` matches (cuckoo-consistent-true)
+//  * relocation counter: a miss counts only if `moves` was one even value around the lookup
+//    (cuckoo-miss-without-moves-check)
+//  The version bumps of update and clear and the LOCK of an in-place update (and the readers' test
+//  of it) are defence in depth: removing any one alone is an equivalent mutant, because the check
+//  word covers version, key and value and every write that changes a record's bytes bumps the
+//  version at least once (docs/testing.md).
+//
 // Thread safety: CuckooClient belongs to one Engine (one thread); CuckooShard and the RPC handler
 // are thread-safe; any number of clients may use one table concurrently.
 #pragma once

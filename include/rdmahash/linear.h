@@ -101,6 +101,25 @@
 //  * A key occupies at most one live slot of its shard (same first-empty-slot CAS argument as
 //    inline; the winner's key is read from its record when fingerprints match).
 //
+// Safety mechanisms (each one is removed by a mutant of tests/mutants/linear.json, which the tests
+// must kill: scripts/mutants.sh, docs/testing.md)
+//  * check word: readers accept an inline record only if `check` matches (linear-inline-consistent-true);
+//    heap records: the record's key (linear-heap-record-key-check)
+//  * lock bit: update CASes LOCK on before rewriting (linear-update-no-lock); unlock: update's and
+//    insert's last CAS clears it (linear-update-unlock-keeps-lock, linear-insert-publish-keeps-lock)
+//  * version bump: update publishes v+1 (linear-update-no-version-bump)
+//  * CAS re-check: after a lost claim, insert re-checks the winner's key
+//    (linear-insert-no-recheck-after-lost-cas, linear-heap-insert-no-recheck-after-lost-cas)
+//  * publication order (heap): the record's WRITE completes before the slot CAS
+//    (linear-heap-publish-before-record-written)
+//  * table boundary: chunks and lookup READs end at the last tail slot
+//    (linear-insert-chunk-skips-last-slot, linear-locate-reads-past-the-tail); probe bound M
+//    (linear-insert-probe-bound); heap capacity (linear-heap-take-record-capacity)
+//  * chunk overlap: chunk i+1 lands in the other half of a double buffer
+//    (linear-insert-chunk-overlap-one-buffer)
+//  Not mutated, because removing them is equivalent (docs/testing.md): readers' LOCK test (a locked
+//  record's check never matches its ctrl's version), the LOCK bit of an insert's claim (same reason).
+//
 // Thread safety: LinearClient is used by one Engine (one thread); any number of clients on any
 // number of threads or processes may operate on one table concurrently.
 #pragma once

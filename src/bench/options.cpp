@@ -118,6 +118,8 @@ std::string BenchOptions::error() const {
   if (repeat == 0 || repeat > 1000) return "--repeat must be in [1, 1000]";
   if (workloads.empty()) return "--workload needs at least one value";
   if (ops == 0) return "--ops must be at least 1";
+  // Each op keeps an 8-byte latency sample; "-1" parses as 2^64-1 and must not reach the driver.
+  if (ops > (1ULL << 32)) return "--ops must be at most 2^32 per client";
   if (depth == 0 || depth > 4096) return "--depth must be in [1, 4096]";
   if (chunk == 0 || chunk > 65536) return "--chunk must be in [1, 65536]";
   if (max_chunks == 0) return "--max-chunks must be at least 1";
