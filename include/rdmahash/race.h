@@ -169,6 +169,25 @@ class RaceServer {
   RaceConfig cfg_;
 };
 
+class RaceClient;
+
+// Bulk loading on the memory-node side, before any client starts: a RaceClient whose requests go
+// straight to the regions hosted by this process (every node must be hosted here: LocalFabric, or
+// a UCX job with one memory node on this rank). Format with RaceServer first.
+class RaceLoader {
+ public:
+  RaceLoader(Fabric& fabric, const RaceConfig& cfg);
+  ~RaceLoader();
+  RaceLoader(const RaceLoader&) = delete;
+  RaceLoader& operator=(const RaceLoader&) = delete;
+  Engine& engine();
+  RaceClient& client();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 struct RaceClientStats {
   uint64_t splits = 0;           // splits this client performed
   uint64_t dir_refreshes = 0;    // directory re-reads (stale cache, cache off, splits)

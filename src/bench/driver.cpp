@@ -88,6 +88,7 @@ ClientResult run_client(Engine& engine, const SchemeAdapter& adapter, const Benc
         if (c.error) ++r.errors;
       });
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  adapter.finish(*kv, r);
   return r;
 }
 
@@ -176,6 +177,7 @@ ClientResult run_ycsb_client(Engine& engine, const SchemeAdapter& adapter, const
                     done);
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  adapter.finish(*kv, r);
   return r;
 }
 
@@ -274,9 +276,12 @@ std::unique_ptr<ycsb::Workload> prepare_ycsb(BenchOptions& o, std::FILE* diag) {
     for (const auto& warn : w->warnings) std::fprintf(diag, "rdmahash bench: warning: %s\n", warn.c_str());
   if (w->operation_count == 0)
     throw InvalidArgument(o.ycsb_path + ": operationcount is 0 (YCSB's 'no limit'): set it, e.g. -p operationcount=1000000");
-  if (w->value_bytes() > 120)
+  // Records must fit the scheme's values: RACE stores variable-length blocks out of place.
+  const uint64_t max_value = o.scheme == "race" ? kMaxValueBytes : 120;
+  if (w->value_bytes() > max_value)
     throw InvalidArgument(o.ycsb_path + ": records of fieldcount x fieldlength = " + std::to_string(w->value_bytes()) +
-                          " bytes do not fit the 120 value bytes of an inline record: e.g. -p fieldcount=1 -p fieldlength=100");
+                          " bytes do not fit the " + std::to_string(max_value) + " value bytes of --scheme " + o.scheme +
+                          (o.scheme == "race" ? std::string() : std::string(" (inline records): e.g. -p fieldcount=1 -p fieldlength=100 or --scheme race")));
   for (ycsb::OpType t : ycsb::used_op_types(*w))
     if (t == ycsb::OpType::kScan && !o.ycsb_skip_unsupported)
       throw InvalidArgument(o.ycsb_path + ": operation 'scan' is not supported by --scheme " + o.scheme +

@@ -150,6 +150,10 @@ uint64_t RaceConfig::region_bytes_for(uint64_t records, uint32_t value_bytes, ui
 
 // --- memory-node side ---------------------------------------------------------------------------
 
+namespace {
+void serve_alloc(Fabric& fabric, std::span<const std::byte> req, std::vector<std::byte>& reply);
+}
+
 RaceServer::RaceServer(Fabric& fabric, const RaceConfig& cfg) : cfg_(cfg) {
   cfg_.validate();
   if (fabric.memory_nodes() != cfg.memory_nodes)
@@ -183,29 +187,95 @@ RaceServer::RaceServer(Fabric& fabric, const RaceConfig& cfg) : cfg_(cfg) {
     h.pool_end = region.size() / 64 * 64;
     std::memcpy(base, &h, sizeof h);
   }
-  // Allocation RPC: request = bytes wanted (8 bytes); reply = offset (0: the pool is exhausted).
+  // Allocation RPC: request = bytes wanted, node (8 bytes each); reply = offset (0: exhausted).
   auto mu = std::make_shared<std::mutex>();
   fabric.register_rpc(kRaceRpcAlloc, [&fabric, mu](uint32_t, std::span<const std::byte> req, std::vector<std::byte>& reply) {
-    uint64_t want = 0, node = 0;
-    if (req.size() == 16) {
-      want = load64(req.data());
-      node = load64(req.data() + 8);
-    }
-    uint64_t got = 0;
-    auto region = fabric.local_region(static_cast<uint32_t>(node));
-    if (want > 0 && want % 64 == 0 && !region.empty()) {
-      std::lock_guard lock(*mu);
-      const uint64_t next = node_load(region.data(), offsetof(RaceNodeHeader, pool_next));
-      const uint64_t end = node_load(region.data(), offsetof(RaceNodeHeader, pool_end));
-      if (next + want <= end) {
-        got = next;
-        node_store(region.data(), offsetof(RaceNodeHeader, pool_next), next + want);
-      }
-    }
-    reply.resize(8);
-    store64(reply.data(), got);
+    std::lock_guard lock(*mu);
+    serve_alloc(fabric, req, reply);
   });
 }
+
+namespace {
+// Bump allocation in a node's pool (the caller serializes).
+void serve_alloc(Fabric& fabric, std::span<const std::byte> req, std::vector<std::byte>& reply) {
+  uint64_t want = 0, node = 0, got = 0;
+  if (req.size() == 16) {
+    want = load64(req.data());
+    node = load64(req.data() + 8);
+  }
+  auto region = fabric.local_region(static_cast<uint32_t>(node));
+  if (want > 0 && want % 64 == 0 && !region.empty()) {
+    const uint64_t next = node_load(region.data(), offsetof(RaceNodeHeader, pool_next));
+    const uint64_t end = node_load(region.data(), offsetof(RaceNodeHeader, pool_end));
+    if (next + want <= end) {
+      got = next;
+      node_store(region.data(), offsetof(RaceNodeHeader, pool_next), next + want);
+    }
+  }
+  reply.resize(8);
+  store64(reply.data(), got);
+}
+
+// The loader's transport: requests applied to this process's regions directly (no clients run
+// yet, so plain copies suffice), allocation served inline.
+class DirectTransport final : public Transport {
+ public:
+  explicit DirectTransport(Fabric& f) : fabric_(f) {}
+  void execute(std::span<Request> batch) override {
+    ++counters_.batches;
+    for (Request& r : batch) {
+      counters_.add(r);
+      if (r.kind == ReqKind::kRpc) {
+        serve_alloc(fabric_, std::span<const std::byte>(static_cast<const std::byte*>(r.buf), r.len), *r.reply);
+        continue;
+      }
+      auto region = fabric_.local_region(r.addr.node);
+      const uint64_t len = (r.kind == ReqKind::kRead || r.kind == ReqKind::kWrite) ? r.len : 8;
+      if (region.empty() || r.addr.offset > region.size() || len > region.size() - r.addr.offset)
+        throw FabricError("race loader: access outside the regions hosted here");
+      std::byte* p = region.data() + r.addr.offset;
+      switch (r.kind) {
+        case ReqKind::kRead: std::memcpy(r.buf, p, r.len); break;
+        case ReqKind::kWrite: std::memcpy(p, r.buf, r.len); break;
+        case ReqKind::kCas: {
+          const uint64_t old = load64(p);
+          if (old == r.compare) store64(p, r.swap);
+          *r.result = old;
+          break;
+        }
+        case ReqKind::kFaa: {
+          const uint64_t old = load64(p);
+          store64(p, old + r.compare);
+          *r.result = old;
+          break;
+        }
+        case ReqKind::kRpc: break;
+      }
+    }
+  }
+
+ private:
+  Fabric& fabric_;
+};
+}  // namespace
+
+struct RaceLoader::State {
+  DirectTransport transport;
+  Engine engine;
+  RaceClient client;
+  State(Fabric& f, const RaceConfig& c) : transport(f), engine(transport), client(c, engine, 0) {}
+};
+
+RaceLoader::RaceLoader(Fabric& fabric, const RaceConfig& cfg) {
+  for (uint32_t n = 0; n < cfg.memory_nodes; ++n)
+    if (fabric.local_region(n).empty())
+      throw InvalidArgument("race: bulk loading needs every memory node in this process (node " + std::to_string(n) +
+                            " is elsewhere): use one memory node, or let the clients insert (--ycsb)");
+  state_ = std::make_unique<State>(fabric, cfg);
+}
+RaceLoader::~RaceLoader() = default;
+Engine& RaceLoader::engine() { return state_->engine; }
+RaceClient& RaceLoader::client() { return state_->client; }
 
 // --- client -------------------------------------------------------------------------------------
 
@@ -222,8 +292,8 @@ struct RaceClient::Impl {
   uint32_t gd = 0;
   std::vector<uint64_t> dir;  // cached entries [0, 2^gd)
   uint32_t alloc_node;
-  RemoteAddr chunk{};
-  uint64_t chunk_end = 0;
+  std::vector<std::pair<RemoteAddr, uint64_t>> chunks;  // (next free, end) of chunks with room
+  bool refilling = false;
 
   // One operation's key and what it has learned.
   struct Ctx {
@@ -402,25 +472,39 @@ struct RaceClient::Impl {
     co_return Verdict::kOk;
   }
 
-  // Space for one block: carved from the current chunk; a new chunk by RPC when it runs out,
-  // trying every node. False: the pool is exhausted.
+  // Space for one block, carved from this client's chunks; a new chunk by RPC when none has room,
+  // trying every node. Several operations of this client may refill at once: every chunk they
+  // get is kept, none is dropped. False: the pool is exhausted.
   Task<bool> alloc_block(uint32_t bytes, RemoteAddr& out) {
-    if (chunk_end - chunk.offset < bytes || chunk_end == 0) {
+    bytes = (bytes + 63) / 64 * 64;
+    for (;;) {
+      for (size_t i = 0; i < chunks.size(); ++i)
+        if (chunks[i].second - chunks[i].first.offset >= bytes) {
+          out = chunks[i].first;
+          chunks[i].first.offset += bytes;
+          if (chunks[i].second - chunks[i].first.offset < 64 * kMaxUnits) chunks.erase(chunks.begin() + static_cast<std::ptrdiff_t>(i));
+          co_return true;
+        }
+      if (refilling) {
+        // Another operation's RPC is in flight: ride along in its batch (one 8-byte READ), then
+        // look again, instead of fetching a chunk of our own that would go mostly unused.
+        uint64_t scratch = 0;
+        co_await engine.read(RemoteAddr{0, 0}, &scratch, 8);
+        continue;
+      }
+      refilling = true;
       bool ok = false;
       for (uint32_t tries = 0; tries < cfg.memory_nodes && !ok; ++tries) {
-        const uint64_t got = co_await rpc_alloc(alloc_node, cfg.chunk_bytes);
-        if (got != 0) {
-          chunk = RemoteAddr{alloc_node, got};
-          chunk_end = got + cfg.chunk_bytes;
+        const uint32_t node = alloc_node;
+        alloc_node = (alloc_node + 1) % cfg.memory_nodes;  // spread chunks over the nodes
+        if (const uint64_t got = co_await rpc_alloc(node, cfg.chunk_bytes)) {
+          chunks.emplace_back(RemoteAddr{node, got}, got + cfg.chunk_bytes);
           ok = true;
         }
-        alloc_node = (alloc_node + 1) % cfg.memory_nodes;  // spread chunks over the nodes
       }
+      refilling = false;
       if (!ok) co_return false;
     }
-    out = chunk;
-    chunk.offset += (bytes + 63) / 64 * 64;
-    co_return true;
   }
 
   Task<uint64_t> rpc_alloc(uint32_t node, uint64_t bytes) {
