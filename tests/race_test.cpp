@@ -191,7 +191,7 @@ TEST(Race, RoundTripsPerOperation) {
   EXPECT_EQ(c.last.writes, 1u);
   ASSERT_TRUE(c.get("beta").has_value());
   EXPECT_EQ(c.last.round_trips, 2u);
-  EXPECT_EQ(c.last.reads, 4u);  // 2 combined buckets, 1 block, 1 directory entry
+  EXPECT_EQ(c.last.reads, 5u);  // 2 combined buckets, 1 block, the directory entry and depth
   ASSERT_EQ(c.update("beta", "three").status, Status::kUpdated);
   EXPECT_EQ(c.last.round_trips, 3u);
   ASSERT_EQ(c.erase("beta").status, Status::kErased);
@@ -269,6 +269,22 @@ TEST(Race, ExhaustedPoolAnswersFullAndChangesNothing) {
   EXPECT_EQ(full, 20);
   for (const auto& [k, v] : oracle) ASSERT_EQ(c.get(k), v);
   EXPECT_EQ(race_inspect(*t.fabric, cfg).committed, oracle.size());
+}
+
+// A KV block whose bytes changed (memory corruption, a wild write) fails its checksum: the client
+// reports a FabricError instead of returning the damaged value.
+TEST(Race, CorruptedBlockFailsItsChecksum) {
+  RaceConfig cfg = small_cfg();
+  RaceTable t(cfg);
+  Sync c(*t.fabric, cfg);
+  const std::string v = "value-with-a-recognizable-pattern-0123456789";
+  ASSERT_EQ(c.put("victim", v).status, Status::kInserted);
+  auto region = t.fabric->local_region(0);
+  const std::string hay(reinterpret_cast<const char*>(region.data()), region.size());
+  const size_t at = hay.find(v);
+  ASSERT_NE(at, std::string::npos);
+  region[at + 3] ^= std::byte{0x40};
+  EXPECT_THROW(c.get("victim"), FabricError);
 }
 
 // --- concurrency ---------------------------------------------------------------------------------
@@ -563,6 +579,80 @@ TEST(RaceInterleaving, SplitsInterleavedWithEveryRequestOfAnotherClient) {
   EXPECT_EQ(in.committed, oracle.size() + a_keys.size());
   EXPECT_EQ(in.tentative + in.frozen, 0u);
   (void)b_ops;
+}
+
+
+// Tears the second 128-byte READ of a batch (a get's second combined bucket) after its word 9,
+// i.e. after both bucket headers, and runs `hook` there once while armed.
+class TearSecondBucketRead final : public Transport {
+ public:
+  TearSecondBucketRead(std::unique_ptr<Transport> inner, std::function<void()> hook)
+      : inner_(std::move(inner)), hook_(std::move(hook)) {}
+  bool armed = false;
+  void execute(std::span<Request> batch) override {
+    ++counters_.batches;
+    int bucket_reads = 0;
+    for (Request& r : batch) {
+      counters_.add(r);
+      if (armed && r.kind == ReqKind::kRead && r.len == 128 && ++bucket_reads == 2) {
+        armed = false;
+        Request head = r, tail = r;
+        head.len = 72;
+        tail.addr.offset += 72;
+        tail.buf = static_cast<std::byte*>(r.buf) + 72;
+        tail.len = 56;
+        inner_->execute(std::span<Request>(&head, 1));
+        hook_();
+        inner_->execute(std::span<Request>(&tail, 1));
+        continue;
+      }
+      inner_->execute(std::span<Request>(&r, 1));
+    }
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  std::function<void()> hook_;
+};
+
+// A get whose bucket READ is torn by a whole split (both headers read before it, the key's slot
+// after it: the key has moved to the new subtable and its old slot is cleared) must not report a
+// miss: the directory check after the READ sees the key's entry changed and retries.
+TEST(RaceInterleaving, ReadTornByAWholeSplitIsRetried) {
+  int moved_under_reader = 0;
+  for (uint32_t trial = 0; trial < 40; ++trial)
+    for (int victim = 0; victim < 12; ++victim) {
+      RaceConfig cfg = small_cfg(1);
+      cfg.max_depth = 4;
+      cfg.hash_seed = 1000 + trial;
+      RaceTable t(cfg, 1 << 20);
+      Sync b(*t.fabric, cfg, 2);
+      std::vector<std::string> keys;
+      for (int i = 0; i < 12; ++i) {  // 12 of the single subtable's 21 slots: no split yet
+        keys.push_back("t" + std::to_string(i));
+        ASSERT_EQ(b.put(keys.back(), "v" + keys.back()).status, Status::kInserted);
+      }
+      ASSERT_EQ(b.client.stats().splits, 0u);
+      int extra = 0;
+      auto hook = [&] {  // B inserts until its first split (moves about half of the keys)
+        while (b.client.stats().splits == 0) {
+          const std::string k = "x" + std::to_string(extra++);
+          ASSERT_EQ(b.put(k, "v" + k).status, Status::kInserted);
+        }
+      };
+      auto tear = std::make_unique<TearSecondBucketRead>(t.fabric->connect(), hook);
+      TearSecondBucketRead* tp = tear.get();
+      Sync a(std::move(tear), cfg, 1);
+      (void)a.get("warm-up");  // caches the one-subtable directory
+      const std::string& k = keys[victim];
+      const uint64_t stale = a.client.stats().stale_detected;
+      tp->armed = true;
+      const auto got = a.get(k);
+      ASSERT_TRUE(got.has_value()) << "trial " << trial << " key " << k << ": a key moved by a split was reported absent";
+      ASSERT_EQ(*got, "v" + k);
+      if (a.client.stats().stale_detected > stale) ++moved_under_reader;
+    }
+  EXPECT_GT(moved_under_reader, 100);
 }
 
 }  // namespace

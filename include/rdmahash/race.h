@@ -33,14 +33,17 @@
 // Protocol (H, two main buckets, fingerprint from the key's bytes; S = subtable from the cache)
 //  get:    RT1 READ both combined buckets. Every header must carry the key's suffix at its local
 //          depth, else the cache is stale: re-READ the directory (only then) and retry. RT2 READ
-//          the blocks of the COMMITTED slots whose fingerprint matches, and dir[H mod 2^GD]
-//          (8 bytes) to validate: if that entry no longer names S, a split moved the key while we
-//          read → retry with the new directory.
+//          the blocks of the COMMITTED slots whose fingerprint matches, and dir[H mod 2^GD] and
+//          GD (8 bytes each) to validate: if the entry no longer names S, or GD grew (after a
+//          doubling the old index's entry keeps naming S even for a moved key), a split moved the
+//          key while we read → retry with the new directory.
 //  insert (find_or_put, put of an absent key):
 //          RT1 WRITE the KV block + READ both combined buckets (+ blocks of matching slots).
 //          RT2 CAS an empty slot of the less loaded combined bucket to our pointer, *tentative*
 //              (COMMITTED clear; readers ignore tentative slots).
 //          RT3 re-READ both combined buckets (+ dir entry; + blocks of new fingerprint matches).
+//          RT1 also: a tentative copy of the key by another client and none of ours → wait for it
+//          (its owner commits or withdraws), re-read.
 //          Duplicate resolution over copies of the key in the two combined buckets:
 //              a COMMITTED copy exists → clear ours, kFound;
 //              a lower-addressed tentative copy → clear ours, start over (we will see it commit);
@@ -56,15 +59,18 @@
 //  A lost CAS restarts from a fresh READ. Blocks are never reused, so slot CASes have no ABA.
 //
 // Split (client whose insert found both combined buckets full; S: depth L, suffix s)
-//   1. re-READ the directory; CAS dir[s] unlocked → LOCK (lost: someone else splits S; retry op).
-//   2. RPC: a new subtable S' on node (s | 2^L) mod K. Pool empty → unlock, kFull.
+//   1. re-READ the directory; CAS dir[s] unlocked → LOCK, then the directory lock (a word in the
+//      node-0 header) 0 → 1. Either lost: release what we hold and retry the insert — nothing
+//      has changed yet. The directory lock is held until publication (step 6), so splits are
+//      serialized table-wide: simpler to argue (one publication or doubling at a time, every
+//      splitter sees the depth it publishes against) at the price of split concurrency.
+//   2. RPC: a new subtable S' on node (s | 2^L) mod K. Pool empty → unlock both, kFull.
 //   3. Freeze: CAS every slot of S (empty ones too) v → v|FROZEN. Nobody CASes a frozen slot,
 //      so from here S's contents are fixed and owned by the splitter.
 //   4. READ every block of S; WRITE S' = the slots whose H has bit L set, same positions, headers
 //      (L+1, s|2^L), unfrozen (S' is unreachable until step 6).
 //   5. Headers of S ← (L+1, s): stale caches aimed at S for a moved key now see a wrong suffix.
-//   6. Directory lock (a word in the node-0 header, held by splitters only, for a few requests);
-//      if L == GD, double: copy entries [0,2^GD) to [2^GD, 2^(GD+1)) (LOCK bits cleared), then
+//   6. (Directory lock held since step 1.) If L == GD, double: copy entries [0,2^GD) to [2^GD, 2^(GD+1)) (LOCK bits cleared), then
 //      GD+1. Point every entry ≡ s (mod 2^L) at S or S' by bit L, depth L+1 (primary stays
 //      LOCKed). Unlock the directory.  ← the split's publication point
 //   7. Unfreeze S: moved slots → 0, the others lose FROZEN. 8. Unlock dir[s].
@@ -94,6 +100,14 @@
 //     a lease (the lock word has room for a client id and epoch); documented limitation.
 //   * Holding the directory lock: every later split waits (throws after max_waits); operations
 //     that need no split continue.
+//   * A leaked KV block or chunk is never reclaimed (no garbage collection; the paper has none).
+//   * A writer whose stale READ preceded a whole split and whose CAS followed it leaves a
+//     tentative copy in the old subtable; it notices (header mismatch on its re-read), withdraws
+//     it and inserts again; a copy it cannot withdraw (frozen by a later split) is carried along
+//     and withdrawn when met again (two slots referencing one block: the others are killed).
+//
+// Costs (LocalFabric and UCX, tests/race_test.cpp RoundTripsPerOperation): get 2 round trips
+// (hit or miss); insert 4; update 3; erase 3; a split about 3·G·7 CASes + one READ per entry.
 //
 // Threads: RaceClient belongs to one Engine; RaceServer's RPC handler is thread-safe.
 #pragma once

@@ -431,22 +431,30 @@ struct RaceClient::Impl {
       if (std::any_of(fetch.begin(), fetch.end(), [&](const Fetch& f) { return f.id == id; })) continue;
       fetch.push_back(Fetch{id, slot_block(s.v), slot_units(s.v) * 64, {}});
     }
-    uint64_t e = 0;
+    uint64_t e = 0, depth = gd;
+    const uint32_t cached_gd = gd;
     if (!fetch.empty() || check_dir) {
       std::vector<Pending> pend;
       for (auto& f : fetch) {
         f.buf.resize(f.len);
         pend.push_back(engine.read(f.at, f.buf.data(), f.len));
       }
-      std::optional<Pending> d;
-      if (check_dir) d.emplace(engine.read(RemoteAddr{0, cfg.directory_offset() + 8 * (c.p.h & mask(gd))}, &e, 8));
+      // The global depth too: a split that doubled the directory leaves the entry at the old
+      // index naming S even when it moved the key (the key's entry is in the new upper half).
+      std::optional<Pending> d, g;
+      if (check_dir) {
+        d.emplace(engine.read(RemoteAddr{0, cfg.directory_offset() + 8 * (c.p.h & mask(cached_gd))}, &e, 8));
+        g.emplace(engine.read(RemoteAddr{0, offsetof(RaceNodeHeader, global_depth)}, &depth, 8));
+      }
       for (auto& p : pend) co_await p;
       if (d) {
         Pending& dp = *d;
         co_await dp;
+        Pending& gp = *g;
+        co_await gp;
       }
     }
-    if (check_dir && !same_addr(entry_addr(e), v.sub)) {
+    if (check_dir && (depth != cached_gd || !same_addr(entry_addr(e), v.sub))) {
       ++st.stale_detected;
       co_await refresh();
       co_return Verdict::kRetry;
