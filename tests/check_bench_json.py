@@ -125,6 +125,14 @@ def main():
                     fail("every new linear-probing key needs a CAS")
                 if r["scheme"] == "cuckoo" and abs(r["requests_per_op"]["rpc"] - 1) > 1e-9:
                     fail("cuckoo inserts are one request to the memory node")
+                if r["scheme"] == "race" and o["full"]:
+                    fail("race grows: find-or-put must never answer full")
+        if r["scheme"] == "race":
+            for k in ("resizes", "directory_depth"):
+                if k not in r:
+                    fail(f"race: missing field {k}")
+            if w == "get" and r["round_trips_per_op"] < 2:
+                fail("race get: buckets then blocks, at least 2 round trips")
         print(f"ok: {w} lf={r['load_factor']:.2f} ops={ops} rt/op={r['round_trips_per_op']:.2f} "
               f"outcomes={o}")
     print(f"{len(lines)} passed, 0 failed")

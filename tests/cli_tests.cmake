@@ -141,3 +141,28 @@ add_test(NAME cli_heap4_model_read_size COMMAND ${EXPECT_FAIL} "fixed read size 
 
 # Smallest valid, largest valid and first invalid value of every numeric option.
 include(${CMAKE_CURRENT_SOURCE_DIR}/cli_edges.cmake)
+
+# RACE (issue 9): byte-string keys (16 bytes from the bench's uint64 keys), growth from one
+# subtable, YCSB's unmodified 1000-byte records, over threads and over UCX.
+add_test(NAME bench_local_race COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --scheme race --key-bytes 16 --value-bytes 32 --clients 2 --records 20000
+  --workload get,find-or-put,mixed,write-intensive --ops 3000 --depth 8)
+add_test(NAME bench_local_race_nocache COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --scheme race --race-dir-cache off --initial-depth 2 --key-bytes 16 --value-bytes 32
+  --clients 2 --records 20000 --workload get,find-or-put --ops 3000 --depth 8)
+add_test(NAME bench_local_ycsb_a_race COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --scheme race --key-bytes 16 --ycsb ${YCSB_DIR}/workloada -p recordcount=10000
+  -p operationcount=10000 --clients 2 --depth 8)
+add_test(NAME bench_ucx_race COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_MPIRUN} -n 3 ${RDMAHASH_BIN} bench --fabric ucx --scheme race --memory-nodes 1 --records 20000
+  --key-bytes 16 --value-bytes 32 --workload get,find-or-put,write-intensive --ops 2000 --depth 8)
+add_test(NAME bench_ucx_ycsb_f_race_2mem COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_MPIRUN} -n 4 ${RDMAHASH_BIN} bench --fabric ucx --scheme race --memory-nodes 2 --key-bytes 16
+  --ycsb ${YCSB_DIR}/workloadf -p recordcount=5000 -p operationcount=5000 --depth 8)
+set_tests_properties(bench_ucx_race bench_ucx_ycsb_f_race_2mem PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
+add_test(NAME cli_race_key_bytes COMMAND ${EXPECT_FAIL} "key-bytes must be in \\[8, 256\\] with --scheme race"
+  ${RDMAHASH_BIN} bench --scheme race --key-bytes 300)
+add_test(NAME cli_race_value_bytes COMMAND ${EXPECT_FAIL} "value-bytes must be at most 15360"
+  ${RDMAHASH_BIN} bench --scheme race --value-bytes 20000)
+add_test(NAME cli_race_ucx_bulk_2mem COMMAND ${EXPECT_FAIL} "bulk-loads its records"
+  ${RDMAHASH_BIN} bench --scheme race --fabric ucx --memory-nodes 2)

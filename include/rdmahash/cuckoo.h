@@ -281,6 +281,13 @@ class CuckooServer {
 // kSequential probing.
 class CuckooClient final : public KvClient {
  public:
+  // Integer keys only: the byte-key overloads are KvClient's, which reject them.
+  using KvClient::find_or_put;
+  using KvClient::get;
+  using KvClient::update;
+  using KvClient::put;
+  using KvClient::erase;
+  const char* scheme_name() const override { return "cuckoo"; }
   CuckooClient(const CuckooConfig& cfg, CuckooProbe probe, Engine& engine, uint64_t seed = 1,
                uint16_t rpc_id = kCuckooRpcFirst);
   // OpResult.chunks = bucket READs issued (0 for the RPC operations); matches = 1 on a hit.

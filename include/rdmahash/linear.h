@@ -286,6 +286,13 @@ std::vector<uint64_t> linear_scan_keys(const LinearConfig& cfg, std::span<const 
 
 class LinearClient final : public KvClient {
  public:
+  // Integer keys only: the byte-key overloads are KvClient's, which reject them.
+  using KvClient::find_or_put;
+  using KvClient::get;
+  using KvClient::update;
+  using KvClient::put;
+  using KvClient::erase;
+  const char* scheme_name() const override { return "linear"; }
   LinearClient(const LinearConfig& cfg, const ProbeConfig& probe, Engine& engine);
   Task<OpResult> find_or_put(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> get(uint64_t key, std::span<std::byte> value_out) override;

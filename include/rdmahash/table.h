@@ -3,6 +3,16 @@
 // Keys are unsigned 64-bit integers (a scheme may accept a narrower range: see its config).
 // Values are fixed-size byte strings of the table's `value_bytes`.
 //
+// Byte-string keys (`KeyView`): the overloads taking a KeyView store keys and values as byte
+// strings of any length from 1 to `kMaxKeyBytes` (key) and 0 to `kMaxValueBytes` (value); keys
+// are compared byte for byte (two keys of different lengths are different keys). Only schemes
+// that store variable-length records take them (--scheme race); the others keep 8-byte integer
+// keys and their byte-key overloads throw InvalidArgument("--scheme X takes 8-byte integer keys")
+// before any request. A scheme taking byte keys also takes uint64 keys: see its header for how a
+// uint64 key maps to bytes. With byte keys, `get` reports the stored value's length in
+// `OpResult::value_bytes` and copies min(length, out.size()) bytes; `get(key, std::vector*)`
+// resizes the vector to the value.
+//
 // Error contract (every call):
 //  * returns an OpResult whose `status` says what happened (see Status);
 //  * throws `InvalidArgument` for a key or value the table cannot hold (e.g. a key outside the
@@ -15,6 +25,7 @@
 #include <cstdint>
 #include <span>
 #include <stdexcept>
+#include <string_view>
 #include <vector>
 
 #include "rdmahash/task.h"
@@ -40,7 +51,18 @@ struct OpResult {
   Status status = Status::kNotFound;
   uint32_t chunks = 0;   // reads of the slot array the operation scanned (probe length in reads)
   uint32_t matches = 0;  // records matched (multimap lookups); 1 for a found key
+  uint32_t value_bytes = 0;  // byte-key get: length of the stored value (variable-length schemes)
 };
+
+// A byte-string key (see the contract above). A view: the bytes must outlive the call's Task.
+struct KeyView {
+  std::span<const std::byte> bytes;
+  KeyView() = default;
+  explicit KeyView(std::span<const std::byte> b) : bytes(b) {}
+  explicit KeyView(std::string_view s) : bytes(reinterpret_cast<const std::byte*>(s.data()), s.size()) {}
+};
+inline constexpr size_t kMaxKeyBytes = 256;
+inline constexpr size_t kMaxValueBytes = 15 * 1024;
 
 // A scheme's client. Each call is a coroutine run by an Engine; see engine.h.
 class KvClient {
@@ -59,6 +81,15 @@ class KvClient {
   // Every record of `key` (multimap tables); values appended to `values_out` if given. Schemes that
   // hold a key at most once answer with get().
   virtual Task<OpResult> get_all(uint64_t key, std::vector<std::byte>* values_out);
+
+  // Byte-string keys (contract above). Default: InvalidArgument naming the scheme, no request.
+  virtual Task<OpResult> find_or_put(KeyView key, std::span<const std::byte> value);
+  virtual Task<OpResult> get(KeyView key, std::vector<std::byte>* value_out);
+  virtual Task<OpResult> update(KeyView key, std::span<const std::byte> value);
+  virtual Task<OpResult> put(KeyView key, std::span<const std::byte> value);
+  virtual Task<OpResult> erase(KeyView key);
+  // The scheme's name as --scheme spells it (for error messages).
+  virtual const char* scheme_name() const { return "linear"; }
 };
 
 }  // namespace rdmahash

@@ -91,6 +91,7 @@ ClientResult run_client(Engine& engine, const SchemeAdapter& adapter, const Benc
         if (c.error) ++r.errors;
       });
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  adapter.finish(*kv, r);
   return r;
 }
 
@@ -179,6 +180,7 @@ ClientResult run_ycsb_client(Engine& engine, const SchemeAdapter& adapter, const
                     done);
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  adapter.finish(*kv, r);
   return r;
 }
 
@@ -338,7 +340,7 @@ std::unique_ptr<ycsb::Workload> prepare_ycsb(BenchOptions& o, std::FILE* diag) {
   if (w->value_bytes() > limit)
     throw InvalidArgument(o.ycsb_path + ": records of fieldcount x fieldlength = " + std::to_string(w->value_bytes()) +
                           " bytes do not fit the " + std::to_string(limit) + " value bytes of " +
-                          (o.storage == "inline" ? "an inline record: use --storage heap (up to " +
+                          (o.scheme == "race" ? std::string("a race KV block") : o.storage == "inline" ? "an inline record: use --storage heap (up to " +
                                                        std::to_string(kMaxHeapValueBytes) + " bytes), or e.g. -p fieldcount=1 -p fieldlength=100"
                                                  : "a heap record"));
   for (ycsb::OpType t : ycsb::used_op_types(*w))

@@ -76,13 +76,27 @@ double parse_distribution(const std::string& s) {
 }
 
 uint32_t max_value_bytes(const BenchOptions& o) {
+  if (o.scheme == "race") return static_cast<uint32_t>(kMaxValueBytes);  // out-of-place KV blocks
   return o.storage == "inline" ? kMaxInlineValueBytes : kMaxHeapValueBytes;
 }
 
 std::string BenchOptions::error() const {
   if (fabric != "local" && fabric != "ucx") return "--fabric must be 'local' or 'ucx', got '" + fabric + "'";
-  if (scheme != "linear" && scheme != "cuckoo")
-    return "--scheme '" + scheme + "' is not available (available: linear, cuckoo)";
+  if (scheme != "linear" && scheme != "cuckoo" && scheme != "race")
+    return "--scheme '" + scheme + "' is not available (available: linear, cuckoo, race)";
+  if (scheme == "race") {
+    if (key_bytes < 8 || key_bytes > 256) return "--key-bytes must be in [8, 256] with --scheme race";
+    if (value_bytes > 15360) return "--value-bytes must be at most 15360 with --scheme race";
+    if (memory_nodes > 64) return "--memory-nodes must be at most 64 with --scheme race";
+    if (initial_depth > 20) return "--initial-depth must be at most 20";
+    if (race_groups == 0 || race_groups > 4096) return "--race-groups must be in [1, 4096]";
+    if (race_dir_cache != "on" && race_dir_cache != "off") return "--race-dir-cache must be on or off";
+    if (zipf_theta > 0) return "--distribution zipf loads duplicate keys: race tables hold each key once";
+    if (storage != "inline") return "--storage applies to linear and cuckoo (race stores records out of place)";
+    if (fabric == "ucx" && (memory_nodes > 1 || symmetric) && ycsb_path.empty())
+      return "--scheme race bulk-loads its records in the process hosting every memory node: over ucx use "
+             "--memory-nodes 1 (not --symmetric), or --ycsb (the clients insert the records)";
+  }
   if (storage != "inline" && storage != "heap" && storage != "heap4")
     return "--storage must be inline, heap or heap4, got '" + storage + "'";
   if (scheme != "linear" && storage == "heap4")
@@ -107,8 +121,8 @@ std::string BenchOptions::error() const {
   for (double f : load_factors)
     if (!(f > 0.0 && f < 1.0) || std::isnan(f))
       return "--load-factor must be in (0, 1), got " + std::to_string(f);
-  if (key_bytes != 4 && key_bytes != 8) return "--key-bytes must be 4 or 8";
-  if (value_bytes > max_value_bytes(*this))
+  if (scheme != "race" && key_bytes != 4 && key_bytes != 8) return "--key-bytes must be 4 or 8";
+  if (scheme != "race" && value_bytes > max_value_bytes(*this))
     return storage == "inline" ? "--value-bytes must be at most 120 (inline records hold at most 120 value bytes; "
                                  "--storage heap takes up to 4096)"
                                : "--value-bytes must be at most 4096 for --storage " + storage;

@@ -44,6 +44,9 @@ struct BenchOptions {
   std::string storage = "inline";      // inline | heap (records out of band; cuckoo)
   uint32_t slots_per_bucket = 4;       // cuckoo: 1 or 4
   std::string cuckoo_probe = "parallel";  // cuckoo lookups: parallel | sequential
+  std::string race_dir_cache = "on";    // race: on | off
+  uint32_t initial_depth = 0;          // race: 2^N subtables at start
+  uint32_t race_groups = 64;           // race: bucket groups per subtable
   uint32_t memory_nodes = 1;
   bool symmetric = false;
   uint32_t clients = 1;                // local fabric: client threads (ucx: the client ranks)

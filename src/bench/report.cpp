@@ -25,18 +25,20 @@ void ClientResult::merge(const ClientResult& o) {
   round_trips += o.round_trips; reads += o.reads; writes += o.writes; cas += o.cas; faa += o.faa;
   rpcs += o.rpcs; bytes += o.bytes; chunks += o.chunks; matches += o.matches;
   read_size = std::max(read_size, o.read_size);
+  resizes += o.resizes;
+  directory_depth = std::max(directory_depth, o.directory_depth);
   seconds = std::max(seconds, o.seconds);
   latency_ns.insert(latency_ns.end(), o.latency_ns.begin(), o.latency_ns.end());
 }
 
 namespace {
-constexpr size_t kFixedWords = 20;
+constexpr size_t kFixedWords = 22;
 }
 
 std::vector<std::byte> ClientResult::serialize() const {
   const uint64_t fixed[kFixedWords] = {ops, found, inserted, full, not_found, errors, value_mismatches,
                                        round_trips, reads, writes, cas, faa, rpcs, bytes, chunks, matches,
-                                       read_size, updated, skipped, latency_ns.size()};
+                                       read_size, updated, skipped, resizes, directory_depth, latency_ns.size()};
   std::vector<std::byte> out(sizeof fixed + sizeof(double) + latency_ns.size() * 4);
   std::memcpy(out.data(), fixed, sizeof fixed);
   std::memcpy(out.data() + sizeof fixed, &seconds, sizeof(double));
@@ -55,6 +57,8 @@ ClientResult ClientResult::deserialize(std::span<const std::byte> in) {
   r.read_size = static_cast<uint32_t>(f[16]);
   r.updated = f[17];
   r.skipped = f[18];
+  r.resizes = f[19];
+  r.directory_depth = static_cast<uint32_t>(f[20]);
   std::memcpy(&r.seconds, in.data() + sizeof f, sizeof(double));
   const uint64_t nlat = f[kFixedWords - 1];
   if (in.size() != sizeof f + sizeof(double) + nlat * 4) throw InvalidArgument("corrupt client result");
@@ -138,6 +142,12 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   j["round_trips_per_op"] = d.rt;
   j["requests_per_op"] = {{"read", d.reads}, {"write", d.writes}, {"cas", d.cas}, {"faa", d.faa}, {"rpc", d.rpcs}};
   j["bytes_per_op"] = d.bytes;
+  if (p.scheme == "race") {
+    j["resizes"] = t.resizes;
+    j["directory_depth"] = t.directory_depth;
+    j["race_dir_cache"] = o.race_dir_cache;
+    j["initial_depth"] = o.initial_depth;
+  }
   j["chunks_per_op"] = d.chunks;
   j["outcomes"] = {{"found", t.found}, {"inserted", t.inserted}, {"full", t.full}, {"not_found", t.not_found},
                    {"updated", t.updated}, {"skipped", t.skipped}};

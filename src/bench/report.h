@@ -23,6 +23,8 @@ struct ClientResult {
   uint64_t chunks = 0;            // slot-array reads per operation, summed
   uint64_t matches = 0;           // records returned (get-all returns every match)
   uint32_t read_size = 0;         // lookup read size this client used (model: its R*)
+  uint64_t resizes = 0;           // race: subtable splits this client performed
+  uint32_t directory_depth = 0;   // race: the directory depth this client saw last (max over clients)
   double seconds = 0;
   std::vector<uint32_t> latency_ns;
 

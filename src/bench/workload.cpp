@@ -5,6 +5,7 @@
 
 #include "bench/ycsb.h"
 #include "rdmahash/cuckoo.h"
+#include "rdmahash/race.h"
 #include "rdmahash/model.h"
 #include "schemes/hash.h"
 
@@ -245,11 +246,90 @@ class CuckooAdapter final : public SchemeAdapter {
   std::unique_ptr<CuckooServer> server_;
 };
 
+// RACE: byte-string blocks out of place; the bench's uint64 keys become key_bytes-byte keys (the
+// 8 key bytes plus a fixed suffix). The table starts with 2^initial_depth subtables and grows.
+class RaceAdapter final : public SchemeAdapter {
+ public:
+  RaceAdapter(const BenchOptions& o, double) : value_bytes_(o.value_bytes) {
+    cfg_.memory_nodes = o.memory_nodes;
+    cfg_.groups_per_subtable = o.race_groups;
+    cfg_.initial_depth = o.initial_depth;
+    cfg_.key_bytes = o.key_bytes;
+    cfg_.dir_cache = o.race_dir_cache == "on";
+    cfg_.hash_seed = hash::mix64(o.seed ^ 0x5ACE5ACEULL);
+    // Records the run may hold: the loaded ones plus every insert the workloads may make.
+    bool inserts = !o.ycsb_path.empty();
+    for (Workload w : o.workloads)
+      if (w != Workload::kGet && w != Workload::kGetAll && w != Workload::kRawRead) inserts = true;
+    capacity_ = o.records + (inserts ? o.ops * std::max<uint32_t>(o.clients, 8) * o.repeat : 0);
+    // Directory deep enough for subtables at a quarter load, at least initial_depth + 4.
+    const double subtables = static_cast<double>(capacity_) / (0.25 * kRaceSlots * 3 * cfg_.groups_per_subtable);
+    uint32_t depth = cfg_.initial_depth + 6;
+    while (depth < 22 && static_cast<double>(uint64_t{1} << depth) < 4 * subtables) ++depth;
+    cfg_.max_depth = depth;
+    cfg_.chunk_bytes = 1 << 20;
+    cfg_.validate();
+  }
+  uint64_t region_bytes() const override {
+    return cfg_.region_bytes_for(capacity_, value_bytes_, 16);
+  }
+  uint64_t slots() const override { return 0; }  // the table grows: no fixed slot count (load_factor 0)
+  unsigned key_bits() const override { return 63; }
+  uint32_t value_bytes() const override { return value_bytes_; }
+
+  void load(Fabric& fabric, const KeySpace& keys, const std::function<void(uint64_t)>& progress) override {
+    RaceServer server(fabric, cfg_);  // formats the hosted nodes, registers the allocator
+    if (keys.records() == 0 || fabric.local_region(0).empty()) return;
+    RaceLoader loader(fabric, cfg_);  // InvalidArgument unless every node is hosted here
+    RecordStream records(keys);
+    std::vector<std::byte> value(value_bytes_);
+    uint64_t failed = 0;
+    loader.engine().run_many(
+        keys.records(), 32,
+        [&](uint64_t) -> Task<void> {
+          const uint64_t k = records.next();
+          std::vector<std::byte> v(value_bytes_);
+          fill_value(k, v);
+          const OpResult r = co_await loader.client().find_or_put(k, v);
+          if (r.status == Status::kFull) ++failed;
+        },
+        [&](const Engine::Completion& c) {
+          if (c.error) std::rethrow_exception(c.error);
+          if ((c.index & 0xFFFF) == 0 && progress) progress(c.index);
+        });
+    if (failed) throw InvalidArgument("race: the memory pool ran out while loading " + std::to_string(keys.records()) + " records");
+    if (progress) progress(keys.records());
+  }
+
+  ClientSetup make_client(Engine& engine, const ReadSizeSpec& spec, const BenchOptions&) const override {
+    if (spec.kind != ReadSizeSpec::Kind::kFixed)
+      throw InvalidArgument("--read-size " + spec.text() + " applies to linear probing, not to --scheme race");
+    // The client id only spreads KV-block chunks over the nodes.
+    const auto id = static_cast<uint32_t>(hash::mix64(reinterpret_cast<uintptr_t>(&engine)));
+    return {std::make_unique<RaceClient>(cfg_, engine, id), 2 * kRaceSlots};
+  }
+  void finish(KvClient& kv, ClientResult& r) const override {
+    auto& c = static_cast<RaceClient&>(kv);
+    r.resizes += c.stats().splits;
+    r.directory_depth = std::max(r.directory_depth, c.cached_depth());
+  }
+  std::string describe() const override {
+    return "race G=" + std::to_string(cfg_.groups_per_subtable) + " key=" + std::to_string(cfg_.key_bytes) +
+           "B cache=" + (cfg_.dir_cache ? "on" : "off") + " d0=" + std::to_string(cfg_.initial_depth);
+  }
+
+ private:
+  RaceConfig cfg_;
+  uint32_t value_bytes_;
+  uint64_t capacity_ = 0;
+};
+
 }  // namespace
 
 std::unique_ptr<SchemeAdapter> make_adapter(const BenchOptions& o, double load_factor) {
   if (o.scheme == "linear") return std::make_unique<LinearAdapter>(o, load_factor);
   if (o.scheme == "cuckoo") return std::make_unique<CuckooAdapter>(o, load_factor);
+  if (o.scheme == "race") return std::make_unique<RaceAdapter>(o, load_factor);
   throw InvalidArgument("unknown scheme '" + o.scheme + "'");
 }
 

@@ -8,6 +8,7 @@
 #include <span>
 
 #include "bench/options.h"
+#include "bench/report.h"
 #include "rdmahash/engine.h"
 #include "rdmahash/linear.h"
 #include "rdmahash/table.h"
@@ -105,6 +106,8 @@ class SchemeAdapter {
   // policy.
   virtual ClientSetup make_client(Engine& engine, const ReadSizeSpec& spec, const BenchOptions& o) const = 0;
   virtual std::string describe() const = 0;
+  // After a client's run: scheme statistics for the report (race: splits, directory depth).
+  virtual void finish(KvClient&, ClientResult&) const {}
 };
 
 std::unique_ptr<SchemeAdapter> make_adapter(const BenchOptions& o, double load_factor);

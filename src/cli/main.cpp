@@ -29,7 +29,7 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
                        std::vector<std::string>& ycsb_props) {
   cmd.add_option("--fabric", o.fabric, "local (threads in this process) or ucx (launch with mpirun)")
       ->capture_default_str();
-  cmd.add_option("--scheme", o.scheme, "hash table scheme: linear or cuckoo")->capture_default_str();
+  cmd.add_option("--scheme", o.scheme, "hash table scheme: linear, cuckoo or race")->capture_default_str();
   cmd.add_option("--slot-format", o.slot_format, "linear slot format: auto, set (63-bit keys) or inline (records)")
       ->capture_default_str();
   cmd.add_option("--storage", o.storage, "records inline in the table slots, in a heap (8-byte CAS-able slots), or heap4 (linear, bulk-loaded: 4 fingerprints per slot)")->capture_default_str();
@@ -42,8 +42,14 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
   cmd.add_option("--records", o.records, "records bulk-loaded before the run")->capture_default_str();
   cmd.add_option("--load-factor", o.load_factors, "load factor(s) in (0,1); a list sweeps, e.g. 0.5,0.8")
       ->delimiter(',')->capture_default_str();
-  cmd.add_option("--key-bytes", o.key_bytes, "4 or 8")->capture_default_str();
-  cmd.add_option("--value-bytes", o.value_bytes, "value bytes: 0..120 inline, 0..4096 with --storage heap")->capture_default_str();
+  cmd.add_option("--key-bytes", o.key_bytes, "4 or 8 (race: 8..256, the 8-byte key plus a fixed suffix)")->capture_default_str();
+  cmd.add_option("--value-bytes", o.value_bytes, "value bytes: 0..120 inline, 0..4096 with --storage heap, up to 15360 with --scheme race")->capture_default_str();
+  cmd.add_option("--race-dir-cache", o.race_dir_cache, "race: clients cache the directory (on) or read its entry per operation (off)")
+      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+  cmd.add_option("--initial-depth", o.initial_depth, "race: the table starts with 2^N subtables and grows by splitting")
+      ->capture_default_str();
+  cmd.add_option("--race-groups", o.race_groups, "race: bucket groups per subtable (3 buckets of 7 slots each)")
+      ->capture_default_str();
   cmd.add_option("--workload", workloads,
                  "get, get-all, find-or-put, mixed, read-intensive, write-intensive, raw-read (a list runs each)")
       ->delimiter(',');

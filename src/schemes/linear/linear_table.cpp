@@ -94,6 +94,18 @@ Task<OpResult> KvClient::get_all(uint64_t, std::vector<std::byte>*) {
   co_return OpResult{};
 }
 
+namespace {
+[[noreturn]] void no_byte_keys(const KvClient& c) {
+  throw InvalidArgument(std::string("--scheme ") + c.scheme_name() + " takes 8-byte integer keys, not byte-string keys");
+}
+}  // namespace
+
+Task<OpResult> KvClient::find_or_put(KeyView, std::span<const std::byte>) { no_byte_keys(*this); co_return OpResult{}; }
+Task<OpResult> KvClient::get(KeyView, std::vector<std::byte>*) { no_byte_keys(*this); co_return OpResult{}; }
+Task<OpResult> KvClient::update(KeyView, std::span<const std::byte>) { no_byte_keys(*this); co_return OpResult{}; }
+Task<OpResult> KvClient::put(KeyView, std::span<const std::byte>) { no_byte_keys(*this); co_return OpResult{}; }
+Task<OpResult> KvClient::erase(KeyView) { no_byte_keys(*this); co_return OpResult{}; }
+
 const char* to_string(SlotFormat f) {
   switch (f) {
     case SlotFormat::kSet: return "set";

@@ -1,0 +1,259 @@
+// rdmahash/race.h — RACE hashing (seed 004): a one-sided, extendible hash table of byte-string
+// keys and values. Every operation is READ/WRITE/CAS after a client's space allocation (one RPC
+// per large chunk); the table grows by splitting subtables while clients run.
+//
+// Memory layout (every node: [0,64) RaceNodeHeader, [64, 64+8·2^max_depth) directory (used on
+// node 0 only; the same layout everywhere keeps offsets uniform), then the pool)
+// ----------------------------------------------------------------------------------------------
+//  * Directory, on node 0 only (not replicated: one writer path, no replica consistency to argue).
+//    Header word `global_depth` (GD); entries dir[i], i < 2^GD, one 8-byte word each:
+//      bits 0..39 subtable offset/64 | bits 40..45 node | bits 48..53 local depth | bit 63 LOCK.
+//    Key k (64-bit hash H) uses dir[H mod 2^GD]. A subtable of local depth L and suffix s holds
+//    the keys with H mod 2^L == s; dir[s] (s < 2^L) is its *primary* entry and carries its LOCK.
+//  * Subtable: G groups of three 64-byte buckets [main0, overflow, main1] (3·64·G bytes). Main
+//    bucket m ∈ [0, 2G) is side m%2 of group m/2; its *combined bucket* is [main0, overflow]
+//    (group offset 0) or [overflow, main1] (offset 64): one 128-byte READ. Two hash functions of H
+//    give the key's two main buckets; both combined buckets are READ in the same batch.
+//  * Bucket: 8-byte header (bits 0..7 local depth, bits 8..63 suffix) + 7 slots of 8 bytes:
+//      slot = bits 56..63 fingerprint | 48..55 block length in 64-byte units | bit 47 FROZEN |
+//             bit 46 COMMITTED | bits 40..45 node | bits 0..39 block offset/64;  0 = empty.
+//    7 slots (not 8) because the header shares the 64-byte cache line, as in the RACE authors'
+//    code and SMART: one bucket = one line, one combined bucket = two lines.
+//  * KV block, out of place, 64-byte aligned, never written again once a slot may point to it:
+//      [key_len:16 | value_len:32 | 0:16][key][value][zero pad to 8][checksum:8] padded to 64·n.
+//    checksum = hash of everything before it; a reader accepts a block only if it checks out
+//    and the key matches (a slot's 8 fingerprint bits only select candidates).
+//  * Pool: the rest of each node. The node's CPU hands out space only through RPC
+//    kRaceRpcAlloc (bump pointer in the node header, under a mutex): KV-block chunks of
+//    `chunk_bytes` to clients, which carve blocks from them, and whole subtables to splitters.
+//    Exhausted → the client's operation answers kFull and has changed nothing visible.
+//    Initial subtables (2^initial_depth) are placed round-robin over the nodes at fixed offsets;
+//    later subtables go to node (new suffix mod K).
+//
+// Protocol (H, two main buckets, fingerprint from the key's bytes; S = subtable from the cache)
+//  get:    RT1 READ both combined buckets. Every header must carry the key's suffix at its local
+//          depth, else the cache is stale: re-READ the directory (only then) and retry. RT2 READ
+//          the blocks of the COMMITTED slots whose fingerprint matches, and dir[H mod 2^GD] and
+//          GD (8 bytes each) to validate: if the entry no longer names S, or GD grew (after a
+//          doubling the old index's entry keeps naming S even for a moved key), a split moved the
+//          key while we read → retry with the new directory.
+//  insert (find_or_put, put of an absent key):
+//          RT1 WRITE the KV block + READ both combined buckets (+ blocks of matching slots).
+//          RT2 CAS an empty slot of the less loaded combined bucket to our pointer, *tentative*
+//              (COMMITTED clear; readers ignore tentative slots).
+//          RT3 re-READ both combined buckets (+ dir entry; + blocks of new fingerprint matches).
+//          RT1 also: a tentative copy of the key by another client and none of ours → wait for it
+//          (its owner commits or withdraws), re-read.
+//          Duplicate resolution over copies of the key in the two combined buckets:
+//              a COMMITTED copy exists → clear ours, kFound;
+//              a lower-addressed tentative copy → clear ours, start over (we will see it commit);
+//              higher-addressed tentative copies → CAS them to empty (kill), re-read;
+//              ours is the only one → RT4 CAS ours tentative→COMMITTED: kInserted (its instant).
+//          At most one copy ever commits (a commit needs the copy still tentative; of two racing
+//          copies the later re-reader sees the other and either yields or kills it first), and the
+//          lowest tentative copy is never killed, so some inserter always finishes.
+//          4 round trips, one more than the paper's 3: its rule (re-read, keep one) cannot tell an
+//          inserter that already returned kInserted from one still deciding; the commit bit can.
+//  update: RT1 WRITE new block + READ buckets; RT2 blocks + dir check; RT3 CAS old slot → new.
+//  erase:  RT1 READ buckets; RT2 blocks + dir check; RT3 CAS slot → 0.
+//  A lost CAS restarts from a fresh READ. Blocks are never reused, so slot CASes have no ABA.
+//
+// Split (client whose insert found both combined buckets full; S: depth L, suffix s)
+//   1. re-READ the directory; CAS dir[s] unlocked → LOCK, then the directory lock (a word in the
+//      node-0 header) 0 → 1. Either lost: release what we hold and retry the insert — nothing
+//      has changed yet. The directory lock is held until publication (step 6), so splits are
+//      serialized table-wide: simpler to argue (one publication or doubling at a time, every
+//      splitter sees the depth it publishes against) at the price of split concurrency.
+//   2. RPC: a new subtable S' on node (s | 2^L) mod K. Pool empty → unlock both, kFull.
+//   3. Freeze: CAS every slot of S (empty ones too) v → v|FROZEN. Nobody CASes a frozen slot,
+//      so from here S's contents are fixed and owned by the splitter.
+//   4. READ every block of S; WRITE S' = the slots whose H has bit L set, same positions, headers
+//      (L+1, s|2^L), unfrozen (S' is unreachable until step 6).
+//   5. Headers of S ← (L+1, s): stale caches aimed at S for a moved key now see a wrong suffix.
+//   6. (Directory lock held since step 1.) If L == GD, double: copy entries [0,2^GD) to [2^GD, 2^(GD+1)) (LOCK bits cleared), then
+//      GD+1. Point every entry ≡ s (mod 2^L) at S or S' by bit L, depth L+1 (primary stays
+//      LOCKed). Unlock the directory.  ← the split's publication point
+//   7. Unfreeze S: moved slots → 0, the others lose FROZEN. 8. Unlock dir[s].
+// Why each race is safe
+//   * A writer's CAS on S lands before the freeze of that slot (the splitter then sees and carries
+//     the entry) or fails (frozen); a frozen slot is never unfrozen in S for a moved key, only
+//     cleared, and a cleared slot never matches a writer's expected pointer. So no write is lost.
+//   * Reads never wait. Before publication S holds every key of S (frozen or not) unchanged by
+//     the split; after it, a moved key's old copy is stale, and the RT2 directory check rejects
+//     any read of S begun before publication whose key publication moved (the entry changed
+//     before the check was posted). A READ torn by step 5/7 is covered by the same check, since
+//     step 7 comes after publication. A header that disagrees while the fresh directory still
+//     names S means a split between steps 5 and 6: S is frozen, so what was read is current.
+//   * A stale cache is found by the header (wrong suffix), or by the RT2 check: either re-reads
+//     the directory; a cache is never trusted for a result the check did not confirm.
+//   * Writers (insert/update/erase) that meet a frozen slot or a subtable locked by a split wait
+//     for it: re-read every `backoff` and retry (bounded by one split's requests). This is the
+//     one place an operation waits for another client; readers never do.
+// What another client sees if a client dies at any instruction
+//   * Before its CAS: an unreferenced KV block (leaked pool space), nothing else.
+//   * Holding a tentative slot: invisible to readers; other inserters of that key kill it (if
+//     theirs is lower) or, if theirs is higher, yield and wait; a dead lowest tentative blocks
+//     later inserts of that one key (they time out with RaceWouldWait) — bounded to that key.
+//   * Mid-split (holding dir[s].LOCK and frozen slots): reads of S stay correct forever (frozen
+//     contents are current; after publication S' is); writers aimed at S wait and, after
+//     `max_waits` re-reads, throw RaceWouldWait. Not recovered automatically: recovery would need
+//     a lease (the lock word has room for a client id and epoch); documented limitation.
+//   * Holding the directory lock: every later split waits (throws after max_waits); operations
+//     that need no split continue.
+//   * A leaked KV block or chunk is never reclaimed (no garbage collection; the paper has none).
+//   * A writer whose stale READ preceded a whole split and whose CAS followed it leaves a
+//     tentative copy in the old subtable; it notices (header mismatch on its re-read), withdraws
+//     it and inserts again; a copy it cannot withdraw (frozen by a later split) is carried along
+//     and withdrawn when met again (two slots referencing one block: the others are killed).
+//
+// Costs (LocalFabric and UCX, tests/race_test.cpp RoundTripsPerOperation): get 2 round trips
+// (hit or miss); insert 4; update 3; erase 3; a split about 3·G·7 CASes + one READ per entry.
+//
+// Threads: RaceClient belongs to one Engine; RaceServer's RPC handler is thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "rdmahash/engine.h"
+#include "rdmahash/fabric.h"
+#include "rdmahash/table.h"
+
+namespace rdmahash {
+
+inline constexpr uint16_t kRaceRpcAlloc = 0x0D00;
+inline constexpr uint64_t kRaceMagic = 0x31454341524852ULL;  // "RHRACE1"
+inline constexpr uint32_t kRaceSlots = 7;                     // slots per bucket
+inline constexpr uint32_t kRaceBucketBytes = 64;
+inline constexpr uint32_t kRaceMaxNodes = 64;                 // 6 node bits in a slot
+
+struct RaceConfig {
+  uint32_t memory_nodes = 1;
+  uint32_t groups_per_subtable = 64;  // G: 3·G buckets, 21·G slots per subtable
+  uint32_t initial_depth = 0;         // 2^initial_depth subtables at format time
+  uint32_t max_depth = 16;            // directory capacity 2^max_depth entries
+  uint64_t chunk_bytes = 1 << 20;     // KV-block space per allocation RPC
+  uint32_t key_bytes = 8;             // uint64 keys: 8 bytes, or the 8 bytes + a fixed suffix (≤ 256)
+  bool dir_cache = true;              // false: READ the directory entry before every operation
+  bool resize = true;                 // false: an insert into two full buckets answers kFull
+  uint64_t hash_seed = 0x5ACE5ACE12345678ULL;
+  uint32_t max_waits = 1u << 20;      // re-reads a writer spends waiting for a split
+
+  void validate() const;  // InvalidArgument naming the field
+  uint64_t subtable_bytes() const { return uint64_t{3} * kRaceBucketBytes * groups_per_subtable; }
+  uint64_t directory_offset() const { return 64; }
+  uint64_t pool_offset() const;       // first pool byte on every node
+  // Smallest region for the initial subtables plus `pool_bytes` of pool per node.
+  uint64_t region_bytes(uint64_t pool_bytes) const;
+  // Region per node for `records` of `value_bytes` (blocks, subtables at ~50 % load, chunks).
+  uint64_t region_bytes_for(uint64_t records, uint32_t value_bytes, uint32_t clients) const;
+};
+
+// The first 64 bytes of every node.
+struct RaceNodeHeader {
+  uint64_t magic;
+  uint64_t global_depth;  // node 0: the directory's depth
+  uint64_t dir_lock;      // node 0: 0 or 1 (held by a splitter for step 6)
+  uint64_t pool_next;     // next free pool byte (memory-node CPU only)
+  uint64_t pool_end;
+  uint64_t subtables;     // node 0: subtables created by splits (statistics)
+  uint64_t config_tag;
+  uint64_t pad;
+};
+static_assert(sizeof(RaceNodeHeader) == 64);
+
+// A writer waited `max_waits` re-reads for a split (or a tentative copy) that did not finish.
+class RaceWouldWait : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Memory-node side: formats the nodes hosted by this process and serves allocation RPCs.
+// The handler keeps its state alive; the object may be dropped after construction.
+class RaceServer {
+ public:
+  RaceServer(Fabric& fabric, const RaceConfig& cfg);
+  const RaceConfig& config() const { return cfg_; }
+
+ private:
+  RaceConfig cfg_;
+};
+
+class RaceClient;
+
+// Bulk loading on the memory-node side, before any client starts: a RaceClient whose requests go
+// straight to the regions hosted by this process (every node must be hosted here: LocalFabric, or
+// a UCX job with one memory node on this rank). Format with RaceServer first.
+class RaceLoader {
+ public:
+  RaceLoader(Fabric& fabric, const RaceConfig& cfg);
+  ~RaceLoader();
+  RaceLoader(const RaceLoader&) = delete;
+  RaceLoader& operator=(const RaceLoader&) = delete;
+  Engine& engine();
+  RaceClient& client();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+struct RaceClientStats {
+  uint64_t splits = 0;           // splits this client performed
+  uint64_t dir_refreshes = 0;    // directory re-reads (stale cache, cache off, splits)
+  uint64_t stale_detected = 0;   // headers or directory checks that revealed a stale cache
+  uint64_t waits = 0;            // re-reads spent waiting for a split
+  uint64_t chunk_rpcs = 0;
+  std::vector<double> split_load;  // load factor of each subtable this client split, when split
+};
+
+class RaceClient final : public KvClient {
+ public:
+  RaceClient(const RaceConfig& cfg, Engine& engine, uint32_t client_id = 0);
+  ~RaceClient() override;
+
+  // uint64 keys: the key's 8 little-endian bytes, followed by key_bytes-8 fixed bytes.
+  Task<OpResult> find_or_put(uint64_t key, std::span<const std::byte> value) override;
+  Task<OpResult> get(uint64_t key, std::span<std::byte> value_out) override;
+  Task<OpResult> update(uint64_t key, std::span<const std::byte> value) override;
+  Task<OpResult> put(uint64_t key, std::span<const std::byte> value) override;
+  Task<OpResult> erase(uint64_t key) override;
+  Task<OpResult> get_all(uint64_t key, std::vector<std::byte>* values_out) override;
+
+  Task<OpResult> find_or_put(KeyView key, std::span<const std::byte> value) override;
+  Task<OpResult> get(KeyView key, std::vector<std::byte>* value_out) override;
+  Task<OpResult> update(KeyView key, std::span<const std::byte> value) override;
+  Task<OpResult> put(KeyView key, std::span<const std::byte> value) override;
+  Task<OpResult> erase(KeyView key) override;
+  const char* scheme_name() const override { return "race"; }
+
+  // Re-READs the directory (what a stale header triggers).
+  Task<void> refresh_directory();
+  uint32_t cached_depth() const;
+  const RaceClientStats& stats() const { return stats_; }
+  const RaceConfig& config() const { return cfg_; }
+
+ private:
+  struct Impl;
+  RaceConfig cfg_;
+  std::unique_ptr<Impl> impl_;
+  RaceClientStats stats_;
+};
+
+// Inspection from the memory-node side (tests, bench): walks the directory and subtables of a
+// LocalFabric (every node hosted here). `keys` receives every COMMITTED key, one entry per slot.
+struct RaceInspection {
+  uint32_t global_depth = 0;
+  uint64_t subtables = 0;
+  uint64_t committed = 0, tentative = 0, frozen = 0;
+  uint64_t slots = 0;  // over all subtables
+  bool locks_clear = true;
+  std::vector<std::vector<std::byte>> keys;
+};
+RaceInspection race_inspect(Fabric& fabric, const RaceConfig& cfg, bool with_keys = false);
+
+}  // namespace rdmahash

@@ -1,0 +1,715 @@
+// RACE hashing on LocalFabric: byte-key conformance against std::unordered_map, bad input, pool
+// exhaustion, concurrent clients on overlapping keys, growth from one subtable, stale directory
+// caches, and forced interleavings of every split step with other clients' operations.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "rdmahash/cuckoo.h"
+#include "rdmahash/race.h"
+#include "test_util.h"
+
+namespace rdmahash {
+namespace {
+
+using Bytes = std::vector<std::byte>;
+
+Bytes bytes_of(const std::string& s) {
+  Bytes b(s.size());
+  std::memcpy(b.data(), s.data(), s.size());
+  return b;
+}
+std::string str_of(const Bytes& b) { return std::string(reinterpret_cast<const char*>(b.data()), b.size()); }
+
+// A random key of 1..max_len bytes (mixed lengths) built from `i`, so keys are reproducible.
+std::string key_of(uint64_t i, size_t max_len = 64) {
+  std::mt19937_64 r(i * 0x9E3779B97F4A7C15ULL + 1);
+  const size_t len = 1 + r() % max_len;
+  std::string s(len, '\0');
+  for (auto& ch : s) ch = static_cast<char>(r());
+  // Distinct keys: the index itself is part of the key when it fits.
+  std::memcpy(s.data(), &i, std::min<size_t>(len, 8));
+  return len < 8 ? std::string("k") + std::to_string(i) : s;
+}
+// A value of `len` bytes that names its key and version (readers check they got a written value).
+std::string value_of(const std::string& key, uint64_t version, size_t len) {
+  std::string v = key + "#" + std::to_string(version) + "#";
+  while (v.size() < len) v += static_cast<char>('a' + (v.size() * 7 + version) % 26);
+  v.resize(std::max(len, v.size()));
+  return v;
+}
+
+struct RaceTable {
+  RaceConfig cfg;
+  std::unique_ptr<Fabric> fabric;
+  std::unique_ptr<RaceServer> server;
+  explicit RaceTable(const RaceConfig& c, uint64_t pool_bytes = 64 << 20) : cfg(c) {
+    fabric = make_local_fabric(std::vector<uint64_t>(c.memory_nodes, c.region_bytes(pool_bytes)));
+    server = std::make_unique<RaceServer>(*fabric, c);
+  }
+};
+
+struct Sync {
+  std::unique_ptr<Transport> transport;
+  Engine engine;
+  RaceClient client;
+  OpStats last;
+  Sync(Fabric& f, const RaceConfig& c, uint32_t id = 0) : transport(f.connect()), engine(*transport), client(c, engine, id) {}
+  Sync(std::unique_ptr<Transport> t, const RaceConfig& c, uint32_t id)
+      : transport(std::move(t)), engine(*transport), client(c, engine, id) {}
+  OpResult run(Task<OpResult> t) {
+    last = {};
+    return engine.run(std::move(t), &last);
+  }
+  OpResult put(const std::string& k, const std::string& v) { return run(client.put(KeyView(k), bytes_of(v))); }
+  OpResult find_or_put(const std::string& k, const std::string& v) { return run(client.find_or_put(KeyView(k), bytes_of(v))); }
+  OpResult update(const std::string& k, const std::string& v) { return run(client.update(KeyView(k), bytes_of(v))); }
+  OpResult erase(const std::string& k) { return run(client.erase(KeyView(k))); }
+  std::optional<std::string> get(const std::string& k) {
+    Bytes out;
+    const OpResult r = run(client.get(KeyView(k), &out));
+    if (r.status != Status::kFound) return std::nullopt;
+    EXPECT_EQ(r.value_bytes, out.size());
+    return str_of(out);
+  }
+};
+
+RaceConfig small_cfg(uint32_t groups = 2, uint32_t nodes = 1) {
+  RaceConfig c;
+  c.memory_nodes = nodes;
+  c.groups_per_subtable = groups;
+  c.initial_depth = 0;
+  c.max_depth = 14;
+  c.chunk_bytes = 1 << 16;
+  return c;
+}
+
+// --- conformance --------------------------------------------------------------------------------
+
+class RaceOracle : public testing::TestWithParam<std::tuple<uint32_t, bool>> {};
+
+TEST_P(RaceOracle, MixedLengthByteKeysMatchUnorderedMap) {
+  const auto [nodes, cache] = GetParam();
+  RaceConfig cfg = small_cfg(2, nodes);
+  cfg.dir_cache = cache;
+  RaceTable t(cfg);
+  Sync c(*t.fabric, cfg, 1);
+  std::unordered_map<std::string, std::string> oracle;
+  std::mt19937_64 rng(5 + nodes);
+  uint64_t version = 0;
+  for (int i = 0; i < 6000; ++i) {
+    const std::string k = key_of(rng() % 1500, (rng() % 8 == 0) ? kMaxKeyBytes : 40);
+    const size_t vlen = rng() % 16 == 0 ? 2000 + rng() % 3000 : rng() % 64;
+    const std::string v = value_of(k, ++version, vlen);
+    const bool present = oracle.count(k) > 0;
+    switch (rng() % 6) {
+      case 0: {
+        const OpResult r = c.find_or_put(k, v);
+        ASSERT_EQ(r.status, present ? Status::kFound : Status::kInserted) << i;
+        if (!present) oracle[k] = v;
+        break;
+      }
+      case 1: {
+        ASSERT_EQ(c.put(k, v).status, present ? Status::kUpdated : Status::kInserted) << i;
+        oracle[k] = v;
+        break;
+      }
+      case 2: {
+        ASSERT_EQ(c.update(k, v).status, present ? Status::kUpdated : Status::kNotFound) << i;
+        if (present) oracle[k] = v;
+        break;
+      }
+      case 3: {
+        ASSERT_EQ(c.erase(k).status, present ? Status::kErased : Status::kNotFound) << i;
+        oracle.erase(k);
+        break;
+      }
+      default: {
+        const auto got = c.get(k);
+        ASSERT_EQ(got.has_value(), present) << i;
+        if (present) {
+          ASSERT_EQ(*got, oracle[k]) << i;
+        }
+      }
+    }
+  }
+  for (const auto& [k, v] : oracle) ASSERT_EQ(c.get(k), v);
+  const RaceInspection in = race_inspect(*t.fabric, cfg, true);
+  EXPECT_EQ(in.committed, oracle.size());
+  EXPECT_EQ(in.tentative, 0u);
+  EXPECT_EQ(in.frozen, 0u);
+  EXPECT_TRUE(in.locks_clear);
+  EXPECT_GE(in.global_depth, 3u) << "the table must have grown from one subtable";
+  std::set<std::string> keys;
+  for (const auto& k : in.keys) keys.insert(str_of(k));
+  EXPECT_EQ(keys.size(), in.keys.size()) << "a key is stored twice";
+}
+
+INSTANTIATE_TEST_SUITE_P(Nodes, RaceOracle, testing::Combine(testing::Values(1u, 3u), testing::Values(true, false)),
+                         [](const auto& i) {
+                           return "k" + std::to_string(std::get<0>(i.param)) + (std::get<1>(i.param) ? "_cache" : "_nocache");
+                         });
+
+TEST(Race, IntegerKeysAreTheirBytesPlusAFixedSuffix) {
+  RaceConfig cfg = small_cfg();
+  cfg.key_bytes = 16;
+  RaceTable t(cfg);
+  Sync c(*t.fabric, cfg);
+  const Bytes v = test::value_for(7, 1, 32);
+  ASSERT_EQ(c.run(c.client.find_or_put(uint64_t{7}, v)).status, Status::kInserted);
+  ASSERT_EQ(c.run(c.client.find_or_put(uint64_t{7}, v)).status, Status::kFound);
+  Bytes out(32);
+  ASSERT_EQ(c.run(c.client.get(uint64_t{7}, out)).status, Status::kFound);
+  EXPECT_EQ(out, v);
+  // The same 16 bytes as a byte key name the same record.
+  Bytes k(16);
+  const uint64_t seven = 7;
+  std::memcpy(k.data(), &seven, 8);
+  for (uint32_t i = 8; i < 16; ++i) k[i] = static_cast<std::byte>(0xA5 ^ i);
+  Bytes got;
+  ASSERT_EQ(c.run(c.client.get(KeyView(k), &got)).status, Status::kFound);
+  EXPECT_EQ(got, v);
+  EXPECT_EQ(c.run(c.client.get(uint64_t{8}, out)).status, Status::kNotFound);
+}
+
+// Paper: search 2 round trips; ours: insert 4 (one more for the commit, race.h says why).
+TEST(Race, RoundTripsPerOperation) {
+  RaceConfig cfg = small_cfg(64);
+  RaceTable t(cfg);
+  Sync c(*t.fabric, cfg);
+  ASSERT_EQ(c.find_or_put("alpha", "one").status, Status::kInserted);  // + directory read, chunk RPC
+  EXPECT_EQ(c.last.rpcs, 1u);
+  ASSERT_EQ(c.find_or_put("beta", "two").status, Status::kInserted);
+  EXPECT_EQ(c.last.round_trips, 4u);
+  EXPECT_EQ(c.last.cas, 2u);
+  EXPECT_EQ(c.last.writes, 1u);
+  ASSERT_TRUE(c.get("beta").has_value());
+  EXPECT_EQ(c.last.round_trips, 2u);
+  EXPECT_EQ(c.last.reads, 5u);  // 2 combined buckets, 1 block, the directory entry and depth
+  ASSERT_EQ(c.update("beta", "three").status, Status::kUpdated);
+  EXPECT_EQ(c.last.round_trips, 3u);
+  ASSERT_EQ(c.erase("beta").status, Status::kErased);
+  EXPECT_EQ(c.last.round_trips, 3u);
+  EXPECT_FALSE(c.get("beta").has_value());
+  EXPECT_EQ(c.last.round_trips, 2u);
+}
+
+TEST(Race, BadKeysAndValuesAreRejectedBeforeAnyRequest) {
+  RaceConfig cfg = small_cfg();
+  RaceTable t(cfg);
+  Sync c(*t.fabric, cfg);
+  (void)c.get("warm");
+  const uint64_t batches = c.transport->counters().batches;
+  const std::string long_key(kMaxKeyBytes + 1, 'x');
+  const std::string long_value(kMaxValueBytes + 1, 'v');
+  EXPECT_THROW(c.put(long_key, "v"), InvalidArgument);
+  EXPECT_THROW(c.put("", "v"), InvalidArgument);
+  EXPECT_THROW(c.get(""), InvalidArgument);
+  EXPECT_THROW(c.erase(long_key), InvalidArgument);
+  EXPECT_THROW(c.put("k", long_value), InvalidArgument);
+  EXPECT_THROW(c.update("k", long_value), InvalidArgument);
+  EXPECT_EQ(c.transport->counters().batches, batches);
+  // The limits themselves are accepted.
+  EXPECT_EQ(c.put(std::string(kMaxKeyBytes, 'y'), std::string(kMaxValueBytes, 'z')).status, Status::kInserted);
+  EXPECT_EQ(c.get(std::string(kMaxKeyBytes, 'y'))->size(), kMaxValueBytes);
+  RaceConfig bad = cfg;
+  bad.memory_nodes = 65;
+  EXPECT_THROW(bad.validate(), InvalidArgument);
+  bad = cfg;
+  bad.initial_depth = 20;
+  EXPECT_THROW(bad.validate(), InvalidArgument);
+}
+
+TEST(Race, IntegerKeySchemesRejectByteKeysCleanly) {
+  test::LocalTable lt(LinearConfig::for_records(100, 0.5, 1));
+  Client lc(*lt.fabric, lt.cfg);
+  const std::string k = "abc";
+  try {
+    lc.engine().run(lc.table().find_or_put(KeyView(k), {}));
+    FAIL() << "linear accepted a byte key";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("--scheme linear takes 8-byte integer keys"), std::string::npos) << e.what();
+  }
+  CuckooConfig cc;
+  auto fabric = make_local_fabric({cc.region_bytes()});
+  CuckooServer server(*fabric, cc);
+  auto tr = fabric->connect();
+  Engine e(*tr);
+  CuckooClient client(cc, CuckooProbe::kParallel, e);
+  KvClient& kv = client;
+  EXPECT_THROW(e.run(kv.get(KeyView(k), nullptr)), InvalidArgument);
+  EXPECT_THROW(e.run(kv.erase(KeyView(k))), InvalidArgument);
+  EXPECT_EQ(tr->counters().batches, 0u);
+}
+
+TEST(Race, ExhaustedPoolAnswersFullAndChangesNothing) {
+  RaceConfig cfg = small_cfg(2);
+  cfg.chunk_bytes = 16384;
+  RaceTable t(cfg, 3 * 16384 + 3 * cfg.subtable_bytes());
+  Sync c(*t.fabric, cfg);
+  std::unordered_map<std::string, std::string> oracle;
+  int full = 0;
+  for (int i = 0; i < 5000 && full < 20; ++i) {
+    const std::string k = "key" + std::to_string(i), v = value_of(k, 1, 200);
+    const OpResult r = c.find_or_put(k, v);
+    if (r.status == Status::kFull) {
+      ++full;
+      EXPECT_FALSE(c.get(k).has_value());
+    } else {
+      ASSERT_EQ(r.status, Status::kInserted);
+      oracle[k] = v;
+    }
+  }
+  EXPECT_EQ(full, 20);
+  for (const auto& [k, v] : oracle) ASSERT_EQ(c.get(k), v);
+  EXPECT_EQ(race_inspect(*t.fabric, cfg).committed, oracle.size());
+}
+
+// A KV block whose bytes changed (memory corruption, a wild write) fails its checksum: the client
+// reports a FabricError instead of returning the damaged value.
+TEST(Race, CorruptedBlockFailsItsChecksum) {
+  RaceConfig cfg = small_cfg();
+  RaceTable t(cfg);
+  Sync c(*t.fabric, cfg);
+  const std::string v = "value-with-a-recognizable-pattern-0123456789";
+  ASSERT_EQ(c.put("victim", v).status, Status::kInserted);
+  auto region = t.fabric->local_region(0);
+  const std::string hay(reinterpret_cast<const char*>(region.data()), region.size());
+  const size_t at = hay.find(v);
+  ASSERT_NE(at, std::string::npos);
+  region[at + 3] ^= std::byte{0x40};
+  EXPECT_THROW(c.get("victim"), FabricError);
+}
+
+// --- concurrency ---------------------------------------------------------------------------------
+
+// Several clients insert the same keys (different values): each key is inserted exactly once, and
+// every reader only ever sees the winner's value.
+TEST(RaceConcurrency, OverlappingInsertsInsertEachKeyOnce) {
+  RaceConfig cfg = small_cfg(2);
+  RaceTable t(cfg);
+  constexpr int kThreads = 4, kKeys = 3000;
+  std::vector<std::atomic<int>> inserted(kKeys);
+  std::vector<std::vector<Status>> results(kThreads, std::vector<Status>(kKeys));
+  std::vector<std::thread> th;
+  std::atomic<uint64_t> bad{0};
+  for (int w = 0; w < kThreads; ++w)
+    th.emplace_back([&, w] {
+      Sync c(*t.fabric, cfg, w);
+      std::vector<int> order(kKeys);
+      for (int i = 0; i < kKeys; ++i) order[i] = i;
+      std::shuffle(order.begin(), order.end(), std::mt19937_64(w));
+      for (int i : order) {
+        const std::string k = key_of(i);
+        const OpResult r = c.find_or_put(k, value_of(k, w, 24));
+        if (r.status == Status::kInserted) inserted[i]++;
+        else if (r.status != Status::kFound) bad++;
+        const auto got = c.get(k);
+        if (!got || got->substr(0, k.size() + 1) != k + "#") bad++;
+      }
+    });
+  for (auto& x : th) x.join();
+  EXPECT_EQ(bad.load(), 0u);
+  for (int i = 0; i < kKeys; ++i) ASSERT_EQ(inserted[i].load(), 1) << "key " << i;
+  const RaceInspection in = race_inspect(*t.fabric, cfg, true);
+  EXPECT_EQ(in.committed, static_cast<uint64_t>(kKeys));
+  EXPECT_EQ(in.tentative, 0u);
+  EXPECT_EQ(in.frozen, 0u);
+  EXPECT_TRUE(in.locks_clear);
+  Sync c(*t.fabric, cfg, 9);
+  for (int i = 0; i < kKeys; ++i) {
+    // The stored value is the one of the client that got kInserted... all values name the key.
+    const std::string k = key_of(i);
+    ASSERT_TRUE(c.get(k).has_value());
+  }
+}
+
+// Each key has one writer that puts increasing versions and erases sometimes; other clients read
+// the same keys while splits run. A reader never sees a version older than one it saw before
+// (no lost update, no resurrection after an erase), never a value that was not written, and the
+// final table equals every writer's final state.
+TEST(RaceConcurrency, UpdatesAndErasesAreNeverLostOrResurrected) {
+  RaceConfig cfg = small_cfg(2);
+  RaceTable t(cfg);
+  constexpr int kWriters = 3, kReaders = 2, kKeysPer = 400, kRounds = 6;
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> bad{0}, reads{0};
+  // published[w*kKeysPer+i] = last version written (0 = erased/absent), for the final check
+  std::vector<std::atomic<int64_t>> last(kWriters * kKeysPer);
+  auto key = [](int w, int i) { return "w" + std::to_string(w) + "/" + key_of(static_cast<uint64_t>(i), 20); };
+  std::vector<std::thread> th;
+  for (int w = 0; w < kWriters; ++w)
+    th.emplace_back([&, w] {
+      Sync c(*t.fabric, cfg, w);
+      std::mt19937_64 rng(w);
+      for (int round = 1; round <= kRounds; ++round)
+        for (int i = 0; i < kKeysPer; ++i) {
+          const std::string k = key(w, i);
+          const int64_t version = round * 10;
+          if (round % 3 == 0 && rng() % 2) {
+            const OpResult r = c.erase(k);
+            if (r.status != (last[w * kKeysPer + i] ? Status::kErased : Status::kNotFound)) bad++;
+            last[w * kKeysPer + i] = 0;
+          } else {
+            const OpResult r = c.put(k, value_of(k, version, 16 + rng() % 100));
+            if (r.status != (last[w * kKeysPer + i] ? Status::kUpdated : Status::kInserted)) bad++;
+            last[w * kKeysPer + i] = version;
+          }
+        }
+    });
+  for (int r = 0; r < kReaders; ++r)
+    th.emplace_back([&, r] {
+      Sync c(*t.fabric, cfg, 10 + r);
+      std::vector<int64_t> seen(kWriters * kKeysPer, 0);
+      std::mt19937_64 rng(100 + r);
+      while (!stop) {
+        const int w = static_cast<int>(rng() % kWriters), i = static_cast<int>(rng() % kKeysPer);
+        const std::string k = key(w, i);
+        const auto got = c.get(k);
+        reads++;
+        if (!got) continue;
+        const size_t a = k.size(), b = got->find('#', a + 1);
+        if (got->size() <= a || got->substr(0, a) != k || (*got)[a] != '#' || b == std::string::npos) {
+          bad++;
+          continue;
+        }
+        const int64_t v = std::stoll(got->substr(a + 1, b - a - 1));
+        if (*got != value_of(k, v, got->size()) || v < seen[w * kKeysPer + i]) bad++;
+        seen[w * kKeysPer + i] = v;
+      }
+    });
+  for (int w = 0; w < kWriters; ++w) th[w].join();
+  stop = true;
+  for (size_t j = kWriters; j < th.size(); ++j) th[j].join();
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_GT(reads.load(), 1000u);
+  Sync c(*t.fabric, cfg, 50);
+  uint64_t present = 0;
+  for (int w = 0; w < kWriters; ++w)
+    for (int i = 0; i < kKeysPer; ++i) {
+      const auto got = c.get(key(w, i));
+      const int64_t v = last[w * kKeysPer + i];
+      ASSERT_EQ(got.has_value(), v != 0);
+      if (v) {
+        ++present;
+        ASSERT_EQ(got->substr(0, got->find('#', key(w, i).size() + 1)), key(w, i) + "#" + std::to_string(v));
+      }
+    }
+  const RaceInspection in = race_inspect(*t.fabric, cfg);
+  EXPECT_EQ(in.committed, present);
+  EXPECT_EQ(in.tentative + in.frozen, 0u);
+  EXPECT_GE(in.global_depth, 4u);
+}
+
+// Several clients grow the table from one subtable while others read back what was acknowledged.
+TEST(RaceConcurrency, GrowthFromOneSubtableLosesNothing) {
+  RaceConfig cfg = small_cfg(16);
+  cfg.max_depth = 16;
+  cfg.chunk_bytes = 1 << 20;
+  RaceTable t(cfg, 96 << 20);
+  constexpr int kWriters = 4, kReaders = 2;
+  constexpr uint64_t kPer = 50000;  // 200 k keys
+  std::vector<std::vector<std::atomic<bool>>> acked;
+  for (int w = 0; w < kWriters; ++w) acked.emplace_back(kPer);
+  std::atomic<uint64_t> bad{0}, checked{0};
+  std::atomic<int> writers_done{0};
+  std::vector<std::thread> th;
+  auto key = [](int w, uint64_t i) { return std::to_string(w) + ":" + std::to_string(i * 7919 + 13); };
+  for (int w = 0; w < kWriters; ++w)
+    th.emplace_back([&, w] {
+      auto tr = t.fabric->connect();
+      Engine e(*tr);
+      RaceClient c(cfg, e, w);
+      std::vector<std::string> keys(kPer);
+      for (uint64_t i = 0; i < kPer; ++i) keys[i] = key(w, i);
+      e.run_many(
+          kPer, 8,
+          [&](uint64_t i) -> Task<void> {
+            const std::string& k = keys[i];
+            const Bytes v = bytes_of(value_of(k, 1, 16));
+            const OpResult r = co_await c.find_or_put(KeyView(k), v);
+            if (r.status != Status::kInserted) bad++;
+          },
+          [&](const Engine::Completion& done) {
+            if (done.error) bad++;
+            acked[w][done.index] = true;  // acknowledged: readers may now look for it
+          });
+      writers_done++;
+    });
+  for (int r = 0; r < kReaders; ++r)
+    th.emplace_back([&, r] {
+      Sync c(*t.fabric, cfg, 20 + r);
+      std::mt19937_64 rng(r);
+      while (writers_done < kWriters) {
+        const int w = static_cast<int>(rng() % kWriters);
+        const uint64_t i = rng() % kPer;
+        if (!acked[w][i]) continue;
+        const std::string k = key(w, i);
+        const auto got = c.get(k);
+        checked++;
+        if (!got || *got != value_of(k, 1, 16)) bad++;
+      }
+    });
+  for (auto& x : th) x.join();
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_GT(checked.load(), 100u);
+  const RaceInspection in = race_inspect(*t.fabric, cfg, true);
+  EXPECT_EQ(in.committed, kWriters * kPer);
+  EXPECT_EQ(in.tentative + in.frozen, 0u);
+  EXPECT_TRUE(in.locks_clear);
+  EXPECT_GE(in.global_depth, 8u) << "the directory must have doubled several times";
+  std::set<std::string> keys;
+  for (const auto& k : in.keys) keys.insert(str_of(k));
+  EXPECT_EQ(keys.size(), kWriters * kPer) << "duplicates or missing keys";
+  Sync c(*t.fabric, cfg, 40);
+  for (int w = 0; w < kWriters; ++w)
+    for (uint64_t i = 0; i < kPer; i += 97) ASSERT_EQ(c.get(key(w, i)), value_of(key(w, i), 1, 16));
+}
+
+// --- directory cache ------------------------------------------------------------------------------
+
+TEST(Race, StaleCacheIsDetectedByHeadersAndRefreshedOnlyThen) {
+  RaceConfig cfg = small_cfg(2);
+  RaceTable t(cfg);
+  Sync a(*t.fabric, cfg, 1), b(*t.fabric, cfg, 2);
+  for (int i = 0; i < 50; ++i) ASSERT_EQ(a.put(key_of(i), "v" + std::to_string(i)).status, Status::kInserted);
+  const uint32_t old_depth = a.client.cached_depth();
+  // No splits: a's cache stays valid and it never re-reads the directory.
+  const uint64_t refreshes = a.client.stats().dir_refreshes;
+  for (int i = 0; i < 50; ++i) ASSERT_EQ(a.get(key_of(i)), "v" + std::to_string(i));
+  EXPECT_EQ(a.client.stats().dir_refreshes, refreshes);
+  // b grows the table a lot; a's cache is now old.
+  for (int i = 50; i < 3000; ++i) ASSERT_EQ(b.put(key_of(i), "v" + std::to_string(i)).status, Status::kInserted);
+  ASSERT_GT(race_inspect(*t.fabric, cfg).global_depth, old_depth + 2);
+  EXPECT_EQ(a.client.cached_depth(), old_depth);
+  const uint64_t stale = a.client.stats().stale_detected;
+  for (int i = 0; i < 3000; i += 3) ASSERT_EQ(a.get(key_of(i)), "v" + std::to_string(i)) << i;
+  EXPECT_GT(a.client.stats().stale_detected, stale);
+  EXPECT_GT(a.client.cached_depth(), old_depth);
+  // Refreshes happen only on detection, not per operation.
+  EXPECT_LE(a.client.stats().dir_refreshes - refreshes, a.client.stats().stale_detected - stale);
+  EXPECT_FALSE(a.get("absent-key").has_value());
+}
+
+// --- forced interleavings ---------------------------------------------------------------------------
+
+// Client A runs inside an InterleavingTransport whose hook runs one whole operation of client B
+// between A's requests and between the words of A's READs. A's operations therefore see every
+// state of B's splits (B's ops are atomic to A), and B's ops see every intermediate state of A's
+// splits (A's are paused at each request). Both are checked against the oracle.
+TEST(RaceInterleaving, SplitsInterleavedWithEveryRequestOfAnotherClient) {
+  RaceConfig cfg = small_cfg(1);  // 21 slots per subtable: splits all the time
+  RaceTable t(cfg);
+  RaceConfig bcfg = cfg;
+  bcfg.max_waits = 1;  // B runs inside A's request: it must not wait for A's split
+  Sync b(*t.fabric, bcfg, 2);
+  std::map<std::string, std::string> oracle;  // keys B owns
+  std::map<std::string, std::string> a_keys;  // keys A inserted (complete)
+  std::string a_inflight, watch;
+  std::set<std::string> watched;
+  std::mt19937_64 rng(11);
+  uint64_t version = 0, b_ops = 0, b_waited = 0, a_state_checks = 0;
+  bool in_hook = false;
+  auto hook = [&] {
+    if (in_hook) return;
+    in_hook = true;
+    const std::string k = "b" + std::to_string(rng() % 300);
+    const uint64_t x = rng() % 10;
+    try {
+      if (x < 4) {
+        const std::string v = value_of(k, ++version, rng() % 40);
+        const OpResult r = b.put(k, v);
+        EXPECT_EQ(r.status, oracle.count(k) ? Status::kUpdated : Status::kInserted);
+        oracle[k] = v;
+        if (k == watch) watched.insert(v);
+      } else if (x < 5) {
+        const OpResult r = b.erase(k);
+        EXPECT_EQ(r.status, oracle.count(k) ? Status::kErased : Status::kNotFound);
+        oracle.erase(k);
+        if (k == watch) watched.insert("<absent>");
+      } else if (x < 8) {
+        const auto got = b.get(k);
+        EXPECT_EQ(got.has_value(), oracle.count(k) > 0) << k;
+        if (got && oracle.count(k)) {
+          EXPECT_EQ(*got, oracle[k]);
+        }
+      } else if (!a_keys.empty()) {  // A's completed inserts are visible mid-split too
+        auto it = a_keys.begin();
+        std::advance(it, rng() % a_keys.size());
+        EXPECT_EQ(b.get(it->first), it->second);
+        ++a_state_checks;
+      }
+      ++b_ops;
+    } catch (const RaceWouldWait&) {
+      ++b_waited;  // B met A's frozen subtable: gave up before changing anything
+    }
+    in_hook = false;
+  };
+  Sync a(std::make_unique<test::InterleavingTransport>(t.fabric->connect(), hook), cfg, 1);
+  for (int i = 0; i < 400; ++i) {
+    const std::string k = "a" + std::to_string(i), v = value_of(k, 1, rng() % 50);
+    a_inflight = k;
+    ASSERT_EQ(a.find_or_put(k, v).status, Status::kInserted);
+    a_keys[k] = v;
+    if (i % 2 == 0) {
+      // A reads one of B's keys while B's ops and splits run between A's words: the answer must
+      // be a state the key had during A's get.
+      watch = "b" + std::to_string(rng() % 300);
+      watched.clear();
+      watched.insert(oracle.count(watch) ? oracle[watch] : std::string("<absent>"));
+      const auto got = a.get(watch);
+      ASSERT_TRUE(watched.count(got ? *got : std::string("<absent>"))) << watch;
+      watch.clear();
+    }
+  }
+  EXPECT_GT(a.client.stats().splits, 10u);
+  EXPECT_GT(b.client.stats().splits, 5u);
+  EXPECT_GT(b_waited, 0u) << "B must have met A's frozen subtable at least once";
+  EXPECT_GT(a_state_checks, 100u);
+  Sync c(*t.fabric, cfg, 3);
+  for (const auto& [k, v] : oracle) ASSERT_EQ(c.get(k), v);
+  for (const auto& [k, v] : a_keys) ASSERT_EQ(c.get(k), v);
+  const RaceInspection in = race_inspect(*t.fabric, cfg);
+  EXPECT_EQ(in.committed, oracle.size() + a_keys.size());
+  EXPECT_EQ(in.tentative + in.frozen, 0u);
+  (void)b_ops;
+}
+
+
+// Tears the second 128-byte READ of a batch (a get's second combined bucket) after its word 9,
+// i.e. after both bucket headers, and runs `hook` there once while armed.
+class TearSecondBucketRead final : public Transport {
+ public:
+  TearSecondBucketRead(std::unique_ptr<Transport> inner, std::function<void()> hook)
+      : inner_(std::move(inner)), hook_(std::move(hook)) {}
+  bool armed = false;
+  void execute(std::span<Request> batch) override {
+    ++counters_.batches;
+    int bucket_reads = 0;
+    for (Request& r : batch) {
+      counters_.add(r);
+      if (armed && r.kind == ReqKind::kRead && r.len == 128 && ++bucket_reads == 2) {
+        armed = false;
+        Request head = r, tail = r;
+        head.len = 72;
+        tail.addr.offset += 72;
+        tail.buf = static_cast<std::byte*>(r.buf) + 72;
+        tail.len = 56;
+        inner_->execute(std::span<Request>(&head, 1));
+        hook_();
+        inner_->execute(std::span<Request>(&tail, 1));
+        continue;
+      }
+      inner_->execute(std::span<Request>(&r, 1));
+    }
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  std::function<void()> hook_;
+};
+
+// A get whose bucket READ is torn by a whole split (both headers read before it, the key's slot
+// after it: the key has moved to the new subtable and its old slot is cleared) must not report a
+// miss: the directory check after the READ sees the key's entry changed and retries.
+TEST(RaceInterleaving, ReadTornByAWholeSplitIsRetried) {
+  int moved_under_reader = 0;
+  for (uint32_t trial = 0; trial < 40; ++trial)
+    for (int victim = 0; victim < 12; ++victim) {
+      RaceConfig cfg = small_cfg(1);
+      cfg.max_depth = 4;
+      cfg.hash_seed = 1000 + trial;
+      RaceTable t(cfg, 1 << 20);
+      Sync b(*t.fabric, cfg, 2);
+      std::vector<std::string> keys;
+      for (int i = 0; i < 12; ++i) {  // 12 of the single subtable's 21 slots: no split yet
+        keys.push_back("t" + std::to_string(i));
+        ASSERT_EQ(b.put(keys.back(), "v" + keys.back()).status, Status::kInserted);
+      }
+      ASSERT_EQ(b.client.stats().splits, 0u);
+      int extra = 0;
+      auto hook = [&] {  // B inserts until its first split (moves about half of the keys)
+        while (b.client.stats().splits == 0) {
+          const std::string k = "x" + std::to_string(extra++);
+          ASSERT_EQ(b.put(k, "v" + k).status, Status::kInserted);
+        }
+      };
+      auto tear = std::make_unique<TearSecondBucketRead>(t.fabric->connect(), hook);
+      TearSecondBucketRead* tp = tear.get();
+      Sync a(std::move(tear), cfg, 1);
+      (void)a.get("warm-up");  // caches the one-subtable directory
+      const std::string& k = keys[victim];
+      const uint64_t stale = a.client.stats().stale_detected;
+      tp->armed = true;
+      const auto got = a.get(k);
+      ASSERT_TRUE(got.has_value()) << "trial " << trial << " key " << k << ": a key moved by a split was reported absent";
+      ASSERT_EQ(*got, "v" + k);
+      if (a.client.stats().stale_detected > stale) ++moved_under_reader;
+    }
+  EXPECT_GT(moved_under_reader, 100);
+}
+
+}  // namespace
+}  // namespace rdmahash
+namespace rdmahash {
+namespace {
+// One client with 8 operations in flight splits under its own other operations.
+TEST(RaceConcurrency, PipelinedGrowthOneClient) {
+  RaceConfig cfg = small_cfg(16);
+  RaceTable t(cfg);
+  auto tr = t.fabric->connect();
+  Engine e(*tr);
+  RaceClient c(cfg, e, 0);
+  const uint64_t n = 20000;
+  std::vector<std::string> keys(n);
+  for (uint64_t i = 0; i < n; ++i) keys[i] = "k" + std::to_string(i);
+  uint64_t bad = 0;
+  e.run_many(n, 8, [&](uint64_t i) -> Task<void> {
+    const Bytes v = bytes_of(value_of(keys[i], 1, 16));
+    const OpResult r = co_await c.find_or_put(KeyView(keys[i]), v);
+    if (r.status != Status::kInserted) bad++;
+  }, [&](const Engine::Completion& d) { if (d.error) bad++; });
+  EXPECT_EQ(bad, 0u);
+  const RaceInspection in = race_inspect(*t.fabric, cfg, true);
+  EXPECT_EQ(in.committed, n);
+  EXPECT_EQ(in.tentative, 0u);
+  EXPECT_EQ(in.frozen, 0u);
+}
+}
+}
+namespace rdmahash {
+namespace {
+// Writers' stale CASes into a subtable a split has left leave no stranded tentative copy.
+TEST(RaceConcurrency, TwoGrowingClientsLeaveNoTentativeCopies) {
+  RaceConfig cfg = small_cfg(4);
+  RaceTable t(cfg);
+  std::vector<std::thread> th;
+  std::atomic<uint64_t> bad{0};
+  const uint64_t n = 20000;
+  for (int w = 0; w < 2; ++w) th.emplace_back([&, w] {
+    auto tr = t.fabric->connect();
+    Engine e(*tr);
+    RaceClient c(cfg, e, w);
+    std::vector<std::string> keys(n);
+    for (uint64_t i = 0; i < n; ++i) keys[i] = std::to_string(w) + "k" + std::to_string(i);
+    e.run_many(n, 1, [&](uint64_t i) -> Task<void> {
+      const Bytes v = bytes_of(value_of(keys[i], 1, 16));
+      const OpResult r = co_await c.find_or_put(KeyView(keys[i]), v);
+      if (r.status != Status::kInserted) bad++;
+    }, [&](const Engine::Completion& d) { if (d.error) bad++; });
+  });
+  for (auto& x : th) x.join();
+  EXPECT_EQ(bad, 0u);
+  const RaceInspection in = race_inspect(*t.fabric, cfg, true);
+  EXPECT_EQ(in.committed, 2 * n);
+  EXPECT_EQ(in.tentative, 0u);
+  EXPECT_EQ(in.frozen, 0u);
+}
+}
+}
