@@ -655,6 +655,74 @@ TEST(RaceInterleaving, ReadTornByAWholeSplitIsRetried) {
   EXPECT_GT(moved_under_reader, 100);
 }
 
+
+// Runs `hook` before every 8-byte WRITE into node 0's directory (a split publishing entries).
+class HookDirectoryWrites final : public Transport {
+ public:
+  HookDirectoryWrites(std::unique_ptr<Transport> inner, uint64_t dir_end, std::function<void()> hook)
+      : inner_(std::move(inner)), dir_end_(dir_end), hook_(std::move(hook)) {}
+  void execute(std::span<Request> batch) override {
+    ++counters_.batches;
+    for (Request& r : batch) {
+      counters_.add(r);
+      if (r.kind == ReqKind::kWrite && r.addr.node == 0 && r.addr.offset >= 64 && r.addr.offset < dir_end_ && r.len == 8)
+        hook_();
+      inner_->execute(std::span<Request>(&r, 1));
+    }
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  uint64_t dir_end_;
+  std::function<void()> hook_;
+};
+
+// While client A publishes a split (writes directory entries), client B tries to split too (and
+// to double the directory). The directory lock makes B back off with nothing changed; every key
+// of both stays reachable.
+TEST(RaceInterleaving, NoSplitPublishesWhileAnotherHoldsTheDirectory) {
+  RaceConfig cfg = small_cfg(1);
+  RaceTable t(cfg, 8 << 20);
+  RaceConfig bcfg = cfg;
+  bcfg.max_waits = 1;
+  Sync b(*t.fabric, bcfg, 2);
+  std::map<std::string, std::string> stored;
+  int next_b = 0;
+  uint64_t b_splits_inside = 0, hooks = 0;
+  bool in_hook = false;
+  auto hook = [&] {
+    RaceNodeHeader h;
+    std::memcpy(&h, t.fabric->local_region(0).data(), sizeof h);
+    if (in_hook || h.dir_lock == 0) return;  // only while A's split holds the directory
+    in_hook = true;
+    ++hooks;
+    const uint64_t before = b.client.stats().splits;
+    for (int i = 0; i < 30; ++i) {
+      const std::string k = "b" + std::to_string(next_b++);
+      try {
+        const OpResult r = b.put(k, "v" + k);
+        if (r.status == Status::kInserted) stored[k] = "v" + k;
+      } catch (const RaceWouldWait&) {
+        break;  // B met A's locks: gave up before changing anything
+      }
+    }
+    b_splits_inside += b.client.stats().splits - before;
+    in_hook = false;
+  };
+  Sync a(std::make_unique<HookDirectoryWrites>(t.fabric->connect(), cfg.pool_offset(), hook), cfg, 1);
+  for (int i = 0; i < 300; ++i) {
+    const std::string k = "a" + std::to_string(i);
+    ASSERT_EQ(a.put(k, "v" + k).status, Status::kInserted);
+    stored[k] = "v" + k;
+  }
+  EXPECT_GT(a.client.stats().splits, 10u);
+  EXPECT_GT(hooks, 20u);
+  EXPECT_EQ(b_splits_inside, 0u) << "a split published while another held the directory lock";
+  Sync c(*t.fabric, cfg, 3);
+  for (const auto& [k, v] : stored) ASSERT_EQ(c.get(k), v) << k;
+  EXPECT_EQ(race_inspect(*t.fabric, cfg).committed, stored.size());
+}
+
 }  // namespace
 }  // namespace rdmahash
 namespace rdmahash {
