@@ -9,9 +9,11 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
+#include "bench/kv_mix.h"
 #include "bench/report.h"
 #include "bench/workload.h"
 #include "bench/ycsb.h"
@@ -71,7 +73,8 @@ Task<void> do_op(KvClient* kv, Engine* engine, Op op, uint32_t value_bytes, Clie
 
 // One client's share of one point.
 ClientResult run_client(Engine& engine, const SchemeAdapter& adapter, const BenchOptions& o, Workload w,
-                        const ReadSizeSpec& read_size, uint32_t read_bytes, const KeySpace& keys, uint32_t client) {
+                        const ReadSizeSpec& read_size, uint32_t read_bytes, const KeySpace& keys, uint32_t client,
+                        uint32_t repeat, check::HistoryBuffer* history) {
   ClientResult r;
   r.latency_ns.reserve(o.ops);
   auto setup = adapter.make_client(engine, read_size, o);
@@ -80,9 +83,12 @@ ClientResult run_client(Engine& engine, const SchemeAdapter& adapter, const Benc
   OpStream stream(o, w, keys, client);
   const RawTarget raw{o.memory_nodes, adapter.region_bytes(), read_bytes};
   const uint32_t vb = adapter.value_bytes();
+  std::optional<KvMix> mix;
+  if (w == Workload::kKvMix) mix.emplace(o, keys, vb, client, repeat, history);
   const auto start = std::chrono::steady_clock::now();
   engine.run_many(
-      o.ops, o.depth, [&](uint64_t) { return do_op(kv.get(), &engine, stream.next(), vb, &r, raw); },
+      o.ops, o.depth,
+      [&](uint64_t) { return mix ? mix->next(kv.get(), &engine, &r) : do_op(kv.get(), &engine, stream.next(), vb, &r, raw); },
       [&](const Engine::Completion& c) {
         r.add_op(c.stats, c.latency);
         if (c.error) ++r.errors;
@@ -207,10 +213,11 @@ std::vector<Point> points_of(const BenchOptions& o) {
 
 // One client's share of one point, YCSB phases included.
 ClientResult run_point(Engine& engine, const SchemeAdapter& adapter, const BenchOptions& o, const Point& pt,
-                       const KeySpace& keys, uint32_t client, uint32_t clients, const ycsb::Workload* w) {
+                       const KeySpace& keys, uint32_t client, uint32_t clients, const ycsb::Workload* w,
+                       check::HistoryBuffer* history) {
   if (pt.workload == Workload::kYcsbLoad || pt.workload == Workload::kYcsbRun)
     return run_ycsb_client(engine, adapter, o, *w, pt.workload, keys, client, clients);
-  return run_client(engine, adapter, o, pt.workload, pt.read_size, pt.read_bytes, keys, client);
+  return run_client(engine, adapter, o, pt.workload, pt.read_size, pt.read_bytes, keys, client, pt.repeat, history);
 }
 
 class Reporter {
@@ -304,6 +311,8 @@ int run_local(const BenchOptions& o_in) {
     const KeySpace keys(yw ? yw->record_count : o.records, adapter->key_bits(), o.seed, o.zipf_theta);
     const KeySpace bulk = yw ? KeySpace(0, adapter->key_bits(), o.seed) : keys;
     adapter->load(*fabric, bulk, progress_bar(o, bulk.records(), "loading " + std::to_string(bulk.records()) + " records"));
+    std::vector<check::HistoryBuffer> history(o.history_path.empty() ? 0 : clients);
+    for (auto& h : history) h.reserve(o.ops * o.repeat);
     for (const Point& pt : points_of(o)) {
       std::vector<ClientResult> results(clients);
       std::vector<std::exception_ptr> errors(clients);
@@ -316,7 +325,7 @@ int run_local(const BenchOptions& o_in) {
           Engine engine(*transports[c]);
           sync.arrive_and_wait();
           try {
-            results[c] = run_point(engine, *adapter, o, pt, keys, c, clients, yw.get());
+            results[c] = run_point(engine, *adapter, o, pt, keys, c, clients, yw.get(), history.empty() ? nullptr : &history[c]);
           } catch (...) {
             errors[c] = std::current_exception();
           }
@@ -333,6 +342,7 @@ int run_local(const BenchOptions& o_in) {
                      pt.read_size.text(), pt.repeat, yw ? ycsb::summary(*yw) : ""};
       reporter.report(info, total);
     }
+    if (!history.empty()) write_kv_mix_history(o, keys, adapter->value_bytes(), history);
   }
   return 0;
 }
@@ -344,6 +354,7 @@ int run_ucx(const BenchOptions& o_in) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   prepare_ycsb(o, rank == 0 ? stderr : nullptr);  // every rank parses the same file: same outcome
+  check_ucx_history(o);
   // Every rank computes the same sizes, so the collective create() agrees on the region size.
   uint64_t region = 0;
   for (double lf : o.load_factors) region = std::max(region, make_adapter(o, lf)->region_bytes());
@@ -383,12 +394,15 @@ int run_ucx_ranks(const BenchOptions& o_in, uint64_t region) {
     const KeySpace keys(yw ? yw->record_count : opts.records, adapter->key_bits(), opts.seed, opts.zipf_theta);
     const KeySpace bulk = yw ? KeySpace(0, adapter->key_bits(), opts.seed) : keys;
     adapter->load(*fabric, bulk, fabric->rank() == 0 ? progress_bar(opts, bulk.records(), "loading shard 0") : nullptr);
+    check::HistoryBuffer history;
+    if (!opts.history_path.empty() && fabric->is_client()) history.reserve(opts.ops * opts.repeat);
     for (const Point& pt : points_of(opts)) {
       fabric->barrier();
       ClientResult mine;
       if (fabric->is_client()) {
         Engine engine(*transport);
-        mine = run_point(engine, *adapter, opts, pt, keys, client_index, fabric->client_count(), yw.get());
+        mine = run_point(engine, *adapter, opts, pt, keys, client_index, fabric->client_count(), yw.get(),
+                         opts.history_path.empty() ? nullptr : &history);
         fabric->client_done();
       }
       fabric->serve();  // memory nodes: progress (blocking on the event fd) until every client is done
@@ -405,6 +419,7 @@ int run_ucx_ranks(const BenchOptions& o_in, uint64_t region) {
         reporter->report(info, total);
       }
     }
+    if (!opts.history_path.empty()) gather_kv_mix_history(*fabric, opts, keys, adapter->value_bytes(), history);
   }
   fabric->barrier();
   return 0;

@@ -12,7 +12,7 @@
 namespace rdmahash::bench {
 
 enum class Workload { kGet, kGetAll, kFindOrPut, kMixed, kReadIntensive, kWriteIntensive, kRawRead,
-                      kYcsbLoad, kYcsbRun };
+                      kYcsbLoad, kYcsbRun, kKvMix };
 const char* to_string(Workload w);
 Workload parse_workload(const std::string& s);  // throws InvalidArgument
 
@@ -65,6 +65,10 @@ struct BenchOptions {
   std::string ycsb_path;
   std::vector<std::pair<std::string, std::string>> ycsb_overrides;
   bool ycsb_skip_unsupported = false;
+  // kv-mix (src/bench/kv_mix.h): get/put/update/erase/find_or_put on `kv_keys` keys; `--history
+  // FILE` records every operation of every client for the linearizability checker.
+  uint64_t kv_keys = 16;
+  std::string history_path;
   bool progress = true;                // progress bar while loading (only on a terminal)
   bool quiet = false;                  // no summary table
 
