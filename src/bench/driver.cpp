@@ -130,15 +130,7 @@ Task<void> ycsb_op(KvClient* kv, ycsb::Generator* gen, ycsb::Op op, uint64_t key
       ++r->skipped;  // only reached with --ycsb-skip-unsupported (checked before the run)
       co_return;
   }
-  r->chunks += res.chunks;
-  switch (res.status) {
-    case Status::kFound: ++r->found; break;
-    case Status::kInserted: ++r->inserted; break;
-    case Status::kFull: ++r->full; break;
-    case Status::kNotFound: ++r->not_found; break;
-    case Status::kUpdated: ++r->updated; break;
-    default: break;
-  }
+  r->add_outcome(res);
 }
 
 Task<void> ycsb_load_op(KvClient* kv, uint64_t key, uint32_t value_bytes, ClientResult* r) {

@@ -107,15 +107,7 @@ Task<void> KvMix::next(KvClient* kv, const Engine* engine, ClientResult* r) {
   if (!failed && op == check::HistOp::kGet && res.status == Status::kFound) ev.read = check::value_digest(value);
   if (history_) history_->push(ev);
   if (failed) std::rethrow_exception(failed);
-  r->chunks += res.chunks;
-  switch (res.status) {
-    case Status::kFound: ++r->found; break;
-    case Status::kInserted: ++r->inserted; break;
-    case Status::kFull: ++r->full; break;
-    case Status::kNotFound: ++r->not_found; break;
-    case Status::kUpdated: ++r->updated; break;
-    default: break;
-  }
+  r->add_outcome(res);
 }
 
 std::vector<check::HistoryEvent> kv_mix_initial_state(const BenchOptions& o, const KeySpace& keys, uint32_t value_bytes) {

@@ -9,6 +9,18 @@
 
 namespace rdmahash::bench {
 
+void ClientResult::add_outcome(const OpResult& res) {
+  chunks += res.chunks;
+  switch (res.status) {
+    case Status::kFound: ++found; break;
+    case Status::kInserted: ++inserted; break;
+    case Status::kFull: ++full; break;
+    case Status::kNotFound: ++not_found; break;
+    case Status::kUpdated: ++updated; break;
+    default: break;
+  }
+}
+
 void ClientResult::add_op(const OpStats& s, std::chrono::nanoseconds latency) {
   ++ops;
   round_trips += s.round_trips;

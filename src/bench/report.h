@@ -9,6 +9,7 @@
 
 #include "bench/options.h"
 #include "rdmahash/engine.h"
+#include "rdmahash/table.h"
 
 namespace rdmahash::bench {
 
@@ -27,6 +28,7 @@ struct ClientResult {
   std::vector<uint32_t> latency_ns;
 
   void add_op(const OpStats& s, std::chrono::nanoseconds latency);
+  void add_outcome(const OpResult& res);  // chunks and the status counters
   void merge(const ClientResult& o);  // sums; seconds = max
   std::vector<std::byte> serialize() const;
   static ClientResult deserialize(std::span<const std::byte> bytes);
