@@ -116,6 +116,11 @@ class Engine {
 
   Transport& transport() { return transport_; }
 
+  // The steady-clock time of the last batch boundary (when the last batch completed). Read by an
+  // operation when it starts, it is ≤ the posting of its first request; read after its last
+  // request completed, it is ≥ that completion. Checked histories (src/check) rely on both.
+  std::chrono::steady_clock::time_point batch_clock() const { return tick_; }
+
  private:
   friend class Pending;
   struct Root;

@@ -35,6 +35,10 @@
 //    empty slot of its probe sequence it can CAS, and after a failed CAS re-checks the winner's key,
 //    so two clients racing to insert one key insert it once (seed 001 §3.3).
 //  * Lookups stop at the first empty slot; tombstones are skipped, never reused.
+//  * find_or_put claims a slot only within M chunks of its home; when those hold neither the key nor
+//    an empty slot it scans on as a lookup does (to the first empty slot) and answers kFound if the
+//    key is there — so clients configured with different M agree on which keys are present — and
+//    kFull only for an absent key.
 //
 // Out-of-band (heap) records: kHeap and kHeap4 (seed 000 §4.1, Figs. 4 and 5)
 // -----------------------------------------------------------------------------
@@ -214,7 +218,7 @@ class ClusterReadSizer final : public ReadSizer {
 // Probing parameters: a client-side choice, not part of the table.
 struct ProbeConfig {
   uint32_t chunk = 8;         // C: slots per find_or_put read (seed 001)
-  uint32_t max_chunks = 128;  // M: find_or_put gives up (kFull) after M chunks
+  uint32_t max_chunks = 128;  // M: find_or_put claims slots within M chunks (else kFull if absent)
   uint32_t read_size = 8;     // R: slots per get/update/erase read (seed 000)
   std::shared_ptr<ReadSizer> read_sizer;  // optional: chooses R per read (model, cluster hints)
   void validate() const;

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/kv_mix.h"
 #include "bench/report.h"
 #include "bench/sysinfo.h"
 #include "bench/workload.h"
@@ -74,7 +75,8 @@ Task<void> do_op(KvClient* kv, Engine* engine, Op op, uint32_t value_bytes, Clie
 // One client's share of one point.
 ClientResult run_client(Engine& engine, const SchemeAdapter& adapter, const BenchOptions& o, Workload w,
                         const ReadSizeSpec& read_size, uint32_t read_bytes, const KeySpace& keys, uint32_t client,
-                        uint32_t clients, uint64_t insert_point) {
+                        uint32_t clients, uint64_t insert_point, uint32_t repeat,
+                        check::HistoryBuffer* history) {
   ClientResult r;
   r.latency_ns.reserve(o.ops);
   auto setup = adapter.make_client(engine, read_size, o);
@@ -83,9 +85,12 @@ ClientResult run_client(Engine& engine, const SchemeAdapter& adapter, const Benc
   OpStream stream(o, w, keys, client, clients, insert_point);
   const RawTarget raw{o.memory_nodes, adapter.region_bytes(), read_bytes};
   const uint32_t vb = adapter.value_bytes();
+  std::optional<KvMix> mix;
+  if (w == Workload::kKvMix) mix.emplace(o, keys, vb, client, repeat, history);
   const auto start = std::chrono::steady_clock::now();
   engine.run_many(
-      o.ops, o.depth, [&](uint64_t) { return do_op(kv.get(), &engine, stream.next(), vb, &r, raw); },
+      o.ops, o.depth,
+      [&](uint64_t) { return mix ? mix->next(kv.get(), &engine, &r) : do_op(kv.get(), &engine, stream.next(), vb, &r, raw); },
       [&](const Engine::Completion& c) {
         r.add_op(c.stats, c.latency);
         if (c.error) ++r.errors;
@@ -128,15 +133,7 @@ Task<void> ycsb_op(KvClient* kv, ycsb::Generator* gen, ycsb::Op op, uint64_t key
       ++r->skipped;  // only reached with --ycsb-skip-unsupported (checked before the run)
       co_return;
   }
-  r->chunks += res.chunks;
-  switch (res.status) {
-    case Status::kFound: ++r->found; break;
-    case Status::kInserted: ++r->inserted; break;
-    case Status::kFull: ++r->full; break;
-    case Status::kNotFound: ++r->not_found; break;
-    case Status::kUpdated: ++r->updated; break;
-    default: break;
-  }
+  r->add_outcome(res);
 }
 
 Task<void> ycsb_load_op(KvClient* kv, uint64_t key, uint32_t value_bytes, ClientResult* r) {
@@ -255,11 +252,11 @@ uint64_t insert_points(const std::vector<Point>& pts) {
 // One client's share of one point, YCSB phases included.
 ClientResult run_point(Engine& engine, const SchemeAdapter& adapter, const BenchOptions& o, const Point& pt,
                        const KeySpace& keys, uint32_t client, uint32_t clients, uint64_t insert_point,
-                       const ycsb::Workload* w) {
+                       const ycsb::Workload* w, check::HistoryBuffer* history) {
   if (pt.workload == Workload::kYcsbLoad || pt.workload == Workload::kYcsbRun)
     return run_ycsb_client(engine, adapter, o, *w, pt.workload, keys, client, clients);
   return run_client(engine, adapter, o, pt.workload, pt.read_size, pt.read_bytes, keys, client, clients,
-                    insert_point);
+                    insert_point, pt.repeat, history);
 }
 
 class Reporter {
@@ -387,6 +384,9 @@ class Backend {
   // Runs `fn(engine, client)` on every client, started together; returns the merged result where
   // points are reported (local: here; UCX: rank 0), else nothing.
   virtual std::optional<ClientResult> run(const std::function<ClientResult(Engine&, uint32_t)>& fn) = 0;
+  // --history: writes the file of one table's life from every client's buffer (`history[c]`;
+  // UCX: each rank holds only its own client's and rank 0 gathers them).
+  virtual void write_history(const KeySpace& keys, uint32_t value_bytes, std::vector<check::HistoryBuffer>& history) = 0;
 };
 
 // Every load factor, every point: the shared sweep. Each point starts from a stated table state:
@@ -409,6 +409,9 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
     uint64_t present = bulk.records();  // records in the table (known where points are reported)
     bool dirty = false;                 // a point wrote since the last load
     uint64_t insert_point = 0;
+    // --history records every client's operations over this table's whole life (every point runs
+    // on it: the options force --keep-table).
+    std::vector<check::HistoryBuffer> history(o.history_path.empty() ? 0 : clients);
     for (const Point& pt : points) {
       // A YCSB load phase always starts from an empty table, whatever --keep-table says, and its
       // run phase from the table that load phase left.
@@ -423,7 +426,9 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
       const uint64_t ip = insert_point;
       if (pt.workload != Workload::kYcsbLoad && pt.workload != Workload::kYcsbRun && writes(pt.workload)) ++insert_point;
       const auto total = b.run([&](Engine& e, uint32_t c) {
-        return run_point(e, *adapter, o, pt, keys, c, clients, ip, yw);
+        check::HistoryBuffer* h = history.empty() ? nullptr : &history[c];
+        if (h && h->events().empty()) h->reserve(o.ops * o.repeat);
+        return run_point(e, *adapter, o, pt, keys, c, clients, ip, yw, h);
       });
       dirty = dirty || writes(pt.workload);
       if (!total) continue;
@@ -441,13 +446,14 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
       info.ycsb = yw ? ycsb::summary(*yw) : "";
       const double slots = static_cast<double>(std::max<uint64_t>(adapter->slots(), 1));
       info.load_factor_start = static_cast<double>(present) / slots;
-      present += total->inserted;
+      present = present + total->inserted - std::min(present + total->inserted, total->erased);
       info.load_factor_end = static_cast<double>(present) / slots;
       info.warmup_seconds = warmup;
       info.table_bytes = adapter->region_bytes() * b.memory_nodes();
       info.llc_bytes = llc;
       reporter->report(info, *total);
     }
+    if (!history.empty()) b.write_history(keys, adapter->value_bytes(), history);
   }
 }
 
@@ -496,6 +502,9 @@ class LocalBackend final : public Backend {
     for (const auto& r : results) total.merge(r);
     return total;
   }
+  void write_history(const KeySpace& keys, uint32_t value_bytes, std::vector<check::HistoryBuffer>& history) override {
+    write_kv_mix_history(o_, keys, value_bytes, history);
+  }
 
  private:
   const BenchOptions& o_;
@@ -542,6 +551,12 @@ class UcxBackend final : public Backend {
       if (!b.empty()) total.merge(ClientResult::deserialize(b));
     return total;
   }
+  void write_history(const KeySpace& keys, uint32_t value_bytes, std::vector<check::HistoryBuffer>& history) override {
+    const uint32_t client = static_cast<uint32_t>(
+        o_.symmetric ? fabric_.rank() : fabric_.rank() - static_cast<int>(fabric_.memory_nodes()));
+    const check::HistoryBuffer none;
+    gather_kv_mix_history(fabric_, o_, keys, value_bytes, fabric_.is_client() ? history.at(client) : none);
+  }
 
  private:
   const BenchOptions& o_;
@@ -583,6 +598,7 @@ void check_memory_ucx(const BenchOptions& o, uint64_t region) {
 
 int run_local(const BenchOptions& o_in) {
   BenchOptions o = o_in;
+  if (!o.history_path.empty()) o.keep_table = true;  // a history is one table's whole life
   const auto yw = prepare_ycsb(o, stderr);
   const uint32_t clients = o.symmetric ? o.memory_nodes : o.clients;
   plan_table_writes(o, yw.get(), clients);
@@ -605,6 +621,7 @@ int run_ucx_ranks(const BenchOptions& o, uint64_t region);
 
 int run_ucx(const BenchOptions& o_in) {
   BenchOptions o = o_in;
+  if (!o.history_path.empty()) o.keep_table = true;  // a history is one table's whole life
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const auto yw = prepare_ycsb(o, rank == 0 ? stderr : nullptr);  // every rank parses the same file: same outcome
@@ -613,6 +630,7 @@ int run_ucx(const BenchOptions& o_in) {
   const uint32_t clients = o.symmetric ? static_cast<uint32_t>(ranks)
                                        : static_cast<uint32_t>(std::max<int>(ranks - static_cast<int>(o.memory_nodes), 1));
   plan_table_writes(o, yw.get(), clients);
+  check_ucx_history(o);
   // Every rank computes the same sizes, so the collective create() agrees on the region size.
   uint64_t region = 0;
   for (double lf : o.load_factors) region = std::max(region, make_adapter(o, lf)->region_bytes());

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "bench/kv_mix.h"
 #include "rdmahash/table.h"
 
 namespace rdmahash::bench {
@@ -18,16 +19,17 @@ const char* to_string(Workload w) {
     case Workload::kRawRead: return "raw-read";
     case Workload::kYcsbLoad: return "ycsb-load";
     case Workload::kYcsbRun: return "ycsb-run";
+    case Workload::kKvMix: return "kv-mix";
   }
   return "?";
 }
 
 Workload parse_workload(const std::string& s) {
   for (Workload w : {Workload::kGet, Workload::kGetAll, Workload::kFindOrPut, Workload::kMixed, Workload::kReadIntensive,
-                     Workload::kWriteIntensive, Workload::kRawRead})
+                     Workload::kWriteIntensive, Workload::kRawRead, Workload::kKvMix})
     if (s == to_string(w)) return w;
   throw InvalidArgument("unknown workload '" + s +
-                        "' (expected get, get-all, find-or-put, mixed, read-intensive, write-intensive or raw-read)");
+                        "' (expected get, get-all, find-or-put, mixed, read-intensive, write-intensive, raw-read or kv-mix)");
 }
 
 std::string ReadSizeSpec::text() const {
@@ -158,6 +160,7 @@ std::string BenchOptions::error() const {
   }
   for (uint32_t b : read_bytes)
     if (b == 0 || b > (1u << 20)) return "--read-bytes must be in [1, 1048576]";
+  if (auto e = kv_mix_error(*this); !e.empty()) return e;
   return {};
 }
 

@@ -12,7 +12,7 @@
 namespace rdmahash::bench {
 
 enum class Workload { kGet, kGetAll, kFindOrPut, kMixed, kReadIntensive, kWriteIntensive, kRawRead,
-                      kYcsbLoad, kYcsbRun };
+                      kYcsbLoad, kYcsbRun, kKvMix };
 const char* to_string(Workload w);
 Workload parse_workload(const std::string& s);  // throws InvalidArgument
 
@@ -81,6 +81,10 @@ struct BenchOptions {
   uint64_t table_writes = 0;
   bool cold = false;                   // no warm-up: the first point also measures first-touch page faults
   bool keep_table = false;             // no reload between points: each starts where the last ended
+  // kv-mix (src/bench/kv_mix.h): get/put/update/erase/find_or_put on `kv_keys` keys; `--history
+  // FILE` records every operation of every client for the linearizability checker.
+  uint64_t kv_keys = 16;
+  std::string history_path;
   bool progress = true;                // progress bar while loading (only on a terminal)
   bool quiet = false;                  // no summary table
 

@@ -9,6 +9,19 @@
 
 namespace rdmahash::bench {
 
+void ClientResult::add_outcome(const OpResult& res) {
+  chunks += res.chunks;
+  switch (res.status) {
+    case Status::kFound: ++found; break;
+    case Status::kInserted: ++inserted; break;
+    case Status::kFull: ++full; break;
+    case Status::kNotFound: ++not_found; break;
+    case Status::kUpdated: ++updated; break;
+    case Status::kErased: ++erased; break;
+    default: break;
+  }
+}
+
 void ClientResult::add_op(const OpStats& s, std::chrono::nanoseconds latency) {
   ++ops;
   round_trips += s.round_trips;
@@ -20,7 +33,7 @@ void ClientResult::add_op(const OpStats& s, std::chrono::nanoseconds latency) {
 
 void ClientResult::merge(const ClientResult& o) {
   ops += o.ops; found += o.found; inserted += o.inserted; full += o.full; not_found += o.not_found;
-  updated += o.updated; skipped += o.skipped;
+  updated += o.updated; erased += o.erased; skipped += o.skipped;
   errors += o.errors; value_mismatches += o.value_mismatches;
   round_trips += o.round_trips; reads += o.reads; writes += o.writes; cas += o.cas; faa += o.faa;
   rpcs += o.rpcs; bytes += o.bytes; chunks += o.chunks; matches += o.matches;
@@ -32,13 +45,13 @@ void ClientResult::merge(const ClientResult& o) {
 }
 
 namespace {
-constexpr size_t kFixedWords = 22;
+constexpr size_t kFixedWords = 23;
 }
 
 std::vector<std::byte> ClientResult::serialize() const {
   const uint64_t fixed[kFixedWords] = {ops, found, inserted, full, not_found, errors, value_mismatches,
                                        round_trips, reads, writes, cas, faa, rpcs, bytes, chunks, matches,
-                                       read_size, updated, skipped, resizes, directory_depth, latency_ns.size()};
+                                       read_size, updated, skipped, resizes, directory_depth, erased, latency_ns.size()};
   std::vector<std::byte> out(sizeof fixed + sizeof(double) + latency_ns.size() * 4);
   std::memcpy(out.data(), fixed, sizeof fixed);
   std::memcpy(out.data() + sizeof fixed, &seconds, sizeof(double));
@@ -59,6 +72,7 @@ ClientResult ClientResult::deserialize(std::span<const std::byte> in) {
   r.skipped = f[18];
   r.resizes = f[19];
   r.directory_depth = static_cast<uint32_t>(f[20]);
+  r.erased = f[21];
   std::memcpy(&r.seconds, in.data() + sizeof f, sizeof(double));
   const uint64_t nlat = f[kFixedWords - 1];
   if (in.size() != sizeof f + sizeof(double) + nlat * 4) throw InvalidArgument("corrupt client result");
@@ -150,7 +164,7 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   }
   j["chunks_per_op"] = d.chunks;
   j["outcomes"] = {{"found", t.found}, {"inserted", t.inserted}, {"full", t.full}, {"not_found", t.not_found},
-                   {"updated", t.updated}, {"skipped", t.skipped}};
+                   {"updated", t.updated}, {"erased", t.erased}, {"skipped", t.skipped}};
   if (!p.ycsb.empty()) {
     j["ycsb"] = p.ycsb;
     j["ycsb_file"] = o.ycsb_path;

@@ -9,13 +9,14 @@
 
 #include "bench/options.h"
 #include "rdmahash/engine.h"
+#include "rdmahash/table.h"
 
 namespace rdmahash::bench {
 
 // What one client measured at one point. Counters are totals over its operations.
 struct ClientResult {
   uint64_t ops = 0;
-  uint64_t found = 0, inserted = 0, full = 0, not_found = 0, updated = 0;
+  uint64_t found = 0, inserted = 0, full = 0, not_found = 0, updated = 0, erased = 0;
   uint64_t skipped = 0;           // YCSB operations the scheme cannot do (--ycsb-skip-unsupported)
   uint64_t errors = 0;            // operations that threw
   uint64_t value_mismatches = 0;  // gets that returned a value other than the one stored
@@ -29,6 +30,7 @@ struct ClientResult {
   std::vector<uint32_t> latency_ns;
 
   void add_op(const OpStats& s, std::chrono::nanoseconds latency);
+  void add_outcome(const OpResult& res);  // chunks and the status counters
   void merge(const ClientResult& o);  // sums; seconds = max
   std::vector<std::byte> serialize() const;
   static ClientResult deserialize(std::span<const std::byte> bytes);

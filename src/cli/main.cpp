@@ -4,11 +4,17 @@
 //                                --fabric ucx ...` runs over UCX, `--fabric local` in one process.
 //   rdmahash model [options]     the read-size cost model (seed 000 §3): R* for a table, or a curve.
 //   rdmahash calibrate [options] measure the model's c, rho0, alpha, l on a fabric (seed 000 §3.5).
+//   rdmahash check-history FILE  is a `bench --history` file linearizable? (execs the Go checker,
+//                                rdmahash-check-history, installed beside this executable)
 #include <mpi.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cerrno>
+#include <cstring>
 #include <exception>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -51,7 +57,7 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
   cmd.add_option("--race-groups", o.race_groups, "race: bucket groups per subtable (3 buckets of 7 slots each)")
       ->capture_default_str();
   cmd.add_option("--workload", workloads,
-                 "get, get-all, find-or-put, mixed, read-intensive, write-intensive, raw-read (a list runs each)")
+                 "get, get-all, find-or-put, mixed, read-intensive, write-intensive, raw-read, kv-mix (a list runs each)")
       ->delimiter(',');
   cmd.add_option("--ops", o.ops, "operations per client")->capture_default_str();
   cmd.add_option("--depth", o.depth, "operations in flight per client")->capture_default_str();
@@ -88,6 +94,10 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
   cmd.add_flag("--keep-table", o.keep_table,
                "do not reload the table after a point that wrote: each point starts where the last ended "
                "(JSON load_factor_start/end); default: every point starts from the bulk-loaded table");
+  cmd.add_option("--keys", o.kv_keys, "kv-mix: the keys the clients contend on (half loaded, half absent)")
+      ->capture_default_str();
+  cmd.add_option("--history", o.history_path,
+                 "kv-mix: record every operation of every client to FILE (check with `rdmahash check-history FILE`)");
   cmd.add_option("--json", o.json_path, "append one JSON object per point to FILE (JSON Lines)");
   cmd.add_flag("!--no-progress", o.progress, "no progress bar while loading");
   cmd.add_flag("--quiet", o.quiet, "no summary table on stdout");
@@ -97,9 +107,28 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
 std::string command_name(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "bench" || a == "model" || a == "calibrate") return "rdmahash " + a;
+    if (a == "bench" || a == "model" || a == "calibrate" || a == "check-history") return "rdmahash " + a;
   }
   return "rdmahash";
+}
+
+// Replaces this process with the Go checker (check/main.go) beside this executable.
+int exec_checker(const std::string& file, double timeout_s, const std::string& html) {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::string checker = (ec ? std::filesystem::path(".") : self.parent_path()) / "rdmahash-check-history";
+  std::vector<std::string> args{checker, "-timeout-per-key", std::to_string(timeout_s) + "s"};
+  if (!html.empty()) args.insert(args.end(), {"-html", html});
+  args.push_back("--");
+  args.push_back(file);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  ::execv(checker.c_str(), argv.data());
+  std::fprintf(stderr, "rdmahash check-history: error: cannot run the checker %s: %s (it is built with Go: "
+               "install golang-go and rebuild)\n", checker.c_str(), std::strerror(errno));
+  return 2;
 }
 
 }  // namespace
@@ -115,6 +144,13 @@ int main(int argc, char** argv) {
   add_bench_options(*bench, opts, workloads, read_sizes, distribution, ycsb_props);
   rdmahash::cli::ModelCommand model_cmd(app);
   rdmahash::cli::CalibrateCommand calibrate_cmd(app);
+  std::string history_file, history_html;
+  double history_timeout = 60;
+  CLI::App* check = app.add_subcommand("check-history", "check that a `bench --history` file is linearizable (Porcupine, per-key KV model); exit 0 linearizable, 1 violation, 3 unknown (timeout)");
+  check->add_option("FILE", history_file, "history file written by rdmahash bench --history")->required();
+  check->add_option("--timeout-per-key", history_timeout, "seconds per key before giving up (result: unknown, exit 3)")
+      ->capture_default_str();
+  check->add_option("--html", history_html, "where to write the visualization of a violating key (default: FILE.html)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -125,6 +161,13 @@ int main(int argc, char** argv) {
   }
   if (model_cmd.parsed()) return model_cmd.run();
   if (calibrate_cmd.parsed()) return calibrate_cmd.run(argc, argv);
+  if (check->parsed()) {
+    if (!(history_timeout > 0 && history_timeout < 1e6)) {
+      std::fprintf(stderr, "rdmahash check-history: error: --timeout-per-key must be in (0, 10^6) seconds\n");
+      return 2;
+    }
+    return exec_checker(history_file, history_timeout, history_html);
+  }
 
   try {
     opts.workloads.clear();

@@ -43,7 +43,7 @@ RootCoro root_coro(Task<void> task, RootT* root) {
 }
 }  // namespace
 
-Engine::Engine(Transport& transport) : transport_(transport) {}
+Engine::Engine(Transport& transport) : transport_(transport), tick_(std::chrono::steady_clock::now()) {}
 
 Engine::~Engine() = default;
 

@@ -692,6 +692,14 @@ Task<OpResult> LinearClient::insert(uint64_t key, std::span<const std::byte> val
     if (!next) break;
     cur.emplace(std::move(*next));
   }
+  // M chunks held neither the key nor an empty slot. Lookups scan on to the first empty slot, so
+  // a key past M chunks (inserted by a client with a larger M) is present: answer as get would,
+  // never kFull for a present key.
+  if ((co_await locate(key, p, {}, r.chunks)).found) {
+    r.status = Status::kFound;
+    r.matches = 1;
+    co_return r;
+  }
   r.status = Status::kFull;
   co_return r;
 }
@@ -975,7 +983,11 @@ Task<OpResult> LinearClient::heap_insert(uint64_t key, std::span<const std::byte
     if (!next) break;
     cur.emplace(std::move(*next));
   }
-  co_return finish(Status::kFull);
+  // As in insert(): a key past M chunks is present, not "full".
+  OpResult scan;
+  const bool present = (co_await heap_scan(key, p, false, {}, nullptr, scan)).found;
+  r.chunks += scan.chunks;
+  co_return finish(present ? Status::kFound : Status::kFull);
 }
 
 Task<OpResult> LinearClient::heap_update(uint64_t key, std::span<const std::byte> value) {

@@ -1,0 +1,60 @@
+# Checked histories (issue 10): for every scheme and storage, a contended kv-mix run (16 keys,
+# 4 clients, get/put/update/erase/find_or_put) over LocalFabric and over UCX (mpirun) records a
+# history of > 10^5 operations, and Porcupine must find it linearizable. Then deliberately broken
+# histories (a stale read, a torn read, a duplicate insert) must be rejected.
+if(NOT RDMAHASH_GO)
+  message(WARNING "Go not found: the history checker tests are skipped")
+  return()
+endif()
+set(HISTORY_DIR ${CMAKE_CURRENT_BINARY_DIR}/histories)
+file(MAKE_DIRECTORY ${HISTORY_DIR})
+set(HISTORY_RUN --workload kv-mix --keys 16 --depth 4 --ops 25000 --records 100000 --no-progress --quiet)
+set(HISTORY_SCHEMES
+  "linear_set|--scheme linear --slot-format set"
+  "linear_inline|--scheme linear --slot-format inline --value-bytes 16"
+  "linear_heap|--scheme linear --storage heap --value-bytes 16"
+  "cuckoo_inline|--scheme cuckoo --value-bytes 16"
+  "cuckoo_heap|--scheme cuckoo --storage heap --value-bytes 16")
+foreach(entry IN LISTS HISTORY_SCHEMES)
+  string(REPLACE "|" ";" parts "${entry}")
+  list(GET parts 0 name)
+  list(GET parts 1 flags)
+  separate_arguments(flags)
+  set(local_file ${HISTORY_DIR}/${name}_local.bin)
+  add_test(NAME history_${name}_local
+    COMMAND sh -c "b=\"$1\" f=\"$2\"; shift 2; rm -f \"$f\" && \"$b\" bench --fabric local --clients 4 \"\$@\" --history \"$f\" && \"$b\" check-history --timeout-per-key 120 \"$f\""
+            sh $<TARGET_FILE:rdmahash_cli> ${local_file} ${flags} ${HISTORY_RUN})
+  set(ucx_file ${HISTORY_DIR}/${name}_ucx.bin)
+  add_test(NAME history_${name}_ucx
+    COMMAND sh -c "m=\"$1\" b=\"$2\" f=\"$3\"; shift 3; rm -f \"$f\" && $m -n 5 \"$b\" bench --fabric ucx --memory-nodes 1 \"\$@\" --history \"$f\" && \"$b\" check-history --timeout-per-key 120 \"$f\""
+            sh "${MPIEXEC_EXECUTABLE} --oversubscribe" $<TARGET_FILE:rdmahash_cli> ${ucx_file} ${flags} ${HISTORY_RUN})
+  set_tests_properties(history_${name}_local history_${name}_ucx PROPERTIES
+    PASS_REGULAR_EXPRESSION "linearizable: [0-9][0-9][0-9][0-9][0-9][0-9]+ events" TIMEOUT 600
+    ENVIRONMENT "${RDMAHASH_MPI_ENV}" LABELS history)
+endforeach()
+
+# The checker catches broken histories: each takes the linear inline history and breaks one op.
+foreach(mode stale-read torn-read lost-insert)
+  add_test(NAME history_catches_${mode}
+    COMMAND sh -c "python3 \"$1\" ${mode} \"$3\" \"$3.${mode}\" && \"$2\" check-history --html \"$3.${mode}.html\" \"$3.${mode}\"; rc=$?; echo \"exit $rc\"; [ $rc -eq 1 ] && [ -s \"$3.${mode}.html\" ]"
+            sh ${CMAKE_CURRENT_SOURCE_DIR}/history_inject.py $<TARGET_FILE:rdmahash_cli> ${HISTORY_DIR}/linear_inline_local.bin)
+  set_tests_properties(history_catches_${mode} PROPERTIES DEPENDS history_linear_inline_local
+    PASS_REGULAR_EXPRESSION "not linearizable: key.*exit 1" TIMEOUT 300 LABELS history)
+endforeach()
+
+# Bad input: a clear message, exit 2.
+add_test(NAME history_bad_file COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/expect_fail.sh "not an rdmahash history file"
+  $<TARGET_FILE:rdmahash_cli> check-history ${CMAKE_CURRENT_SOURCE_DIR}/CMakeLists.txt)
+add_test(NAME history_missing_file COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/expect_fail.sh "cannot open history file"
+  $<TARGET_FILE:rdmahash_cli> check-history ${HISTORY_DIR}/no-such-file)
+add_test(NAME history_truncated_file
+  COMMAND sh -c "head -c 1000 \"$2\" > \"$2.truncated\" && \"$1\" check-history \"$2.truncated\"; rc=$?; echo \"exit $rc\"; [ $rc -eq 2 ]"
+          sh $<TARGET_FILE:rdmahash_cli> ${HISTORY_DIR}/linear_inline_local.bin)
+set_tests_properties(history_truncated_file PROPERTIES DEPENDS history_linear_inline_local
+  PASS_REGULAR_EXPRESSION "truncated [(]header says [0-9]+ events[)].*exit 2")
+add_test(NAME history_needs_kv_mix COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/expect_fail.sh "history records workload kv-mix only"
+  $<TARGET_FILE:rdmahash_cli> bench --records 100 --ops 10 --workload get --history ${HISTORY_DIR}/x.bin)
+add_test(NAME history_kv_mix_small_values COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/expect_fail.sh "value-bytes must be 0 or at least 8"
+  $<TARGET_FILE:rdmahash_cli> bench --records 100 --ops 10 --workload kv-mix --value-bytes 4)
+add_test(NAME history_unwritable COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/expect_fail.sh "cannot open --history file"
+  $<TARGET_FILE:rdmahash_cli> bench --records 100 --ops 10 --workload kv-mix --history /nonexistent/dir/h.bin)
