@@ -18,6 +18,7 @@
 namespace rdmahash {
 namespace {
 
+using test::InterleavingTransport;
 using test::value_for;
 
 // A formatted, empty table: one LocalFabric region per shard, the RPC handler registered.
@@ -481,48 +482,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, CuckooRace,
 // The threaded race above depends on the scheduler to interleave; this one forces the worst
 // interleavings a NIC allows, deterministically, on one thread: its transport runs node-side writes
 // (relocating inserts, erases, in-place updates) between the requests of a batch and between the
-// 8-byte words of every READ (a multi-word READ is not atomic).
-class InterleavingTransport final : public Transport {
- public:
-  InterleavingTransport(std::unique_ptr<Transport> inner, std::function<void()> hook)
-      : inner_(std::move(inner)), hook_(std::move(hook)) {}
-  void execute(std::span<Request> batch) override {
-    ++counters_.batches;
-    for (Request& r : batch) {
-      if (r.kind == ReqKind::kRead) {
-        // About four writes land inside each READ, at random word boundaries (a one-word READ gets
-        // one before it 4 times in 5). Words between two writes are read as one piece.
-        const uint32_t words = (r.len + 7) / 8;
-        uint32_t done = 0;
-        for (uint32_t w = 0; w <= words; ++w) {
-          const bool cut = w < words && rng_() % (words + 4) < 4;
-          if (!cut && w < words) continue;
-          read_piece(r, done * 8, std::min(r.len, w * 8));
-          done = w;
-          if (cut) hook_();
-        }
-      } else {
-        hook_();
-        inner_->execute(std::span<Request>(&r, 1));
-      }
-      counters_.add(r);
-    }
-  }
-
- private:
-  void read_piece(const Request& r, uint32_t from, uint32_t to) {
-    if (from >= to) return;
-    Request piece = r;
-    piece.addr.offset += from;
-    piece.buf = static_cast<std::byte*>(r.buf) + from;
-    piece.len = to - from;
-    inner_->execute(std::span<Request>(&piece, 1));
-  }
-  std::unique_ptr<Transport> inner_;
-  std::function<void()> hook_;
-  std::mt19937_64 rng_{17};
-};
-
+// 8-byte words of every READ (a multi-word READ is not atomic): test::InterleavingTransport.
 class CuckooInterleaving : public testing::TestWithParam<std::tuple<CuckooStorage, uint32_t, CuckooProbe>> {};
 
 TEST_P(CuckooInterleaving, RelocationsBetweenReadsNeverHideOrTearAKey) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <vector>
@@ -47,5 +48,49 @@ inline std::vector<std::byte> value_for(uint64_t key, uint32_t salt, uint32_t by
   }
   return v;
 }
+
+// A transport that runs `hook` (typically one memory-node-side write) before every non-READ
+// request and at random word boundaries inside READs, which it splits into ascending pieces: the
+// harshest cheap test of a one-sided read protocol against a concurrent writer.
+class InterleavingTransport final : public Transport {
+ public:
+  InterleavingTransport(std::unique_ptr<Transport> inner, std::function<void()> hook)
+      : inner_(std::move(inner)), hook_(std::move(hook)) {}
+  void execute(std::span<Request> batch) override {
+    ++counters_.batches;
+    for (Request& r : batch) {
+      if (r.kind == ReqKind::kRead) {
+        // About four writes land inside each READ, at random word boundaries (a one-word READ gets
+        // one before it 4 times in 5). Words between two writes are read as one piece.
+        const uint32_t words = (r.len + 7) / 8;
+        uint32_t done = 0;
+        for (uint32_t w = 0; w <= words; ++w) {
+          const bool cut = w < words && rng_() % (words + 4) < 4;
+          if (!cut && w < words) continue;
+          read_piece(r, done * 8, std::min(r.len, w * 8));
+          done = w;
+          if (cut) hook_();
+        }
+      } else {
+        hook_();
+        inner_->execute(std::span<Request>(&r, 1));
+      }
+      counters_.add(r);
+    }
+  }
+
+ private:
+  void read_piece(const Request& r, uint32_t from, uint32_t to) {
+    if (from >= to) return;
+    Request piece = r;
+    piece.addr.offset += from;
+    piece.buf = static_cast<std::byte*>(r.buf) + from;
+    piece.len = to - from;
+    inner_->execute(std::span<Request>(&piece, 1));
+  }
+  std::unique_ptr<Transport> inner_;
+  std::function<void()> hook_;
+  std::mt19937_64 rng_{17};
+};
 
 }  // namespace rdmahash::test

@@ -40,6 +40,7 @@ struct OpResult {
   Status status = Status::kNotFound;
   uint32_t chunks = 0;   // reads of the slot array the operation scanned (probe length in reads)
   uint32_t matches = 0;  // records matched (multimap lookups); 1 for a found key
+  uint32_t persists = 0; // persistent schemes: flush+fence calls the memory node made for this op
 };
 
 // A scheme's client. Each call is a coroutine run by an Engine; see engine.h.
