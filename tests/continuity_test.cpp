@@ -343,3 +343,37 @@ TEST(ContinuityConcurrency, ReadersDuringWritesSeeWholeMonotoneValues) {
 
 }  // namespace
 }  // namespace rdmahash
+
+namespace rdmahash {
+namespace {
+
+// Seed 002 Fig. 10's quantity without resizing: the load factor at which the first segment
+// overflows. More SBuckets per pair must hold strictly more (each segment has 4 more slots).
+TEST(ContinuityLoad, MoreSBucketsHoldMoreBeforeTheFirstFullSegment) {
+  double prev = 0;
+  for (uint32_t sb = 1; sb <= 4; ++sb) {
+    double sum = 0;
+    for (uint64_t seed = 1; seed <= 3; ++seed) {
+      ContinuityConfig c;
+      c.buckets_per_node = 2000;
+      c.sbuckets = sb;
+      c.value_bytes = 0;
+      c.hash_seed = seed;
+      std::vector<std::byte> mem(c.region_bytes() + kCacheLine);
+      const auto mis = reinterpret_cast<uintptr_t>(mem.data()) % kCacheLine;
+      PersistentRegion region({mem.data() + (mis ? kCacheLine - mis : 0), c.region_bytes()}, PersistMode::kVolatile);
+      ContinuityShard shard(c, 0, region);
+      std::mt19937_64 rng(seed * 77);
+      while (shard.find_or_put(rng(), {}).status != Status::kFull) {
+      }
+      sum += static_cast<double>(shard.records()) / static_cast<double>(shard.capacity());
+    }
+    const double lf = sum / 3;
+    std::printf("continuity sbuckets=%u: load factor at the first full segment %.3f (2000 buckets, 3 seeds)\n", sb, lf);
+    EXPECT_GT(lf, prev);
+    prev = lf;
+  }
+}
+
+}  // namespace
+}  // namespace rdmahash

@@ -60,6 +60,7 @@ Task<void> do_op(KvClient* kv, Engine* engine, Op op, uint32_t value_bytes, Clie
   }
   r->chunks += res.chunks;
   r->matches += res.matches;
+  r->persists += res.persists;
   switch (res.status) {
     case Status::kFound: ++r->found; break;
     case Status::kInserted: ++r->inserted; break;
@@ -125,6 +126,7 @@ Task<void> ycsb_op(KvClient* kv, ycsb::Generator* gen, ycsb::Op op, uint64_t key
       co_return;
   }
   r->chunks += res.chunks;
+  r->persists += res.persists;
   switch (res.status) {
     case Status::kFound: ++r->found; break;
     case Status::kInserted: ++r->inserted; break;
@@ -140,6 +142,7 @@ Task<void> ycsb_load_op(KvClient* kv, uint64_t key, uint32_t value_bytes, Client
   fill_value(key, value);
   const OpResult res = co_await kv->find_or_put(key, value);
   r->chunks += res.chunks;
+  r->persists += res.persists;
   if (res.status == Status::kInserted) ++r->inserted;
   else if (res.status == Status::kFound) ++r->found;
   else ++r->full;
@@ -300,7 +303,9 @@ int run_local(const BenchOptions& o_in) {
   for (double lf : o.load_factors) {
     auto adapter = make_adapter(o, lf);
     check_key_capacity(o, *adapter, clients);
-    auto fabric = make_local_fabric(std::vector<uint64_t>(o.memory_nodes, adapter->region_bytes()));
+    const auto pm = adapter->persistent_region();  // --pm-path: the file mapping is the region
+    auto fabric = pm.empty() ? make_local_fabric(std::vector<uint64_t>(o.memory_nodes, adapter->region_bytes()))
+                             : make_local_fabric_over({pm});
     const KeySpace keys(yw ? yw->record_count : o.records, adapter->key_bits(), o.seed, o.zipf_theta);
     const KeySpace bulk = yw ? KeySpace(0, adapter->key_bits(), o.seed) : keys;
     adapter->load(*fabric, bulk, progress_bar(o, bulk.records(), "loading " + std::to_string(bulk.records()) + " records"));
@@ -330,7 +335,7 @@ int run_local(const BenchOptions& o_in) {
       PointInfo info{o.scheme, adapter->describe(), "local",
                      o.symmetric ? o.memory_nodes : o.memory_nodes + clients, o.memory_nodes, clients,
                      keys.records(), adapter->slots(), lf, pt.workload, pt.read_size.slots, pt.read_bytes,
-                     pt.read_size.text(), pt.repeat, yw ? ycsb::summary(*yw) : ""};
+                     pt.read_size.text(), pt.repeat, yw ? ycsb::summary(*yw) : "", adapter->persistence()};
       reporter.report(info, total);
     }
   }
@@ -367,6 +372,14 @@ int run_ucx_ranks(const BenchOptions& o_in, uint64_t region) {
   fc.memory_nodes = o.memory_nodes;
   fc.symmetric = o.symmetric;
   fc.region_bytes = region;
+  // --pm-path: the memory node (rank 0) exposes the file mapping as its region.
+  int my_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &my_rank);
+  std::unique_ptr<SchemeAdapter> pm_adapter;
+  if (!o.pm_path.empty() && my_rank == 0) {
+    pm_adapter = make_adapter(o, o.load_factors.front());
+    fc.region_address = pm_adapter->persistent_region().data();
+  }
   auto fabric = UcxFabric::create(fc);
   const uint32_t mem_nodes = fabric->memory_nodes();
   BenchOptions opts = o;
@@ -378,7 +391,7 @@ int run_ucx_ranks(const BenchOptions& o_in, uint64_t region) {
   std::unique_ptr<Transport> transport = fabric->is_client() ? fabric->connect() : nullptr;
 
   for (double lf : opts.load_factors) {
-    auto adapter = make_adapter(opts, lf);
+    auto adapter = pm_adapter ? std::move(pm_adapter) : make_adapter(opts, lf);
     check_key_capacity(opts, *adapter, fabric->client_count());
     const KeySpace keys(yw ? yw->record_count : opts.records, adapter->key_bits(), opts.seed, opts.zipf_theta);
     const KeySpace bulk = yw ? KeySpace(0, adapter->key_bits(), opts.seed) : keys;
@@ -401,7 +414,7 @@ int run_ucx_ranks(const BenchOptions& o_in, uint64_t region) {
         PointInfo info{opts.scheme, adapter->describe(), "ucx", static_cast<uint32_t>(fabric->size()), mem_nodes,
                        fabric->client_count(), keys.records(), adapter->slots(), lf, pt.workload,
                        pt.read_size.slots, pt.read_bytes, pt.read_size.text(), pt.repeat,
-                       yw ? ycsb::summary(*yw) : ""};
+                       yw ? ycsb::summary(*yw) : "", adapter->persistence()};
         reporter->report(info, total);
       }
     }

@@ -36,6 +36,8 @@ struct BenchOptions {
   std::string storage = "inline";      // inline | heap (records out of band; cuckoo)
   uint32_t slots_per_bucket = 4;       // cuckoo: 1 or 4
   std::string cuckoo_probe = "parallel";  // cuckoo lookups: parallel | sequential
+  uint32_t sbuckets = 3;               // continuity: SBuckets per segment pair (1..4)
+  std::string pm_path;                 // continuity: the table lives in this pmem file (reopened if it exists)
   uint32_t memory_nodes = 1;
   bool symmetric = false;
   uint32_t clients = 1;                // local fabric: client threads (ucx: the client ranks)

@@ -24,19 +24,20 @@ void ClientResult::merge(const ClientResult& o) {
   errors += o.errors; value_mismatches += o.value_mismatches;
   round_trips += o.round_trips; reads += o.reads; writes += o.writes; cas += o.cas; faa += o.faa;
   rpcs += o.rpcs; bytes += o.bytes; chunks += o.chunks; matches += o.matches;
+  persists += o.persists;
   read_size = std::max(read_size, o.read_size);
   seconds = std::max(seconds, o.seconds);
   latency_ns.insert(latency_ns.end(), o.latency_ns.begin(), o.latency_ns.end());
 }
 
 namespace {
-constexpr size_t kFixedWords = 20;
+constexpr size_t kFixedWords = 21;
 }
 
 std::vector<std::byte> ClientResult::serialize() const {
   const uint64_t fixed[kFixedWords] = {ops, found, inserted, full, not_found, errors, value_mismatches,
                                        round_trips, reads, writes, cas, faa, rpcs, bytes, chunks, matches,
-                                       read_size, updated, skipped, latency_ns.size()};
+                                       read_size, updated, skipped, persists, latency_ns.size()};
   std::vector<std::byte> out(sizeof fixed + sizeof(double) + latency_ns.size() * 4);
   std::memcpy(out.data(), fixed, sizeof fixed);
   std::memcpy(out.data() + sizeof fixed, &seconds, sizeof(double));
@@ -55,6 +56,7 @@ ClientResult ClientResult::deserialize(std::span<const std::byte> in) {
   r.read_size = static_cast<uint32_t>(f[16]);
   r.updated = f[17];
   r.skipped = f[18];
+  r.persists = f[19];
   std::memcpy(&r.seconds, in.data() + sizeof f, sizeof(double));
   const uint64_t nlat = f[kFixedWords - 1];
   if (in.size() != sizeof f + sizeof(double) + nlat * 4) throw InvalidArgument("corrupt client result");
@@ -132,6 +134,12 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   j["requests_per_op"] = {{"read", d.reads}, {"write", d.writes}, {"cas", d.cas}, {"faa", d.faa}, {"rpc", d.rpcs}};
   j["bytes_per_op"] = d.bytes;
   j["chunks_per_op"] = d.chunks;
+  if (!p.persistence.empty()) {
+    j["persistence"] = p.persistence;
+    if (!o.pm_path.empty()) j["pm_path"] = o.pm_path;
+    j["persists_per_op"] = t.ops ? static_cast<double>(t.persists) / static_cast<double>(t.ops) : 0.0;
+    j["persists"] = t.persists;
+  }
   j["outcomes"] = {{"found", t.found}, {"inserted", t.inserted}, {"full", t.full}, {"not_found", t.not_found},
                    {"updated", t.updated}, {"skipped", t.skipped}};
   if (!p.ycsb.empty()) {

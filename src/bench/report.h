@@ -22,6 +22,7 @@ struct ClientResult {
   uint64_t round_trips = 0, reads = 0, writes = 0, cas = 0, faa = 0, rpcs = 0, bytes = 0;
   uint64_t chunks = 0;            // slot-array reads per operation, summed
   uint64_t matches = 0;           // records returned (get-all returns every match)
+  uint64_t persists = 0;          // flush+fence calls the memory node made for these operations
   uint32_t read_size = 0;         // lookup read size this client used (model: its R*)
   double seconds = 0;
   std::vector<uint32_t> latency_ns;
@@ -43,6 +44,7 @@ struct PointInfo {
   std::string read_size_policy = "fixed";
   uint32_t repeat = 0;  // which repetition of the point (--repeat)
   std::string ycsb;     // the YCSB workload's summary, when the point is a YCSB phase
+  std::string persistence;  // persistent schemes: volatile, pmem or msync (empty: not persistent)
 };
 
 std::string to_json_line(const BenchOptions& o, const PointInfo& p, const ClientResult& total);

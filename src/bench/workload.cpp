@@ -1,10 +1,14 @@
 #include "bench/workload.h"
 
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
 #include "bench/ycsb.h"
+#include "rdmahash/continuity.h"
 #include "rdmahash/cuckoo.h"
+#include "rdmahash/pmem.h"
 #include "rdmahash/model.h"
 #include "schemes/hash.h"
 
@@ -236,11 +240,90 @@ class CuckooAdapter final : public SchemeAdapter {
   std::unique_ptr<CuckooServer> server_;
 };
 
+// Continuity hashing (seed 002); with --pm-path the memory node's table is a pmem file mapping.
+class ContinuityAdapter final : public SchemeAdapter {
+ public:
+  ContinuityAdapter(const BenchOptions& o, double load_factor) : pm_path_(o.pm_path) {
+    if (o.key_bytes != 8) throw InvalidArgument("--scheme continuity stores 8-byte keys: use --key-bytes 8");
+    cfg_ = ContinuityConfig::for_records(o.records, load_factor, o.memory_nodes, o.sbuckets);
+    cfg_.value_bytes = o.value_bytes;
+    cfg_.hash_seed = hash::mix64(o.seed ^ 0xC047ULL);
+    cfg_.validate();
+  }
+  uint64_t region_bytes() const override { return cfg_.region_bytes(); }
+  uint64_t slots() const override { return cfg_.slots_per_node() * cfg_.memory_nodes; }
+  unsigned key_bits() const override { return 63; }
+  uint32_t value_bytes() const override { return cfg_.value_bytes; }
+
+  std::span<std::byte> persistent_region() override {
+    if (pm_path_.empty()) return {};
+    if (!file_) {
+      try {
+        file_ = std::make_unique<PmemFile>(PmemFile::open(pm_path_, cfg_.region_bytes()));
+      } catch (const PmemError& e) {
+        throw InvalidArgument(std::string("--pm-path: ") + e.what());
+      }
+      if (file_->bytes().size() < cfg_.region_bytes())
+        throw InvalidArgument("--pm-path " + pm_path_ + ": the file has " + std::to_string(file_->bytes().size()) +
+                              " bytes, this table needs " + std::to_string(cfg_.region_bytes()) +
+                              " (another geometry or a truncated image; nothing was changed)");
+    }
+    return file_->bytes().first(cfg_.region_bytes());
+  }
+
+  void load(Fabric& fabric, const KeySpace& keys, const std::function<void(uint64_t)>& progress) override {
+    const PersistMode mode = file_ ? file_->mode() : PersistMode::kVolatile;
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      server_ = std::make_unique<ContinuityServer>(fabric, cfg_, mode);
+    } catch (const PmemError& e) {
+      throw InvalidArgument("--pm-path " + pm_path_ + ": " + e.what() + " (nothing was changed)");
+    }
+    if (server_->recovered()) {  // an existing image: recovered (validated and scanned), not bulk-loaded
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr, "rdmahash bench: recovered %llu records from %s (%llu bytes) in %.3f s\n",
+                   static_cast<unsigned long long>(server_->records()), pm_path_.c_str(),
+                   static_cast<unsigned long long>(cfg_.region_bytes()), s);
+      if (progress) progress(keys.records());
+      return;
+    }
+    std::vector<std::byte> value(cfg_.value_bytes);
+    RecordStream records(keys);
+    for (uint64_t i = 0; i < keys.records(); ++i) {
+      const uint64_t k = records.next();
+      fill_value(k, value);
+      server_->bulk_insert(k, value);
+      if ((i & 0xFFFF) == 0 && progress) progress(i);
+    }
+    if (progress) progress(keys.records());
+  }
+
+  ClientSetup make_client(Engine& engine, const ReadSizeSpec& spec, const BenchOptions&) const override {
+    if (spec.kind != ReadSizeSpec::Kind::kFixed)
+      throw InvalidArgument("--read-size " + spec.text() + " applies to linear probing, not to --scheme continuity");
+    return {std::make_unique<ContinuityClient>(cfg_, engine), 4 + 4 * cfg_.sbuckets};
+  }
+
+  std::string describe() const override {
+    return "continuity sb=" + std::to_string(cfg_.sbuckets) + " seg=" + std::to_string(cfg_.segment_bytes()) + "B";
+  }
+  std::string persistence() const override {
+    return to_string(file_ ? file_->mode() : PersistMode::kVolatile);
+  }
+
+ private:
+  ContinuityConfig cfg_;
+  std::string pm_path_;
+  std::unique_ptr<PmemFile> file_;
+  std::unique_ptr<ContinuityServer> server_;
+};
+
 }  // namespace
 
 std::unique_ptr<SchemeAdapter> make_adapter(const BenchOptions& o, double load_factor) {
   if (o.scheme == "linear") return std::make_unique<LinearAdapter>(o, load_factor);
   if (o.scheme == "cuckoo") return std::make_unique<CuckooAdapter>(o, load_factor);
+  if (o.scheme == "continuity") return std::make_unique<ContinuityAdapter>(o, load_factor);
   throw InvalidArgument("unknown scheme '" + o.scheme + "'");
 }
 

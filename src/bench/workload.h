@@ -101,6 +101,11 @@ class SchemeAdapter {
   // policy.
   virtual ClientSetup make_client(Engine& engine, const ReadSizeSpec& spec, const BenchOptions& o) const = 0;
   virtual std::string describe() const = 0;
+  // Persistent schemes (--pm-path): the memory node's table memory, a file mapping the fabric must
+  // expose as its region (opened on first call, on the memory node only); empty otherwise.
+  virtual std::span<std::byte> persistent_region() { return {}; }
+  // "volatile", "pmem" or "msync" for persistent schemes (after load), else empty.
+  virtual std::string persistence() const { return {}; }
 };
 
 std::unique_ptr<SchemeAdapter> make_adapter(const BenchOptions& o, double load_factor);
