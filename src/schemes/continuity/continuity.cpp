@@ -10,6 +10,7 @@
 
 #include "schemes/hash.h"
 #include "schemes/record.h"
+#include "schemes/write_rpc.h"
 
 namespace rdmahash {
 namespace {
@@ -59,36 +60,6 @@ uint32_t config_tag(const ContinuityConfig& c) {
   for (uint64_t f : {uint64_t{c.memory_nodes}, c.buckets_per_node, uint64_t{c.sbuckets}, uint64_t{c.value_bytes}})
     h = hash::mix64(h ^ f);
   return static_cast<uint32_t>(h);
-}
-
-// --- RPC wire format ----------------------------------------------------------------------------
-enum RpcOp : uint8_t { kOpFindOrPut = 1, kOpPut = 2, kOpUpdate = 3, kOpErase = 4 };
-enum RpcCode : uint8_t { kRpcOk = 0, kRpcBadRequest = 1, kRpcNotHosted = 2, kRpcInternal = 3 };
-struct RpcRequest {  // followed by value_len value bytes
-  uint8_t op;
-  uint8_t pad[3];
-  uint32_t node;
-  uint32_t cfg_tag;
-  uint32_t value_len;
-  uint64_t key;
-};
-static_assert(sizeof(RpcRequest) == 24);
-struct RpcReply {  // followed by an error message when code != kRpcOk
-  uint8_t code;
-  uint8_t status;
-  uint16_t pad;
-  uint32_t persists;
-};
-static_assert(sizeof(RpcReply) == 8);
-
-void write_reply(std::vector<std::byte>& out, RpcCode code, ContinuityResult r, const std::string& msg = {}) {
-  RpcReply rep{};
-  rep.code = code;
-  rep.status = static_cast<uint8_t>(r.status);
-  rep.persists = r.persists;
-  out.resize(sizeof rep + msg.size());
-  std::memcpy(out.data(), &rep, sizeof rep);
-  if (!msg.empty()) std::memcpy(out.data() + sizeof rep, msg.data(), msg.size());
 }
 
 }  // namespace
@@ -441,33 +412,18 @@ struct ContinuityServer::State {
   std::vector<std::unique_ptr<PersistentRegion>> regions;
   std::vector<std::unique_ptr<ContinuityShard>> shards;
 
-  // Never throws: errors become error replies (an exception would escape through LocalFabric).
   void handle(std::span<const std::byte> req, std::vector<std::byte>& reply) {
-    const ContinuityResult none{Status::kNotFound, 0};
-    try {
-      RpcRequest r{};
-      if (req.size() < sizeof r) return write_reply(reply, kRpcBadRequest, none, "short continuity request");
-      std::memcpy(&r, req.data(), sizeof r);
-      if (r.cfg_tag != tag)
-        return write_reply(reply, kRpcBadRequest, none, "the client's continuity configuration differs from the table's");
-      if (r.node >= shards.size() || !shards[r.node])
-        return write_reply(reply, kRpcNotHosted, none, "continuity shard " + std::to_string(r.node) + " is not hosted here");
-      if (req.size() != sizeof r + r.value_len)
-        return write_reply(reply, kRpcBadRequest, none, "continuity request length mismatch");
-      const auto value = req.subspan(sizeof r, r.value_len);
-      ContinuityShard& s = *shards[r.node];
-      switch (r.op) {
-        case kOpFindOrPut: return write_reply(reply, kRpcOk, s.find_or_put(r.key, value));
-        case kOpPut: return write_reply(reply, kRpcOk, s.put(r.key, value));
-        case kOpUpdate: return write_reply(reply, kRpcOk, s.update(r.key, value));
-        case kOpErase: return write_reply(reply, kRpcOk, s.erase(r.key));
-        default: return write_reply(reply, kRpcBadRequest, none, "unknown continuity op");
-      }
-    } catch (const InvalidArgument& e) {
-      write_reply(reply, kRpcBadRequest, none, e.what());
-    } catch (const std::exception& e) {
-      write_reply(reply, kRpcInternal, none, e.what());
-    }
+    write_rpc::serve("continuity", tag, req, shards, reply,
+                     [](ContinuityShard& s, write_rpc::Op op, uint64_t key, std::span<const std::byte> value) {
+                       ContinuityResult r{Status::kNotFound, 0};
+                       switch (op) {
+                         case write_rpc::kFindOrPut: r = s.find_or_put(key, value); break;
+                         case write_rpc::kPut: r = s.put(key, value); break;
+                         case write_rpc::kUpdate: r = s.update(key, value); break;
+                         case write_rpc::kErase: r = s.erase(key); break;
+                       }
+                       return write_rpc::Result{r.status, r.persists};
+                     });
   }
 };
 
@@ -611,50 +567,33 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
 }
 
 Task<OpResult> ContinuityClient::remote(uint8_t op, uint64_t key, std::span<const std::byte> value) {
-  const ContinuityPlacement p = continuity_place(cfg_, key);
-  RpcRequest req{};
-  req.op = op;
-  req.node = p.node;
-  req.cfg_tag = cfg_tag_;
-  req.value_len = static_cast<uint32_t>(value.size());
-  req.key = key;
-  std::vector<std::byte> payload(sizeof req + value.size());
-  std::memcpy(payload.data(), &req, sizeof req);
-  if (!value.empty()) std::memcpy(payload.data() + sizeof req, value.data(), value.size());
-  std::vector<std::byte> reply;
-  co_await engine_.rpc(p.node, rpc_id_, payload.data(), static_cast<uint32_t>(payload.size()), &reply);
-  RpcReply rep{};
-  if (reply.size() < sizeof rep) throw FabricError("continuity: short reply from node " + std::to_string(p.node));
-  std::memcpy(&rep, reply.data(), sizeof rep);
-  if (rep.code != kRpcOk) {
-    const std::string msg(reinterpret_cast<const char*>(reply.data()) + sizeof rep, reply.size() - sizeof rep);
-    if (rep.code == kRpcBadRequest) throw InvalidArgument("continuity: " + msg);
-    throw FabricError("continuity: node " + std::to_string(p.node) + ": " + msg);
-  }
-  persists_ += rep.persists;
+  const uint32_t node = continuity_place(cfg_, key).node;
+  const write_rpc::Result res =
+      co_await write_rpc::call(engine_, "continuity", rpc_id_, node, cfg_tag_, static_cast<write_rpc::Op>(op), key, value);
+  persists_ += res.aux;
   OpResult r;
-  r.status = static_cast<Status>(rep.status);
+  r.status = res.status;
   r.matches = (r.status == Status::kFound || r.status == Status::kUpdated || r.status == Status::kErased) ? 1 : 0;
-  r.persists = rep.persists;
+  r.persists = res.aux;
   co_return r;
 }
 
 Task<OpResult> ContinuityClient::find_or_put(uint64_t key, std::span<const std::byte> value) {
   check_value(value, false);
-  co_return co_await remote(kOpFindOrPut, key, value);
+  co_return co_await remote(write_rpc::kFindOrPut, key, value);
 }
 
 Task<OpResult> ContinuityClient::put(uint64_t key, std::span<const std::byte> value) {
   check_value(value, true);
-  co_return co_await remote(kOpPut, key, value);
+  co_return co_await remote(write_rpc::kPut, key, value);
 }
 
 Task<OpResult> ContinuityClient::update(uint64_t key, std::span<const std::byte> value) {
   check_value(value, true);
-  co_return co_await remote(kOpUpdate, key, value);
+  co_return co_await remote(write_rpc::kUpdate, key, value);
 }
 
-Task<OpResult> ContinuityClient::erase(uint64_t key) { co_return co_await remote(kOpErase, key, {}); }
+Task<OpResult> ContinuityClient::erase(uint64_t key) { co_return co_await remote(write_rpc::kErase, key, {}); }
 
 Task<ContinuityHeader> ContinuityClient::read_header(uint32_t node) {
   if (node >= cfg_.memory_nodes) throw InvalidArgument("node " + std::to_string(node) + " holds no shard of this table");
