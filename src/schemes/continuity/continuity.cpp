@@ -2,11 +2,11 @@
 // are documented in include/rdmahash/continuity.h; this file follows them.
 #include "rdmahash/continuity.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <string>
-#include <unordered_set>
 
 #include "schemes/hash.h"
 #include "schemes/record.h"
@@ -205,10 +205,11 @@ void ContinuityShard::recover() {
   // The scan: every valid slot must be a consistent item of its own segment, no key twice (I1, I2).
   const SlotLayout l(cfg_);
   const uint64_t pairs = cfg_.buckets_per_node / 2;
-  std::unordered_set<uint64_t> seen;
   std::vector<std::byte> rec(l.bytes);
   uint64_t n = 0;
+  std::vector<uint64_t> seen;  // keys of this pair: a key can only be valid in its own pair
   for (uint64_t i = 0; i < pairs; ++i) {
+    seen.clear();
     const uint64_t ind = region_.load(indicator_off(i));
     const uint64_t bits = ind & kBitsMask & ~kGenMask;
     if (bits >> cfg_.pair_slots())
@@ -227,7 +228,9 @@ void ContinuityShard::recover() {
       if (!ok)
         throw PmemError("corrupt image: pair " + std::to_string(i) + " slot " + std::to_string(bit) +
                         " is valid but does not hold a consistent item of that segment");
-      if (!seen.insert(key).second) throw PmemError("corrupt image: key " + std::to_string(key) + " is valid twice");
+      if (std::find(seen.begin(), seen.end(), key) != seen.end())
+        throw PmemError("corrupt image: key " + std::to_string(key) + " is valid twice");
+      seen.push_back(key);
       ++n;
     }
   }
