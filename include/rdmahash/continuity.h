@@ -43,11 +43,14 @@
 //   I2 a valid slot's bytes are exactly what was written before its bit was set (they were
 //      persisted before the indicator store that set the bit, and are not written while valid);
 //   I3 every acknowledged write is durable: the reply is sent after the indicator persist.
-//   Crash states: a crash before the indicator persist leaves the indicator (and so the table)
-//   as before the operation — the half-written slot has a clear bit and is garbage nobody reads;
-//   after it, the operation is complete. An indicator line evicted early carries a whole 8-byte
-//   word (x86 PM stores of an aligned word are failure-atomic), i.e. the old or the new indicator;
-//   the slot it publishes was persisted before that store was issued. Recovery is therefore only a
+//   Crash states: a crash before the indicator store leaves the indicator (and so the table) as
+//   before the operation — the half-written slot has a clear bit and is garbage nobody reads;
+//   between the store and its persist the media hold the old or the new indicator word (an
+//   aligned 8-byte PM store is failure-atomic; a line evicted early carries the new one), so the
+//   in-flight operation is wholly absent or wholly present — its slot was persisted before the
+//   store was issued; after the persist it is complete and acknowledged. Formatting writes the
+//   magic word last, in its own persist: an image whose formatting was interrupted is refused,
+//   never taken for a table (delete it). Recovery is therefore only a
 //   scan: validate the header, count the valid bits, check each valid slot (checksum, fingerprint,
 //   segment, no key twice); a violation means media corruption and is reported, never "repaired".
 //
