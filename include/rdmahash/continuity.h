@@ -80,8 +80,10 @@
 // node restarts on the same file, recovery yields exactly the state of the last persisted
 // indicator of every pair. A client that dies only loses its own in-flight requests.
 //
-// Not implemented yet (see docs/results.md): resizing (a full segment reports kFull) and added
-// SBuckets (seed 002 Fig. 10).
+// Resizing is offline (`resize_into`: no client may use the tables meanwhile): log-free, by
+// insert-into-new then erase-from-old, resumable after a crash. Not implemented yet (see
+// docs/results.md): resizing while clients read and write (a full segment reports kFull) and
+// added SBuckets (seed 002 Fig. 10).
 //
 // Thread safety: ContinuityClient belongs to one Engine; ContinuityShard and the RPC handler are
 // thread-safe (one mutex per shard), readers never lock.
@@ -177,6 +179,17 @@ class ContinuityShard {
   ContinuityResult put(uint64_t key, std::span<const std::byte> value);
   ContinuityResult update(uint64_t key, std::span<const std::byte> value);
   ContinuityResult erase(uint64_t key);
+
+  // Log-free resizing (seed 002), offline (no client may use either table meanwhile): moves every
+  // valid item of this shard into `dst` (a table with the same node, values and hash seed, e.g.
+  // twice the buckets), each by insert-into-dst, then erase-here. At every instant every key is in
+  // this shard or in `dst` (briefly both, with one value), so a crash at any point loses nothing,
+  // and calling resize_into again after restart — the seed's recovery: an item already in `dst`
+  // is erased here, any other is rehashed — completes the move. Returns the items moved; throws
+  // InvalidArgument if a segment of `dst` is full (both tables stay consistent; retry with a
+  // larger `dst`). The application switches to `dst` (e.g. renames its file) once this shard is
+  // empty.
+  uint64_t resize_into(ContinuityShard& dst);
 
   bool owns(uint64_t key) const;
   std::optional<std::vector<std::byte>> find(uint64_t key) const;

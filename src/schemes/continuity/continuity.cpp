@@ -369,6 +369,24 @@ ContinuityResult ContinuityShard::erase(uint64_t key) {
   return {Status::kErased, n};
 }
 
+uint64_t ContinuityShard::resize_into(ContinuityShard& dst) {
+  if (&dst == this) throw InvalidArgument("resize_into: the destination is this table");
+  if (dst.cfg_.value_bytes != cfg_.value_bytes || dst.cfg_.hash_seed != cfg_.hash_seed || dst.node_ != node_ ||
+      dst.cfg_.memory_nodes != cfg_.memory_nodes)
+    throw InvalidArgument("resize_into: the destination differs in values, hash seed or node");
+  uint64_t moved = 0;
+  for (auto& [key, value] : items()) {
+    // Insert first (or find the copy a crashed resize already made), then erase here.
+    const ContinuityResult r = dst.find_or_put(key, value);
+    if (r.status == Status::kFull)
+      throw InvalidArgument("resize_into: the destination segment of key " + std::to_string(key) +
+                            " is full; every item is still in one of the two tables");
+    erase(key);
+    ++moved;
+  }
+  return moved;
+}
+
 std::optional<std::vector<std::byte>> ContinuityShard::find(uint64_t key) const {
   if (!owns(key)) return std::nullopt;
   const ContinuityPlacement p = continuity_place(cfg_, key);
