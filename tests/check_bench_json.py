@@ -133,6 +133,15 @@ def main():
                     fail(f"race: missing field {k}")
             if w == "get" and r["round_trips_per_op"] < 2:
                 fail("race get: buckets then blocks, at least 2 round trips")
+        if r["scheme"] == "continuity":
+            # Seed 002: a lookup is one READ of the segment; insert/update persist twice, delete once.
+            if "persists_per_op" not in r or r.get("persistence") not in ("volatile", "pmem", "msync"):
+                fail("continuity runs report persistence and persists_per_op")
+            if w == "get" and (abs(r["round_trips_per_op"] - 1) > 1e-9 or abs(r["requests_per_op"]["read"] - 1) > 1e-9):
+                fail("a continuity lookup is one READ in one round trip")
+            if w in ("find-or-put", "mixed", "ycsb-load"):
+                if abs(r["persists_per_op"] * ops - 2 * o["inserted"]) > 1e-6:
+                    fail(f"continuity inserts persist twice: {r['persists_per_op']} per op, {o['inserted']} inserted")
         print(f"ok: {w} lf={r['load_factor']:.2f} ops={ops} rt/op={r['round_trips_per_op']:.2f} "
               f"outcomes={o}")
     print(f"{len(lines)} passed, 0 failed")

@@ -166,3 +166,23 @@ add_test(NAME cli_race_value_bytes COMMAND ${EXPECT_FAIL} "value-bytes must be a
   ${RDMAHASH_BIN} bench --scheme race --value-bytes 20000)
 add_test(NAME cli_race_ucx_bulk_2mem COMMAND ${EXPECT_FAIL} "bulk-loads its records"
   ${RDMAHASH_BIN} bench --scheme race --fabric ucx --memory-nodes 2)
+# Continuity hashing (seed 002): volatile and --pm-path runs, reopen-and-recover, bad input.
+add_test(NAME bench_local_continuity COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --fabric local --scheme continuity --clients 2 --records 20000 --load-factor 0.2
+  --value-bytes 8 --workload get,find-or-put,mixed --ops 2000 --depth 8)
+add_test(NAME bench_ucx_continuity COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_MPIRUN} -n 3 ${RDMAHASH_BIN} bench --fabric ucx --scheme continuity --memory-nodes 1 --records 20000
+  --load-factor 0.2 --value-bytes 8 --workload get,find-or-put --ops 1000 --depth 8)
+set_tests_properties(bench_ucx_continuity PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
+add_test(NAME bench_continuity_pm_reopen
+  COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/continuity_pm_reopen.sh ${RDMAHASH_BIN} ${CMAKE_CURRENT_BINARY_DIR}/pm_reopen
+          ${CHECK_JSON} "${MPIEXEC_EXECUTABLE}")
+set_tests_properties(bench_continuity_pm_reopen PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
+add_test(NAME cli_continuity_bad_sbuckets COMMAND ${EXPECT_FAIL} "sbuckets must be in"
+  ${RDMAHASH_BIN} bench --scheme continuity --sbuckets 7)
+add_test(NAME cli_pm_path_needs_continuity COMMAND ${EXPECT_FAIL} "pm-path applies to --scheme continuity"
+  ${RDMAHASH_BIN} bench --scheme linear --pm-path /tmp/x.pm)
+add_test(NAME cli_continuity_full_fails_cleanly COMMAND ${EXPECT_FAIL} "is full at [0-9]+ of [0-9]+ slots"
+  ${RDMAHASH_BIN} bench --scheme continuity --records 20000 --load-factor 0.9 --ops 10)
+add_test(NAME cli_continuity_pm_path_directory COMMAND ${EXPECT_FAIL} "pm-path: .*not a regular file"
+  ${RDMAHASH_BIN} bench --scheme continuity --records 100 --load-factor 0.2 --ops 10 --pm-path /tmp)

@@ -18,6 +18,7 @@
 namespace rdmahash {
 namespace {
 
+using test::InterleavingTransport;
 using test::value_for;
 
 // A formatted, empty table: one LocalFabric region per shard, the RPC handler registered.
@@ -484,9 +485,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, CuckooRace,
 // The threaded race above depends on the scheduler to interleave; this one forces the worst
 // interleavings a NIC allows, deterministically, on one thread: its transport runs node-side writes
 // (relocating inserts, erases, in-place updates) between the requests of a batch and between the
-// 8-byte words of every READ (a multi-word READ is not atomic).
-using test::InterleavingTransport;
-
+// 8-byte words of every READ (a multi-word READ is not atomic): test::InterleavingTransport.
 class CuckooInterleaving : public testing::TestWithParam<std::tuple<CuckooStorage, uint32_t, CuckooProbe>> {};
 
 TEST_P(CuckooInterleaving, RelocationsBetweenReadsNeverHideOrTearAKey) {

@@ -63,9 +63,11 @@ inline std::vector<std::byte> value_for(uint64_t key, uint32_t salt, uint32_t by
   return v;
 }
 
-// Forces the interleavings a NIC allows, deterministically, on one thread: `hook` runs between
-// the requests of a batch and between the 8-byte words of every READ (a multi-word READ is not
-// atomic). Shared by cuckoo_test and race_test.
+// Forces the interleavings a NIC allows, deterministically, on one thread: `hook` (typically one
+// memory-node-side write) runs before every non-READ request of a batch and at random 8-byte word
+// boundaries inside every READ, which it splits into ascending pieces (a multi-word READ is not
+// atomic): the harshest cheap test of a one-sided read protocol against a concurrent writer.
+// Shared by cuckoo_test, race_test and continuity_test.
 class InterleavingTransport final : public Transport {
  public:
   InterleavingTransport(std::unique_ptr<Transport> inner, std::function<void()> hook)

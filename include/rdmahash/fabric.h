@@ -109,5 +109,7 @@ class Fabric {
 // In-process fabric: memory nodes are heap regions of this process, clients are threads, atomics
 // are real `std::atomic_ref` operations. Every request is bounds-checked.
 std::unique_ptr<Fabric> make_local_fabric(std::vector<uint64_t> region_bytes);
+// The same over regions the caller owns and keeps alive (e.g. persistent-memory file mappings).
+std::unique_ptr<Fabric> make_local_fabric_over(const std::vector<std::span<std::byte>>& regions);
 
 }  // namespace rdmahash

@@ -52,6 +52,7 @@ struct OpResult {
   uint32_t chunks = 0;   // reads of the slot array the operation scanned (probe length in reads)
   uint32_t matches = 0;  // records matched (multimap lookups); 1 for a found key
   uint32_t value_bytes = 0;  // byte-key get: length of the stored value (variable-length schemes)
+  uint32_t persists = 0; // persistent schemes: flush+fence calls the memory node made for this op
 };
 
 // A byte-string key (see the contract above). A view: the bytes must outlive the call's Task.

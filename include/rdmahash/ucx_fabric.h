@@ -29,6 +29,10 @@ struct UcxFabricConfig {
   uint32_t memory_nodes = 1;   // K: ranks 0..K-1 host a region (ignored when symmetric)
   bool symmetric = false;      // every rank hosts a region and runs a client
   uint64_t region_bytes = 0;   // per memory node
+  // Memory node only (not symmetric): expose this memory (e.g. a persistent-memory file mapping,
+  // which keeps its contents) instead of allocating a zeroed region. ucp_mem_map registers it
+  // without UCP_MEM_MAP_ALLOCATE, so over shared memory peers READ it through CMA.
+  std::byte* region_address = nullptr;
 };
 
 class UcxFabric : public Fabric {

@@ -63,6 +63,7 @@ Task<void> do_op(KvClient* kv, Engine* engine, Op op, uint32_t value_bytes, Clie
   }
   r->chunks += res.chunks;
   r->matches += res.matches;
+  r->persists += res.persists;
   switch (res.status) {
     case Status::kFound: ++r->found; break;
     case Status::kInserted: ++r->inserted; break;
@@ -141,6 +142,7 @@ Task<void> ycsb_load_op(KvClient* kv, uint64_t key, uint32_t value_bytes, Client
   fill_value(key, value);
   const OpResult res = co_await kv->find_or_put(key, value);
   r->chunks += res.chunks;
+  r->persists += res.persists;
   if (res.status == Status::kInserted) ++r->inserted;
   else if (res.status == Status::kFound) ++r->found;
   else ++r->full;
@@ -377,9 +379,17 @@ class Backend {
   virtual uint32_t clients() const = 0;
   virtual uint32_t memory_nodes() const = 0;
   virtual PointInfo layout() const = 0;  // fabric, ranks, memory nodes, clients
-  // A table of `a`'s size is about to be loaded (local: a new fabric).
-  virtual void begin_table(const SchemeAdapter& a) = 0;
-  // Formats every shard and bulk-loads `keys` into them (UCX: memory nodes, between two barriers).
+  // The adapter of the table at `load_factor` (UCX --pm-path: the one rank 0 made before the
+  // fabric, whose file mapping the fabric registered).
+  virtual std::shared_ptr<SchemeAdapter> adapter(const BenchOptions& o, double load_factor) {
+    return make_adapter(o, load_factor);
+  }
+  // A table of `a`'s size is about to be loaded (local: a new fabric; over the file mapping of a
+  // persistent table, --pm-path).
+  virtual void begin_table(SchemeAdapter& a) = 0;
+  // Formats every shard and bulk-loads `keys` into them (UCX: memory nodes, between two barriers);
+  // called again to reload the table between points (a persistent image: restored, see
+  // ContinuityAdapter::load).
   virtual void load(SchemeAdapter& a, const KeySpace& keys) = 0;
   // Runs `fn(engine, client)` on every client, started together; returns the merged result where
   // points are reported (local: here; UCX: rank 0), else nothing.
@@ -397,16 +407,20 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
   const uint32_t clients = b.clients();
   const uint64_t llc = llc_bytes();
   for (double lf : o.load_factors) {
-    auto adapter = make_adapter(o, lf);
+    auto adapter = b.adapter(o, lf);
     check_key_capacity(o, *adapter, clients, insert_points(points));
     b.begin_table(*adapter);
     const KeySpace keys(yw ? yw->record_count : o.records, adapter->key_bits(), o.seed, o.zipf_theta);
     const KeySpace bulk = yw ? KeySpace(0, adapter->key_bits(), o.seed) : keys;
     b.load(*adapter, bulk);
+    // Records in the table as loaded: the bulk-loaded ones, or those of a recovered persistent
+    // image (--pm-path reopened; where points are reported, the memory node holding it).
+    const uint64_t loaded = adapter->recovered_records().value_or(bulk.records());
+    const uint64_t records = adapter->recovered_records().value_or(keys.records());
     double warmup = 0;
     if (!o.cold)
       if (auto w = b.run([&](Engine& e, uint32_t) { return warm_up(e, *adapter, b.memory_nodes()); })) warmup = w->seconds;
-    uint64_t present = bulk.records();  // records in the table (known where points are reported)
+    uint64_t present = loaded;  // records in the table (known where points are reported)
     bool dirty = false;                 // a point wrote since the last load
     uint64_t insert_point = 0;
     // --history records every client's operations over this table's whole life (every point runs
@@ -420,7 +434,7 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
                                                               : dirty && !o.keep_table;
       if (reload) {
         b.load(*adapter, bulk);
-        present = bulk.records();
+        present = loaded;
         dirty = false;
       }
       const uint64_t ip = insert_point;
@@ -435,7 +449,7 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
       PointInfo info = b.layout();
       info.scheme = o.scheme;
       info.scheme_detail = adapter->describe();
-      info.records = keys.records();
+      info.records = records;
       info.slots = adapter->slots();
       info.target_load_factor = lf;
       info.workload = pt.workload;
@@ -451,6 +465,7 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
       info.warmup_seconds = warmup;
       info.table_bytes = adapter->region_bytes() * b.memory_nodes();
       info.llc_bytes = llc;
+      info.persistence = adapter->persistence();
       reporter->report(info, *total);
     }
     if (!history.empty()) b.write_history(keys, adapter->value_bytes(), history);
@@ -470,9 +485,11 @@ class LocalBackend final : public Backend {
     p.clients = clients_;
     return p;
   }
-  void begin_table(const SchemeAdapter& a) override {
+  void begin_table(SchemeAdapter& a) override {
     fabric_.reset();  // free the previous table first
-    fabric_ = make_local_fabric(std::vector<uint64_t>(o_.memory_nodes, a.region_bytes()));
+    const auto pm = a.persistent_region();  // --pm-path: the file mapping is the region
+    fabric_ = pm.empty() ? make_local_fabric(std::vector<uint64_t>(o_.memory_nodes, a.region_bytes()))
+                         : make_local_fabric_over({pm});
   }
   void load(SchemeAdapter& a, const KeySpace& keys) override {
     a.load(*fabric_, keys, progress_bar(o_, keys.records(), "loading " + std::to_string(keys.records()) + " records"));
@@ -514,8 +531,10 @@ class LocalBackend final : public Backend {
 
 class UcxBackend final : public Backend {
  public:
-  UcxBackend(const BenchOptions& o, UcxFabric& fabric)
-      : o_(o), fabric_(fabric), transport_(fabric.is_client() ? fabric.connect() : nullptr) {}
+  // `pm_adapter`: --pm-path on the memory node, the adapter whose file mapping `fabric` registered.
+  UcxBackend(const BenchOptions& o, UcxFabric& fabric, std::shared_ptr<SchemeAdapter> pm_adapter)
+      : o_(o), fabric_(fabric), transport_(fabric.is_client() ? fabric.connect() : nullptr),
+        pm_adapter_(std::move(pm_adapter)) {}
   uint32_t clients() const override { return fabric_.client_count(); }
   uint32_t memory_nodes() const override { return fabric_.memory_nodes(); }
   PointInfo layout() const override {
@@ -526,7 +545,11 @@ class UcxBackend final : public Backend {
     p.clients = fabric_.client_count();
     return p;
   }
-  void begin_table(const SchemeAdapter&) override {}  // the regions were sized for every load factor
+  std::shared_ptr<SchemeAdapter> adapter(const BenchOptions& o, double load_factor) override {
+    if (pm_adapter_) return pm_adapter_;  // --pm-path: one load factor, one table
+    return make_adapter(o, load_factor);
+  }
+  void begin_table(SchemeAdapter&) override {}  // the regions were sized for every load factor
   void load(SchemeAdapter& a, const KeySpace& keys) override {
     fabric_.barrier();  // no client is still reading the old table
     a.load(fabric_, keys, fabric_.rank() == 0 ? progress_bar(o_, keys.records(), "loading shard 0") : nullptr);
@@ -562,6 +585,7 @@ class UcxBackend final : public Backend {
   const BenchOptions& o_;
   UcxFabric& fabric_;
   std::unique_ptr<Transport> transport_;
+  std::shared_ptr<SchemeAdapter> pm_adapter_;
 };
 
 // UCX: every rank checks that the memory nodes and clients on its host fit in its MemAvailable,
@@ -606,10 +630,13 @@ int run_local(const BenchOptions& o_in) {
   if (const uint64_t avail = mem_available_bytes())
     for (double lf : o.load_factors) {
       const uint64_t region = make_adapter(o, lf)->region_bytes();
-      const uint64_t need = bytes_needed(region, o.memory_nodes, o.ops, clients);
+      // --pm-path without --keep-table: one more table, the copy of the loaded image reloads restore.
+      const bool image_copy = !o.pm_path.empty() && !o.keep_table;
+      const uint64_t need = bytes_needed(region, o.memory_nodes + (image_copy ? 1 : 0), o.ops, clients);
       if (need > avail)
         throw InvalidArgument(memory_error(need, avail, std::to_string(o.memory_nodes) + " shard(s) of " +
-                                                          bytes_text(region) + " plus latency samples"));
+                                                          bytes_text(region) + (image_copy ? " (and a copy of the image)" : "") +
+                                                          " plus latency samples"));
     }
   Reporter reporter(o);
   LocalBackend backend(o);
@@ -653,12 +680,21 @@ int run_ucx_ranks(const BenchOptions& o_in, uint64_t region) {
   fc.memory_nodes = o.memory_nodes;
   fc.symmetric = o.symmetric;
   fc.region_bytes = region;
+  // --pm-path: the memory node (rank 0) exposes the file mapping as its region; the adapter owning
+  // the mapping outlives the fabric that registered it.
+  int my_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &my_rank);
+  std::shared_ptr<SchemeAdapter> pm_adapter;
+  if (!o.pm_path.empty() && my_rank == 0) {
+    pm_adapter = make_adapter(o, o.load_factors.front());
+    fc.region_address = pm_adapter->persistent_region().data();
+  }
   auto fabric = UcxFabric::create(fc);
   o.memory_nodes = fabric->memory_nodes();  // --symmetric: every rank is a memory node
   std::unique_ptr<Reporter> reporter;
   if (fabric->rank() == 0) reporter = std::make_unique<Reporter>(o);
   {
-    UcxBackend backend(o, *fabric);
+    UcxBackend backend(o, *fabric, pm_adapter);
     sweep(o, yw.get(), backend, reporter.get());
   }
   fabric->barrier();

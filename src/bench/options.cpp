@@ -84,8 +84,8 @@ uint32_t max_value_bytes(const BenchOptions& o) {
 
 std::string BenchOptions::error() const {
   if (fabric != "local" && fabric != "ucx") return "--fabric must be 'local' or 'ucx', got '" + fabric + "'";
-  if (scheme != "linear" && scheme != "cuckoo" && scheme != "race")
-    return "--scheme '" + scheme + "' is not available (available: linear, cuckoo, race)";
+  if (scheme != "linear" && scheme != "cuckoo" && scheme != "race" && scheme != "continuity")
+    return "--scheme '" + scheme + "' is not available (available: linear, cuckoo, race, continuity)";
   if (scheme == "race") {
     if (key_bytes < 8 || key_bytes > 256) return "--key-bytes must be in [8, 256] with --scheme race";
     if (value_bytes > 15360) return "--value-bytes must be at most 15360 with --scheme race";
@@ -99,6 +99,11 @@ std::string BenchOptions::error() const {
       return "--scheme race bulk-loads its records in the process hosting every memory node: over ucx use "
              "--memory-nodes 1 (not --symmetric), or --ycsb (the clients insert the records)";
   }
+  if (sbuckets < 1 || sbuckets > 4) return "--sbuckets must be in [1, 4] (the indicator word has 24 valid bits)";
+  if (!pm_path.empty() && scheme != "continuity") return "--pm-path applies to --scheme continuity";
+  if (!pm_path.empty() && (memory_nodes != 1 || symmetric))
+    return "--pm-path holds one memory node's table: use --memory-nodes 1 (and no --symmetric)";
+  if (!pm_path.empty() && load_factors.size() != 1) return "--pm-path holds one table: give one --load-factor";
   if (storage != "inline" && storage != "heap" && storage != "heap4")
     return "--storage must be inline, heap or heap4, got '" + storage + "'";
   if (scheme != "linear" && storage == "heap4")
@@ -106,9 +111,9 @@ std::string BenchOptions::error() const {
   if (slots_per_bucket != 1 && slots_per_bucket != 4) return "--slots-per-bucket must be 1 or 4";
   if (cuckoo_probe != "parallel" && cuckoo_probe != "sequential")
     return "--cuckoo-probe must be parallel or sequential, got '" + cuckoo_probe + "'";
-  if (scheme == "cuckoo" && zipf_theta > 0)
-    return "--distribution zipf loads duplicate keys: cuckoo tables hold each key once (use --scheme linear)";
-  if (scheme == "cuckoo")
+  if (scheme != "linear" && zipf_theta > 0)
+    return "--distribution zipf loads duplicate keys: " + scheme + " tables hold each key once (use --scheme linear)";
+  if (scheme != "linear")
     for (Workload w : workloads)
       if (w == Workload::kGetAll) return "workload get-all (multimap scans) applies to --scheme linear";
   if (slot_format != "auto" && slot_format != "set" && slot_format != "inline")

@@ -11,6 +11,7 @@ namespace rdmahash::bench {
 
 void ClientResult::add_outcome(const OpResult& res) {
   chunks += res.chunks;
+  persists += res.persists;
   switch (res.status) {
     case Status::kFound: ++found; break;
     case Status::kInserted: ++inserted; break;
@@ -37,6 +38,7 @@ void ClientResult::merge(const ClientResult& o) {
   errors += o.errors; value_mismatches += o.value_mismatches;
   round_trips += o.round_trips; reads += o.reads; writes += o.writes; cas += o.cas; faa += o.faa;
   rpcs += o.rpcs; bytes += o.bytes; chunks += o.chunks; matches += o.matches;
+  persists += o.persists;
   read_size = std::max(read_size, o.read_size);
   resizes += o.resizes;
   directory_depth = std::max(directory_depth, o.directory_depth);
@@ -45,13 +47,14 @@ void ClientResult::merge(const ClientResult& o) {
 }
 
 namespace {
-constexpr size_t kFixedWords = 23;
+constexpr size_t kFixedWords = 24;
 }
 
 std::vector<std::byte> ClientResult::serialize() const {
   const uint64_t fixed[kFixedWords] = {ops, found, inserted, full, not_found, errors, value_mismatches,
                                        round_trips, reads, writes, cas, faa, rpcs, bytes, chunks, matches,
-                                       read_size, updated, skipped, resizes, directory_depth, erased, latency_ns.size()};
+                                       read_size, updated, skipped, resizes, directory_depth, erased, persists,
+                                       latency_ns.size()};
   std::vector<std::byte> out(sizeof fixed + sizeof(double) + latency_ns.size() * 4);
   std::memcpy(out.data(), fixed, sizeof fixed);
   std::memcpy(out.data() + sizeof fixed, &seconds, sizeof(double));
@@ -73,6 +76,7 @@ ClientResult ClientResult::deserialize(std::span<const std::byte> in) {
   r.resizes = f[19];
   r.directory_depth = static_cast<uint32_t>(f[20]);
   r.erased = f[21];
+  r.persists = f[22];
   std::memcpy(&r.seconds, in.data() + sizeof f, sizeof(double));
   const uint64_t nlat = f[kFixedWords - 1];
   if (in.size() != sizeof f + sizeof(double) + nlat * 4) throw InvalidArgument("corrupt client result");
@@ -163,6 +167,12 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
     j["initial_depth"] = o.initial_depth;
   }
   j["chunks_per_op"] = d.chunks;
+  if (!p.persistence.empty()) {
+    j["persistence"] = p.persistence;
+    if (!o.pm_path.empty()) j["pm_path"] = o.pm_path;
+    j["persists_per_op"] = t.ops ? static_cast<double>(t.persists) / static_cast<double>(t.ops) : 0.0;
+    j["persists"] = t.persists;
+  }
   j["outcomes"] = {{"found", t.found}, {"inserted", t.inserted}, {"full", t.full}, {"not_found", t.not_found},
                    {"updated", t.updated}, {"erased", t.erased}, {"skipped", t.skipped}};
   if (!p.ycsb.empty()) {

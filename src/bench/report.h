@@ -23,6 +23,7 @@ struct ClientResult {
   uint64_t round_trips = 0, reads = 0, writes = 0, cas = 0, faa = 0, rpcs = 0, bytes = 0;
   uint64_t chunks = 0;            // slot-array reads per operation, summed
   uint64_t matches = 0;           // records returned (get-all returns every match)
+  uint64_t persists = 0;          // flush+fence calls the memory node made for these operations
   uint32_t read_size = 0;         // lookup read size this client used (model: its R*)
   uint64_t resizes = 0;           // race: subtable splits this client performed
   uint32_t directory_depth = 0;   // race: the directory depth this client saw last (max over clients)
@@ -30,7 +31,7 @@ struct ClientResult {
   std::vector<uint32_t> latency_ns;
 
   void add_op(const OpStats& s, std::chrono::nanoseconds latency);
-  void add_outcome(const OpResult& res);  // chunks and the status counters
+  void add_outcome(const OpResult& res);  // chunks, persists and the status counters
   void merge(const ClientResult& o);  // sums; seconds = max
   std::vector<std::byte> serialize() const;
   static ClientResult deserialize(std::span<const std::byte> bytes);
@@ -52,6 +53,7 @@ struct PointInfo {
   double warmup_seconds = 0;  // the clients' page-touching pass before this table's first point (0: --cold)
   uint64_t table_bytes = 0;   // all shards' regions
   uint64_t llc_bytes = 0;     // last-level cache of this machine (0: unknown)
+  std::string persistence;  // persistent schemes: volatile, pmem or msync (empty: not persistent)
 };
 
 std::string to_json_line(const BenchOptions& o, const PointInfo& p, const ClientResult& total);

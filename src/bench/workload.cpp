@@ -1,10 +1,16 @@
 #include "bench/workload.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "bench/ycsb.h"
+#include "rdmahash/continuity.h"
 #include "rdmahash/cuckoo.h"
+#include "rdmahash/pmem.h"
 #include "rdmahash/race.h"
 #include "rdmahash/model.h"
 #include "schemes/hash.h"
@@ -324,12 +330,140 @@ class RaceAdapter final : public SchemeAdapter {
   uint64_t capacity_ = 0;
 };
 
+// Continuity hashing (seed 002); with --pm-path the memory node's table is a pmem file mapping.
+//
+// Reloading between points (the sweep's default): a volatile table is reformatted and bulk-loaded
+// again. A --pm-path table is the file: its loaded state is what the first load left — the
+// bulk-loaded records of a new file, or the recovered image of an existing one (which no bulk
+// load could rebuild) — so the first load keeps a copy of the image and a reload writes it back,
+// crash-safely (the magic word cleared first and restored last, each in its own persist: an
+// interrupted restore is refused on reopen, never mistaken for a table), then recovers it. With
+// --keep-table nothing is reloaded and no copy is kept.
+class ContinuityAdapter final : public SchemeAdapter {
+ public:
+  ContinuityAdapter(const BenchOptions& o, double load_factor) : pm_path_(o.pm_path), keep_table_(o.keep_table) {
+    if (o.key_bytes != 8) throw InvalidArgument("--scheme continuity stores 8-byte keys: use --key-bytes 8");
+    cfg_ = ContinuityConfig::for_records(o.records, load_factor, o.memory_nodes, o.sbuckets);
+    cfg_.value_bytes = o.value_bytes;
+    cfg_.hash_seed = hash::mix64(o.seed ^ 0xC047ULL);
+    cfg_.validate();
+  }
+  uint64_t region_bytes() const override { return cfg_.region_bytes(); }
+  uint64_t slots() const override { return cfg_.slots_per_node() * cfg_.memory_nodes; }
+  unsigned key_bits() const override { return 63; }
+  uint32_t value_bytes() const override { return cfg_.value_bytes; }
+
+  std::span<std::byte> persistent_region() override {
+    if (pm_path_.empty()) return {};
+    if (!file_) {
+      try {
+        file_ = std::make_unique<PmemFile>(PmemFile::open(pm_path_, cfg_.region_bytes()));
+      } catch (const PmemError& e) {
+        throw InvalidArgument(std::string("--pm-path: ") + e.what());
+      }
+      if (file_->bytes().size() < cfg_.region_bytes())
+        throw InvalidArgument("--pm-path " + pm_path_ + ": the file has " + std::to_string(file_->bytes().size()) +
+                              " bytes, this table needs " + std::to_string(cfg_.region_bytes()) +
+                              " (another geometry or a truncated image; nothing was changed)");
+    }
+    return file_->bytes().first(cfg_.region_bytes());
+  }
+
+  void load(Fabric& fabric, const KeySpace& keys, const std::function<void(uint64_t)>& progress) override {
+    const PersistMode mode = file_ ? file_->mode() : PersistMode::kVolatile;
+    const bool reload = server_ != nullptr;
+    server_.reset();  // no client is running: the old server's handler is replaced below
+    if (reload && file_) {
+      restore_image();
+      open_server(fabric, mode);
+      if (progress) progress(keys.records());
+      return;
+    }
+    if (reload)  // volatile: a zero header makes the shard format itself
+      for (uint32_t n = 0; n < cfg_.memory_nodes; ++n) {
+        auto region = fabric.local_region(n);
+        if (!region.empty()) std::memset(region.data(), 0, std::min<size_t>(region.size(), kContinuityHeaderBytes));
+      }
+    const auto t0 = std::chrono::steady_clock::now();
+    open_server(fabric, mode);
+    if (server_->recovered()) {  // an existing image: recovered (validated and scanned), not bulk-loaded
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      recovered_ = server_->records();
+      std::fprintf(stderr, "rdmahash bench: recovered %llu records from %s (%llu bytes) in %.3f s\n",
+                   static_cast<unsigned long long>(*recovered_), pm_path_.c_str(),
+                   static_cast<unsigned long long>(cfg_.region_bytes()), s);
+      if (progress) progress(keys.records());
+    } else {
+      std::vector<std::byte> value(cfg_.value_bytes);
+      RecordStream records(keys);
+      for (uint64_t i = 0; i < keys.records(); ++i) {
+        const uint64_t k = records.next();
+        fill_value(k, value);
+        server_->bulk_insert(k, value);
+        if ((i & 0xFFFF) == 0 && progress) progress(i);
+      }
+      if (progress) progress(keys.records());
+    }
+    if (file_ && !keep_table_) {  // the loaded state a reload writes back
+      const auto img = persistent_region();
+      image_.assign(img.begin(), img.end());
+    }
+  }
+
+  ClientSetup make_client(Engine& engine, const ReadSizeSpec& spec, const BenchOptions&) const override {
+    if (spec.kind != ReadSizeSpec::Kind::kFixed)
+      throw InvalidArgument("--read-size " + spec.text() + " applies to linear probing, not to --scheme continuity");
+    return {std::make_unique<ContinuityClient>(cfg_, engine), 4 + 4 * cfg_.sbuckets};
+  }
+
+  std::string describe() const override {
+    return "continuity sb=" + std::to_string(cfg_.sbuckets) + " seg=" + std::to_string(cfg_.segment_bytes()) + "B";
+  }
+  std::string persistence() const override {
+    return to_string(file_ ? file_->mode() : PersistMode::kVolatile);
+  }
+  std::optional<uint64_t> recovered_records() const override { return recovered_; }
+
+ private:
+  void open_server(Fabric& fabric, PersistMode mode) {
+    try {
+      server_ = std::make_unique<ContinuityServer>(fabric, cfg_, mode);
+    } catch (const PmemError& e) {
+      throw InvalidArgument("--pm-path " + pm_path_ + ": " + e.what() + " (nothing was changed)");
+    }
+  }
+  // Writes the image of the first load back into the file: magic word (offset 0) cleared and
+  // persisted, the rest copied and persisted, the magic word restored and persisted.
+  void restore_image() {
+    const auto img = persistent_region();
+    if (image_.size() != img.size()) throw std::logic_error("continuity: no loaded image to restore (--keep-table?)");
+    PersistentRegion region(img, file_->mode());
+    uint64_t magic = 0;
+    std::memcpy(&magic, image_.data(), sizeof magic);
+    region.store(0, 0);
+    region.persist(0, 8);
+    std::memcpy(img.data() + 8, image_.data() + 8, img.size() - 8);
+    region.persist(8, img.size() - 8);
+    region.store(0, magic);
+    region.persist(0, 8);
+  }
+
+  ContinuityConfig cfg_;
+  std::string pm_path_;
+  bool keep_table_;
+  std::unique_ptr<PmemFile> file_;
+  std::unique_ptr<ContinuityServer> server_;
+  std::optional<uint64_t> recovered_;  // records of the image recovered by the first load
+  std::vector<std::byte> image_;       // --pm-path without --keep-table: the file after the first load
+};
+
 }  // namespace
 
 std::unique_ptr<SchemeAdapter> make_adapter(const BenchOptions& o, double load_factor) {
   if (o.scheme == "linear") return std::make_unique<LinearAdapter>(o, load_factor);
   if (o.scheme == "cuckoo") return std::make_unique<CuckooAdapter>(o, load_factor);
   if (o.scheme == "race") return std::make_unique<RaceAdapter>(o, load_factor);
+  if (o.scheme == "continuity") return std::make_unique<ContinuityAdapter>(o, load_factor);
   throw InvalidArgument("unknown scheme '" + o.scheme + "'");
 }
 

@@ -5,6 +5,7 @@
 #include <functional>
 #include <string>
 #include <memory>
+#include <optional>
 #include <span>
 
 #include "bench/options.h"
@@ -96,6 +97,8 @@ class SchemeAdapter {
   // Memory-node side: formats every shard this process hosts (`fabric.local_region(n)` is
   // non-empty) and loads the records of `keys` that belong to them, in one pass over the keys.
   // Registers whatever RPC handlers the scheme's clients need. Call before the start barrier.
+  // Called again on the same fabric to reload the table between points: the result is the table
+  // as the first call left it (a persistent image: restored as it was after the first call).
   virtual void load(Fabric& fabric, const KeySpace& keys, const std::function<void(uint64_t done)>& progress) = 0;
   struct ClientSetup {
     std::unique_ptr<KvClient> client;
@@ -108,6 +111,14 @@ class SchemeAdapter {
   virtual std::string describe() const = 0;
   // After a client's run: scheme statistics for the report (race: splits, directory depth).
   virtual void finish(KvClient&, ClientResult&) const {}
+  // Persistent schemes (--pm-path): the memory node's table memory, a file mapping the fabric must
+  // expose as its region (opened on first call, on the memory node only); empty otherwise.
+  virtual std::span<std::byte> persistent_region() { return {}; }
+  // "volatile", "pmem" or "msync" for persistent schemes (after load), else empty.
+  virtual std::string persistence() const { return {}; }
+  // After load: the records of an existing persistent image that was recovered instead of
+  // bulk-loaded (on the memory node hosting it); nothing if the table was loaded from the keys.
+  virtual std::optional<uint64_t> recovered_records() const { return std::nullopt; }
 };
 
 std::unique_ptr<SchemeAdapter> make_adapter(const BenchOptions& o, double load_factor);

@@ -35,7 +35,11 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
                        std::vector<std::string>& ycsb_props) {
   cmd.add_option("--fabric", o.fabric, "local (threads in this process) or ucx (launch with mpirun)")
       ->capture_default_str();
-  cmd.add_option("--scheme", o.scheme, "hash table scheme: linear, cuckoo or race")->capture_default_str();
+  cmd.add_option("--scheme", o.scheme, "hash table scheme: linear, cuckoo, race or continuity")->capture_default_str();
+  cmd.add_option("--sbuckets", o.sbuckets, "continuity: SBuckets between two numbered buckets (1..4)")->capture_default_str();
+  cmd.add_option("--pm-path", o.pm_path,
+                 "continuity: keep the table in this file (pmem_map_file); an existing file is recovered, not loaded; "
+                 "reloads between points write back the image as loaded");
   cmd.add_option("--slot-format", o.slot_format, "linear slot format: auto, set (63-bit keys) or inline (records)")
       ->capture_default_str();
   cmd.add_option("--storage", o.storage, "records inline in the table slots, in a heap (8-byte CAS-able slots), or heap4 (linear, bulk-loaded: 4 fingerprints per slot)")->capture_default_str();
@@ -190,7 +194,7 @@ int main(int argc, char** argv) {
   if (opts.fabric == "local") {
     try {
       return rdmahash::bench::run_local(opts);
-    } catch (const rdmahash::InvalidArgument& e) {
+    } catch (const rdmahash::InvalidArgument& e) {  // bad input (options, files): status 2
       std::fprintf(stderr, "rdmahash bench: error: %s\n", e.what());
       return 2;
     } catch (const std::exception& e) {

@@ -71,7 +71,16 @@ class LocalFabric final : public Fabric {
       std::unique_ptr<std::byte[], AlignedFree> p(
           static_cast<std::byte*>(::operator new[](std::max<uint64_t>(s, 8), std::align_val_t{64})));
       std::memset(p.get(), 0, s);
-      regions_.push_back(Region{std::move(p), s});
+      std::byte* base = p.get();
+      regions_.push_back(Region{std::move(p), base, s});
+    }
+  }
+  // Regions owned by the caller (e.g. a persistent-memory file mapping), served as they are.
+  explicit LocalFabric(const std::vector<std::span<std::byte>>& external) {
+    if (external.empty()) throw FabricError("local fabric: at least one memory node is required");
+    for (auto r : external) {
+      if (reinterpret_cast<uintptr_t>(r.data()) % 8 != 0) throw FabricError("local fabric: region must be 8-byte aligned");
+      regions_.push_back(Region{nullptr, r.data(), r.size()});
     }
   }
   std::string_view name() const override { return "local"; }
@@ -81,7 +90,7 @@ class LocalFabric final : public Fabric {
   }
   std::span<std::byte> local_region(uint32_t node) override {
     if (node >= regions_.size()) return {};
-    return {regions_[node].data.get(), regions_[node].size};
+    return {regions_[node].base, regions_[node].size};
   }
   std::unique_ptr<Transport> connect() override {
     return std::make_unique<LocalTransport>(*this, next_client_.fetch_add(1));
@@ -99,7 +108,7 @@ class LocalFabric final : public Fabric {
       throw FabricError("local fabric: access [" + std::to_string(r.addr.offset) + ", +" + std::to_string(len) +
                         ") outside region of " + std::to_string(reg.size) + " bytes on node " +
                         std::to_string(r.addr.node));
-    return reg.data.get() + r.addr.offset;
+    return reg.base + r.addr.offset;
   }
 
   void call_rpc(uint32_t src, const Request& r) {
@@ -118,7 +127,8 @@ class LocalFabric final : public Fabric {
 
  private:
   struct Region {
-    std::unique_ptr<std::byte[], AlignedFree> data;
+    std::unique_ptr<std::byte[], AlignedFree> data;  // null for external regions
+    std::byte* base;
     uint64_t size;
   };
   std::vector<Region> regions_;
@@ -174,6 +184,10 @@ void LocalTransport::execute(std::span<Request> batch) {
 
 std::unique_ptr<Fabric> make_local_fabric(std::vector<uint64_t> region_bytes) {
   return std::make_unique<LocalFabric>(std::move(region_bytes));
+}
+
+std::unique_ptr<Fabric> make_local_fabric_over(const std::vector<std::span<std::byte>>& regions) {
+  return std::make_unique<LocalFabric>(regions);
 }
 
 }  // namespace rdmahash

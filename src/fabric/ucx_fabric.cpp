@@ -379,9 +379,9 @@ void UcxFabricImpl::init_local() {
   if (is_memory_node()) {
     ucp_mem_map_params_t mp{};
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-    mp.address = nullptr;
+    mp.address = config_.region_address;
     mp.length = config_.region_bytes;
-    mp.flags = UCP_MEM_MAP_ALLOCATE;
+    mp.flags = config_.region_address ? 0 : UCP_MEM_MAP_ALLOCATE;
     st = ucp_mem_map(context_, &mp, &memh_);
     if (st != UCS_OK) {
       memh_ = nullptr;
@@ -393,7 +393,7 @@ void UcxFabricImpl::init_local() {
     if (st != UCS_OK) throw FabricError(ucx_error("ucp_mem_query", st));
     if (ma.length < config_.region_bytes) throw FabricError("ucx fabric: ucp_mem_map returned a short region");
     region_ = static_cast<std::byte*>(ma.address);
-    std::memset(region_, 0, config_.region_bytes);
+    if (!config_.region_address) std::memset(region_, 0, config_.region_bytes);
   }
 }
 

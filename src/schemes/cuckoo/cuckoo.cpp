@@ -13,6 +13,7 @@
 
 #include "schemes/hash.h"
 #include "schemes/record.h"
+#include "schemes/write_rpc.h"
 
 namespace rdmahash {
 namespace {
@@ -67,40 +68,6 @@ uint32_t config_tag(const CuckooConfig& c) {
                      uint64_t{c.key_bytes}, uint64_t{c.value_bytes}, uint64_t{static_cast<uint8_t>(c.storage)}})
     h = hash::mix64(h ^ f);
   return static_cast<uint32_t>(h);
-}
-
-// --- RPC wire format ----------------------------------------------------------------------------
-
-enum RpcOp : uint8_t { kOpFindOrPut = 1, kOpPut = 2, kOpUpdate = 3, kOpErase = 4 };
-enum RpcCode : uint8_t { kRpcOk = 0, kRpcBadRequest = 1, kRpcConfigMismatch = 2, kRpcNotHosted = 3, kRpcInternal = 4 };
-
-struct RpcRequest {  // followed by value_len value bytes
-  uint8_t op;
-  uint8_t pad[3];
-  uint32_t node;
-  uint32_t cfg_tag;
-  uint32_t value_len;
-  uint64_t key;
-};
-static_assert(sizeof(RpcRequest) == 24);
-
-struct RpcReply {  // followed by an error message when code != kRpcOk
-  uint8_t code;
-  uint8_t status;
-  uint16_t pad;
-  uint32_t displacements;
-};
-static_assert(sizeof(RpcReply) == 8);
-
-void write_reply(std::vector<std::byte>& out, RpcCode code, Status status, uint32_t displacements,
-                 const std::string& message = {}) {
-  RpcReply r{};
-  r.code = code;
-  r.status = static_cast<uint8_t>(status);
-  r.displacements = displacements;
-  out.resize(sizeof r + message.size());
-  std::memcpy(out.data(), &r, sizeof r);
-  if (!message.empty()) std::memcpy(out.data() + sizeof r, message.data(), message.size());
 }
 
 std::string fmt_factor(double f) {
@@ -502,37 +469,18 @@ struct CuckooServer::State {
   uint32_t tag = 0;
   std::vector<std::unique_ptr<CuckooShard>> shards;  // by node; null where not hosted here
 
-  // Never throws: a malformed request gets an error reply, which the client turns into an exception
-  // (an exception here would escape through the transport on LocalFabric).
   void handle(std::span<const std::byte> req, std::vector<std::byte>& reply) {
-    try {
-      RpcRequest r{};
-      if (req.size() < sizeof r) return write_reply(reply, kRpcBadRequest, Status::kNotFound, 0, "short cuckoo request");
-      std::memcpy(&r, req.data(), sizeof r);
-      if (r.cfg_tag != tag)
-        return write_reply(reply, kRpcConfigMismatch, Status::kNotFound, 0,
-                           "the client's cuckoo configuration differs from the table's");
-      if (r.node >= shards.size() || !shards[r.node])
-        return write_reply(reply, kRpcNotHosted, Status::kNotFound, 0,
-                           "cuckoo shard " + std::to_string(r.node) + " is not hosted by this memory node");
-      if (req.size() != sizeof r + r.value_len)
-        return write_reply(reply, kRpcBadRequest, Status::kNotFound, 0, "cuckoo request length mismatch");
-      const auto value = req.subspan(sizeof r, r.value_len);
-      CuckooShard& s = *shards[r.node];
-      CuckooShardResult res;
-      switch (r.op) {
-        case kOpFindOrPut: res = s.find_or_put(r.key, value); break;
-        case kOpPut: res = s.put(r.key, value); break;
-        case kOpUpdate: res = s.update(r.key, value); break;
-        case kOpErase: res = s.erase(r.key); break;
-        default: return write_reply(reply, kRpcBadRequest, Status::kNotFound, 0, "unknown cuckoo op");
-      }
-      write_reply(reply, kRpcOk, res.status, res.displacements);
-    } catch (const InvalidArgument& e) {
-      write_reply(reply, kRpcBadRequest, Status::kNotFound, 0, e.what());
-    } catch (const std::exception& e) {
-      write_reply(reply, kRpcInternal, Status::kNotFound, 0, e.what());
-    }
+    write_rpc::serve("cuckoo", tag, req, shards, reply,
+                     [](CuckooShard& s, write_rpc::Op op, uint64_t key, std::span<const std::byte> value) {
+                       CuckooShardResult r{Status::kNotFound, 0};
+                       switch (op) {
+                         case write_rpc::kFindOrPut: r = s.find_or_put(key, value); break;
+                         case write_rpc::kPut: r = s.put(key, value); break;
+                         case write_rpc::kUpdate: r = s.update(key, value); break;
+                         case write_rpc::kErase: r = s.erase(key); break;
+                       }
+                       return write_rpc::Result{r.status, r.displacements};
+                     });
   }
 };
 
@@ -808,28 +756,11 @@ Task<OpResult> CuckooClient::get(uint64_t key, std::span<std::byte> value_out) {
 }
 
 Task<OpResult> CuckooClient::remote(uint8_t op, uint64_t key, std::span<const std::byte> value) {
-  const CuckooPlacement p = cuckoo_place(cfg_, key);
-  RpcRequest req{};
-  req.op = op;
-  req.node = p.node;
-  req.cfg_tag = cfg_tag_;
-  req.value_len = static_cast<uint32_t>(value.size());
-  req.key = key;
-  std::vector<std::byte> payload(sizeof req + value.size());
-  std::memcpy(payload.data(), &req, sizeof req);
-  if (!value.empty()) std::memcpy(payload.data() + sizeof req, value.data(), value.size());
-  std::vector<std::byte> reply;
-  co_await engine_.rpc(p.node, rpc_id_, payload.data(), static_cast<uint32_t>(payload.size()), &reply);
-  RpcReply rep{};
-  if (reply.size() < sizeof rep) throw FabricError("cuckoo: short reply from node " + std::to_string(p.node));
-  std::memcpy(&rep, reply.data(), sizeof rep);
-  if (rep.code != kRpcOk) {
-    const std::string msg(reinterpret_cast<const char*>(reply.data()) + sizeof rep, reply.size() - sizeof rep);
-    if (rep.code == kRpcConfigMismatch || rep.code == kRpcBadRequest) throw InvalidArgument("cuckoo: " + msg);
-    throw FabricError("cuckoo: node " + std::to_string(p.node) + ": " + msg);
-  }
+  const uint32_t node = cuckoo_place(cfg_, key).node;
+  const write_rpc::Result res =
+      co_await write_rpc::call(engine_, "cuckoo", rpc_id_, node, cfg_tag_, static_cast<write_rpc::Op>(op), key, value);
   OpResult r;
-  r.status = static_cast<Status>(rep.status);
+  r.status = res.status;
   r.matches = (r.status == Status::kFound || r.status == Status::kUpdated || r.status == Status::kErased) ? 1 : 0;
   co_return r;
 }
@@ -839,24 +770,24 @@ Task<OpResult> CuckooClient::remote(uint8_t op, uint64_t key, std::span<const st
 Task<OpResult> CuckooClient::find_or_put(uint64_t key, std::span<const std::byte> value) {
   validate_key(key);
   check_value(value, false);
-  co_return co_await remote(kOpFindOrPut, key, value);
+  co_return co_await remote(write_rpc::kFindOrPut, key, value);
 }
 
 Task<OpResult> CuckooClient::put(uint64_t key, std::span<const std::byte> value) {
   validate_key(key);
   check_value(value, true);
-  co_return co_await remote(kOpPut, key, value);
+  co_return co_await remote(write_rpc::kPut, key, value);
 }
 
 Task<OpResult> CuckooClient::update(uint64_t key, std::span<const std::byte> value) {
   validate_key(key);
   check_value(value, true);
-  co_return co_await remote(kOpUpdate, key, value);
+  co_return co_await remote(write_rpc::kUpdate, key, value);
 }
 
 Task<OpResult> CuckooClient::erase(uint64_t key) {
   validate_key(key);
-  co_return co_await remote(kOpErase, key, {});
+  co_return co_await remote(write_rpc::kErase, key, {});
 }
 
 Task<OpResult> CuckooClient::get_all(uint64_t key, std::vector<std::byte>* values_out) {

@@ -1,0 +1,277 @@
+// rdmahash/continuity.h — continuity hashing on (remote) persistent memory (seed 002).
+// Lookups are ONE one-sided READ; writes are two-sided requests applied by the memory node's CPU,
+// log-free: every write becomes visible and durable with one 8-byte indicator store.
+//
+// Memory layout of a shard (one memory node; all offsets 8-byte aligned, the table 64-aligned)
+// -----------------------------------------------------------------------------------------
+//   [0, 64)    ContinuityHeader: magic, format version, geometry, node, checksum of the header
+//   [64, ...)  N/2 segment pairs of pair_bytes() each. Pair i:
+//                [bucket 2i: 4 slots][indicator: 8][SBuckets: 4·sb slots][bucket 2i+1: 4 slots]
+//   A *segment* is a numbered bucket plus the SBuckets beside it: segment 2i = bucket 2i, the
+//   indicator and the SBuckets; segment 2i+1 = the indicator, the SBuckets and bucket 2i+1. The two
+//   segments of a pair overlap on the indicator and the SBuckets. With N numbered buckets, key k has
+//   bucket b = h(k) % N (eq. 1) and its segment starts, relative to the table, at
+//       b even:  b/2 · (size_se + size_bu)                (eq. 2)
+//       b odd:   (b-1)/2 · (size_se + size_bu) + size_bu  (eq. 3)
+//   where size_se + size_bu = pair_bytes(). A lookup READs segment_bytes() there: every slot the key
+//   can occupy and the indicator that says which slots are valid.
+//
+//   Slot (the record format of schemes/record.h, 8-byte keys):
+//     [ctrl:8 = OCC | gen (2 bits) << 61 | pub (29 bits) << 32 | 32-bit key fingerprint][key:8]
+//     [value, padded to 8][check:8], check = hash(pub, key, value). `pub` is the indicator sequence
+//     number that published the slot; `gen` is used by the slots of bucket 2i only (below).
+//   Indicator (one aligned 8-byte word): bits 0..pair_slots()-1 = valid bit of each slot of the
+//     pair (bit j: slots 0-3 bucket 2i, 4..4+4sb-1 the SBuckets, then bucket 2i+1); bits 24..31 =
+//     the 2-bit generation of each slot of bucket 2i, bumped each time that slot is written;
+//     bits 32..60 = seq, the pair's publication counter (29 bits, wraps), bumped by every indicator
+//     store. pair_slots() = 8 + 4·sb ≤ 24, so sb ≤ 4 (seed 002: 3, a 20-bit indicator).
+//
+// Write protocol (the memory node's CPU, one mutex per shard; every store and persist goes through
+// PersistentRegion, the persist choke point; "persist" = flush the lines + fence)
+//   insert(k, v): pick a free slot (bit clear) of k's segment — home bucket first, then SBuckets;
+//                 write ctrl/key/value/check with pub = seq+1; persist(slot);
+//                 indicator ← bits | bit(slot), seq+1; persist(indicator).            2 persists
+//   update(k, v): out of place: write the new item into a free slot of k's segment (pub = seq+1);
+//                 persist(slot); indicator ← bits ^ bit(old) ^ bit(new), seq+1 — both bits flip in
+//                 one store; persist(indicator).                                       2 persists
+//                 If k's segment has no free slot the update reports kFull and changes nothing.
+//   erase(k):     indicator ← bits & ~bit(slot), seq+1; persist(indicator).            1 persist
+//   (seed 002 Table I: 2 / 2 / 1.) A slot is only ever written while its bit is clear.
+//
+// Invariants (at every instant, in memory and in every crash image of the media)
+//   I1 a key is present iff exactly one valid slot holds it, in its own segment;
+//   I2 a valid slot's bytes are exactly what was written before its bit was set (they were
+//      persisted before the indicator store that set the bit, and are not written while valid);
+//   I3 every acknowledged write is durable: the reply is sent after the indicator persist.
+//   Crash states: a crash before the indicator store leaves the indicator (and so the table) as
+//   before the operation — the half-written slot has a clear bit and is garbage nobody reads;
+//   between the store and its persist the media hold the old or the new indicator word (an
+//   aligned 8-byte PM store is failure-atomic; a line evicted early carries the new one), so the
+//   in-flight operation is wholly absent or wholly present — its slot was persisted before the
+//   store was issued; after the persist it is complete and acknowledged. Formatting writes the
+//   magic word last, in its own persist: an image whose formatting was interrupted is refused,
+//   never taken for a table (delete it). Recovery is therefore only a
+//   scan: validate the header, count the valid bits, check each valid slot (checksum, fingerprint,
+//   segment, no key twice); a violation means media corruption and is reported, never "repaired".
+//
+// Torn reads (the server writes while clients READ; a READ of more than 8 bytes is not atomic)
+//   The indicator is one aligned word, so it is read whole: (bits, seq = s). A valid slot is
+//   accepted only if its ctrl is OCC, `check` matches its pub, key and value, and pub ≤ s (mod
+//   2^29). Then:
+//   * a slot torn across two writes fails the check (each write has its own pub, and check covers
+//     it); a slot rewritten after the indicator was read carries pub > s (its publication needs a
+//     later indicator store): both are "unstable" and the lookup READs the segment again;
+//   * a slot read after the indicator with pub ≤ s is the content published by the indicator the
+//     reader saw (every rewrite after that indicator has pub > s), so a hit is the item present at
+//     the instant the indicator was read, and a miss (every valid slot stable, none holds k) is
+//     the absence of k at that instant.
+//   * the slots of bucket 2i precede the indicator in an even segment, so a READ that copies in
+//     address order (LocalFabric; UCX over shared memory, memcpy) may observe one of them *before*
+//     the indicator. If that slot was freed and rewritten in between, its old bytes are consistent
+//     and carry an old pub, which the seq test cannot reject; the slot's generation can: the reader
+//     also requires gen(slot) == gen(indicator, slot) for bits 0..3. Residual (documented, not
+//     closed): four rewrites of one slot within one READ wrap the 2-bit generation. A READ whose
+//     words arrive in an arbitrary order would need generations for every slot, for which the
+//     indicator word has no room.
+//
+// What a client sees if the memory node dies at any instruction: lookups keep returning the
+// state published by the last indicator store (a half-written slot is invisible); a write whose
+// reply was not received may or may not have happened (its transport request fails); after the
+// node restarts on the same file, recovery yields exactly the state of the last persisted
+// indicator of every pair. A client that dies only loses its own in-flight requests.
+//
+// Resizing is offline (`resize_into`: no client may use the tables meanwhile): log-free, by
+// insert-into-new then erase-from-old, resumable after a crash. Not implemented yet (see
+// docs/results.md): resizing while clients read and write (a full segment reports kFull) and
+// added SBuckets (seed 002 Fig. 10).
+//
+// Thread safety: ContinuityClient belongs to one Engine; ContinuityShard and the RPC handler are
+// thread-safe (one mutex per shard), readers never lock.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "rdmahash/engine.h"
+#include "rdmahash/fabric.h"
+#include "rdmahash/pmem.h"
+#include "rdmahash/table.h"
+
+namespace rdmahash {
+
+inline constexpr uint16_t kContinuityRpcFirst = 0x0D00;  // RPC ids reserved for continuity tables
+inline constexpr uint16_t kContinuityRpcLast = 0x0D0F;
+inline constexpr uint64_t kContinuityMagic = 0x31544e4f43484452ULL;  // "RDHCONT1"
+inline constexpr uint32_t kContinuityFormatVersion = 1;
+inline constexpr uint64_t kContinuityHeaderBytes = 64;
+
+struct ContinuityConfig {
+  uint32_t memory_nodes = 1;
+  uint64_t buckets_per_node = 64;  // N numbered buckets, even, >= 2
+  uint32_t sbuckets = 3;           // SBuckets per segment pair, 1..4
+  uint32_t value_bytes = 8;        // 0..120
+  uint64_t hash_seed = 0xC0417157A5EEDULL;
+
+  // Buckets for `records` at `load_factor` (records / all slots, SBuckets included).
+  static ContinuityConfig for_records(uint64_t records, double load_factor, uint32_t memory_nodes,
+                                      uint32_t sbuckets = 3);
+  void validate() const;  // throws InvalidArgument naming the bad field
+  uint32_t slot_bytes() const;
+  uint32_t bucket_bytes() const { return 4 * slot_bytes(); }
+  uint32_t pair_slots() const { return 8 + 4 * sbuckets; }
+  uint64_t pair_bytes() const { return uint64_t{pair_slots()} * slot_bytes() + 8; }
+  uint32_t segment_bytes() const { return (4 + 4 * sbuckets) * slot_bytes() + 8; }
+  uint64_t slots_per_node() const { return buckets_per_node / 2 * pair_slots(); }
+  uint64_t region_bytes() const { return kContinuityHeaderBytes + buckets_per_node / 2 * pair_bytes(); }
+};
+std::string continuity_config_error(const ContinuityConfig& cfg);
+
+struct ContinuityHeader {
+  uint64_t magic;
+  uint32_t format_version, header_bytes;
+  uint64_t buckets;
+  uint32_t sbuckets, value_bytes;
+  uint64_t hash_seed;
+  uint32_t node, memory_nodes;
+  uint64_t region_bytes;
+  uint64_t checksum;  // of the 56 bytes before it
+};
+static_assert(sizeof(ContinuityHeader) == kContinuityHeaderBytes);
+
+// Where a key lives: pure function of the config.
+struct ContinuityPlacement {
+  uint32_t node;
+  uint64_t bucket;          // eq. (1)
+  uint64_t segment_offset;  // eqs. (2)/(3), from the start of the region (header included)
+  uint64_t pair;
+  uint32_t first_bit;       // the segment's slots are bits first_bit .. first_bit + 4 + 4sb - 1
+  uint32_t indicator_pos;   // the indicator's byte offset inside the segment
+  uint32_t kbits;
+};
+ContinuityPlacement continuity_place(const ContinuityConfig& cfg, uint64_t key);
+
+struct ContinuityResult {
+  Status status;
+  uint32_t persists = 0;  // persist calls the operation made
+};
+
+struct ContinuityStats {
+  uint64_t inserts = 0, updates = 0, erases = 0, full = 0;
+  uint64_t insert_persists = 0, update_persists = 0, erase_persists = 0;
+};
+
+// Memory-node side: one shard on a PersistentRegion. A region whose header is all zero is
+// formatted; one holding a continuity header is validated and recovered (`recovered()`); anything
+// else is refused with PmemError before a single byte is written.
+class ContinuityShard {
+ public:
+  ContinuityShard(const ContinuityConfig& cfg, uint32_t node, PersistentRegion& region);
+  ContinuityShard(const ContinuityShard&) = delete;
+  ContinuityShard& operator=(const ContinuityShard&) = delete;
+
+  ContinuityResult find_or_put(uint64_t key, std::span<const std::byte> value);
+  ContinuityResult put(uint64_t key, std::span<const std::byte> value);
+  ContinuityResult update(uint64_t key, std::span<const std::byte> value);
+  ContinuityResult erase(uint64_t key);
+
+  // Log-free resizing (seed 002), offline (no client may use either table meanwhile): moves every
+  // valid item of this shard into `dst` (a table with the same node, values and hash seed, e.g.
+  // twice the buckets), each by insert-into-dst, then erase-here. At every instant every key is in
+  // this shard or in `dst` (briefly both, with one value), so a crash at any point loses nothing,
+  // and calling resize_into again after restart — the seed's recovery: an item already in `dst`
+  // is erased here, any other is rehashed — completes the move. Returns the items moved; throws
+  // InvalidArgument if a segment of `dst` is full (both tables stay consistent; retry with a
+  // larger `dst`). The application switches to `dst` (e.g. renames its file) once this shard is
+  // empty.
+  uint64_t resize_into(ContinuityShard& dst);
+
+  bool owns(uint64_t key) const;
+  std::optional<std::vector<std::byte>> find(uint64_t key) const;
+  std::vector<std::pair<uint64_t, std::vector<std::byte>>> items() const;  // every valid item
+  uint64_t records() const;
+  uint64_t capacity() const { return cfg_.slots_per_node(); }
+  bool recovered() const { return recovered_; }
+  ContinuityStats stats() const;
+  uint32_t node() const { return node_; }
+
+ private:
+  struct Loc { uint64_t pair; uint32_t bit; };
+  void format();
+  void recover();
+  uint64_t indicator_off(uint64_t pair) const;
+  uint64_t slot_off(uint64_t pair, uint32_t bit) const;
+  std::optional<Loc> locate(uint64_t key, const ContinuityPlacement& p) const;
+  int free_bit(const ContinuityPlacement& p) const;
+  // Writes and persists the item into free slot `bit` (pub = seq(ind)+1); returns the low half
+  // (valid bits | generations) of the indicator that publishes it.
+  uint64_t write_slot(uint64_t pair, uint32_t bit, uint64_t key, const ContinuityPlacement& p, uint64_t ind,
+                      std::span<const std::byte> value);
+  void set_indicator(uint64_t pair, uint64_t bits);
+  void check_kv(uint64_t key, std::span<const std::byte> value, bool exact) const;
+  ContinuityResult insert_new(uint64_t key, const ContinuityPlacement& p, std::span<const std::byte> value);
+  ContinuityResult replace(const Loc& at, uint64_t key, const ContinuityPlacement& p, std::span<const std::byte> value);
+
+  ContinuityConfig cfg_;
+  uint32_t node_;
+  PersistentRegion& region_;
+  mutable std::mutex mu_;
+  uint64_t records_ = 0;
+  bool recovered_ = false;
+  ContinuityStats stats_;
+};
+
+// Memory-node side on a fabric: a shard for every node hosted here (on `fabric.local_region(n)`,
+// persisted in `mode`), and the RPC handler serving them under `rpc_id`.
+class ContinuityServer {
+ public:
+  ContinuityServer(Fabric& fabric, const ContinuityConfig& cfg, PersistMode mode = PersistMode::kVolatile,
+                   uint16_t rpc_id = kContinuityRpcFirst);
+  ~ContinuityServer();
+  ContinuityServer(const ContinuityServer&) = delete;
+  ContinuityServer& operator=(const ContinuityServer&) = delete;
+  bool hosts(uint32_t node) const;
+  ContinuityShard& shard(uint32_t node);      // throws InvalidArgument if not hosted here
+  PersistentRegion& region(uint32_t node);    // idem
+  bool bulk_insert(uint64_t key, std::span<const std::byte> value);  // false if not hosted here
+  uint64_t records() const;
+  ContinuityStats stats() const;
+  bool recovered() const;  // every hosted shard was recovered from an existing image
+  const ContinuityConfig& config() const { return cfg_; }
+
+ private:
+  struct State;
+  ContinuityConfig cfg_;
+  std::shared_ptr<State> state_;
+};
+
+// One READ per lookup, RPCs for writes. OpResult.chunks = segment READs issued.
+class ContinuityClient final : public KvClient {
+ public:
+  ContinuityClient(const ContinuityConfig& cfg, Engine& engine, uint16_t rpc_id = kContinuityRpcFirst);
+  Task<OpResult> find_or_put(uint64_t key, std::span<const std::byte> value) override;
+  Task<OpResult> get(uint64_t key, std::span<std::byte> value_out) override;
+  Task<OpResult> update(uint64_t key, std::span<const std::byte> value) override;
+  Task<OpResult> put(uint64_t key, std::span<const std::byte> value) override;
+  Task<OpResult> erase(uint64_t key) override;
+  // Reads and validates node's header (one READ).
+  Task<ContinuityHeader> read_header(uint32_t node);
+  const ContinuityConfig& config() const { return cfg_; }
+  uint64_t persists() const { return persists_; }  // persists the server reported for this client's writes
+
+ private:
+  Task<OpResult> remote(uint8_t op, uint64_t key, std::span<const std::byte> value);
+  void check_value(std::span<const std::byte> value, bool exact) const;
+  ContinuityConfig cfg_;
+  Engine& engine_;
+  uint16_t rpc_id_;
+  uint32_t cfg_tag_;
+  uint64_t persists_ = 0;
+};
+
+}  // namespace rdmahash

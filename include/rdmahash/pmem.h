@@ -1,0 +1,91 @@
+// rdmahash/pmem.h — persistent memory for the memory node: the persist choke point and files mapped
+// with PMDK's libpmem.
+//
+// Every store a persistent scheme makes to its table goes through `PersistentRegion::store` (one
+// 8-byte-aligned word, an atomic release store, because one-sided readers load the same words), and
+// every flush + fence goes through `PersistentRegion::persist` — the one persist choke point of the
+// project. A test attaches a `PersistObserver` and sees both streams in program order, which is
+// enough to rebuild the durable image at any instant: a store is durable once a later persist
+// covered its cache line; a store not yet covered may or may not have reached the media (a cache
+// line can be evicted at any moment), so a crash image keeps, per line, some prefix of the line's
+// unpersisted stores.
+//
+// Modes:
+//   kPmem      the mapping is real persistent memory (pmem_is_pmem): pmem_persist (CLWB/CLFLUSHOPT +
+//              SFENCE, no system call);
+//   kMsync     a file mapping on an ordinary file system: pmem_msync (msync of the covered pages);
+//   kVolatile  ordinary memory (no --pm-path): a release fence only, so the same code runs without
+//              a file; persists are still counted.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+namespace rdmahash {
+
+// A persistent image that cannot be used: missing/unreadable file, another format, a corrupt header.
+class PmemError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class PersistMode : uint8_t { kVolatile, kPmem, kMsync };
+const char* to_string(PersistMode m);
+
+inline constexpr uint64_t kCacheLine = 64;
+
+// Receives every store and persist of a region, in program order (tests: crash images).
+class PersistObserver {
+ public:
+  virtual ~PersistObserver() = default;
+  virtual void on_store(uint64_t offset, uint64_t value) = 0;
+  virtual void on_persist(uint64_t offset, uint64_t len) = 0;
+};
+
+// The table memory of one memory node and the only path by which a scheme changes or persists it.
+// Not thread-safe for writers (the scheme serialises its writers); loads by readers are fine.
+class PersistentRegion {
+ public:
+  PersistentRegion(std::span<std::byte> bytes, PersistMode mode);
+  std::span<std::byte> bytes() const { return bytes_; }
+  PersistMode mode() const { return mode_; }
+  uint64_t load(uint64_t offset) const;             // relaxed atomic 8-byte load
+  void store(uint64_t offset, uint64_t value);      // release 8-byte store (offset 8-aligned)
+  void persist(uint64_t offset, uint64_t len);      // THE choke point: flush [offset, offset+len) + fence
+  uint64_t persists() const { return persists_; }   // persist calls so far
+  void set_observer(PersistObserver* o) { observer_ = o; }
+
+ private:
+  std::span<std::byte> bytes_;
+  PersistMode mode_;
+  uint64_t persists_ = 0;
+  PersistObserver* observer_ = nullptr;
+};
+
+// A file mapped with pmem_map_file. `open` maps an existing file at its size, or creates one of
+// `create_bytes` bytes (zero-filled) when none exists. The mapping is 4 KiB aligned.
+class PmemFile {
+ public:
+  static PmemFile open(const std::string& path, uint64_t create_bytes);
+  PmemFile(PmemFile&& o) noexcept;
+  PmemFile& operator=(PmemFile&&) = delete;
+  ~PmemFile();
+  std::span<std::byte> bytes() const { return {base_, len_}; }
+  bool created() const { return created_; }       // false: an existing file was opened
+  bool is_pmem() const { return is_pmem_; }       // pmem_is_pmem of the mapping
+  PersistMode mode() const { return is_pmem_ ? PersistMode::kPmem : PersistMode::kMsync; }
+  const std::string& path() const { return path_; }
+
+ private:
+  PmemFile() = default;
+  std::string path_;
+  std::byte* base_ = nullptr;
+  uint64_t len_ = 0;
+  bool created_ = false;
+  bool is_pmem_ = false;
+};
+
+}  // namespace rdmahash

@@ -1,0 +1,88 @@
+// The persist choke point and libpmem file mappings (see include/rdmahash/pmem.h).
+#include "rdmahash/pmem.h"
+
+#include <libpmem.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+namespace rdmahash {
+
+const char* to_string(PersistMode m) {
+  switch (m) {
+    case PersistMode::kVolatile: return "volatile";
+    case PersistMode::kPmem: return "pmem";
+    case PersistMode::kMsync: return "msync";
+  }
+  return "?";
+}
+
+PersistentRegion::PersistentRegion(std::span<std::byte> bytes, PersistMode mode) : bytes_(bytes), mode_(mode) {
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % kCacheLine != 0)
+    throw std::invalid_argument("persistent region must be cache-line aligned");
+}
+
+uint64_t PersistentRegion::load(uint64_t offset) const {
+  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(bytes_.data() + offset)).load(std::memory_order_relaxed);
+}
+
+void PersistentRegion::store(uint64_t offset, uint64_t value) {
+  if (offset % 8 != 0 || offset + 8 > bytes_.size())
+    throw std::logic_error("persistent store outside the region or unaligned at " + std::to_string(offset));
+  std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(bytes_.data() + offset)).store(value, std::memory_order_release);
+  if (observer_) observer_->on_store(offset, value);
+}
+
+void PersistentRegion::persist(uint64_t offset, uint64_t len) {
+  if (offset + len > bytes_.size() || len == 0)
+    throw std::logic_error("persist outside the region at " + std::to_string(offset));
+  ++persists_;
+  if (observer_) observer_->on_persist(offset, len);
+  switch (mode_) {
+    case PersistMode::kPmem: pmem_persist(bytes_.data() + offset, len); break;
+    case PersistMode::kMsync:
+      if (pmem_msync(bytes_.data() + offset, len) != 0)
+        throw PmemError(std::string("pmem_msync failed: ") + pmem_errormsg());
+      break;
+    case PersistMode::kVolatile: std::atomic_thread_fence(std::memory_order_seq_cst); break;
+  }
+}
+
+PmemFile PmemFile::open(const std::string& path, uint64_t create_bytes) {
+  if (path.empty()) throw PmemError("--pm-path: empty path");
+  PmemFile f;
+  f.path_ = path;
+  struct stat st {};
+  size_t len = 0;
+  int is_pmem = 0;
+  void* p = nullptr;
+  if (::stat(path.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode)) throw PmemError(path + ": not a regular file");
+    if (st.st_size == 0) throw PmemError(path + ": empty file (not a persistent table image); remove it to create a new one");
+    p = pmem_map_file(path.c_str(), 0, 0, 0, &len, &is_pmem);
+    if (!p) throw PmemError(path + ": cannot map: " + pmem_errormsg());
+  } else {
+    if (errno != ENOENT) throw PmemError(path + ": " + std::strerror(errno));
+    if (create_bytes == 0) throw PmemError(path + ": nothing to create (0 bytes)");
+    p = pmem_map_file(path.c_str(), create_bytes, PMEM_FILE_CREATE | PMEM_FILE_EXCL, 0644, &len, &is_pmem);
+    if (!p) throw PmemError(path + ": cannot create " + std::to_string(create_bytes) + " bytes: " + pmem_errormsg());
+    f.created_ = true;
+  }
+  f.base_ = static_cast<std::byte*>(p);
+  f.len_ = len;
+  f.is_pmem_ = is_pmem != 0;
+  return f;
+}
+
+PmemFile::PmemFile(PmemFile&& o) noexcept
+    : path_(std::move(o.path_)), base_(std::exchange(o.base_, nullptr)), len_(o.len_), created_(o.created_),
+      is_pmem_(o.is_pmem_) {}
+
+PmemFile::~PmemFile() {
+  if (base_) pmem_unmap(base_, len_);
+}
+
+}  // namespace rdmahash

@@ -1,0 +1,631 @@
+// Continuity hashing (seed 002). Layout, write protocol, crash states and the torn-read argument
+// are documented in include/rdmahash/continuity.h; this file follows them.
+#include "rdmahash/continuity.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "schemes/hash.h"
+#include "schemes/record.h"
+#include "schemes/write_rpc.h"
+
+namespace rdmahash {
+namespace {
+
+using record::kOcc;
+using record::kVersionMask;
+using record::load64;
+using record::make_ctrl;
+using record::store64;
+using record::version_of;
+
+constexpr uint64_t kSeqShift = 32;
+constexpr uint64_t kBitsMask = 0xffffffffULL;
+// Generations of the four slots of bucket 2i (the slots a READ of an even segment observes before
+// the indicator): 2 bits each in indicator bits 24..31 and in bits 61..62 of the slot's ctrl.
+constexpr uint32_t kGenShift = 24;
+constexpr uint64_t kGenMask = 0xffULL << kGenShift;
+constexpr uint32_t kCtrlGenShift = 61;
+uint64_t gen_of_indicator(uint64_t ind, uint32_t bit) { return (ind >> (kGenShift + 2 * bit)) & 3; }
+uint64_t gen_of_ctrl(uint64_t ctrl) { return (ctrl >> kCtrlGenShift) & 3; }
+// A segment caught mid-write is re-read; the writer is the node's CPU inside one critical
+// section, so this bound is only reached if that CPU died mid-write.
+constexpr uint32_t kMaxRetries = 1u << 22;
+
+struct SlotLayout : record::Layout {
+  explicit SlotLayout(const ContinuityConfig& c) : record::Layout(8, c.value_bytes, 0xC047ULL) {}
+};
+
+uint64_t seq_of(uint64_t ind) { return (ind >> kSeqShift) & kVersionMask; }
+uint64_t make_indicator(uint64_t bits, uint64_t seq) { return (bits & kBitsMask) | ((seq & kVersionMask) << kSeqShift); }
+// pub ≤ s in the wrapping 29-bit sequence space.
+bool not_after(uint64_t pub, uint64_t s) { return ((s - pub) & kVersionMask) < (1ULL << 28); }
+uint64_t segment_mask(const ContinuityConfig& c, uint32_t first_bit) {
+  return ((1ULL << (4 + 4 * c.sbuckets)) - 1) << first_bit;
+}
+
+uint64_t header_checksum(const ContinuityHeader& h) {
+  uint64_t words[7];
+  std::memcpy(words, &h, sizeof words);
+  uint64_t x = hash::mix64(kContinuityMagic);
+  for (uint64_t w : words) x = hash::mix64(x ^ w);
+  return x;
+}
+
+uint32_t config_tag(const ContinuityConfig& c) {
+  uint64_t h = hash::mix64(c.hash_seed ^ kContinuityMagic);
+  for (uint64_t f : {uint64_t{c.memory_nodes}, c.buckets_per_node, uint64_t{c.sbuckets}, uint64_t{c.value_bytes}})
+    h = hash::mix64(h ^ f);
+  return static_cast<uint32_t>(h);
+}
+
+}  // namespace
+
+// --- configuration ------------------------------------------------------------------------------
+
+ContinuityConfig ContinuityConfig::for_records(uint64_t records, double load_factor, uint32_t memory_nodes,
+                                               uint32_t sbuckets) {
+  if (!(load_factor > 0.0 && load_factor < 1.0))
+    throw InvalidArgument("load factor must be in (0, 1), got " + std::to_string(load_factor));
+  if (records == 0) throw InvalidArgument("records must be at least 1");
+  if (memory_nodes == 0) throw InvalidArgument("memory nodes must be at least 1");
+  ContinuityConfig c;
+  c.memory_nodes = memory_nodes;
+  c.sbuckets = sbuckets;
+  const double pairs = static_cast<double>(records) / (load_factor * memory_nodes * c.pair_slots());
+  c.buckets_per_node = 2 * std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(pairs)));
+  return c;
+}
+
+std::string continuity_config_error(const ContinuityConfig& c) {
+  if (c.memory_nodes == 0) return "memory nodes must be at least 1";
+  if (c.buckets_per_node < 2 || c.buckets_per_node % 2 != 0)
+    return "numbered buckets per node must be even and at least 2, got " + std::to_string(c.buckets_per_node);
+  if (c.buckets_per_node > (1ULL << 36)) return "numbered buckets per node must be at most 2^36";
+  if (c.sbuckets < 1 || c.sbuckets > 4)
+    return "SBuckets per segment pair must be in [1, 4] (the indicator has 24 valid bits), got " +
+           std::to_string(c.sbuckets);
+  if (c.value_bytes > 120) return "value bytes must be at most 120, got " + std::to_string(c.value_bytes);
+  return {};
+}
+
+void ContinuityConfig::validate() const {
+  if (auto e = continuity_config_error(*this); !e.empty()) throw InvalidArgument(e);
+}
+
+uint32_t ContinuityConfig::slot_bytes() const { return SlotLayout(*this).bytes; }
+
+ContinuityPlacement continuity_place(const ContinuityConfig& c, uint64_t key) {
+  const uint64_t h = hash::mix64(key ^ c.hash_seed);
+  ContinuityPlacement p;
+  p.node = static_cast<uint32_t>(hash::range(h, c.memory_nodes));
+  const uint64_t hk = hash::mix64(h ^ 0xA0761D6478BD642FULL);
+  p.bucket = hk % c.buckets_per_node;  // eq. (1)
+  p.pair = p.bucket / 2;
+  const uint64_t pair_bytes = c.pair_bytes();  // size_se + size_bu
+  if (p.bucket % 2 == 0) {
+    p.segment_offset = kContinuityHeaderBytes + p.bucket / 2 * pair_bytes;  // eq. (2)
+    p.first_bit = 0;
+    p.indicator_pos = c.bucket_bytes();
+  } else {
+    p.segment_offset = kContinuityHeaderBytes + (p.bucket - 1) / 2 * pair_bytes + c.bucket_bytes();  // eq. (3)
+    p.first_bit = 4;
+    p.indicator_pos = 0;
+  }
+  p.kbits = static_cast<uint32_t>(hash::mix64(h ^ 0x589965CC75374CC3ULL));
+  return p;
+}
+
+// --- memory-node side ---------------------------------------------------------------------------
+
+ContinuityShard::ContinuityShard(const ContinuityConfig& cfg, uint32_t node, PersistentRegion& region)
+    : cfg_(cfg), node_(node), region_(region) {
+  cfg_.validate();
+  if (node >= cfg.memory_nodes) throw InvalidArgument("shard index " + std::to_string(node) + " out of range");
+  const uint64_t have = region.bytes().size();
+  if (have < kContinuityHeaderBytes)
+    throw PmemError("image of " + std::to_string(have) + " bytes is shorter than the " +
+                    std::to_string(kContinuityHeaderBytes) + "-byte continuity header (truncated file?)");
+  ContinuityHeader h{};
+  std::memcpy(&h, region.bytes().data(), sizeof h);
+  bool zero = true;
+  for (size_t i = 0; i < sizeof h; ++i) zero &= region.bytes()[i] == std::byte{0};
+  if (zero) {
+    if (have < cfg.region_bytes())
+      throw PmemError("region of " + std::to_string(have) + " bytes is smaller than the continuity table (" +
+                      std::to_string(cfg.region_bytes()) + " bytes)");
+    format();
+  } else {
+    recover();
+  }
+}
+
+uint64_t ContinuityShard::indicator_off(uint64_t pair) const {
+  return kContinuityHeaderBytes + pair * cfg_.pair_bytes() + cfg_.bucket_bytes();
+}
+
+uint64_t ContinuityShard::slot_off(uint64_t pair, uint32_t bit) const {
+  const uint64_t base = kContinuityHeaderBytes + pair * cfg_.pair_bytes();
+  const uint32_t sb = cfg_.slot_bytes();
+  if (bit < 4) return base + uint64_t{bit} * sb;
+  return base + cfg_.bucket_bytes() + 8 + uint64_t{bit - 4} * sb;  // SBuckets, then bucket 2i+1
+}
+
+void ContinuityShard::format() {
+  // Only the indicators need a value: a slot whose bit is clear is never read.
+  const uint64_t pairs = cfg_.buckets_per_node / 2;
+  for (uint64_t i = 0; i < pairs; ++i)
+    if (region_.load(indicator_off(i)) != 0) region_.store(indicator_off(i), 0);
+  region_.persist(kContinuityHeaderBytes, cfg_.region_bytes() - kContinuityHeaderBytes);
+  ContinuityHeader h{};
+  h.magic = kContinuityMagic;
+  h.format_version = kContinuityFormatVersion;
+  h.header_bytes = kContinuityHeaderBytes;
+  h.buckets = cfg_.buckets_per_node;
+  h.sbuckets = cfg_.sbuckets;
+  h.value_bytes = cfg_.value_bytes;
+  h.hash_seed = cfg_.hash_seed;
+  h.node = node_;
+  h.memory_nodes = cfg_.memory_nodes;
+  h.region_bytes = cfg_.region_bytes();
+  h.checksum = header_checksum(h);
+  uint64_t words[8];
+  std::memcpy(words, &h, sizeof h);
+  // The magic word last, in its own persist: an image whose format was interrupted has no valid
+  // magic (or a checksum mismatch) and is refused, never mistaken for a table.
+  for (uint32_t i = 1; i < 8; ++i) region_.store(8 * i, words[i]);
+  region_.persist(0, kContinuityHeaderBytes);
+  region_.store(0, words[0]);
+  region_.persist(0, 8);
+}
+
+void ContinuityShard::recover() {
+  ContinuityHeader h{};
+  std::memcpy(&h, region_.bytes().data(), sizeof h);
+  if (h.magic != kContinuityMagic) throw PmemError("not a continuity table image (wrong magic)");
+  if (h.format_version != kContinuityFormatVersion)
+    throw PmemError("continuity image of format version " + std::to_string(h.format_version) + ", this build reads " +
+                    std::to_string(kContinuityFormatVersion));
+  if (h.checksum != header_checksum(h)) throw PmemError("continuity image header is corrupt (checksum mismatch)");
+  if (h.header_bytes != kContinuityHeaderBytes || h.buckets != cfg_.buckets_per_node || h.sbuckets != cfg_.sbuckets ||
+      h.value_bytes != cfg_.value_bytes || h.hash_seed != cfg_.hash_seed || h.node != node_ ||
+      h.memory_nodes != cfg_.memory_nodes || h.region_bytes != cfg_.region_bytes())
+    throw PmemError("continuity image was created with another geometry (" + std::to_string(h.buckets) +
+                    " buckets, " + std::to_string(h.sbuckets) + " SBuckets, " + std::to_string(h.value_bytes) +
+                    "-byte values, node " + std::to_string(h.node) + " of " + std::to_string(h.memory_nodes) +
+                    ") than requested (" + std::to_string(cfg_.buckets_per_node) + ", " +
+                    std::to_string(cfg_.sbuckets) + ", " + std::to_string(cfg_.value_bytes) + ", node " +
+                    std::to_string(node_) + " of " + std::to_string(cfg_.memory_nodes) + ")");
+  if (region_.bytes().size() < cfg_.region_bytes())
+    throw PmemError("continuity image is " + std::to_string(region_.bytes().size()) + " bytes, its header says " +
+                    std::to_string(cfg_.region_bytes()) + " (truncated file?)");
+  // The scan: every valid slot must be a consistent item of its own segment, no key twice (I1, I2).
+  const SlotLayout l(cfg_);
+  const uint64_t pairs = cfg_.buckets_per_node / 2;
+  std::vector<std::byte> rec(l.bytes);
+  uint64_t n = 0;
+  std::vector<uint64_t> seen;  // keys of this pair: a key can only be valid in its own pair
+  for (uint64_t i = 0; i < pairs; ++i) {
+    seen.clear();
+    const uint64_t ind = region_.load(indicator_off(i));
+    const uint64_t bits = ind & kBitsMask & ~kGenMask;
+    if (bits >> cfg_.pair_slots())
+      throw PmemError("corrupt image: pair " + std::to_string(i) + " has valid bits beyond its slots");
+    for (uint64_t b = bits; b; b &= b - 1) {
+      const uint32_t bit = static_cast<uint32_t>(std::countr_zero(b));
+      const uint64_t off = slot_off(i, bit);
+      for (uint32_t w = 0; w < l.bytes; w += 8) store64(rec.data() + w, region_.load(off + w));
+      const uint64_t key = l.key(rec.data());
+      const ContinuityPlacement p = continuity_place(cfg_, key);
+      const uint64_t ctrl = load64(rec.data());
+      const bool ok = (ctrl & kOcc) && l.consistent(rec.data()) && not_after(version_of(ctrl), seq_of(ind)) &&
+                      static_cast<uint32_t>(ctrl) == p.kbits && p.node == node_ && p.pair == i &&
+                      (bit >= 4 || gen_of_ctrl(ctrl) == gen_of_indicator(ind, bit)) &&
+                      (segment_mask(cfg_, p.first_bit) >> bit & 1);
+      if (!ok)
+        throw PmemError("corrupt image: pair " + std::to_string(i) + " slot " + std::to_string(bit) +
+                        " is valid but does not hold a consistent item of that segment");
+      if (std::find(seen.begin(), seen.end(), key) != seen.end())
+        throw PmemError("corrupt image: key " + std::to_string(key) + " is valid twice");
+      seen.push_back(key);
+      ++n;
+    }
+  }
+  records_ = n;
+  recovered_ = true;
+}
+
+bool ContinuityShard::owns(uint64_t key) const { return continuity_place(cfg_, key).node == node_; }
+
+void ContinuityShard::check_kv(uint64_t key, std::span<const std::byte> value, bool exact) const {
+  if (!owns(key))
+    throw InvalidArgument("key " + std::to_string(key) + " belongs to another shard than " + std::to_string(node_));
+  if (value.size() > cfg_.value_bytes || (exact && value.size() != cfg_.value_bytes))
+    throw InvalidArgument("value of " + std::to_string(value.size()) + " bytes does not fit the table's " +
+                          std::to_string(cfg_.value_bytes) + " value bytes");
+}
+
+std::optional<ContinuityShard::Loc> ContinuityShard::locate(uint64_t key, const ContinuityPlacement& p) const {
+  const uint64_t bits = region_.load(indicator_off(p.pair)) & segment_mask(cfg_, p.first_bit);
+  for (uint64_t b = bits; b; b &= b - 1) {
+    const uint32_t bit = static_cast<uint32_t>(std::countr_zero(b));
+    const uint64_t off = slot_off(p.pair, bit);
+    if (static_cast<uint32_t>(region_.load(off)) == p.kbits && region_.load(off + 8) == key) return Loc{p.pair, bit};
+  }
+  return std::nullopt;
+}
+
+int ContinuityShard::free_bit(const ContinuityPlacement& p) const {
+  const uint64_t bits = region_.load(indicator_off(p.pair));
+  // Home bucket first (bits first_bit.. for even, the last four for odd), then the SBuckets.
+  const uint32_t home = p.first_bit == 0 ? 0 : 4 + 4 * cfg_.sbuckets;
+  for (uint32_t j = home; j < home + 4; ++j)
+    if (!(bits >> j & 1)) return static_cast<int>(j);
+  for (uint32_t j = 4; j < 4 + 4 * cfg_.sbuckets; ++j)
+    if (!(bits >> j & 1)) return static_cast<int>(j);
+  return -1;
+}
+
+uint64_t ContinuityShard::write_slot(uint64_t pair, uint32_t bit, uint64_t key, const ContinuityPlacement& p,
+                                     uint64_t ind, std::span<const std::byte> value) {
+  const SlotLayout l(cfg_);
+  std::vector<std::byte> rec(l.bytes);
+  const uint64_t pub = seq_of(ind) + 1;
+  uint64_t low = ind & kBitsMask;  // valid bits and generations of the next indicator
+  uint64_t ctrl = make_ctrl(pub, p.kbits);
+  if (bit < 4) {  // a reuse of a bucket-2i slot: next generation, in the slot and in the indicator
+    const uint64_t g = (gen_of_indicator(ind, bit) + 1) & 3;
+    low = (low & ~(3ULL << (kGenShift + 2 * bit))) | (g << (kGenShift + 2 * bit));
+    ctrl |= g << kCtrlGenShift;
+  }
+  store64(rec.data(), ctrl);
+  l.build(key, pub, value, rec.data());
+  const uint64_t off = slot_off(pair, bit);
+  for (uint32_t w = 0; w < l.bytes; w += 8) region_.store(off + w, load64(rec.data() + w));
+  region_.persist(off, l.bytes);  // I2: the item is durable before any indicator can publish it
+  return low | (1ULL << bit);
+}
+
+void ContinuityShard::set_indicator(uint64_t pair, uint64_t bits) {
+  const uint64_t off = indicator_off(pair);
+  const uint64_t seq = seq_of(region_.load(off)) + 1;
+  region_.store(off, make_indicator(bits, seq));  // the one 8-byte store that commits the operation
+  region_.persist(off, 8);                        // I3: durable before the reply
+}
+
+ContinuityResult ContinuityShard::insert_new(uint64_t key, const ContinuityPlacement& p,
+                                             std::span<const std::byte> value) {
+  const int bit = free_bit(p);
+  if (bit < 0) {
+    ++stats_.full;
+    return {Status::kFull, 0};
+  }
+  const uint64_t before = region_.persists();
+  const uint64_t ind = region_.load(indicator_off(p.pair));
+  set_indicator(p.pair, write_slot(p.pair, static_cast<uint32_t>(bit), key, p, ind, value));
+  ++records_;
+  ++stats_.inserts;
+  const auto n = static_cast<uint32_t>(region_.persists() - before);
+  stats_.insert_persists += n;
+  return {Status::kInserted, n};
+}
+
+ContinuityResult ContinuityShard::replace(const Loc& at, uint64_t key, const ContinuityPlacement& p,
+                                          std::span<const std::byte> value) {
+  const int bit = free_bit(p);
+  if (bit < 0) {
+    ++stats_.full;
+    return {Status::kFull, 0};  // out of place needs a free slot in the segment; nothing changed
+  }
+  const uint64_t before = region_.persists();
+  const uint64_t ind = region_.load(indicator_off(p.pair));
+  const uint64_t low = write_slot(p.pair, static_cast<uint32_t>(bit), key, p, ind, value);
+  set_indicator(p.pair, low & ~(1ULL << at.bit));  // both bits flip in one store
+  ++stats_.updates;
+  const auto n = static_cast<uint32_t>(region_.persists() - before);
+  stats_.update_persists += n;
+  return {Status::kUpdated, n};
+}
+
+ContinuityResult ContinuityShard::find_or_put(uint64_t key, std::span<const std::byte> value) {
+  check_kv(key, value, false);
+  const ContinuityPlacement p = continuity_place(cfg_, key);
+  std::lock_guard lock(mu_);
+  if (locate(key, p)) return {Status::kFound, 0};
+  return insert_new(key, p, value);
+}
+
+ContinuityResult ContinuityShard::put(uint64_t key, std::span<const std::byte> value) {
+  check_kv(key, value, true);
+  const ContinuityPlacement p = continuity_place(cfg_, key);
+  std::lock_guard lock(mu_);
+  if (auto at = locate(key, p)) return replace(*at, key, p, value);
+  return insert_new(key, p, value);
+}
+
+ContinuityResult ContinuityShard::update(uint64_t key, std::span<const std::byte> value) {
+  check_kv(key, value, true);
+  const ContinuityPlacement p = continuity_place(cfg_, key);
+  std::lock_guard lock(mu_);
+  if (auto at = locate(key, p)) return replace(*at, key, p, value);
+  return {Status::kNotFound, 0};
+}
+
+ContinuityResult ContinuityShard::erase(uint64_t key) {
+  check_kv(key, {}, false);
+  const ContinuityPlacement p = continuity_place(cfg_, key);
+  std::lock_guard lock(mu_);
+  auto at = locate(key, p);
+  if (!at) return {Status::kNotFound, 0};
+  const uint64_t before = region_.persists();
+  set_indicator(p.pair, (region_.load(indicator_off(p.pair)) & kBitsMask) & ~(1ULL << at->bit));
+  --records_;
+  ++stats_.erases;
+  const auto n = static_cast<uint32_t>(region_.persists() - before);
+  stats_.erase_persists += n;
+  return {Status::kErased, n};
+}
+
+uint64_t ContinuityShard::resize_into(ContinuityShard& dst) {
+  if (&dst == this) throw InvalidArgument("resize_into: the destination is this table");
+  if (dst.cfg_.value_bytes != cfg_.value_bytes || dst.cfg_.hash_seed != cfg_.hash_seed || dst.node_ != node_ ||
+      dst.cfg_.memory_nodes != cfg_.memory_nodes)
+    throw InvalidArgument("resize_into: the destination differs in values, hash seed or node");
+  uint64_t moved = 0;
+  for (auto& [key, value] : items()) {
+    // Insert first (or find the copy a crashed resize already made), then erase here.
+    const ContinuityResult r = dst.find_or_put(key, value);
+    if (r.status == Status::kFull)
+      throw InvalidArgument("resize_into: the destination segment of key " + std::to_string(key) +
+                            " is full; every item is still in one of the two tables");
+    erase(key);
+    ++moved;
+  }
+  return moved;
+}
+
+std::optional<std::vector<std::byte>> ContinuityShard::find(uint64_t key) const {
+  if (!owns(key)) return std::nullopt;
+  const ContinuityPlacement p = continuity_place(cfg_, key);
+  std::lock_guard lock(mu_);
+  auto at = locate(key, p);
+  if (!at) return std::nullopt;
+  const SlotLayout l(cfg_);
+  std::vector<std::byte> rec(l.bytes);
+  const uint64_t off = slot_off(at->pair, at->bit);
+  for (uint32_t w = 0; w < l.bytes; w += 8) store64(rec.data() + w, region_.load(off + w));
+  return std::vector<std::byte>(rec.begin() + l.val_off, rec.begin() + l.val_off + cfg_.value_bytes);
+}
+
+std::vector<std::pair<uint64_t, std::vector<std::byte>>> ContinuityShard::items() const {
+  const SlotLayout l(cfg_);
+  std::lock_guard lock(mu_);
+  std::vector<std::pair<uint64_t, std::vector<std::byte>>> out;
+  std::vector<std::byte> rec(l.bytes);
+  for (uint64_t i = 0; i < cfg_.buckets_per_node / 2; ++i)
+    for (uint64_t b = region_.load(indicator_off(i)) & kBitsMask & ~kGenMask; b; b &= b - 1) {
+      const uint64_t off = slot_off(i, static_cast<uint32_t>(std::countr_zero(b)));
+      for (uint32_t w = 0; w < l.bytes; w += 8) store64(rec.data() + w, region_.load(off + w));
+      out.emplace_back(l.key(rec.data()),
+                       std::vector<std::byte>(rec.begin() + l.val_off, rec.begin() + l.val_off + cfg_.value_bytes));
+    }
+  return out;
+}
+
+uint64_t ContinuityShard::records() const {
+  std::lock_guard lock(mu_);
+  return records_;
+}
+
+ContinuityStats ContinuityShard::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+// --- memory-node side on a fabric ----------------------------------------------------------------
+
+struct ContinuityServer::State {
+  ContinuityConfig cfg;
+  uint32_t tag = 0;
+  std::vector<std::unique_ptr<PersistentRegion>> regions;
+  std::vector<std::unique_ptr<ContinuityShard>> shards;
+
+  void handle(std::span<const std::byte> req, std::vector<std::byte>& reply) {
+    write_rpc::serve("continuity", tag, req, shards, reply,
+                     [](ContinuityShard& s, write_rpc::Op op, uint64_t key, std::span<const std::byte> value) {
+                       ContinuityResult r{Status::kNotFound, 0};
+                       switch (op) {
+                         case write_rpc::kFindOrPut: r = s.find_or_put(key, value); break;
+                         case write_rpc::kPut: r = s.put(key, value); break;
+                         case write_rpc::kUpdate: r = s.update(key, value); break;
+                         case write_rpc::kErase: r = s.erase(key); break;
+                       }
+                       return write_rpc::Result{r.status, r.persists};
+                     });
+  }
+};
+
+ContinuityServer::ContinuityServer(Fabric& fabric, const ContinuityConfig& cfg, PersistMode mode, uint16_t rpc_id)
+    : cfg_(cfg), state_(std::make_shared<State>()) {
+  cfg_.validate();
+  if (rpc_id < kContinuityRpcFirst || rpc_id > kContinuityRpcLast)
+    throw InvalidArgument("continuity rpc id must be in [0x0D00, 0x0D0F], got " + std::to_string(rpc_id));
+  if (fabric.memory_nodes() < cfg.memory_nodes)
+    throw InvalidArgument("the table has " + std::to_string(cfg.memory_nodes) + " shards but the fabric only " +
+                          std::to_string(fabric.memory_nodes()) + " memory nodes");
+  state_->cfg = cfg_;
+  state_->tag = config_tag(cfg_);
+  state_->regions.resize(cfg.memory_nodes);
+  state_->shards.resize(cfg.memory_nodes);
+  for (uint32_t n = 0; n < cfg.memory_nodes; ++n) {
+    auto region = fabric.local_region(n);
+    if (region.empty()) continue;
+    state_->regions[n] = std::make_unique<PersistentRegion>(region, mode);
+    state_->shards[n] = std::make_unique<ContinuityShard>(cfg_, n, *state_->regions[n]);
+  }
+  fabric.register_rpc(rpc_id, [st = state_](uint32_t, std::span<const std::byte> req, std::vector<std::byte>& reply) {
+    st->handle(req, reply);
+  });
+}
+
+ContinuityServer::~ContinuityServer() = default;
+
+bool ContinuityServer::hosts(uint32_t node) const { return node < state_->shards.size() && state_->shards[node]; }
+
+ContinuityShard& ContinuityServer::shard(uint32_t node) {
+  if (!hosts(node)) throw InvalidArgument("continuity shard " + std::to_string(node) + " is not hosted by this process");
+  return *state_->shards[node];
+}
+
+PersistentRegion& ContinuityServer::region(uint32_t node) {
+  if (!hosts(node)) throw InvalidArgument("continuity shard " + std::to_string(node) + " is not hosted by this process");
+  return *state_->regions[node];
+}
+
+bool ContinuityServer::bulk_insert(uint64_t key, std::span<const std::byte> value) {
+  const uint32_t node = continuity_place(cfg_, key).node;
+  if (!hosts(node)) return false;
+  const ContinuityResult r = state_->shards[node]->put(key, value);
+  if (r.status == Status::kFull)
+    throw InvalidArgument("continuity shard " + std::to_string(node) + ": the segment of key " + std::to_string(key) +
+                          " is full at " + std::to_string(state_->shards[node]->records()) + " of " +
+                          std::to_string(state_->shards[node]->capacity()) +
+                          " slots: use a lower load factor or more SBuckets");
+  return true;
+}
+
+uint64_t ContinuityServer::records() const {
+  uint64_t n = 0;
+  for (const auto& s : state_->shards) n += s ? s->records() : 0;
+  return n;
+}
+
+bool ContinuityServer::recovered() const {
+  bool any = false;
+  for (const auto& s : state_->shards)
+    if (s) {
+      if (!s->recovered()) return false;
+      any = true;
+    }
+  return any;
+}
+
+ContinuityStats ContinuityServer::stats() const {
+  ContinuityStats t;
+  for (const auto& s : state_->shards) {
+    if (!s) continue;
+    const ContinuityStats x = s->stats();
+    t.inserts += x.inserts;
+    t.updates += x.updates;
+    t.erases += x.erases;
+    t.full += x.full;
+    t.insert_persists += x.insert_persists;
+    t.update_persists += x.update_persists;
+    t.erase_persists += x.erase_persists;
+  }
+  return t;
+}
+
+// --- client -------------------------------------------------------------------------------------
+
+ContinuityClient::ContinuityClient(const ContinuityConfig& cfg, Engine& engine, uint16_t rpc_id)
+    : cfg_(cfg), engine_(engine), rpc_id_(rpc_id), cfg_tag_(config_tag(cfg)) {
+  cfg_.validate();
+  if (rpc_id < kContinuityRpcFirst || rpc_id > kContinuityRpcLast)
+    throw InvalidArgument("continuity rpc id must be in [0x0D00, 0x0D0F], got " + std::to_string(rpc_id));
+}
+
+void ContinuityClient::check_value(std::span<const std::byte> value, bool exact) const {
+  if (value.size() > cfg_.value_bytes || (exact && value.size() != cfg_.value_bytes))
+    throw InvalidArgument("value of " + std::to_string(value.size()) + " bytes does not fit the table's " +
+                          std::to_string(cfg_.value_bytes) + " value bytes");
+}
+
+Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_out) {
+  const ContinuityPlacement p = continuity_place(cfg_, key);
+  const SlotLayout l(cfg_);
+  const uint32_t len = cfg_.segment_bytes();
+  std::vector<std::byte> seg(len);
+  OpResult r;
+  for (uint32_t attempt = 0; attempt < kMaxRetries; ++attempt) {
+    co_await engine_.read(RemoteAddr{p.node, p.segment_offset}, seg.data(), len);  // the one READ
+    ++r.chunks;
+    const uint64_t ind = load64(seg.data() + p.indicator_pos);
+    const uint64_t s = seq_of(ind);
+    const uint64_t bits = ind & segment_mask(cfg_, p.first_bit);
+    bool stable = true;
+    const std::byte* hit = nullptr;
+    for (uint64_t b = bits; b; b &= b - 1) {
+      const uint32_t bit = static_cast<uint32_t>(std::countr_zero(b));
+      // Slot position inside the segment: the even segment starts with bucket 2i, the odd one with
+      // the indicator (bits 4.. are the SBuckets, then bucket 2i+1).
+      const uint64_t pos = p.first_bit == 0 ? (bit < 4 ? uint64_t{bit} * l.bytes : cfg_.bucket_bytes() + 8 + uint64_t{bit - 4} * l.bytes)
+                                            : 8 + uint64_t{bit - 4} * l.bytes;
+      const std::byte* rec = seg.data() + pos;
+      const uint64_t ctrl = load64(rec);
+      if (!(ctrl & kOcc) || !l.consistent(rec) || !not_after(version_of(ctrl), s) ||
+          (bit < 4 && gen_of_ctrl(ctrl) != gen_of_indicator(ind, bit))) {
+        stable = false;  // torn, or rewritten after the indicator was read: never guess
+        break;
+      }
+      if (static_cast<uint32_t>(ctrl) == p.kbits && l.key(rec) == key) hit = rec;
+    }
+    if (!stable) continue;
+    if (hit) {
+      if (!value_out.empty()) std::memcpy(value_out.data(), hit + l.val_off, std::min<size_t>(value_out.size(), cfg_.value_bytes));
+      r.status = Status::kFound;
+      r.matches = 1;
+    } else {
+      r.status = Status::kNotFound;
+    }
+    co_return r;
+  }
+  throw FabricError("continuity: segment at offset " + std::to_string(p.segment_offset) + " on node " +
+                    std::to_string(p.node) + " stayed inconsistent (did the memory node die mid-write?)");
+}
+
+Task<OpResult> ContinuityClient::remote(uint8_t op, uint64_t key, std::span<const std::byte> value) {
+  const uint32_t node = continuity_place(cfg_, key).node;
+  const write_rpc::Result res =
+      co_await write_rpc::call(engine_, "continuity", rpc_id_, node, cfg_tag_, static_cast<write_rpc::Op>(op), key, value);
+  persists_ += res.aux;
+  OpResult r;
+  r.status = res.status;
+  r.matches = (r.status == Status::kFound || r.status == Status::kUpdated || r.status == Status::kErased) ? 1 : 0;
+  r.persists = res.aux;
+  co_return r;
+}
+
+Task<OpResult> ContinuityClient::find_or_put(uint64_t key, std::span<const std::byte> value) {
+  check_value(value, false);
+  co_return co_await remote(write_rpc::kFindOrPut, key, value);
+}
+
+Task<OpResult> ContinuityClient::put(uint64_t key, std::span<const std::byte> value) {
+  check_value(value, true);
+  co_return co_await remote(write_rpc::kPut, key, value);
+}
+
+Task<OpResult> ContinuityClient::update(uint64_t key, std::span<const std::byte> value) {
+  check_value(value, true);
+  co_return co_await remote(write_rpc::kUpdate, key, value);
+}
+
+Task<OpResult> ContinuityClient::erase(uint64_t key) { co_return co_await remote(write_rpc::kErase, key, {}); }
+
+Task<ContinuityHeader> ContinuityClient::read_header(uint32_t node) {
+  if (node >= cfg_.memory_nodes) throw InvalidArgument("node " + std::to_string(node) + " holds no shard of this table");
+  ContinuityHeader h{};
+  co_await engine_.read(RemoteAddr{node, 0}, &h, sizeof h);
+  if (h.magic != kContinuityMagic || h.checksum != header_checksum(h))
+    throw FabricError("node " + std::to_string(node) + " holds no valid continuity table");
+  if (h.buckets != cfg_.buckets_per_node || h.sbuckets != cfg_.sbuckets || h.value_bytes != cfg_.value_bytes ||
+      h.hash_seed != cfg_.hash_seed || h.memory_nodes != cfg_.memory_nodes)
+    throw InvalidArgument("continuity shard " + std::to_string(node) + " was built with a different configuration");
+  co_return h;
+}
+
+}  // namespace rdmahash

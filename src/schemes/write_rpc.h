@@ -1,0 +1,109 @@
+// The two-sided write request shared by the schemes whose memory node applies writes (cuckoo,
+// continuity): wire format, the node-side dispatcher and the client-side call (internal).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "rdmahash/engine.h"
+#include "rdmahash/table.h"
+
+namespace rdmahash::write_rpc {
+
+enum Op : uint8_t { kFindOrPut = 1, kPut = 2, kUpdate = 3, kErase = 4 };
+enum Code : uint8_t { kOk = 0, kBadRequest = 1, kConfigMismatch = 2, kNotHosted = 3, kInternal = 4 };
+
+struct Request {  // followed by value_len value bytes
+  uint8_t op;
+  uint8_t pad[3];
+  uint32_t node;
+  uint32_t cfg_tag;  // a hash of the client's configuration: a mismatch is refused
+  uint32_t value_len;
+  uint64_t key;
+};
+static_assert(sizeof(Request) == 24);
+
+struct Reply {  // followed by an error message when code != kOk
+  uint8_t code;
+  uint8_t status;
+  uint16_t pad;
+  uint32_t aux;  // scheme-specific count (cuckoo: displacements; continuity: persists)
+};
+static_assert(sizeof(Reply) == 8);
+
+inline void write_reply(std::vector<std::byte>& out, Code code, Status status, uint32_t aux,
+                        const std::string& message = {}) {
+  Reply r{};
+  r.code = code;
+  r.status = static_cast<uint8_t>(status);
+  r.aux = aux;
+  out.resize(sizeof r + message.size());
+  std::memcpy(out.data(), &r, sizeof r);
+  if (!message.empty()) std::memcpy(out.data() + sizeof r, message.data(), message.size());
+}
+
+// Node side: validates `req` against `tag` and the hosted shards, then replies with
+// `apply(shard, op, key, value)`, which returns {Status, aux} or throws. Never throws itself: on
+// LocalFabric an exception would escape through the client's transport.
+template <class Shard, class Apply>
+void serve(const char* scheme, uint32_t tag, std::span<const std::byte> req, const std::vector<Shard>& shards,
+           std::vector<std::byte>& reply, Apply&& apply) {
+  try {
+    Request r{};
+    if (req.size() < sizeof r) return write_reply(reply, kBadRequest, Status::kNotFound, 0, std::string("short ") + scheme + " request");
+    std::memcpy(&r, req.data(), sizeof r);
+    if (r.cfg_tag != tag)
+      return write_reply(reply, kConfigMismatch, Status::kNotFound, 0,
+                         std::string("the client's ") + scheme + " configuration differs from the table's");
+    if (r.node >= shards.size() || !shards[r.node])
+      return write_reply(reply, kNotHosted, Status::kNotFound, 0,
+                         std::string(scheme) + " shard " + std::to_string(r.node) + " is not hosted by this memory node");
+    if (req.size() != sizeof r + r.value_len)
+      return write_reply(reply, kBadRequest, Status::kNotFound, 0, std::string(scheme) + " request length mismatch");
+    if (r.op < kFindOrPut || r.op > kErase)
+      return write_reply(reply, kBadRequest, Status::kNotFound, 0, std::string("unknown ") + scheme + " op");
+    const auto [status, aux] = apply(*shards[r.node], static_cast<Op>(r.op), r.key, req.subspan(sizeof r, r.value_len));
+    write_reply(reply, kOk, status, aux);
+  } catch (const InvalidArgument& e) {
+    write_reply(reply, kBadRequest, Status::kNotFound, 0, e.what());
+  } catch (const std::exception& e) {
+    write_reply(reply, kInternal, Status::kNotFound, 0, e.what());
+  }
+}
+
+struct Result {
+  Status status;
+  uint32_t aux;
+};
+
+// Client side: one RPC to `node`. Throws InvalidArgument when the node refused the request
+// (bad request, other configuration) and FabricError for transport or node failures.
+inline Task<Result> call(Engine& engine, const char* scheme, uint16_t rpc_id, uint32_t node, uint32_t cfg_tag, Op op,
+                         uint64_t key, std::span<const std::byte> value) {
+  Request req{};
+  req.op = op;
+  req.node = node;
+  req.cfg_tag = cfg_tag;
+  req.value_len = static_cast<uint32_t>(value.size());
+  req.key = key;
+  std::vector<std::byte> payload(sizeof req + value.size());
+  std::memcpy(payload.data(), &req, sizeof req);
+  if (!value.empty()) std::memcpy(payload.data() + sizeof req, value.data(), value.size());
+  std::vector<std::byte> reply;
+  co_await engine.rpc(node, rpc_id, payload.data(), static_cast<uint32_t>(payload.size()), &reply);
+  Reply rep{};
+  if (reply.size() < sizeof rep) throw FabricError(std::string(scheme) + ": short reply from node " + std::to_string(node));
+  std::memcpy(&rep, reply.data(), sizeof rep);
+  if (rep.code != kOk) {
+    const std::string msg(reinterpret_cast<const char*>(reply.data()) + sizeof rep, reply.size() - sizeof rep);
+    if (rep.code == kConfigMismatch || rep.code == kBadRequest) throw InvalidArgument(std::string(scheme) + ": " + msg);
+    throw FabricError(std::string(scheme) + ": node " + std::to_string(node) + ": " + msg);
+  }
+  co_return Result{static_cast<Status>(rep.status), rep.aux};
+}
+
+}  // namespace rdmahash::write_rpc

@@ -1,0 +1,425 @@
+// Crash consistency of continuity hashing, exhaustively: every store and persist of a workload is
+// recorded through the persist choke point (PersistObserver); at every recorded event a crash image
+// is rebuilt (only persisted lines; plus a random prefix of each line's unpersisted stores; plus all
+// of them), reopened, recovered and checked against the acknowledged operations. Also: images in
+// real files (pmem_map_file) reopen and recover; corrupt images are refused and left untouched.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "rdmahash/continuity.h"
+#include "test_util.h"
+
+namespace rdmahash {
+namespace {
+
+using test::value_for;
+using State = std::map<uint64_t, std::vector<std::byte>>;
+
+struct AlignedImage {
+  std::vector<std::byte> storage;
+  std::span<std::byte> bytes;
+  explicit AlignedImage(uint64_t n) : storage(n + kCacheLine) {
+    const auto mis = reinterpret_cast<uintptr_t>(storage.data()) % kCacheLine;
+    bytes = {storage.data() + (mis ? kCacheLine - mis : 0), n};
+  }
+};
+
+struct Event {
+  bool persist;
+  uint64_t off, value;  // store: word offset and value; persist: offset and length
+};
+
+struct Recorder final : PersistObserver {
+  std::vector<Event> log;
+  void on_store(uint64_t off, uint64_t v) override { log.push_back({false, off, v}); }
+  void on_persist(uint64_t off, uint64_t len) override { log.push_back({true, off, len}); }
+};
+
+// One server-side operation and the acknowledged state after it.
+struct Step {
+  size_t begin, end;  // log positions: events [begin, end) belong to this operation
+  State after;
+};
+
+State recovered_state(const ContinuityConfig& c, std::span<std::byte> image) {
+  PersistentRegion region(image, PersistMode::kVolatile);
+  ContinuityShard shard(c, 0, region);  // throws PmemError on any violated invariant
+  State s;
+  for (auto& [k, v] : shard.items()) {
+    if (!s.emplace(k, v).second) throw std::runtime_error("key " + std::to_string(k) + " twice");
+  }
+  if (shard.records() != s.size()) throw std::runtime_error("record count differs from the valid items");
+  return s;
+}
+
+// The crash-point check. `mode`: 0 = only persisted lines, 1 = plus a random prefix of each
+// line's unpersisted stores, 2 = plus all of them.
+struct CrashChecker {
+  const ContinuityConfig& cfg;
+  const std::vector<std::byte>& initial;
+  const std::vector<Event>& log;
+  const std::vector<Step>& steps;
+  const State& start;
+  uint64_t checked = 0;
+  std::string first_failure;
+
+  void run(uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<std::byte> durable = initial;
+    std::map<uint64_t, std::vector<std::pair<uint64_t, uint64_t>>> pending;  // line -> stores in order
+    for (size_t e = 0; e <= log.size(); ++e) {
+      // A crash right before event e.
+      for (int mode = 0; mode < 3; ++mode) {
+        if (mode > 0 && pending.empty()) break;
+        AlignedImage img(durable.size());
+        std::memcpy(img.bytes.data(), durable.data(), durable.size());
+        if (mode > 0)
+          for (auto& [line, stores] : pending) {
+            const size_t keep = mode == 2 ? stores.size() : rng() % (stores.size() + 1);
+            for (size_t i = 0; i < keep; ++i) std::memcpy(img.bytes.data() + stores[i].first, &stores[i].second, 8);
+          }
+        check(e, img.bytes, mode);
+      }
+      if (e == log.size()) break;
+      const Event& ev = log[e];
+      if (!ev.persist) {
+        pending[ev.off / kCacheLine].emplace_back(ev.off, ev.value);
+      } else {
+        for (uint64_t line = ev.off / kCacheLine; line * kCacheLine < ev.off + ev.value; ++line) {
+          auto it = pending.find(line);
+          if (it == pending.end()) continue;
+          for (auto& [off, v] : it->second) std::memcpy(durable.data() + off, &v, 8);
+          pending.erase(it);
+        }
+      }
+    }
+  }
+
+  void check(size_t e, std::span<std::byte> image, int mode) {
+    ++checked;
+    // Acknowledged: every step that ended at or before e. In flight: the step containing e.
+    const State* acked = &start;
+    const State* next = nullptr;
+    for (const Step& s : steps) {
+      if (s.end <= e) acked = &s.after;
+      else if (s.begin <= e) { next = &s.after; break; }
+      else break;
+    }
+    std::string why;
+    try {
+      const State got = recovered_state(cfg, image);
+      if (got != *acked && !(next && got == *next))
+        why = "recovered " + std::to_string(got.size()) + " items, acknowledged state has " +
+              std::to_string(acked->size()) + (next ? " (in-flight op: " + std::to_string(next->size()) + ")" : "");
+    } catch (const std::exception& ex) {
+      why = std::string("recovery failed: ") + ex.what();
+    }
+    if (!why.empty() && first_failure.empty())
+      first_failure = "crash before event " + std::to_string(e) + " (mode " + std::to_string(mode) + "): " + why;
+  }
+};
+
+TEST(ContinuityCrash, EveryCrashPointRecoversTheAcknowledgedOperations) {
+  ContinuityConfig c;
+  c.buckets_per_node = 8;  // 4 pairs × 20 slots: segments fill, slots are reused, updates hit kFull
+  c.sbuckets = 3;
+  c.value_bytes = 24;
+  AlignedImage live(c.region_bytes());
+  PersistentRegion region(live.bytes, PersistMode::kVolatile);
+  ContinuityShard shard(c, 0, region);
+  // Start recording once the table exists (a crash while formatting leaves an image that is
+  // refused, see continuity.h); `initial` is that durable image.
+  std::vector<std::byte> initial(live.bytes.begin(), live.bytes.end());
+  Recorder rec;
+  region.set_observer(&rec);
+
+  std::mt19937_64 rng(2024);
+  std::vector<uint64_t> universe;
+  for (int i = 0; i < 110; ++i) universe.push_back(rng());
+  State state;
+  std::vector<Step> steps;
+  uint64_t kinds[4] = {0, 0, 0, 0};
+  for (int i = 0; i < 1500; ++i) {
+    const uint64_t k = universe[rng() % universe.size()];
+    const auto v = value_for(k, static_cast<uint32_t>(i), c.value_bytes);
+    const size_t begin = rec.log.size();
+    const uint64_t x = rng() % 10;
+    ContinuityResult r;
+    if (x < 4) r = shard.find_or_put(k, v);
+    else if (x < 7) r = shard.update(k, v);
+    else r = shard.erase(k);
+    if (r.status == Status::kInserted) state[k] = v, ++kinds[0];
+    else if (r.status == Status::kUpdated) state[k] = v, ++kinds[1];
+    else if (r.status == Status::kErased) state.erase(k), ++kinds[2];
+    else if (r.status == Status::kFull) ++kinds[3];
+    steps.push_back({begin, rec.log.size(), state});
+  }
+  region.set_observer(nullptr);
+  ASSERT_GT(kinds[0], 100u);
+  ASSERT_GT(kinds[1], 100u);
+  ASSERT_GT(kinds[2], 100u);
+  ASSERT_EQ(recovered_state(c, live.bytes), state);
+
+  const State empty;
+  CrashChecker check{c, initial, rec.log, steps, empty, 0, {}};
+  check.run(7);
+  EXPECT_EQ(check.first_failure, "");
+  uint64_t persists = 0;
+  for (const Event& e : rec.log) persists += e.persist;
+  // Every event is a crash point: persisted-only, random prefix of pending lines, all pending.
+  std::printf("continuity crash test: %zu ops (%lu inserts, %lu updates, %lu erases, %lu full), %zu events "
+              "(%lu persists), %lu crash images checked\n",
+              steps.size(), static_cast<unsigned long>(kinds[0]), static_cast<unsigned long>(kinds[1]),
+              static_cast<unsigned long>(kinds[2]), static_cast<unsigned long>(kinds[3]), rec.log.size(),
+              static_cast<unsigned long>(persists), static_cast<unsigned long>(check.checked));
+  EXPECT_GT(check.checked, rec.log.size());
+}
+
+// Resizing: the move of every item into a table of twice the buckets, recorded on both regions
+// in one global order. Before every event a crash image pair is rebuilt (persisted lines only, a
+// random prefix of unpersisted stores, all of them); both images must recover, together hold every
+// item exactly (a key in both has one value), and resuming the resize must leave every item in
+// the new table and none in the old.
+struct TaggedRecorder final : PersistObserver {
+  std::vector<std::pair<int, Event>>* log;
+  int region;
+  void on_store(uint64_t off, uint64_t v) override { log->push_back({region, {false, off, v}}); }
+  void on_persist(uint64_t off, uint64_t len) override { log->push_back({region, {true, off, len}}); }
+};
+
+TEST(ContinuityCrash, EveryCrashPointOfAResizeRecoversToACompleteTable) {
+  ContinuityConfig small;
+  small.buckets_per_node = 8;
+  small.value_bytes = 16;
+  ContinuityConfig big = small;
+  big.buckets_per_node = 16;
+  AlignedImage live0(small.region_bytes()), live1(big.region_bytes());
+  PersistentRegion r0(live0.bytes, PersistMode::kVolatile), r1(live1.bytes, PersistMode::kVolatile);
+  ContinuityShard src(small, 0, r0), dst(big, 0, r1);
+  std::mt19937_64 rng(99);
+  State state;
+  while (state.size() < 40) {
+    const uint64_t k = rng();
+    const auto v = value_for(k, 3, 16);
+    if (src.find_or_put(k, v).status == Status::kInserted) state[k] = v;
+  }
+  const std::vector<std::byte> init[2] = {{live0.bytes.begin(), live0.bytes.end()},
+                                          {live1.bytes.begin(), live1.bytes.end()}};
+  std::vector<std::pair<int, Event>> log;
+  TaggedRecorder t0, t1;
+  t0.log = t1.log = &log;
+  t0.region = 0;
+  t1.region = 1;
+  r0.set_observer(&t0);
+  r1.set_observer(&t1);
+  ASSERT_EQ(src.resize_into(dst), state.size());
+  r0.set_observer(nullptr);
+  r1.set_observer(nullptr);
+  ASSERT_EQ(src.records(), 0u);
+  ASSERT_EQ(recovered_state(big, live1.bytes), state);
+
+  std::vector<std::byte> durable[2] = {init[0], init[1]};
+  std::map<std::pair<int, uint64_t>, std::vector<std::pair<uint64_t, uint64_t>>> pending;
+  uint64_t checked = 0;
+  std::string failure;
+  for (size_t e = 0; e <= log.size() && failure.empty(); ++e) {
+    for (int mode = 0; mode < 3 && failure.empty(); ++mode) {
+      if (mode > 0 && pending.empty()) break;
+      AlignedImage img0(durable[0].size()), img1(durable[1].size());
+      AlignedImage* img[2] = {&img0, &img1};
+      for (int r = 0; r < 2; ++r) std::memcpy(img[r]->bytes.data(), durable[r].data(), durable[r].size());
+      if (mode > 0)
+        for (auto& [where, stores] : pending) {
+          const size_t keep = mode == 2 ? stores.size() : rng() % (stores.size() + 1);
+          for (size_t i = 0; i < keep; ++i)
+            std::memcpy(img[where.first]->bytes.data() + stores[i].first, &stores[i].second, 8);
+        }
+      ++checked;
+      try {
+        const State a = recovered_state(small, img0.bytes), b = recovered_state(big, img1.bytes);
+        State both = b;
+        for (auto& [k, v] : a)
+          if (auto [it, fresh] = both.emplace(k, v); !fresh && it->second != v)
+            throw std::runtime_error("key in both tables with two values");
+        if (both != state) throw std::runtime_error("the two tables together lost or invented items");
+        // Restart: resume the resize on the images.
+        PersistentRegion q0(img0.bytes, PersistMode::kVolatile), q1(img1.bytes, PersistMode::kVolatile);
+        ContinuityShard s0(small, 0, q0), s1(big, 0, q1);
+        s0.resize_into(s1);
+        if (s0.records() != 0 || recovered_state(big, img1.bytes) != state)
+          throw std::runtime_error("resuming did not complete the resize");
+      } catch (const std::exception& ex) {
+        failure = "crash before event " + std::to_string(e) + " (mode " + std::to_string(mode) + "): " + ex.what();
+      }
+    }
+    if (e == log.size()) break;
+    const auto& [r, ev] = log[e];
+    if (!ev.persist) {
+      pending[{r, ev.off / kCacheLine}].emplace_back(ev.off, ev.value);
+    } else {
+      for (uint64_t line = ev.off / kCacheLine; line * kCacheLine < ev.off + ev.value; ++line) {
+        auto it = pending.find({r, line});
+        if (it == pending.end()) continue;
+        for (auto& [off, v] : it->second) std::memcpy(durable[r].data() + off, &v, 8);
+        pending.erase(it);
+      }
+    }
+  }
+  EXPECT_EQ(failure, "");
+  std::printf("continuity resize crash test: %zu items moved, %zu events, %lu crash image pairs checked\n",
+              state.size(), log.size(), static_cast<unsigned long>(checked));
+}
+
+// --- real files -----------------------------------------------------------------------------------
+
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/rdmahash-pmem-XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+std::vector<char> slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+}
+
+ContinuityConfig file_config() {
+  ContinuityConfig c;
+  c.buckets_per_node = 32;
+  c.value_bytes = 16;
+  return c;
+}
+
+// Creates `path` with some items; returns them.
+State make_file(const std::filesystem::path& path) {
+  const ContinuityConfig c = file_config();
+  PmemFile f = PmemFile::open(path, c.region_bytes());
+  EXPECT_TRUE(f.created());
+  PersistentRegion region(f.bytes(), f.mode());
+  ContinuityShard shard(c, 0, region);
+  EXPECT_FALSE(shard.recovered());
+  State s;
+  for (uint64_t k = 1; k <= 150; ++k) {
+    const auto v = value_for(k, 1, 16);
+    if (shard.find_or_put(k, v).status == Status::kInserted) s[k] = v;
+  }
+  for (uint64_t k = 1; k <= 150; k += 3) {
+    const auto v = value_for(k, 2, 16);
+    if (shard.update(k, v).status == Status::kUpdated) s[k] = v;
+  }
+  for (uint64_t k = 2; k <= 150; k += 7)
+    if (shard.erase(k).status == Status::kErased) s.erase(k);
+  return s;
+}
+
+TEST(ContinuityFile, ReopenRecoversEveryItem) {
+  TempDir dir;
+  const auto path = dir.path / "table.pm";
+  const State want = make_file(path);
+  const ContinuityConfig c = file_config();
+  PmemFile f = PmemFile::open(path, c.region_bytes());
+  EXPECT_FALSE(f.created());
+  EXPECT_EQ(f.mode(), f.is_pmem() ? PersistMode::kPmem : PersistMode::kMsync);
+  PersistentRegion region(f.bytes(), f.mode());
+  ContinuityShard shard(c, 0, region);
+  EXPECT_TRUE(shard.recovered());
+  State got;
+  for (auto& [k, v] : shard.items()) got[k] = v;
+  EXPECT_EQ(got, want);
+  // The recovered table serves one-sided lookups over a fabric on the mapping.
+  auto fabric = make_local_fabric_over({f.bytes()});
+  auto t = fabric->connect();
+  Engine engine(*t);
+  ContinuityClient client(c, engine);
+  std::vector<std::byte> out(16);
+  for (uint64_t k = 1; k <= 150; ++k) {
+    const OpResult r = engine.run(client.get(k, out));
+    ASSERT_EQ(r.status, want.count(k) ? Status::kFound : Status::kNotFound) << k;
+    if (want.count(k)) { ASSERT_EQ(out, want.at(k)); }
+  }
+}
+
+void expect_refused(const std::filesystem::path& path, const ContinuityConfig& c, const std::string& what) {
+  const auto before = slurp(path);
+  try {
+    PmemFile f = PmemFile::open(path, c.region_bytes());
+    PersistentRegion region(f.bytes(), f.mode());
+    ContinuityShard shard(c, 0, region);
+    ADD_FAILURE() << what << ": the image was accepted";
+  } catch (const PmemError& e) {
+    EXPECT_FALSE(std::string(e.what()).empty());
+  }
+  EXPECT_EQ(slurp(path), before) << what << ": the refused file was modified";
+}
+
+TEST(ContinuityFile, CorruptOrForeignImagesAreRefusedUntouched) {
+  TempDir dir;
+  const auto path = dir.path / "table.pm";
+  make_file(path);
+  const auto good = slurp(path);
+  auto write = [&](const std::vector<char>& bytes) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  };
+  const ContinuityConfig c = file_config();
+  // Every single-bit flip of the header.
+  for (size_t bit = 0; bit < 8 * kContinuityHeaderBytes; ++bit) {
+    auto bad = good;
+    bad[bit / 8] = static_cast<char>(bad[bit / 8] ^ (1 << (bit % 8)));
+    write(bad);
+    expect_refused(path, c, "header bit " + std::to_string(bit));
+  }
+  // Truncations: inside the header, and of the table.
+  for (size_t len : {size_t{1}, size_t{40}, size_t{64}, good.size() / 2, good.size() - 8}) {
+    write(std::vector<char>(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(len)));
+    expect_refused(path, c, "truncated to " + std::to_string(len));
+  }
+  // Another format entirely, and the right format with another geometry.
+  std::vector<char> foreign(good.size(), 'x');
+  write(foreign);
+  expect_refused(path, c, "foreign file");
+  write(good);
+  ContinuityConfig other = c;
+  other.sbuckets = 2;
+  expect_refused(path, other, "other geometry");
+  // A valid slot whose bytes were corrupted: recovery reports it instead of serving it.
+  {
+    PmemFile f = PmemFile::open(path, c.region_bytes());
+    PersistentRegion region(f.bytes(), f.mode());
+    ContinuityShard shard(c, 0, region);
+    ASSERT_GT(shard.records(), 0u);
+  }
+  auto bad = good;
+  bool flipped = false;
+  for (uint64_t pair = 0; pair < c.buckets_per_node / 2 && !flipped; ++pair) {
+    const uint64_t ind_off = kContinuityHeaderBytes + pair * c.pair_bytes() + c.bucket_bytes();
+    uint64_t ind;
+    std::memcpy(&ind, good.data() + ind_off, 8);
+    if (ind & (1ULL << 4)) {  // first SBucket slot is valid: flip a value bit
+      bad[ind_off + 8 + 16] = static_cast<char>(bad[ind_off + 8 + 16] ^ 1);
+      flipped = true;
+    }
+  }
+  ASSERT_TRUE(flipped);
+  write(bad);
+  expect_refused(path, c, "corrupt valid slot");
+  // An empty file and a directory.
+  write({});
+  expect_refused(path, c, "empty file");
+  EXPECT_THROW(PmemFile::open(dir.path.string(), 4096), PmemError);
+}
+
+}  // namespace
+}  // namespace rdmahash
