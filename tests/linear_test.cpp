@@ -141,7 +141,9 @@ TEST(Linear, FullWhenTheProbeBoundIsExhausted) {
     if (r.status == Status::kInserted) inserted.insert(k);
     else if (r.status == Status::kFull) ++full;
     else FAIL() << "unexpected status " << to_string(r.status);
-    if (r.status == Status::kInserted) EXPECT_LE(r.chunks, 2u);  // kFull also looks past M (below)
+    if (r.status == Status::kInserted) {
+      EXPECT_LE(r.chunks, 2u);
+    }  // kFull also looks past M (below)
   }
   EXPECT_GT(full, 0u);
   EXPECT_LE(inserted.size(), 80u);
