@@ -16,7 +16,7 @@ import tempfile
 REQUIRED = ["scheme", "fabric", "ranks", "memory_nodes", "clients", "records", "slots", "load_factor",
             "workload", "ops", "seconds", "throughput_ops_per_s", "latency_us", "round_trips_per_op",
             "requests_per_op", "bytes_per_op", "outcomes", "load_factor_start", "load_factor_end",
-            "table_bytes", "llc_bytes", "warmup_seconds", "cold", "keep_table"]
+            "table_bytes", "llc_bytes", "warmup_seconds", "cold", "keep_table", "records_start", "records_end"]
 
 # Fraction of new keys each insert workload draws (OpStream).
 INSERT_FRACTION = {"mixed": 0.5, "read-intensive": 0.2, "write-intensive": 0.8}
@@ -55,14 +55,19 @@ def main():
                 fail(f"missing requests_per_op.{k}")
         w, ops, o = r["workload"], r["ops"], r["outcomes"]
         # The table state the row states: the end is the start plus what the point inserted.
-        grown = r["load_factor_end"] - r["load_factor_start"]
-        if abs(grown - o["inserted"] / r["slots"]) > 1e-9:
-            fail(f"{w}: load factor {r['load_factor_start']} -> {r['load_factor_end']} but {o['inserted']} inserts "
-                 f"into {r['slots']} slots")
+        # (race grows: `slots` is the count at the end and load_factor_start used the count at the start)
+        if r["records_end"] - r["records_start"] != o["inserted"] - o["erased"]:
+            fail(f"{w}: {r['records_start']} -> {r['records_end']} records but {o['inserted']} inserts, {o['erased']} erases")
+        if r["slots"] <= 0 or abs(r["load_factor_end"] - r["records_end"] / r["slots"]) > 1e-9:
+            fail(f"{w}: load factor at the end {r['load_factor_end']} is not {r['records_end']} records / {r['slots']} slots")
+        if r.get("resizes", 0) == 0 and abs(r["load_factor_start"] - r["records_start"] / r["slots"]) > 1e-9:
+            fail(f"{w}: load factor at the start {r['load_factor_start']} is not {r['records_start']} / {r['slots']} slots")
         if not r["keep_table"]:
-            want_start = 0.0 if w == "ycsb-load" else r["load_factor"]  # YCSB loads into an empty table
-            if abs(r["load_factor_start"] - want_start) > 1e-9:
-                fail(f"{w}: starts at load factor {r['load_factor_start']}, not from the loaded table ({want_start})")
+            want_start = 0 if w == "ycsb-load" else r["records"]  # YCSB loads into an empty table
+            if r["records_start"] != want_start:
+                fail(f"{w}: starts with {r['records_start']} records, not from the loaded table ({want_start})")
+            if r["scheme"] != "race" and w != "ycsb-load" and abs(r["load_factor_start"] - r["load_factor"]) > 1e-9:
+                fail(f"{w}: starts at load factor {r['load_factor_start']}, not the loaded {r['load_factor']}")
         if r["table_bytes"] < r["slots"] * 8 or r["llc_bytes"] < 0:
             fail(f"{w}: table_bytes {r['table_bytes']} smaller than its {r['slots']} slots")
         if (r["warmup_seconds"] > 0) == r["cold"]:

@@ -118,20 +118,25 @@ add_test(NAME cli_ycsb_malformed COMMAND ${EXPECT_FAIL} "add up to 1.05, not 1.*
   ${RDMAHASH_BIN} bench --ycsb ${YCSB_DIR}/malformed_sum)
 add_test(NAME cli_ycsb_missing_file COMMAND ${EXPECT_FAIL} "ycsb" ${RDMAHASH_BIN} bench --ycsb /no/such/workload)
 # One error contract (issue 14): every bad input is `rdmahash <cmd>: error: ...` with exit status 2,
-# including CLI11's own parse errors and a table that cannot fit in memory.
+# including CLI11's own parse errors and a table that cannot fit in memory. The two memory tests run
+# under an 8 GiB address-space limit, so that with the check removed (a mutant) the run fails fast
+# instead of filling the machine's memory.
 add_test(NAME cli_ycsb_nonexistent_contract COMMAND ${EXPECT_FAIL} "^rdmahash bench: error: .*ycsb.*/nonexistent"
   ${RDMAHASH_BIN} bench --ycsb /nonexistent)
 add_test(NAME cli_records_too_big_for_memory COMMAND ${EXPECT_FAIL}
   "^rdmahash bench: error: the table does not fit in memory: .* needs .* bytes.* but MemAvailable is .* bytes"
-  ${RDMAHASH_BIN} bench --records 10000000000)
+  prlimit --as=8589934592 ${RDMAHASH_BIN} bench --records 10000000000)
 add_test(NAME cli_unknown_option_contract COMMAND ${EXPECT_FAIL} "^rdmahash bench: error: .*--no-such-option"
   ${RDMAHASH_BIN} bench --no-such-option)
 add_test(NAME cli_model_unknown_option_contract COMMAND ${EXPECT_FAIL} "^rdmahash model: error: .*--nope"
   ${RDMAHASH_BIN} model --nope)
 add_test(NAME cli_ucx_records_too_big_for_memory COMMAND ${EXPECT_FAIL}
   "^rdmahash bench: error: the table does not fit in memory"
-  ${RDMAHASH_MPIRUN} -n 2 ${RDMAHASH_BIN} bench --fabric ucx --records 10000000000)
-set_tests_properties(cli_ucx_records_too_big_for_memory PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 120)
+  prlimit --as=8589934592 ${RDMAHASH_MPIRUN} -n 2 ${RDMAHASH_BIN} bench --fabric ucx --records 10000000000)
+# UCX allocates regions from POSIX shared memory by default, which an address-space limit does not
+# bound (tmpfs pages): allocate from anonymous mmap here, so that the limit applies.
+set_tests_properties(cli_ucx_records_too_big_for_memory PROPERTIES
+  ENVIRONMENT "${RDMAHASH_MPI_ENV};UCX_ALLOC_PRIO=mmap" TIMEOUT 120)
 # expect_fail.sh prints "ok (exit N)" when it passes: these must exit with exactly 2.
 set_tests_properties(cli_ycsb_nonexistent_contract cli_records_too_big_for_memory cli_unknown_option_contract
   cli_model_unknown_option_contract cli_ucx_records_too_big_for_memory PROPERTIES PASS_REGULAR_EXPRESSION "ok \\(exit 2\\)")

@@ -9,7 +9,7 @@ err=$(mktemp)
 rc=$?
 msg=$(cat "$err"); rm -f "$err"
 if [ "$rc" -ne 2 ]; then echo "expected exit status 2, got $rc: $*"; echo "$msg"; exit 1; fi
-if ! printf '%s' "$msg" | grep -Eq -- "^(rdmahash [a-z]+|[a-z_]+\.py): error: "; then
+if ! printf '%s' "$msg" | grep -Eq -- "^(rdmahash [a-z-]+|[a-z_]+\.py): error: "; then
   echo "message lacks 'rdmahash <cmd>: error: ': $msg"; exit 1
 fi
 if ! printf '%s' "$msg" | grep -Eq -- "$regex"; then echo "message does not match '$regex': $msg"; exit 1; fi

@@ -16,7 +16,7 @@ import sys
 
 HEADER, EVENT = 32, 48
 GET, PUT, UPDATE, ERASE, FIND_OR_PUT = 1, 2, 3, 4, 5
-FOUND, INSERTED, UPDATED = 0, 1, 4
+FOUND, INSERTED, UPDATED, ERASED = 0, 1, 4, 5
 
 
 def main():
@@ -48,10 +48,29 @@ def main():
                 target, events[i][4] = i, e[4] ^ 0x5A5A5A5A5A5A5A5A
                 break
     elif mode == "lost-insert":
+        # A find_or_put that found its key, followed on that key by a get that found another value,
+        # with no other write of the key overlapping them: an insert there contradicts the get too,
+        # so even a model that let an insert overwrite a present key rejects it.
+        def is_write(x):
+            return x[0] and ((x[6] in (PUT, UPDATE) and x[7] in (INSERTED, UPDATED)) or
+                             (x[6] == FIND_OR_PUT and x[7] == INSERTED) or (x[6] == ERASE and x[7] == ERASED))
+        by_key = {}
+        for j, x in enumerate(events):
+            if x[0]:
+                by_key.setdefault(x[2], []).append(j)
         for i, e in enumerate(events):
-            if e[6] == FIND_OR_PUT and e[7] == FOUND:
-                target, events[i][7] = i, INSERTED
-                break
+            if not (e[0] and e[6] == FIND_OR_PUT and e[7] == FOUND and e[3]):
+                continue
+            after = [j for j in by_key[e[2]] if events[j][0] > e[1]]
+            if not after:
+                continue
+            g = events[min(after, key=lambda j: events[j][0])]
+            if g[6] != GET or g[7] != FOUND or g[4] == e[3]:
+                continue
+            if any(j != i and is_write(events[j]) and events[j][0] < g[1] and events[j][1] > e[0] for j in by_key[e[2]]):
+                continue
+            target, events[i][7] = i, INSERTED
+            break
     else:
         sys.exit("unknown mode " + mode)
     if target is None:

@@ -255,5 +255,8 @@ struct RaceInspection {
   std::vector<std::vector<std::byte>> keys;
 };
 RaceInspection race_inspect(Fabric& fabric, const RaceConfig& cfg, bool with_keys = false);
+// The table's slots now (distinct subtables in the directory x 3G x kRaceSlots), from node 0's
+// directory alone; call where node 0 is hosted and no split runs.
+uint64_t race_slot_count(Fabric& fabric, const RaceConfig& cfg);
 
 }  // namespace rdmahash

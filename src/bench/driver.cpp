@@ -396,6 +396,8 @@ class Backend {
   virtual std::optional<ClientResult> run(const std::function<ClientResult(Engine&, uint32_t)>& fn) = 0;
   // --history: writes the file of one table's life from every client's buffer (`history[c]`;
   // UCX: each rank holds only its own client's and rank 0 gathers them).
+  // The fabric this process uses (local: the one of the current table).
+  virtual Fabric& fabric() = 0;
   virtual void write_history(const KeySpace& keys, uint32_t value_bytes, std::vector<check::HistoryBuffer>& history) = 0;
 };
 
@@ -439,6 +441,7 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
       }
       const uint64_t ip = insert_point;
       if (pt.workload != Workload::kYcsbLoad && pt.workload != Workload::kYcsbRun && writes(pt.workload)) ++insert_point;
+      const uint64_t slots_start = adapter->slots_in(b.fabric());
       const auto total = b.run([&](Engine& e, uint32_t c) {
         check::HistoryBuffer* h = history.empty() ? nullptr : &history[c];
         if (h && h->events().empty()) h->reserve(o.ops * o.repeat);
@@ -450,7 +453,7 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
       info.scheme = o.scheme;
       info.scheme_detail = adapter->describe();
       info.records = records;
-      info.slots = adapter->slots();
+      info.slots = adapter->slots_in(b.fabric());  // at the end (race grows)
       info.target_load_factor = lf;
       info.workload = pt.workload;
       info.read_size = pt.read_size.slots;
@@ -458,10 +461,11 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
       info.read_size_policy = pt.read_size.text();
       info.repeat = pt.repeat;
       info.ycsb = yw ? ycsb::summary(*yw) : "";
-      const double slots = static_cast<double>(std::max<uint64_t>(adapter->slots(), 1));
-      info.load_factor_start = static_cast<double>(present) / slots;
+      info.records_start = present;
+      info.load_factor_start = static_cast<double>(present) / static_cast<double>(std::max<uint64_t>(slots_start, 1));
       present = present + total->inserted - std::min(present + total->inserted, total->erased);
-      info.load_factor_end = static_cast<double>(present) / slots;
+      info.records_end = present;
+      info.load_factor_end = static_cast<double>(present) / static_cast<double>(std::max<uint64_t>(info.slots, 1));
       info.warmup_seconds = warmup;
       info.table_bytes = adapter->region_bytes() * b.memory_nodes();
       info.llc_bytes = llc;
@@ -519,6 +523,7 @@ class LocalBackend final : public Backend {
     for (const auto& r : results) total.merge(r);
     return total;
   }
+  Fabric& fabric() override { return *fabric_; }
   void write_history(const KeySpace& keys, uint32_t value_bytes, std::vector<check::HistoryBuffer>& history) override {
     write_kv_mix_history(o_, keys, value_bytes, history);
   }
@@ -574,6 +579,7 @@ class UcxBackend final : public Backend {
       if (!b.empty()) total.merge(ClientResult::deserialize(b));
     return total;
   }
+  Fabric& fabric() override { return fabric_; }
   void write_history(const KeySpace& keys, uint32_t value_bytes, std::vector<check::HistoryBuffer>& history) override {
     const uint32_t client = static_cast<uint32_t>(
         o_.symmetric ? fabric_.rank() : fabric_.rank() - static_cast<int>(fabric_.memory_nodes()));
@@ -626,6 +632,8 @@ int run_local(const BenchOptions& o_in) {
   const auto yw = prepare_ycsb(o, stderr);
   const uint32_t clients = o.symmetric ? o.memory_nodes : o.clients;
   plan_table_writes(o, yw.get(), clients);
+  if (!o.history_path.empty() && !history_writable(o.history_path))
+    throw InvalidArgument("cannot open --history file '" + o.history_path + "' for writing");
   // Up front, before any point runs: the largest table of the sweep must fit.
   if (const uint64_t avail = mem_available_bytes())
     for (double lf : o.load_factors) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <fstream>
 
 #include "schemes/hash.h"
 
@@ -168,6 +169,15 @@ void check_ucx_history(const BenchOptions& o) {
                                        : static_cast<uint64_t>(std::max(0, ranks - static_cast<int>(o.memory_nodes)));
   if (history_events(o, clients) > check::kMaxEvents)
     throw InvalidArgument("--history would record more than 2^24 events: use fewer --ops, ranks or --repeat");
+  // Rank 0 writes the file after the run: find out now, on every rank alike, whether it can.
+  int writable = rank == 0 ? history_writable(o.history_path) : 0;
+  MPI_Bcast(&writable, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (!writable) throw InvalidArgument("cannot open --history file '" + o.history_path + "' for writing");
+}
+
+int history_writable(const std::string& path) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  return f ? 1 : 0;
 }
 
 }  // namespace rdmahash::bench

@@ -129,6 +129,8 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   j["target_load_factor"] = p.target_load_factor;
   j["load_factor_start"] = p.load_factor_start;
   j["load_factor_end"] = p.load_factor_end;
+  j["records_start"] = p.records_start;
+  j["records_end"] = p.records_end;
   j["keep_table"] = o.keep_table;
   j["table_bytes"] = p.table_bytes;
   j["llc_bytes"] = p.llc_bytes;

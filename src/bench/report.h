@@ -50,6 +50,7 @@ struct PointInfo {
   std::string ycsb;     // the YCSB workload's summary, when the point is a YCSB phase
   // The table state: records / slots when the point started and when it ended (inserts raise it).
   double load_factor_start = 0, load_factor_end = 0;
+  uint64_t records_start = 0, records_end = 0;  // records in the table when the point started / ended
   double warmup_seconds = 0;  // the clients' page-touching pass before this table's first point (0: --cold)
   uint64_t table_bytes = 0;   // all shards' regions
   uint64_t llc_bytes = 0;     // last-level cache of this machine (0: unknown)

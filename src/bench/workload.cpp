@@ -279,7 +279,10 @@ class RaceAdapter final : public SchemeAdapter {
   uint64_t region_bytes() const override {
     return cfg_.region_bytes_for(capacity_, value_bytes_, 16);
   }
-  uint64_t slots() const override { return 0; }  // the table grows: no fixed slot count (load_factor 0)
+  uint64_t slots() const override { return 0; }  // the table grows: no fixed slot count
+  uint64_t slots_in(Fabric& fabric) const override {
+    return fabric.local_region(0).empty() ? 0 : race_slot_count(fabric, cfg_);
+  }
   unsigned key_bits() const override { return 63; }
   uint32_t value_bytes() const override { return value_bytes_; }
 

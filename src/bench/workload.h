@@ -91,7 +91,10 @@ class SchemeAdapter {
  public:
   virtual ~SchemeAdapter() = default;
   virtual uint64_t region_bytes() const = 0;
-  virtual uint64_t slots() const = 0;  // home slots over all memory nodes
+  virtual uint64_t slots() const = 0;  // home slots over all memory nodes (0: the table grows)
+  // The table's slots now, read from the memory this process hosts (race: its directory on node 0);
+  // 0 where this process cannot tell. Tables of fixed size answer slots().
+  virtual uint64_t slots_in(Fabric&) const { return slots(); }
   virtual unsigned key_bits() const = 0;
   virtual uint32_t value_bytes() const = 0;
   // Memory-node side: formats every shard this process hosts (`fabric.local_region(n)` is

@@ -940,6 +940,18 @@ uint32_t RaceClient::cached_depth() const { return impl_->gd; }
 
 // --- inspection -----------------------------------------------------------------------------------
 
+uint64_t race_slot_count(Fabric& fabric, const RaceConfig& cfg) {
+  auto n0 = fabric.local_region(0);
+  if (n0.empty()) throw InvalidArgument("race_slot_count: node 0 is not hosted by this process");
+  const auto depth = static_cast<uint32_t>(node_load(n0.data(), offsetof(RaceNodeHeader, global_depth)));
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 0; i < (uint64_t{1} << depth); ++i)
+    ids.push_back(node_load(n0.data(), cfg.directory_offset() + 8 * i) & ~kDirLock & ((1ULL << 46) - 1));
+  std::sort(ids.begin(), ids.end());
+  const auto subtables = static_cast<uint64_t>(std::unique(ids.begin(), ids.end()) - ids.begin());
+  return subtables * 3 * cfg.groups_per_subtable * kRaceSlots;
+}
+
 RaceInspection race_inspect(Fabric& fabric, const RaceConfig& cfg, bool with_keys) {
   RaceInspection r;
   auto n0 = fabric.local_region(0);
