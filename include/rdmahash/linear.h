@@ -111,7 +111,8 @@
 //    heap records: the record's key (linear-heap-record-key-check)
 //  * lock bit: update CASes LOCK on before rewriting (linear-update-no-lock); unlock: update's and
 //    insert's last CAS clears it (linear-update-unlock-keeps-lock, linear-insert-publish-keeps-lock)
-//  * version bump: update publishes v+1 (linear-update-no-version-bump)
+//  * version bump: update publishes v+1. No mutant: keeping v is equivalent for readers, because the
+//    check word covers key and whole value, so no mix of two writes passes it (docs/testing.md)
 //  * CAS re-check: after a lost claim, insert re-checks the winner's key
 //    (linear-insert-no-recheck-after-lost-cas, linear-heap-insert-no-recheck-after-lost-cas)
 //  * publication order (heap): the record's WRITE completes before the slot CAS
