@@ -85,6 +85,26 @@
 // docs/results.md): resizing while clients read and write (a full segment reports kFull) and
 // added SBuckets (seed 002 Fig. 10).
 //
+// Safety mechanisms (each removed by a mutant of tests/mutants/continuity.json, which the tests must
+// kill: scripts/mutants.sh, docs/testing.md):
+//  * the item is persisted before the indicator store that publishes it (invariant I2)
+//    (continuity-drop-slot-persist)
+//  * the indicator store is persisted before the reply (acknowledged writes are durable, I3)
+//    (continuity-drop-indicator-persist)
+//  * an update flips the old and the new valid bit in one 8-byte indicator store
+//    (continuity-update-two-stores)
+//  * a reader accepts a slot only if its check word matches pub, key and value (torn slot)
+//    (continuity-reader-skip-checksum)
+//  * a reader rejects a slot published after the indicator it read (pub <= seq)
+//    (continuity-reader-skip-seq)
+//  * a reader rejects a bucket-2i slot whose generation differs from the indicator's (slot reused
+//    before the indicator was read) (continuity-reader-skip-generation)
+//  * recovery refuses a valid slot that is not a consistent item of its segment
+//    (continuity-recovery-skip-slot-check)
+//  * an image whose header checksum does not match is refused (continuity-header-skip-checksum)
+//  * a resize inserts an item into the new table before erasing it from the old one (log-free
+//    resizing) (continuity-resize-erase-before-insert)
+//
 // Thread safety: ContinuityClient belongs to one Engine; ContinuityShard and the RPC handler are
 // thread-safe (one mutex per shard), readers never lock.
 #pragma once

@@ -110,6 +110,29 @@
 // (hit or miss); insert 4; update 3; erase 3; a split about 3·G·7 CASes + one READ per entry.
 //
 // Threads: RaceClient belongs to one Engine; RaceServer's RPC handler is thread-safe.
+//
+// Safety mechanisms (each removed by a mutant of tests/mutants/race.json, which the tests must
+// kill: scripts/mutants.sh, docs/testing.md):
+//  * duplicate resolution: an inserter that finds a committed copy of its key withdraws its own and
+//    answers kFound (race-dup-committed)
+//  * CAS re-check: a new key is inserted tentative and committed only after re-reading both buckets
+//    (race-commit-without-recheck)
+//  * stale-cache detection: a bucket header whose suffix disagrees with the key's hash forces a
+//    directory re-read (race-stale-header)
+//  * stale-read validation: results are confirmed by re-reading the key's directory entry after the
+//    bucket READ (race-dir-check)
+//  * stale-read validation also compares the global depth: after a doubling the old-index entry
+//    still names the split subtable (race-dir-depth-check)
+//  * split lock: the LOCK bit of the subtable's primary directory entry (race-split-lock)
+//  * directory lock: one split publishes (and doubles the directory) at a time (race-dir-lock)
+//  * split freeze: every slot of the splitting subtable is CASed FROZEN so no write is lost or
+//    applied to a stale copy (race-freeze)
+//  * writers do not act on a view containing frozen slots (a split in progress): they wait
+//    (race-frozen-wait)
+//  * KV block checksum: a block whose bytes do not match its checksum is rejected (race-checksum)
+//  * key length bound (1..256 bytes) checked before any request (race-key-bound)
+//  * value length bound (15360 bytes) checked before any request (race-value-bound)
+
 #pragma once
 
 #include <cstdint>
