@@ -124,9 +124,12 @@ def run(cmd, log, timeout=None, env=None):
             return None
 
 
-def ctest(build, regex, jobs, log, test_timeout):
-    """Runs the tests; returns (tests run, failed test names)."""
+def ctest(build, regex, jobs, log, test_timeout, stop_on_failure=False):
+    """Runs the tests; returns (tests run, failed test names). `stop_on_failure`: a mutant is killed
+    by its first failing test, so start no more (a mutant may make the others spin for minutes)."""
     cmd = ["ctest", "--test-dir", build, "-j", str(jobs), "--timeout", str(test_timeout), "--output-on-failure"]
+    if stop_on_failure:
+        cmd.append("--stop-on-failure")
     if regex:
         cmd += ["-R", regex]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -265,7 +268,8 @@ def run_mutants(args, mutants):
                 killers, runs = set(), []
                 for rep in range(args.repeat):
                     log = os.path.join(logs, f"{m['id']}-test{rep}.log")
-                    n, failed = ctest(build, None if args.full else m["tests"], args.jobs, log, args.test_timeout)
+                    n, failed = ctest(build, None if args.full else m["tests"], args.jobs, log, args.test_timeout,
+                                      stop_on_failure=True)
                     if n == 0:
                         die(f"{m['id']}: tests regex '{m['tests']}' matches no test", 1)
                     runs.append(bool(failed))
