@@ -8,7 +8,8 @@ stale-read:  a get that found the value of write w is rewritten to have read the
              and w completed before the get was invoked: no linearization can order that read.
 torn-read:   a found get's value digest is replaced by one no write wrote (a torn or corrupt read).
 lost-insert: a find_or_put that answered `found` is rewritten to answer `inserted` of a new value
-             while its key was present (a duplicate insert).
+             while its key was present (a duplicate insert), where nothing but that presence
+             contradicts it.
 Exits 1 when the history has no operation to break.
 """
 import struct
@@ -48,26 +49,30 @@ def main():
                 target, events[i][4] = i, e[4] ^ 0x5A5A5A5A5A5A5A5A
                 break
     elif mode == "lost-insert":
-        # A find_or_put that found its key, followed on that key by a get that found another value,
-        # with no other write of the key overlapping them: an insert there contradicts the get too,
-        # so even a model that let an insert overwrite a present key rejects it.
-        def is_write(x):
-            return x[0] and ((x[6] in (PUT, UPDATE) and x[7] in (INSERTED, UPDATED)) or
-                             (x[6] == FIND_OR_PUT and x[7] == INSERTED) or (x[6] == ERASE and x[7] == ERASED))
+        # A find_or_put that found its key, alone on that key during its interval, whose next
+        # operation on the key is a write that does not read (put, update, erase), alone during its
+        # own interval: the rewritten `inserted` contradicts nothing but the key's presence, so only
+        # a model that lets find_or_put insert just an absent key rejects it (mutant
+        # history-insert-ignores-presence).
+        def overlap(a, b):
+            return a[0] < b[1] and b[0] < a[1]
+        blind = lambda x: ((x[6] == PUT and x[7] in (INSERTED, UPDATED)) or (x[6] == UPDATE and x[7] == UPDATED) or
+                           (x[6] == ERASE and x[7] == ERASED))
         by_key = {}
         for j, x in enumerate(events):
             if x[0]:
                 by_key.setdefault(x[2], []).append(j)
         for i, e in enumerate(events):
-            if not (e[0] and e[6] == FIND_OR_PUT and e[7] == FOUND and e[3]):
+            if not (e[0] and e[6] == FIND_OR_PUT and e[7] == FOUND):
                 continue
-            after = [j for j in by_key[e[2]] if events[j][0] > e[1]]
+            ops = [j for j in by_key[e[2]] if j != i]
+            if any(overlap(events[j], e) for j in ops):
+                continue
+            after = [j for j in ops if events[j][0] > e[1]]
             if not after:
                 continue
-            g = events[min(after, key=lambda j: events[j][0])]
-            if g[6] != GET or g[7] != FOUND or g[4] == e[3]:
-                continue
-            if any(j != i and is_write(events[j]) and events[j][0] < g[1] and events[j][1] > e[0] for j in by_key[e[2]]):
+            n = min(after, key=lambda j: events[j][0])
+            if not blind(events[n]) or any(j != n and overlap(events[j], events[n]) for j in ops):
                 continue
             target, events[i][7] = i, INSERTED
             break
