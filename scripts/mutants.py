@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -124,18 +125,60 @@ def run(cmd, log, timeout=None, env=None):
             return None
 
 
+# ctest's line for a finished test that failed: "3/15 Test #130: <name> [# GetParam() = ...] ...***Failed".
+FAILED_LINE = re.compile(r"Test +#\d+: (\S+).*\*\*\*")
+
+
+def run_until_failure(cmd, log, env):
+    """Runs ctest and stops it, with every test it started, at the first failed test: that failure
+    kills the mutant, and the tests still running may spin for minutes under it. Returns True if
+    it stopped ctest."""
+    with open(log, "w", encoding="utf-8") as f:
+        f.write("$ " + " ".join(cmd) + "\n")
+        f.flush()
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
+                             errors="replace", start_new_session=True)
+        stopped = False
+        for line in p.stdout:
+            f.write(line)
+            if FAILED_LINE.search(line):
+                f.write("[mutants] first failure: stopping the other tests\n")
+                stopped = True
+                break
+        if stopped:
+            # SIGTERM first: mpirun forwards it to its ranks (which then release their shared memory).
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(p.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    p.wait(timeout=10)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        p.stdout.close()
+        p.wait()
+        return stopped
+
+
 def ctest(build, regex, jobs, log, test_timeout, stop_on_failure=False):
     """Runs the tests; returns (tests run, failed test names). `stop_on_failure`: a mutant is killed
-    by its first failing test, so start no more (a mutant may make the others spin for minutes)."""
+    by its first failing test, so ctest stops there (see run_until_failure)."""
     cmd = ["ctest", "--test-dir", build, "-j", str(jobs), "--timeout", str(test_timeout), "--output-on-failure"]
-    if stop_on_failure:
-        cmd.append("--stop-on-failure")
     if regex:
         cmd += ["-R", regex]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    run(cmd, log, env=env)
+    if stop_on_failure:
+        stopped = run_until_failure(cmd, log, env)
+    else:
+        stopped = False
+        run(cmd, log, env=env)
     with open(log, encoding="utf-8", errors="replace") as f:
         out = f.read()
+    if stopped:
+        failed = list(dict.fromkeys(FAILED_LINE.findall(out)))
+        return max(len(re.findall(r"Test +#\d+:", out)), 1), failed
     total = re.search(r"tests passed, (\d+) tests? failed out of (\d+)", out)
     if not total:
         return 0, []
