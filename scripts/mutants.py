@@ -125,8 +125,9 @@ def run(cmd, log, timeout=None, env=None):
             return None
 
 
-# ctest's line for a finished test that failed: "3/15 Test #130: <name> [# GetParam() = ...] ...***Failed".
-FAILED_LINE = re.compile(r"Test +#\d+: (\S+).*\*\*\*")
+# ctest's line for a finished test that failed: "3/15 Test #130: <name> [# GetParam() = ...] ...***Failed"
+# (or ***Timeout, ***Exception: ...); "***Skipped" (GTEST_SKIP) and "***Not Run" are not failures.
+FAILED_LINE = re.compile(r"Test +#\d+: (\S+).*\*\*\*(?!Skipped|Not Run)")
 
 
 def run_until_failure(cmd, log, env):
@@ -292,6 +293,7 @@ def run_mutants(args, mutants):
     results = {"killed": [], "survived": [], "invalid": []}
     for m in mutants:
         start = time.monotonic()
+        logname = re.sub(r"[^A-Za-z0-9_.:-]", "_", m["id"])  # sweep ids name a source path
         path = os.path.join(tree, m["file"])
         with open(path, encoding="utf-8") as f:
             original = f.read()
@@ -305,12 +307,12 @@ def run_mutants(args, mutants):
         with open(path, "w", encoding="utf-8") as f:
             f.write(mutated)
         try:
-            if not build_tree(os.path.join(logs, f"{m['id']}-build.log"), target_for(m["tests"])):
-                verdict, detail = "invalid", f"does not build (see logs/{m['id']}-build.log)"
+            if not build_tree(os.path.join(logs, f"{logname}-build.log"), target_for(m["tests"])):
+                verdict, detail = "invalid", f"does not build (see logs/{logname}-build.log)"
             else:
                 killers, runs = set(), []
                 for rep in range(args.repeat):
-                    log = os.path.join(logs, f"{m['id']}-test{rep}.log")
+                    log = os.path.join(logs, f"{logname}-test{rep}.log")
                     n, failed = ctest(build, None if args.full else m["tests"], args.jobs, log, args.test_timeout,
                                       stop_on_failure=True)
                     if n == 0:
