@@ -415,6 +415,24 @@ TEST(ContinuityFile, CorruptOrForeignImagesAreRefusedUntouched) {
   ASSERT_TRUE(flipped);
   write(bad);
   expect_refused(path, c, "corrupt valid slot");
+  // A valid slot of bucket 2i whose generation (2 bits in its ctrl and in the indicator, bits
+  // 24 + 2·slot) differs from the indicator's: the slot was reused after the indicator was written.
+  bad = good;
+  flipped = false;
+  for (uint64_t pair = 0; pair < c.buckets_per_node / 2 && !flipped; ++pair) {
+    const uint64_t ind_off = kContinuityHeaderBytes + pair * c.pair_bytes() + c.bucket_bytes();
+    uint64_t ind;
+    std::memcpy(&ind, good.data() + ind_off, 8);
+    for (uint32_t slot = 0; slot < 4 && !flipped; ++slot)
+      if (ind & (1ULL << slot)) {
+        ind ^= 1ULL << (24 + 2 * slot);
+        std::memcpy(bad.data() + ind_off, &ind, 8);
+        flipped = true;
+      }
+  }
+  ASSERT_TRUE(flipped);
+  write(bad);
+  expect_refused(path, c, "valid slot of another generation");
   // An empty file and a directory.
   write({});
   expect_refused(path, c, "empty file");

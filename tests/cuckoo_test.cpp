@@ -671,6 +671,9 @@ TEST(Cuckoo, BadKeysValuesAndConfigsAreRejected) {
   EXPECT_EQ(t.server->records(), 0u) << "nothing of the bad build was stored";
   EXPECT_THROW(t.server->bulk_insert(5, v3), InvalidArgument);
   EXPECT_THROW(t.server->shard(1), InvalidArgument);
+  // The shard's own entry points refuse a key wider than 4 bytes too (not "another shard's key").
+  EXPECT_THROW(t.server->shard(0).bulk_insert(1ULL << 33, v8), InvalidArgument);
+  EXPECT_THROW(t.server->shard(0).find_or_put(1ULL << 33, v8), InvalidArgument);
 
   auto bad = [&](auto edit) {
     CuckooConfig b = cfg;
