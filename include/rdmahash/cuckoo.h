@@ -87,6 +87,8 @@
 //  * check word: a reader accepts a record only if `check` matches (cuckoo-consistent-true)
 //  * relocation counter: a miss counts only if `moves` was one even value around the lookup
 //    (cuckoo-miss-without-moves-check)
+//  * bound: every entry point, the shard's bulk_insert included, refuses a key wider than 4 bytes
+//    in a 4-byte-key table (cuckoo-shard-bulk-key-bound)
 //  The version bumps of update and clear and the LOCK of an in-place update (and the readers' test
 //  of it) are defence in depth: removing any one alone is an equivalent mutant, because the check
 //  word covers version, key and value and every write that changes a record's bytes bumps the
