@@ -59,7 +59,7 @@ set_tests_properties(bench_ucx_repeat_inserts PROPERTIES ENVIRONMENT "${RDMAHASH
 
 # Cuckoo baseline and read-size policies through the same driver.
 add_test(NAME bench_local_cuckoo COMMAND python3 ${CHECK_JSON} --
-  ${RDMAHASH_BIN} bench --fabric local --scheme cuckoo --clients 2 --records 20000 --load-factor 0.5,0.9
+  ${RDMAHASH_BIN} bench --fabric local --scheme cuckoo --clients 2 --records 20000 --load-factor 0.5,0.85
   --key-bytes 8 --value-bytes 8 --workload get,find-or-put --ops 1000 --depth 8)
 add_test(NAME bench_local_cuckoo_heap_sequential COMMAND python3 ${CHECK_JSON} --
   ${RDMAHASH_BIN} bench --fabric local --scheme cuckoo --storage heap --cuckoo-probe sequential --slots-per-bucket 1
