@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "schemes/hash.h"
 #include "test_util.h"
 
 namespace rdmahash {
@@ -205,6 +206,48 @@ TEST(Heap, FingerprintCollisionsAreResolvedByTheRecordKey) {
   EXPECT_EQ(out, vb);
   EXPECT_EQ(client.erase(b).status, Status::kErased);
   EXPECT_EQ(client.find_or_put(b, vb).status, Status::kInserted);  // after the tombstones
+}
+
+// The inverse of hash::mix64 (splitmix64's finalizer), to build 8-byte keys whose hashes agree
+// in any bits the test wants: here bits 0..47, i.e. the record's kbits and the slot's fp16.
+uint64_t odd_inverse(uint64_t a) {
+  uint64_t x = a;  // correct to 3 bits; each Newton step doubles that
+  for (int i = 0; i < 5; ++i) x *= 2 - a * x;
+  return x;
+}
+uint64_t unmix64(uint64_t x) {
+  x ^= (x >> 31) ^ (x >> 62);
+  x *= odd_inverse(0x94D049BB133111EBULL);
+  x ^= (x >> 27) ^ (x >> 54);
+  x *= odd_inverse(0xBF58476D1CE4E5B9ULL);
+  x ^= (x >> 30) ^ (x >> 60);
+  return x;
+}
+
+// Two 8-byte keys whose records carry the same kbits and whose slots carry the same fingerprint:
+// only the key stored in the record tells them apart (one such pair per 2^48 / n lookups at n keys).
+TEST(Heap, KeysAgreeingInFortyEightHashBitsAreToldApartByTheRecordKey) {
+  LinearConfig c = heap_config(SlotFormat::kHeap, 8, 8, 1, 1);  // every key's home is slot 0
+  LocalTable t(c);
+  const uint64_t a = 12345;
+  const uint64_t ha = hash::mix64(a ^ c.hash_seed);
+  ASSERT_EQ(unmix64(ha), a ^ c.hash_seed);
+  const uint64_t b = unmix64(ha ^ (1ULL << 52)) ^ c.hash_seed;  // differs in hash bit 52 only
+  ASSERT_NE(a, b);
+  ASSERT_EQ(linear_place(c, a).kbits, linear_place(c, b).kbits);
+  ASSERT_EQ(linear_place(c, a).fp16, linear_place(c, b).fp16);
+  Client client(*t.fabric, c);
+  const auto va = value_for(a, 1, 8), vb = value_for(b, 2, 8);
+  EXPECT_EQ(client.find_or_put(a, va).status, Status::kInserted);
+  EXPECT_EQ(client.get(b).status, Status::kNotFound);
+  EXPECT_EQ(client.find_or_put(b, vb).status, Status::kInserted);
+  std::vector<std::byte> out(8);
+  ASSERT_EQ(client.get(b, out).status, Status::kFound);
+  EXPECT_EQ(out, vb);
+  EXPECT_EQ(client.erase(a).status, Status::kErased);
+  ASSERT_EQ(client.get(b, out).status, Status::kFound);
+  EXPECT_EQ(out, vb);
+  EXPECT_EQ(client.get(a).status, Status::kNotFound);
 }
 
 TEST(Heap, ExhaustedHeapReportsFullAndLosesNothing) {

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -655,6 +656,80 @@ TEST(RaceInterleaving, ReadTornByAWholeSplitIsRetried) {
   EXPECT_GT(moved_under_reader, 100);
 }
 
+
+// Records the address of the first CAS that expects an empty slot (0) and runs `hook` once,
+// before that CAS executes.
+class HookFirstEmptySlotCas final : public Transport {
+ public:
+  HookFirstEmptySlotCas(std::unique_ptr<Transport> inner, std::function<void()> hook)
+      : inner_(std::move(inner)), hook_(std::move(hook)) {}
+  std::optional<RemoteAddr> first;
+  void execute(std::span<Request> batch) override {
+    ++counters_.batches;
+    for (Request& r : batch) {
+      counters_.add(r);
+      if (r.kind == ReqKind::kCas && r.compare == 0 && !first) {
+        first = r.addr;
+        if (hook_) hook_();
+      }
+      inner_->execute(std::span<Request>(&r, 1));
+    }
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  std::function<void()> hook_;
+};
+
+// The slot a lone insert of `key` claims in a fresh table.
+RemoteAddr first_claim(const RaceConfig& cfg, const std::string& key) {
+  RaceTable t(cfg, 1 << 20);
+  auto probe = std::make_unique<HookFirstEmptySlotCas>(t.fabric->connect(), nullptr);
+  HookFirstEmptySlotCas* p = probe.get();
+  Sync s(std::move(probe), cfg, 1);
+  EXPECT_EQ(s.put(key, "v").status, Status::kInserted);
+  return p->first.value();
+}
+
+// Two inserts of one key from views that differ in another slot: A reads while j holds the slot
+// k would take (A picks another one); before A's CAS, B erases j and inserts k into that slot.
+// Both CASes succeed, on different slots. Only A's re-read of both buckets after its CAS (the
+// CAS re-check) sees B's committed copy: A withdraws its tentative one and answers kFound.
+TEST(RaceInterleaving, TwoInsertsOfOneKeyFromDifferentViewsCommitOnce) {
+  RaceConfig cfg = small_cfg(2);
+  const std::string k = "the-key";
+  const RemoteAddr x = first_claim(cfg, k);
+  std::string j;
+  for (int i = 0; i < 1000 && j.empty(); ++i) {
+    const RemoteAddr y = first_claim(cfg, "j" + std::to_string(i));
+    if (y.node == x.node && y.offset == x.offset) j = "j" + std::to_string(i);
+  }
+  ASSERT_FALSE(j.empty()) << "no key found that claims the same slot as " << k;
+  RaceTable t(cfg, 1 << 20);
+  Sync b(*t.fabric, cfg, 2);
+  ASSERT_EQ(b.put(j, "vj").status, Status::kInserted);
+  bool hooked = false;
+  auto hook = [&] {
+    hooked = true;
+    ASSERT_EQ(b.erase(j).status, Status::kErased);
+    ASSERT_EQ(b.find_or_put(k, "from-b").status, Status::kInserted);
+  };
+  auto tr = std::make_unique<HookFirstEmptySlotCas>(t.fabric->connect(), hook);
+  HookFirstEmptySlotCas* a_tr = tr.get();
+  Sync a(std::move(tr), cfg, 1);
+  const OpResult r = a.find_or_put(k, "from-a");
+  ASSERT_TRUE(hooked);
+  ASSERT_TRUE(a_tr->first.has_value());
+  EXPECT_FALSE(a_tr->first->node == x.node && a_tr->first->offset == x.offset) << "A must have claimed another slot";
+  EXPECT_EQ(r.status, Status::kFound) << "both inserts of one key committed";
+  Sync c(*t.fabric, cfg, 3);
+  EXPECT_EQ(c.get(k), std::optional<std::string>("from-b"));
+  EXPECT_EQ(c.erase(k).status, Status::kErased);
+  EXPECT_EQ(c.get(k), std::nullopt) << "a second committed copy of the key survived the erase";
+  const RaceInspection in = race_inspect(*t.fabric, cfg);
+  EXPECT_EQ(in.committed, 0u);
+  EXPECT_EQ(in.tentative, 0u);
+}
 
 // Runs `hook` before every 8-byte WRITE into node 0's directory (a split publishing entries).
 class HookDirectoryWrites final : public Transport {
