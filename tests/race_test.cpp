@@ -664,15 +664,20 @@ class HookFirstEmptySlotCas final : public Transport {
   HookFirstEmptySlotCas(std::unique_ptr<Transport> inner, std::function<void()> hook)
       : inner_(std::move(inner)), hook_(std::move(hook)) {}
   std::optional<RemoteAddr> first;
+  bool first_swapped = false;
+  std::function<void()> after_first;  // runs once, before the request after that CAS
   void execute(std::span<Request> batch) override {
     ++counters_.batches;
     for (Request& r : batch) {
       counters_.add(r);
-      if (r.kind == ReqKind::kCas && r.compare == 0 && !first) {
+      const bool is_first = r.kind == ReqKind::kCas && r.compare == 0 && !first;
+      if (is_first) {
         first = r.addr;
         if (hook_) hook_();
       }
+      if (!is_first && first && after_first) std::exchange(after_first, nullptr)();
       inner_->execute(std::span<Request>(&r, 1));
+      if (is_first) first_swapped = *r.result == 0;
     }
   }
 
@@ -729,6 +734,52 @@ TEST(RaceInterleaving, TwoInsertsOfOneKeyFromDifferentViewsCommitOnce) {
   const RaceInspection in = race_inspect(*t.fabric, cfg);
   EXPECT_EQ(in.committed, 0u);
   EXPECT_EQ(in.tentative, 0u);
+}
+
+// A's insert reads the one subtable S; before A's CAS, B splits S and inserts the same key, which
+// the split sent to the new subtable. A's CAS into S (stale view) succeeds: a stranded tentative
+// copy that no reader or inserter of the key can see. A must answer kFound and withdraw it (even
+// trials). In odd trials B splits again right after A's CAS, before A can withdraw: a split that
+// freezes a stranded copy must drop it (A's withdrawal then finds it gone or moved). Either way
+// no tentative slot is left behind.
+TEST(RaceInterleaving, AStaleCasStrandedByASplitIsWithdrawnOrDropped) {
+  int stranded[2] = {0, 0};
+  uint64_t dropped = 0;
+  for (int trial = 0; trial < 96; ++trial) {
+    RaceConfig cfg = small_cfg(1);
+    cfg.max_depth = 8;
+    RaceTable t(cfg, 2 << 20);
+    Sync b(*t.fabric, cfg, 2);
+    const std::string k = "k" + std::to_string(trial);
+    int n = 0;
+    std::vector<std::string> keys;
+    auto put_until_splits = [&](uint64_t target) {
+      while (b.client.stats().splits < target) {
+        keys.push_back("x" + std::to_string(n++));
+        ASSERT_EQ(b.put(keys.back(), "v").status, Status::kInserted);
+      }
+    };
+    auto hook = [&] {
+      put_until_splits(1);
+      ASSERT_EQ(b.find_or_put(k, "from-b").status, Status::kInserted);
+    };
+    auto tr = std::make_unique<HookFirstEmptySlotCas>(t.fabric->connect(), hook);
+    HookFirstEmptySlotCas* a_tr = tr.get();
+    if (trial % 2) a_tr->after_first = [&] { put_until_splits(b.client.stats().splits + 3); };
+    Sync a(std::move(tr), cfg, 1);
+    ASSERT_EQ(a.find_or_put(k, "from-a").status, Status::kFound);
+    if (a_tr->first_swapped) ++stranded[trial % 2];
+    dropped += b.client.stats().stranded_dropped;
+    Sync c(*t.fabric, cfg, 3);
+    ASSERT_EQ(c.get(k), std::optional<std::string>("from-b"));
+    for (const auto& x : keys) ASSERT_EQ(c.get(x), std::optional<std::string>("v")) << x;
+    const RaceInspection in = race_inspect(*t.fabric, cfg);
+    EXPECT_EQ(in.committed, keys.size() + 1);
+    ASSERT_EQ(in.tentative, 0u) << "trial " << trial << ": a stranded tentative copy was left behind";
+  }
+  EXPECT_GT(stranded[0], 4) << "the interleaving must strand A's copy in some trials";
+  EXPECT_GT(stranded[1], 4) << "the interleaving must strand A's copy in some trials";
+  EXPECT_GT(dropped, 0u) << "some later split must have met a stranded copy";
 }
 
 // Runs `hook` before every 8-byte WRITE into node 0's directory (a split publishing entries).

@@ -68,7 +68,8 @@
 //   3. Freeze: CAS every slot of S (empty ones too) v → v|FROZEN. Nobody CASes a frozen slot,
 //      so from here S's contents are fixed and owned by the splitter.
 //   4. READ every block of S; WRITE S' = the slots whose H has bit L set, same positions, headers
-//      (L+1, s|2^L), unfrozen (S' is unreachable until step 6).
+//      (L+1, s|2^L), unfrozen (S' is unreachable until step 6). Stranded tentative slots (key's
+//      H mod 2^L != s, see below) are cleared in step 7 and go nowhere.
 //   5. Headers of S ← (L+1, s): stale caches aimed at S for a moved key now see a wrong suffix.
 //   6. (Directory lock held since step 1.) If L == GD, double: copy entries [0,2^GD) to [2^GD, 2^(GD+1)) (LOCK bits cleared), then
 //      GD+1. Point every entry ≡ s (mod 2^L) at S or S' by bit L, depth L+1 (primary stays
@@ -102,9 +103,10 @@
 //     that need no split continue.
 //   * A leaked KV block or chunk is never reclaimed (no garbage collection; the paper has none).
 //   * A writer whose stale READ preceded a whole split and whose CAS followed it leaves a
-//     tentative copy in the old subtable; it notices (header mismatch on its re-read), withdraws
-//     it and inserts again; a copy it cannot withdraw (frozen by a later split) is carried along
-//     and withdrawn when met again (two slots referencing one block: the others are killed).
+//     tentative copy in the old subtable; it notices (header mismatch on its re-read, or another
+//     client's committed copy), withdraws it and inserts again or answers. A copy it cannot
+//     withdraw (frozen by a later split) is dropped by that split: step 4 drops every tentative
+//     slot whose key's hash disagrees with S's suffix (nobody can see or commit it there).
 //
 // Costs (LocalFabric and UCX, tests/race_test.cpp RoundTripsPerOperation): get 2 round trips
 // (hit or miss); insert 4; update 3; erase 3; a split about 3·G·7 CASes + one READ per entry.
@@ -129,6 +131,9 @@
 //    applied to a stale copy (race-freeze)
 //  * writers do not act on a view containing frozen slots (a split in progress): they wait
 //    (race-frozen-wait)
+//  * stranded copies: an inserter answering from another's committed copy withdraws its stranded
+//    one (race-stranded-not-withdrawn); a split drops stranded tentative slots it freezes
+//    (race-split-keeps-stranded)
 //  * KV block checksum: a block whose bytes do not match its checksum is rejected (race-checksum)
 //  * key length bound (1..256 bytes) checked before any request (race-key-bound)
 //  * value length bound (15360 bytes) checked before any request (race-value-bound)
@@ -231,6 +236,7 @@ struct RaceClientStats {
   uint64_t stale_detected = 0;   // headers or directory checks that revealed a stale cache
   uint64_t waits = 0;            // re-reads spent waiting for a split
   uint64_t chunk_rpcs = 0;
+  uint64_t stranded_dropped = 0;  // stranded tentative copies this client's splits dropped
   std::vector<double> split_load;  // load factor of each subtable this client split, when split
 };
 

@@ -636,6 +636,11 @@ struct RaceClient::Impl {
         if (mine) {  // withdraw our tentative copy before answering
           if (!co_await cas(mine->addr, mine->v, 0)) continue;
           have_mine = false;
+        } else if (have_mine) {
+          // Our copy is stranded in a subtable a split left (see below); withdraw it if it is
+          // still there. Frozen by a later split, it is dropped by that split instead.
+          (void)co_await cas(mine_at, mine_tent, 0);
+          have_mine = false;
         }
         if (mode == Mode::kFindOrPut) co_return done(Status::kFound);
         const uint64_t next = make_slot(c.p.fp, units, at) | kCommitted;
@@ -805,7 +810,14 @@ struct RaceClient::Impl {
         ++occupied;
         auto blk = parse_block(bufs[i - from].data(), static_cast<uint32_t>(bufs[i - from].size()));
         if (!blk) throw FabricError("race: split found a KV block that fails its checksum");
-        if ((hash_bytes(blk->key, cfg.hash_seed) >> L) & 1) {
+        const uint64_t kh = hash_bytes(blk->key, cfg.hash_seed);
+        if ((kh & mask(L)) != s && !(w & kCommitted)) {
+          // A stranded tentative copy (its owner's stale CAS landed after an earlier split had
+          // moved the key away): no reader or inserter of the key can see it here, its owner never
+          // commits it, so it leaves S like a moved entry and goes nowhere.
+          moved[i] = true;
+          ++st.stranded_dropped;
+        } else if ((kh >> L) & 1) {
           moved[i] = true;
           store64(nimg.data() + slot_at(i), w);
         }
