@@ -17,6 +17,9 @@ TEST(ClientResult, SerializationRoundTripsEveryField) {
   r.ops = 1; r.found = 2; r.inserted = 3; r.full = 4; r.not_found = 5; r.updated = 6; r.skipped = 7;
   r.errors = 8; r.value_mismatches = 9; r.round_trips = 10; r.reads = 11; r.writes = 12; r.cas = 13;
   r.faa = 14; r.rpcs = 15; r.bytes = 16; r.chunks = 17; r.matches = 18; r.read_size = 19; r.seconds = 2.5;
+  r.resizes = 20; r.directory_depth = 21; r.erased = 22; r.persists = 23;
+  r.add_split_load(0.5);
+  r.add_split_load(0.75);
   r.latency_ns = {100, 200, 300};
   const auto bytes = r.serialize();
   const ClientResult b = ClientResult::deserialize(bytes);
@@ -25,6 +28,10 @@ TEST(ClientResult, SerializationRoundTripsEveryField) {
   EXPECT_EQ(b.value_mismatches, 9u); EXPECT_EQ(b.round_trips, 10u); EXPECT_EQ(b.reads, 11u);
   EXPECT_EQ(b.writes, 12u); EXPECT_EQ(b.cas, 13u); EXPECT_EQ(b.faa, 14u); EXPECT_EQ(b.rpcs, 15u);
   EXPECT_EQ(b.bytes, 16u); EXPECT_EQ(b.chunks, 17u); EXPECT_EQ(b.matches, 18u); EXPECT_EQ(b.read_size, 19u);
+  EXPECT_EQ(b.resizes, 20u); EXPECT_EQ(b.directory_depth, 21u); EXPECT_EQ(b.erased, 22u);
+  EXPECT_EQ(b.persists, 23u);
+  EXPECT_EQ(b.split_loads, 2u); EXPECT_EQ(b.split_load_ppm_sum, 1250000u);
+  EXPECT_EQ(b.split_load_ppm_min, 500000u); EXPECT_EQ(b.split_load_ppm_max, 750000u);
   EXPECT_EQ(b.seconds, 2.5);
   EXPECT_EQ(b.latency_ns, r.latency_ns);
   auto truncated = bytes;

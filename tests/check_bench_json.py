@@ -136,6 +136,12 @@ def main():
             for k in ("resizes", "directory_depth"):
                 if k not in r:
                     fail(f"race: missing field {k}")
+            # Memory efficiency: every split of the point reports how full its subtable was.
+            sl = r.get("split_load_factor")
+            if r["resizes"] and (not sl or sl["splits"] != r["resizes"]):
+                fail(f"race: {r['resizes']} splits but split_load_factor {sl}")
+            if sl and not (0 < sl["min"] <= sl["mean"] <= sl["max"] <= 1):
+                fail(f"race: split load factors out of order or range: {sl}")
             if w == "get" and r["round_trips_per_op"] < 2:
                 fail("race get: buckets then blocks, at least 2 round trips")
         if r["scheme"] == "continuity":

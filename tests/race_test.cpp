@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <random>
@@ -408,14 +409,18 @@ TEST(RaceConcurrency, UpdatesAndErasesAreNeverLostOrResurrected) {
   EXPECT_GE(in.global_depth, 4u);
 }
 
-// Several clients grow the table from one subtable while others read back what was acknowledged.
+// Four clients grow the table from one subtable to 1 M keys while two others read back what was
+// acknowledged. RDMAHASH_RACE_GROWTH_KEYS sets the total (the sanitizer runs use fewer).
 TEST(RaceConcurrency, GrowthFromOneSubtableLosesNothing) {
   RaceConfig cfg = small_cfg(16);
   cfg.max_depth = 16;
   cfg.chunk_bytes = 1 << 20;
-  RaceTable t(cfg, 96 << 20);
   constexpr int kWriters = 4, kReaders = 2;
-  constexpr uint64_t kPer = 50000;  // 200 k keys
+  uint64_t total = 1000000;
+  if (const char* e = std::getenv("RDMAHASH_RACE_GROWTH_KEYS")) total = std::strtoull(e, nullptr, 10);
+  ASSERT_GE(total, 100000u) << "RDMAHASH_RACE_GROWTH_KEYS: at least 100000 keys, so the directory doubles several times";
+  const uint64_t kPer = total / kWriters;
+  RaceTable t(cfg, 96 * total + (64 << 20));  // 64-byte blocks, subtables, the clients' chunks
   std::vector<std::vector<std::atomic<bool>>> acked;
   for (int w = 0; w < kWriters; ++w) acked.emplace_back(kPer);
   std::atomic<uint64_t> bad{0}, checked{0};

@@ -1,6 +1,7 @@
 #include "bench/report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -23,6 +24,14 @@ void ClientResult::add_outcome(const OpResult& res) {
   }
 }
 
+void ClientResult::add_split_load(double load_factor) {
+  const auto ppm = static_cast<uint64_t>(std::llround(std::clamp(load_factor, 0.0, 1.0) * 1e6));
+  ++split_loads;
+  split_load_ppm_sum += ppm;
+  split_load_ppm_min = std::min(split_load_ppm_min, ppm);
+  split_load_ppm_max = std::max(split_load_ppm_max, ppm);
+}
+
 void ClientResult::add_op(const OpStats& s, std::chrono::nanoseconds latency) {
   ++ops;
   round_trips += s.round_trips;
@@ -42,18 +51,23 @@ void ClientResult::merge(const ClientResult& o) {
   read_size = std::max(read_size, o.read_size);
   resizes += o.resizes;
   directory_depth = std::max(directory_depth, o.directory_depth);
+  split_loads += o.split_loads;
+  split_load_ppm_sum += o.split_load_ppm_sum;
+  split_load_ppm_min = std::min(split_load_ppm_min, o.split_load_ppm_min);
+  split_load_ppm_max = std::max(split_load_ppm_max, o.split_load_ppm_max);
   seconds = std::max(seconds, o.seconds);
   latency_ns.insert(latency_ns.end(), o.latency_ns.begin(), o.latency_ns.end());
 }
 
 namespace {
-constexpr size_t kFixedWords = 24;
+constexpr size_t kFixedWords = 28;
 }
 
 std::vector<std::byte> ClientResult::serialize() const {
   const uint64_t fixed[kFixedWords] = {ops, found, inserted, full, not_found, errors, value_mismatches,
                                        round_trips, reads, writes, cas, faa, rpcs, bytes, chunks, matches,
                                        read_size, updated, skipped, resizes, directory_depth, erased, persists,
+                                       split_loads, split_load_ppm_sum, split_load_ppm_min, split_load_ppm_max,
                                        latency_ns.size()};
   std::vector<std::byte> out(sizeof fixed + sizeof(double) + latency_ns.size() * 4);
   std::memcpy(out.data(), fixed, sizeof fixed);
@@ -77,6 +91,10 @@ ClientResult ClientResult::deserialize(std::span<const std::byte> in) {
   r.directory_depth = static_cast<uint32_t>(f[20]);
   r.erased = f[21];
   r.persists = f[22];
+  r.split_loads = f[23];
+  r.split_load_ppm_sum = f[24];
+  r.split_load_ppm_min = f[25];
+  r.split_load_ppm_max = f[26];
   std::memcpy(&r.seconds, in.data() + sizeof f, sizeof(double));
   const uint64_t nlat = f[kFixedWords - 1];
   if (in.size() != sizeof f + sizeof(double) + nlat * 4) throw InvalidArgument("corrupt client result");
@@ -165,6 +183,12 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   if (p.scheme == "race") {
     j["resizes"] = t.resizes;
     j["directory_depth"] = t.directory_depth;
+    // Memory efficiency: how full each subtable was when a split of this point divided it.
+    if (t.split_loads)
+      j["split_load_factor"] = {{"splits", t.split_loads},
+                                {"mean", static_cast<double>(t.split_load_ppm_sum) / 1e6 / static_cast<double>(t.split_loads)},
+                                {"min", static_cast<double>(t.split_load_ppm_min) / 1e6},
+                                {"max", static_cast<double>(t.split_load_ppm_max) / 1e6}};
     j["race_dir_cache"] = o.race_dir_cache;
     j["initial_depth"] = o.initial_depth;
   }

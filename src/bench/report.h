@@ -27,11 +27,14 @@ struct ClientResult {
   uint32_t read_size = 0;         // lookup read size this client used (model: its R*)
   uint64_t resizes = 0;           // race: subtable splits this client performed
   uint32_t directory_depth = 0;   // race: the directory depth this client saw last (max over clients)
+  // race: load factor of each subtable this client split, when it split (parts per million)
+  uint64_t split_loads = 0, split_load_ppm_sum = 0, split_load_ppm_min = UINT64_MAX, split_load_ppm_max = 0;
   double seconds = 0;
   std::vector<uint32_t> latency_ns;
 
   void add_op(const OpStats& s, std::chrono::nanoseconds latency);
-  void add_outcome(const OpResult& res);  // chunks, persists and the status counters
+  void add_outcome(const OpResult& res);
+  void add_split_load(double load_factor);  // chunks, persists and the status counters
   void merge(const ClientResult& o);  // sums; seconds = max
   std::vector<std::byte> serialize() const;
   static ClientResult deserialize(std::span<const std::byte> bytes);

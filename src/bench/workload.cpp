@@ -320,6 +320,7 @@ class RaceAdapter final : public SchemeAdapter {
   void finish(KvClient& kv, ClientResult& r) const override {
     auto& c = static_cast<RaceClient&>(kv);
     r.resizes += c.stats().splits;
+    for (const double lf : c.stats().split_load) r.add_split_load(lf);
     r.directory_depth = std::max(r.directory_depth, c.cached_depth());
   }
   std::string describe() const override {

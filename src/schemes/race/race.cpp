@@ -937,7 +937,8 @@ Task<OpResult> RaceClient::get(uint64_t key, std::span<std::byte> value_out) {
   const auto k = int_key(cfg_, key);
   std::vector<std::byte> v;
   OpResult r = co_await impl_->get(k, &v);
-  std::memcpy(value_out.data(), v.data(), std::min(v.size(), value_out.size()));
+  // (A miss leaves v empty: memcpy's pointers must not be null even for 0 bytes.)
+  if (const size_t n = std::min(v.size(), value_out.size())) std::memcpy(value_out.data(), v.data(), n);
   co_return r;
 }
 Task<OpResult> RaceClient::get_all(uint64_t key, std::vector<std::byte>* values_out) {
