@@ -33,8 +33,8 @@ struct ClientResult {
   std::vector<uint32_t> latency_ns;
 
   void add_op(const OpStats& s, std::chrono::nanoseconds latency);
-  void add_outcome(const OpResult& res);
-  void add_split_load(double load_factor);  // chunks, persists and the status counters
+  void add_outcome(const OpResult& res);  // chunks, persists and the status counters
+  void add_split_load(double load_factor);  // race: one split's load factor into the split_load_* fields
   void merge(const ClientResult& o);  // sums; seconds = max
   std::vector<std::byte> serialize() const;
   static ClientResult deserialize(std::span<const std::byte> bytes);
