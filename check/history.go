@@ -82,34 +82,40 @@ func validStatus(op, st uint8) bool {
 }
 
 // readHistory reads and validates a history file; errors name the file and what is wrong.
-func readHistory(path string) ([]Event, error) {
+// open: the recording was not finished (its client died); unused capacity may follow the events.
+func readHistory(path string) (events []Event, open bool, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("cannot open history file '%s': %v", path, err)
+		return nil, false, fmt.Errorf("cannot open history file '%s': %v", path, err)
 	}
 	defer f.Close()
 	var hdr [headerBytes]byte
 	if _, err := io.ReadFull(f, hdr[:]); err != nil || string(hdr[0:8]) != "RDMAHIS1" {
-		return nil, fmt.Errorf("%s: not an rdmahash history file (bad header)", path)
+		return nil, false, fmt.Errorf("%s: not an rdmahash history file (bad header)", path)
 	}
 	version := binary.LittleEndian.Uint32(hdr[8:])
 	size := binary.LittleEndian.Uint32(hdr[12:])
 	count := binary.LittleEndian.Uint64(hdr[16:])
+	openFlag := binary.LittleEndian.Uint64(hdr[24:])
+	if openFlag > 1 {
+		return nil, false, fmt.Errorf("%s: bad header (open flag %d)", path, openFlag)
+	}
+	open = openFlag == 1
 	if version != 1 || size != eventBytes {
-		return nil, fmt.Errorf("%s: unsupported history version %d (event size %d)", path, version, size)
+		return nil, false, fmt.Errorf("%s: unsupported history version %d (event size %d)", path, version, size)
 	}
 	if count > maxEvents {
-		return nil, fmt.Errorf("%s: event count %d exceeds the bound %d", path, count, maxEvents)
+		return nil, false, fmt.Errorf("%s: event count %d exceeds the bound %d", path, count, maxEvents)
 	}
 	buf := make([]byte, count*eventBytes)
 	if _, err := io.ReadFull(f, buf); err != nil {
-		return nil, fmt.Errorf("%s: truncated (header says %d events)", path, count)
+		return nil, false, fmt.Errorf("%s: truncated (header says %d events)", path, count)
 	}
 	var extra [1]byte
-	if n, _ := f.Read(extra[:]); n != 0 {
-		return nil, fmt.Errorf("%s: trailing bytes after the %d events", path, count)
+	if n, _ := f.Read(extra[:]); n != 0 && !open {
+		return nil, false, fmt.Errorf("%s: trailing bytes after the %d events", path, count)
 	}
-	events := make([]Event, count)
+	events = make([]Event, count)
 	for i := range events {
 		b := buf[i*eventBytes:]
 		e := Event{
@@ -123,21 +129,21 @@ func readHistory(path string) ([]Event, error) {
 			Status:   b[45],
 		}
 		if e.Op > opFindOrPut {
-			return nil, fmt.Errorf("%s: event %d: unknown operation %d", path, i, e.Op)
+			return nil, false, fmt.Errorf("%s: event %d: unknown operation %d", path, i, e.Op)
 		}
 		if !validStatus(e.Op, e.Status) {
-			return nil, fmt.Errorf("%s: event %d: %s cannot answer %s", path, i, opNames[e.Op], statusName(e.Status))
+			return nil, false, fmt.Errorf("%s: event %d: %s cannot answer %s", path, i, opNames[e.Op], statusName(e.Status))
 		}
 		if (e.Op == opInit) != (e.Client == initClient) {
-			return nil, fmt.Errorf("%s: event %d: init events (and only they) belong to client 0x%x", path, i, uint32(initClient))
+			return nil, false, fmt.Errorf("%s: event %d: init events (and only they) belong to client 0x%x", path, i, uint32(initClient))
 		}
 		if e.Op == opInit && (e.Invoke != 0 || e.Response != 0) {
-			return nil, fmt.Errorf("%s: event %d: init events have times 0", path, i)
+			return nil, false, fmt.Errorf("%s: event %d: init events have times 0", path, i)
 		}
 		if e.Op != opInit && (e.Invoke == 0 || e.Response < e.Invoke) {
-			return nil, fmt.Errorf("%s: event %d: response time %d before invocation time %d", path, i, e.Response, e.Invoke)
+			return nil, false, fmt.Errorf("%s: event %d: response time %d before invocation time %d", path, i, e.Response, e.Invoke)
 		}
 		events[i] = e
 	}
-	return events, nil
+	return events, open, nil
 }

@@ -145,11 +145,11 @@ func main() {
 	timeout := flag.Duration("timeout-per-key", 60*time.Second, "give up on a key after this long (result: unknown)")
 	html := flag.String("html", "", "where to write the visualization of a violating key (default: FILE.html)")
 	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: %s [-timeout-per-key D] [-html OUT] FILE\n", prog)
+		fmt.Fprintf(os.Stderr, "usage: %s [-timeout-per-key D] [-html OUT] FILE...\n", prog)
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	if flag.NArg() != 1 {
+	if flag.NArg() < 1 {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -158,7 +158,7 @@ func main() {
 	}
 	path := flag.Arg(0)
 	start := time.Now()
-	events, err := readHistory(path)
+	events, err := mergeHistories(flag.Args())
 	if err != nil {
 		fail(2, "%v", err)
 	}
@@ -211,4 +211,67 @@ func main() {
 		os.Exit(3)
 	}
 	fmt.Printf("linearizable: %d events, %d keys, %d clients, checked in %.2f s\n", len(events), len(keys), clients, secs)
+}
+
+// mergeHistories reads one table's life from one or more files (one per `bench --connect` client,
+// or one for a whole run): every file must start from the same initial state (its init events),
+// and no client may appear in two files. A file whose recording was not finished (its client was
+// killed) is announced; its operations in flight are pending (outcome unknown) by construction.
+func mergeHistories(paths []string) ([]Event, error) {
+	var all []Event
+	var init []Event
+	owner := map[uint32]string{}
+	for i, path := range paths {
+		events, open, err := readHistory(path)
+		if err != nil {
+			return nil, err
+		}
+		if open {
+			fmt.Printf("%s: recording not finished (its client died); operations in flight are pending\n", path)
+		}
+		var mine []Event
+		for _, e := range events {
+			if e.Op == opInit {
+				mine = append(mine, e)
+			}
+		}
+		if i == 0 {
+			init = mine
+			all = append(all, mine...)
+		} else if !sameInit(init, mine) {
+			return nil, fmt.Errorf("%s and %s start from different initial states: they are not one table's history", paths[0], path)
+		}
+		seen := map[uint32]bool{}
+		for _, e := range events {
+			if e.Op == opInit {
+				continue
+			}
+			if !seen[e.Client] {
+				seen[e.Client] = true
+				if other, ok := owner[e.Client]; ok {
+					return nil, fmt.Errorf("client %d appears in %s and in %s", e.Client, other, path)
+				}
+				owner[e.Client] = path
+			}
+			all = append(all, e)
+		}
+	}
+	return all, nil
+}
+
+func sameInit(a, b []Event) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	m := map[uint64]Event{}
+	for _, e := range a {
+		m[e.Key] = e
+	}
+	for _, e := range b {
+		x, ok := m[e.Key]
+		if !ok || x.Status != e.Status || x.Written != e.Written {
+			return false
+		}
+	}
+	return true
 }

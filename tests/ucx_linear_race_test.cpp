@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
   }
   c.home_slots = 2048 / c.memory_nodes;  // load factor 0.73 after the inserts: long clusters
   {
-    auto f = UcxFabric::create(UcxFabricConfig{c.memory_nodes, false, c.region_bytes()});
+    auto f = UcxFabric::create(UcxFabricConfig{c.memory_nodes, false, c.region_bytes(), nullptr, {}});
     if (f->is_memory_node()) LinearShardLoader(c, static_cast<uint32_t>(f->rank()), f->local_region(f->rank()));
     f->barrier();
     // Per client: for each key, 1 if this client was told "inserted"; then which rounds it updated.

@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
     else if (a == "--ops") ops = static_cast<uint32_t>(std::stoul(v));
   }
   {
-    auto f = UcxFabric::create(UcxFabricConfig{cfg.memory_nodes, false, cfg.region_bytes(64 << 20)});
+    auto f = UcxFabric::create(UcxFabricConfig{cfg.memory_nodes, false, cfg.region_bytes(64 << 20), nullptr, {}});
     RaceServer server(*f, cfg);  // formats the hosted nodes, registers the allocator
     f->barrier();
     auto fail = [&](const std::string& what) {

@@ -43,6 +43,11 @@
 // A heap record is therefore unlocked and live only while its bucket word references it; a key is
 // *present* while some ctrl holding it is OCC and unlocked.
 //
+// What another client sees if a client dies at any instruction: every write is an RPC the memory
+// node applies under its shard mutex, so a client holds nothing; a write whose RPC reached the node
+// is applied whole even if its client is dead by then (its reply is dropped), one that did not is
+// not applied. Readers are one-sided and hold nothing. (tests/serve_kill_test.sh, inline and heap.)
+//
 // Inserts: if a candidate bucket has a free slot the key goes there (no relocation). Otherwise a
 // breadth-first search over displacement paths (as in libcuckoo) examines at most
 // `max_displacements` candidate moves; the shortest path found is applied from its free end back to

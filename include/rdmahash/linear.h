@@ -125,6 +125,18 @@
 //  Not mutated, because removing them is equivalent (docs/testing.md): readers' LOCK test (a locked
 //  record's check never matches its ctrl's version), the LOCK bit of an insert's claim (same reason).
 //
+// What another client sees if a client dies at any instruction (tests/serve_kill_test.sh kills
+// clients of a served table at random points and checks the survivors' histories)
+//  * kSet: every write is one CAS (claim 0 → key, erase key → tombstone): nothing is left half-done.
+//  * kHeap: a record written but not yet CASed into a slot is invisible and leaked (as is the rest
+//    of the dead client's heap block, < kHeapBlock records); claims, updates and erases are single
+//    CASes. The operation in flight took effect or did not, as its CAS says.
+//  * kInline: a client dead between its LOCK CAS and its unlocking write leaves the slot locked
+//    forever: readers and writers of that key re-read until their bound and fail (an unpublished
+//    claim also makes find_or_put of a 4-byte key answer kFound for a record no one can read). Not
+//    recovered yet (issue 10 item 5: a lease, or a recovery pass by the server, which learns of the
+//    death from the closed connection); the kill test covers kSet and kHeap only.
+//
 // Thread safety: LinearClient is used by one Engine (one thread); any number of clients on any
 // number of threads or processes may operate on one table concurrently.
 #pragma once

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "rdmahash/fabric.h"
@@ -33,6 +34,10 @@ struct UcxFabricConfig {
   // which keeps its contents) instead of allocating a zeroed region. ucp_mem_map registers it
   // without UCP_MEM_MAP_ALLOCATE, so over shared memory peers READ it through CMA.
   std::byte* region_address = nullptr;
+  // UCX's network devices (UCX_NET_DEVICES, e.g. "lo") unless the environment sets that variable;
+  // empty: every device UCX finds. `rdmahash serve` on a loopback address passes "lo", so UCX's
+  // own TCP sockets listen on the loopback only.
+  std::string net_devices;
 };
 
 class UcxFabric : public Fabric {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <barrier>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "bench/workload.h"
 #include "bench/ycsb.h"
 #include "rdmahash/ucx_fabric.h"
+#include "rdmahash/ucx_service.h"
 #include "schemes/hash.h"
 
 namespace rdmahash::bench {
@@ -399,6 +401,9 @@ class Backend {
   // The fabric this process uses (local: the one of the current table).
   virtual Fabric& fabric() = 0;
   virtual void write_history(const KeySpace& keys, uint32_t value_bytes, std::vector<check::HistoryBuffer>& history) = 0;
+  // --history, before the table's first point: room for `events` per client (--connect: the file
+  // itself is the buffer, so that a killed client leaves its history behind).
+  virtual void begin_history(const KeySpace&, uint32_t /*value_bytes*/, std::vector<check::HistoryBuffer>&, uint64_t /*events*/) {}
 };
 
 // Every load factor, every point: the shared sweep. Each point starts from a stated table state:
@@ -428,6 +433,7 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
     // --history records every client's operations over this table's whole life (every point runs
     // on it: the options force --keep-table).
     std::vector<check::HistoryBuffer> history(o.history_path.empty() ? 0 : clients);
+    if (!history.empty()) b.begin_history(keys, adapter->value_bytes(), history, points.size() * o.ops);
     for (const Point& pt : points) {
       // A YCSB load phase always starts from an empty table, whatever --keep-table says, and its
       // run phase from the table that load phase left.
@@ -594,6 +600,48 @@ class UcxBackend final : public Backend {
   std::shared_ptr<SchemeAdapter> pm_adapter_;
 };
 
+// --connect: this process is one client of memory nodes served by `rdmahash serve`.
+class ConnectBackend final : public Backend {
+ public:
+  ConnectBackend(const BenchOptions& o, UcxConnection& c)
+      : o_(o), conn_(c), transport_(c.fabric->connect()), client_(c.client_id % kConnectClientIds) {}
+  uint32_t clients() const override { return kConnectClientIds; }  // the client index space
+  uint32_t memory_nodes() const override { return conn_.fabric->memory_nodes(); }
+  PointInfo layout() const override {
+    PointInfo p;
+    p.fabric = "ucx-connect";
+    p.ranks = 1;
+    p.memory_nodes = conn_.fabric->memory_nodes();
+    p.clients = 1;
+    return p;
+  }
+  void begin_table(SchemeAdapter& a) override {
+    if (a.region_bytes() != conn_.fabric->region_bytes(0))
+      throw FabricError("the table of memory node 0 has a region of " + std::to_string(conn_.fabric->region_bytes(0)) +
+                        " bytes, but its table spec gives " + std::to_string(a.region_bytes()) +
+                        ": this client and the server are different builds");
+  }
+  void load(SchemeAdapter&, const KeySpace&) override {}  // the servers loaded the table
+  std::optional<ClientResult> run(const std::function<ClientResult(Engine&, uint32_t)>& fn) override {
+    Engine engine(*transport_);
+    return fn(engine, client_);
+  }
+  Fabric& fabric() override { return *conn_.fabric; }
+  void begin_history(const KeySpace& keys, uint32_t value_bytes, std::vector<check::HistoryBuffer>& history,
+                     uint64_t events) override {
+    history.at(client_).map_file(o_.history_path, kv_mix_initial_state(o_, keys, value_bytes), events);
+  }
+  void write_history(const KeySpace&, uint32_t, std::vector<check::HistoryBuffer>& history) override {
+    history.at(client_).close_file();
+  }
+
+ private:
+  const BenchOptions& o_;
+  UcxConnection& conn_;
+  std::unique_ptr<Transport> transport_;
+  uint32_t client_;
+};
+
 // UCX: every rank checks that the memory nodes and clients on its host fit in its MemAvailable,
 // and all ranks agree on the outcome (so the error is an InvalidArgument on every rank).
 void check_memory_ucx(const BenchOptions& o, uint64_t region) {
@@ -706,6 +754,75 @@ int run_ucx_ranks(const BenchOptions& o_in, uint64_t region) {
     sweep(o, yw.get(), backend, reporter.get());
   }
   fabric->barrier();
+  return 0;
+}
+
+int run_connect(const BenchOptions& o_in) {
+  BenchOptions o = o_in;
+  UcxConnection conn;
+  try {
+    conn = connect_ucx_servers(o.connect);
+  } catch (const FabricError& e) {  // refused or unreachable: the address is the bad input
+    throw InvalidArgument(e.what());
+  }
+  apply_table_spec(o, conn.table_spec);
+  o.fabric = "ucx";
+  o.keep_table = true;  // the table is shared: nobody reloads it
+  if (auto err = o.error(); !err.empty()) throw InvalidArgument(err);
+  if (!o.history_path.empty() && !history_writable(o.history_path))
+    throw InvalidArgument("cannot open --history file '" + o.history_path + "' for writing");
+  if (const uint64_t avail = mem_available_bytes(); avail && o.ops * 8 > avail)
+    throw InvalidArgument(memory_error(o.ops * 8, avail, "the latency samples of --ops"));
+  Reporter reporter(o);
+  ConnectBackend backend(o, conn);
+  sweep(o, nullptr, backend, &reporter);
+  return 0;
+}
+
+int run_serve(const BenchOptions& o_in, const ServeOptions& s) {
+  BenchOptions o = o_in;
+  o.fabric = "ucx";
+  o.keep_table = true;                 // a --pm-path table is the file: no copy of the image is kept
+  o.workloads = {Workload::kGet};      // the clients' workloads are theirs to validate
+  if (o.load_factors.size() != 1) throw InvalidArgument("rdmahash serve builds one table: give one --load-factor");
+  if (s.node >= o.memory_nodes)
+    throw InvalidArgument("--node " + std::to_string(s.node) + " does not exist: --memory-nodes is " + std::to_string(o.memory_nodes));
+  if (auto err = o.error(); !err.empty()) throw InvalidArgument(err);
+  o.table_capacity = s.capacity ? s.capacity : o.records + std::max<uint64_t>(o.records, 100000);
+  if (o.table_capacity < o.records) throw InvalidArgument("--capacity must be at least --records");
+  o.table_writes = o.table_capacity - o.records;
+  auto adapter = make_adapter(o, o.load_factors.front());
+  if (const uint64_t avail = mem_available_bytes(); avail && adapter->region_bytes() > avail)
+    throw InvalidArgument(memory_error(adapter->region_bytes(), avail, "memory node " + std::to_string(s.node)));
+  UcxServerConfig sc;
+  sc.node = s.node;
+  sc.nodes = o.memory_nodes;
+  sc.region_bytes = adapter->region_bytes();
+  sc.region_address = adapter->persistent_region().data();  // --pm-path: the file mapping (else null)
+  sc.listen = s.listen;
+  sc.table_spec = table_spec(o);
+  sc.handle_signals = true;
+  std::unique_ptr<UcxServer> server;
+  try {
+    server = UcxServer::create(sc);
+  } catch (const std::invalid_argument& e) {
+    throw InvalidArgument(std::string("--listen: ") + e.what());
+  }
+  const KeySpace keys(o.records, adapter->key_bits(), o.seed, o.zipf_theta);
+  adapter->load(server->fabric(), keys, progress_bar(o, keys.records(), "loading shard " + std::to_string(s.node)));
+  const uint64_t records = adapter->recovered_records().value_or(keys.records());
+  std::printf("rdmahash serve: memory node %u of %u (%s, %llu records%s, %s) listening on %s\n", s.node, o.memory_nodes,
+              adapter->describe().c_str(), static_cast<unsigned long long>(records),
+              adapter->recovered_records() ? " recovered" : "", bytes_text(adapter->region_bytes()).c_str(),
+              server->address().c_str());
+  std::fflush(stdout);
+  const int sig = server->run(stderr);
+  const auto st = server->stats();
+  std::printf("rdmahash serve: stopped by %s: %llu clients served (%llu finished, %llu lost), %llu connections dropped\n",
+              sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "request", static_cast<unsigned long long>(st.connected),
+              static_cast<unsigned long long>(st.finished), static_cast<unsigned long long>(st.lost),
+              static_cast<unsigned long long>(st.dropped));
+  std::fflush(stdout);
   return 0;
 }
 

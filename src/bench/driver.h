@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdio>
+#include <string>
 
 #include "bench/options.h"
 
@@ -26,5 +27,25 @@ int run_local(const BenchOptions& o);
 // Throws InvalidArgument only for errors every rank detects alike (before any communication);
 // any other exception may be one rank's alone, and the caller must abort the job.
 int run_ucx(const BenchOptions& o);
+
+// A client of running memory nodes (`--connect ADDR...`, served by `rdmahash serve`): one client in
+// this process; the table is the servers' (its options come from memory node 0 and table options
+// on the command line are refused by the CLI), shared with whatever other clients run, so every
+// point continues on the table as it is (--keep-table) and rows' load factors count this client's
+// inserts and erases only. The client index in the workload (new keys, kv-mix value tags, history
+// client ids) is the id memory node 0 gave it, modulo kConnectClientIds.
+constexpr uint32_t kConnectClientIds = 1024;
+int run_connect(const BenchOptions& o);
+
+// `rdmahash serve`: builds memory node `node` of o.memory_nodes (formats and bulk-loads its shard,
+// or reopens --pm-path), then serves clients at `listen` until SIGTERM / SIGINT. `capacity`: the
+// records the table may come to hold (0: records + max(records, 100000)). Prints one line when it
+// is ready ("... listening on HOST:PORT") and one when it stops. Throws InvalidArgument for bad options.
+struct ServeOptions {
+  std::string listen = "127.0.0.1:18515";
+  uint32_t node = 0;
+  uint64_t capacity = 0;
+};
+int run_serve(const BenchOptions& o, const ServeOptions& s);
 
 }  // namespace rdmahash::bench

@@ -90,6 +90,11 @@ Task<void> KvMix::next(KvClient* kv, const Engine* engine, ClientResult* r) {
     make_value(tag_base_ | seq_++, value);
     ev.written = check::value_digest(value);
   }
+  // Pending until it completes: a client killed now leaves it as "outcome unknown".
+  check::HistoryEvent pending = ev;
+  pending.response_ns = ev.invoke_ns;
+  pending.status = check::kStatusError;
+  const uint64_t slot = history_ ? history_->push(pending) : 0;
   OpResult res;
   std::exception_ptr failed;
   try {
@@ -106,7 +111,7 @@ Task<void> KvMix::next(KvClient* kv, const Engine* engine, ClientResult* r) {
   ev.response_ns = steady_ns(engine->batch_clock());  // the boundary after its last request completed
   ev.status = failed ? check::kStatusError : static_cast<uint8_t>(res.status);
   if (!failed && op == check::HistOp::kGet && res.status == Status::kFound) ev.read = check::value_digest(value);
-  if (history_) history_->push(ev);
+  if (history_) history_->set(slot, ev);
   if (failed) std::rethrow_exception(failed);
   r->add_outcome(res);
 }
@@ -133,8 +138,8 @@ std::vector<check::HistoryEvent> kv_mix_initial_state(const BenchOptions& o, con
 
 void write_kv_mix_history(const BenchOptions& o, const KeySpace& keys, uint32_t value_bytes,
                           std::span<const check::HistoryBuffer> clients) {
-  std::vector<const std::vector<check::HistoryEvent>*> parts;
-  for (const auto& c : clients) parts.push_back(&c.events());
+  std::vector<std::span<const check::HistoryEvent>> parts;
+  for (const auto& c : clients) parts.push_back(c.events());
   check::write_history(o.history_path, kv_mix_initial_state(o, keys, value_bytes), parts);
 }
 

@@ -1,6 +1,8 @@
 #include "bench/options.h"
 
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "bench/kv_mix.h"
@@ -167,6 +169,105 @@ std::string BenchOptions::error() const {
     if (b == 0 || b > (1u << 20)) return "--read-bytes must be in [1, 1048576]";
   if (auto e = kv_mix_error(*this); !e.empty()) return e;
   return {};
+}
+
+namespace {
+std::string double_text(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+}  // namespace
+
+std::string table_spec(const BenchOptions& o) {
+  std::string s;
+  auto add = [&](const char* name, const std::string& v) { s += std::string(name) + "=" + v + "\n"; };
+  add("scheme", o.scheme);
+  add("slot_format", o.slot_format);
+  add("storage", o.storage);
+  add("slots_per_bucket", std::to_string(o.slots_per_bucket));
+  add("initial_depth", std::to_string(o.initial_depth));
+  add("race_groups", std::to_string(o.race_groups));
+  add("sbuckets", std::to_string(o.sbuckets));
+  add("memory_nodes", std::to_string(o.memory_nodes));
+  add("records", std::to_string(o.records));
+  add("load_factor", double_text(o.load_factors.at(0)));
+  add("key_bytes", std::to_string(o.key_bytes));
+  add("value_bytes", std::to_string(o.value_bytes));
+  add("tail_slots", std::to_string(o.tail_slots));
+  add("seed", std::to_string(o.seed));
+  add("zipf_theta", double_text(o.zipf_theta));
+  add("table_writes", std::to_string(o.table_writes));
+  add("table_capacity", std::to_string(o.table_capacity));
+  return s;
+}
+
+void apply_table_spec(BenchOptions& o, const std::string& spec) {
+  size_t pos = 0;
+  int seen = 0;
+  while (pos < spec.size()) {
+    const size_t end = spec.find('\n', pos);
+    const std::string line = spec.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    pos = end == std::string::npos ? spec.size() : end + 1;
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) throw InvalidArgument("table spec from the memory node: malformed line '" + line + "'");
+    const std::string k = line.substr(0, eq), v = line.substr(eq + 1);
+    auto u64 = [&]() -> uint64_t {
+      size_t used = 0;
+      uint64_t x = 0;
+      try {
+        x = std::stoull(v, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != v.size() || v.empty() || v[0] == '-') throw InvalidArgument("table spec from the memory node: bad " + k + "=" + v);
+      return x;
+    };
+    auto u32 = [&]() -> uint32_t {
+      const uint64_t x = u64();
+      if (x > UINT32_MAX) throw InvalidArgument("table spec from the memory node: bad " + k + "=" + v);
+      return static_cast<uint32_t>(x);
+    };
+    auto dbl = [&]() {
+      size_t used = 0;
+      double x = 0;
+      try {
+        x = std::stod(v, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != v.size() || v.empty()) throw InvalidArgument("table spec from the memory node: bad " + k + "=" + v);
+      return x;
+    };
+    ++seen;
+    if (k == "scheme") o.scheme = v;
+    else if (k == "slot_format") o.slot_format = v;
+    else if (k == "storage") o.storage = v;
+    else if (k == "slots_per_bucket") o.slots_per_bucket = u32();
+    else if (k == "initial_depth") o.initial_depth = u32();
+    else if (k == "race_groups") o.race_groups = u32();
+    else if (k == "sbuckets") o.sbuckets = u32();
+    else if (k == "memory_nodes") o.memory_nodes = u32();
+    else if (k == "records") o.records = u64();
+    else if (k == "load_factor") o.load_factors = {dbl()};
+    else if (k == "key_bytes") o.key_bytes = u32();
+    else if (k == "value_bytes") o.value_bytes = u32();
+    else if (k == "tail_slots") o.tail_slots = u64();
+    else if (k == "seed") o.seed = u64();
+    else if (k == "zipf_theta") o.zipf_theta = dbl();
+    else if (k == "table_writes") o.table_writes = u64();
+    else if (k == "table_capacity") o.table_capacity = u64();
+    else throw InvalidArgument("table spec from the memory node: unknown option '" + k + "' (a newer server?)");
+  }
+  if (seen != 17) throw InvalidArgument("table spec from the memory node: " + std::to_string(seen) + " of 17 options");
+}
+
+const std::vector<std::string>& table_option_names() {
+  static const std::vector<std::string> names{
+      "--scheme",      "--sbuckets",      "--pm-path",   "--slot-format", "--storage",   "--slots-per-bucket",
+      "--memory-nodes", "--records",      "--load-factor", "--key-bytes", "--value-bytes", "--initial-depth",
+      "--race-groups", "--tail-slots",    "--seed",      "--distribution"};
+  return names;
 }
 
 }  // namespace rdmahash::bench

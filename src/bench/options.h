@@ -81,6 +81,12 @@ struct BenchOptions {
   // Set by the driver, not an option: records one table's points may write beyond `records`
   // (inserts, out-of-place updates, clients' private blocks); sizes linear heaps (0: records only).
   uint64_t table_writes = 0;
+  // `rdmahash serve --capacity`: records the served table may come to hold (race sizes its directory
+  // and region for it; linear heaps hold table_writes = capacity - records more). 0: derived from
+  // the bench's own points, as before.
+  uint64_t table_capacity = 0;
+  // --connect: memory nodes 0..K-1 served by `rdmahash serve`; the table options come from them.
+  std::vector<std::string> connect;
   bool cold = false;                   // no warm-up: the first point also measures first-touch page faults
   bool keep_table = false;             // no reload between points: each starts where the last ended
   // kv-mix (src/bench/kv_mix.h): get/put/update/erase/find_or_put on `kv_keys` keys; `--history
@@ -93,5 +99,13 @@ struct BenchOptions {
   // Empty when valid, else a message naming the bad option.
   std::string error() const;
 };
+
+// What a served table is: the options that shape its memory (`rdmahash serve` sends them to every
+// client, which builds its scheme client from them), as "name=value" lines.
+std::string table_spec(const BenchOptions& o);
+// Sets those options in `o` from a spec; throws InvalidArgument for a malformed spec.
+void apply_table_spec(BenchOptions& o, const std::string& spec);
+// The command-line options that are part of a table spec (a --connect client refuses them).
+const std::vector<std::string>& table_option_names();
 
 }  // namespace rdmahash::bench

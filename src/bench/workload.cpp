@@ -267,7 +267,8 @@ class RaceAdapter final : public SchemeAdapter {
     bool inserts = !o.ycsb_path.empty();
     for (Workload w : o.workloads)
       if (w != Workload::kGet && w != Workload::kGetAll && w != Workload::kRawRead) inserts = true;
-    capacity_ = o.records + (inserts ? o.ops * std::max<uint32_t>(o.clients, 8) * o.repeat : 0);
+    capacity_ = o.table_capacity ? o.table_capacity  // a served table: what `rdmahash serve --capacity` says
+                                 : o.records + (inserts ? o.ops * std::max<uint32_t>(o.clients, 8) * o.repeat : 0);
     // Directory deep enough for subtables at a quarter load, at least initial_depth + 4.
     const double subtables = static_cast<double>(capacity_) / (0.25 * kRaceSlots * 3 * cfg_.groups_per_subtable);
     uint32_t depth = cfg_.initial_depth + 6;

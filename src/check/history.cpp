@@ -1,10 +1,17 @@
 #include "check/history.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <bit>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
+#include <utility>
+#include <atomic>
 
 #include "schemes/hash.h"
 
@@ -22,7 +29,7 @@ struct Header {
   uint32_t version;
   uint32_t event_bytes;
   uint64_t count;
-  uint64_t reserved;
+  uint64_t open;  // 1: a mapped recording not closed (trailing capacity allowed)
 };
 static_assert(sizeof(Header) == 32);
 
@@ -54,9 +61,100 @@ uint64_t value_digest(std::span<const std::byte> value) {
   return h ? h : 1;
 }
 
+HistoryBuffer::HistoryBuffer(HistoryBuffer&& o) noexcept { *this = std::move(o); }
+
+HistoryBuffer& HistoryBuffer::operator=(HistoryBuffer&& o) noexcept {
+  if (this == &o) return *this;
+  if (mapped_) ::munmap(mapped_, mapped_bytes_);
+  events_ = std::move(o.events_);
+  mapped_ = std::exchange(o.mapped_, nullptr);
+  mapped_bytes_ = std::exchange(o.mapped_bytes_, 0);
+  first_ = o.first_;
+  count_ = o.count_;
+  capacity_ = o.capacity_;
+  path_ = std::move(o.path_);
+  return *this;
+}
+
+// An unclosed mapping stays a valid (open) file: the kernel keeps what was stored.
+HistoryBuffer::~HistoryBuffer() {
+  if (mapped_) ::munmap(mapped_, mapped_bytes_);
+}
+
+uint64_t HistoryBuffer::push(const HistoryEvent& e) {
+  if (!mapped_) {
+    events_.push_back(e);
+    return events_.size() - 1;
+  }
+  if (count_ == capacity_)
+    throw std::length_error("--history file '" + path_ + "' is full (" + std::to_string(capacity_) + " events)");
+  std::memcpy(mapped_ + sizeof(Header) + count_ * sizeof(HistoryEvent), &e, sizeof e);
+  ++count_;
+  // The event first, then the count that covers it (one process: program order is what a
+  // kill leaves in the page cache).
+  std::atomic_ref<uint64_t>(reinterpret_cast<Header*>(mapped_)->count).store(count_, std::memory_order_release);
+  return count_ - first_ - 1;
+}
+
+void HistoryBuffer::set(uint64_t index, const HistoryEvent& e) {
+  if (!mapped_) {
+    events_.at(index) = e;
+    return;
+  }
+  if (first_ + index >= count_) throw std::out_of_range("history event index");
+  std::memcpy(mapped_ + sizeof(Header) + (first_ + index) * sizeof(HistoryEvent), &e, sizeof e);
+}
+
+std::span<const HistoryEvent> HistoryBuffer::events() const {
+  if (!mapped_) return events_;
+  return {reinterpret_cast<const HistoryEvent*>(mapped_ + sizeof(Header)) + first_, count_ - first_};
+}
+
+void HistoryBuffer::map_file(const std::string& path, std::span<const HistoryEvent> init, uint64_t capacity) {
+  if (mapped_) throw std::runtime_error("history buffer: already mapped");
+  const uint64_t total = init.size() + capacity;
+  if (total > kMaxEvents)
+    throw std::runtime_error("--history of " + std::to_string(total) + " events exceeds the bound of " + std::to_string(kMaxEvents));
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot open --history file '" + path + "' for writing: " + std::strerror(errno));
+  const uint64_t bytes = sizeof(Header) + total * sizeof(HistoryEvent);
+  void* m = MAP_FAILED;
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) == 0)
+    m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (m == MAP_FAILED) throw std::runtime_error("cannot map --history file '" + path + "': " + std::strerror(err));
+  mapped_ = static_cast<std::byte*>(m);
+  mapped_bytes_ = bytes;
+  path_ = path;
+  Header h{};
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.version = kVersion;
+  h.event_bytes = sizeof(HistoryEvent);
+  h.count = init.size();
+  h.open = 1;
+  if (!init.empty()) std::memcpy(mapped_ + sizeof(Header), init.data(), init.size_bytes());
+  std::memcpy(mapped_, &h, sizeof h);
+  first_ = count_ = init.size();
+  capacity_ = total;
+  events_.clear();
+}
+
+void HistoryBuffer::close_file() {
+  if (!mapped_) return;
+  reinterpret_cast<Header*>(mapped_)->open = 0;
+  const uint64_t used = sizeof(Header) + count_ * sizeof(HistoryEvent);
+  const int rc = ::msync(mapped_, mapped_bytes_, MS_SYNC);
+  ::munmap(mapped_, mapped_bytes_);
+  mapped_ = nullptr;
+  if (rc != 0 || ::truncate(path_.c_str(), static_cast<off_t>(used)) != 0)
+    throw std::runtime_error("cannot finish --history file '" + path_ + "': " + std::strerror(errno));
+}
+
 std::vector<std::byte> HistoryBuffer::serialize() const {
-  std::vector<std::byte> out(events_.size() * sizeof(HistoryEvent));
-  if (!out.empty()) std::memcpy(out.data(), events_.data(), out.size());
+  const auto ev = events();
+  std::vector<std::byte> out(ev.size_bytes());
+  if (!out.empty()) std::memcpy(out.data(), ev.data(), out.size());
   return out;
 }
 
@@ -69,9 +167,9 @@ std::vector<HistoryEvent> HistoryBuffer::deserialize(std::span<const std::byte> 
 }
 
 void write_history(const std::string& path, std::span<const HistoryEvent> init,
-                   std::span<const std::vector<HistoryEvent>* const> clients) {
+                   std::span<const std::span<const HistoryEvent>> clients) {
   uint64_t count = init.size();
-  for (const auto* c : clients) count += c->size();
+  for (const auto& c : clients) count += c.size();
   if (count > kMaxEvents)
     throw std::runtime_error("history of " + std::to_string(count) + " events exceeds the bound of " +
                              std::to_string(kMaxEvents));
@@ -84,8 +182,8 @@ void write_history(const std::string& path, std::span<const HistoryEvent> init,
   h.count = count;
   bool ok = std::fwrite(&h, sizeof h, 1, f.get()) == 1;
   if (ok && !init.empty()) ok = std::fwrite(init.data(), sizeof(HistoryEvent), init.size(), f.get()) == init.size();
-  for (const auto* c : clients)
-    if (ok && !c->empty()) ok = std::fwrite(c->data(), sizeof(HistoryEvent), c->size(), f.get()) == c->size();
+  for (const auto& c : clients)
+    if (ok && !c.empty()) ok = std::fwrite(c.data(), sizeof(HistoryEvent), c.size(), f.get()) == c.size();
   if (!ok || std::fclose(f.release()) != 0) throw std::runtime_error("cannot write --history file '" + path + "'");
 }
 
@@ -101,7 +199,8 @@ std::vector<HistoryEvent> read_history(const std::string& path) {
   std::vector<HistoryEvent> ev(h.count);
   if (h.count && std::fread(ev.data(), sizeof(HistoryEvent), h.count, f.get()) != h.count)
     throw std::runtime_error(path + ": truncated (header says " + std::to_string(h.count) + " events)");
-  if (std::fgetc(f.get()) != EOF) throw std::runtime_error(path + ": trailing bytes after the events");
+  // An open recording (its client died) may have unused capacity after the events.
+  if (h.open == 0 && std::fgetc(f.get()) != EOF) throw std::runtime_error(path + ": trailing bytes after the events");
   return ev;
 }
 

@@ -15,11 +15,15 @@
 // monotonic clocks are unrelated: the UCX driver refuses --history when client ranks run on more
 // than one host.
 //
-// Cost: the recorder appends 48 bytes to a per-client buffer reserved before the timed part; the
-// file is written after the run (off the hot path). The buffer is bounded: kMaxEvents per run.
+// Cost: the recorder stores 48 bytes twice per operation (pending at invocation, the outcome at
+// completion) into a per-client buffer reserved before the timed part; the file is written after
+// the run (off the hot path), or is the buffer (a file mapping, see HistoryBuffer). The buffer is bounded: kMaxEvents per run.
 //
 // File format (little-endian): a 32-byte header {magic "RDMAHIS1", u32 version = 1,
-// u32 event_bytes = 48, u64 count, u64 reserved = 0} and `count` events. Events of op kInit
+// u32 event_bytes = 48, u64 count, u64 open} and `count` events. `open` = 1: a mapped recording
+// that was not closed (its client died); unused capacity may follow the events. Several files
+// of one table's life (one per `bench --connect` client) are checked together:
+// `rdmahash check-history A B ...` (their init events must agree, their clients must differ). Events of op kInit
 // (client kInitClient, times 0) give each key's state before the run (loaded or absent).
 #pragma once
 
@@ -54,22 +58,51 @@ static_assert(sizeof(HistoryEvent) == 48);
 // Digest of a value: 0 for the empty value (set tables hold no values), never 0 otherwise.
 uint64_t value_digest(std::span<const std::byte> value);
 
-// One client's events, in completion order. Not thread-safe: one per client.
+// One client's events. An operation is pushed when it is invoked — as pending: status
+// kStatusError, response time = invocation time, i.e. "outcome unknown" to the checker — and
+// overwritten with its outcome when it completes (set()), so the buffer is in invocation order.
+// Not thread-safe: one per client.
+//
+// Two storages. In memory (default): written to a file after the run. Or a file mapping
+// (map_file(), used by `bench --connect`): every push and set is a store into a MAP_SHARED mapping
+// of the history file, whose header count is raised after each push, so a client killed at any
+// instruction (kill -9) leaves a valid file — its completed operations, and the ones in flight as
+// pending — that the checker reads like any other (its header's `open` flag says the recording
+// was not finished and allows the unused capacity after the events).
 class HistoryBuffer {
  public:
-  void reserve(uint64_t events) { events_.reserve(events); }
-  void push(const HistoryEvent& e) { events_.push_back(e); }
-  const std::vector<HistoryEvent>& events() const { return events_; }
+  HistoryBuffer() = default;
+  HistoryBuffer(HistoryBuffer&& o) noexcept;
+  HistoryBuffer& operator=(HistoryBuffer&& o) noexcept;
+  ~HistoryBuffer();
+  void reserve(uint64_t events) { if (!mapped_) events_.reserve(events); }
+  // Appends `e`; returns its index for set(). Throws std::length_error when a mapped file is full.
+  uint64_t push(const HistoryEvent& e);
+  void set(uint64_t index, const HistoryEvent& e);
+  std::span<const HistoryEvent> events() const;
   std::vector<std::byte> serialize() const;
   static std::vector<HistoryEvent> deserialize(std::span<const std::byte> bytes);  // throws std::runtime_error
 
+  // Records into a new file at `path` (replaced if it exists): header, the `init` events, room for
+  // `capacity` more. Throws std::runtime_error naming the path.
+  void map_file(const std::string& path, std::span<const HistoryEvent> init, uint64_t capacity);
+  // Mapped: trims the file to its events, clears `open`, unmaps. Throws std::runtime_error.
+  void close_file();
+  bool mapped() const { return mapped_ != nullptr; }
+
  private:
   std::vector<HistoryEvent> events_;
+  std::byte* mapped_ = nullptr;  // the whole file
+  uint64_t mapped_bytes_ = 0;
+  uint64_t first_ = 0;           // mapped: events before this one are the init events
+  uint64_t count_ = 0;           // mapped: events in the file (init included)
+  uint64_t capacity_ = 0;        // mapped: events the file has room for (init included)
+  std::string path_;
 };
 
 // Writes the history file (throws std::runtime_error naming the path on failure).
 void write_history(const std::string& path, std::span<const HistoryEvent> init,
-                   std::span<const std::vector<HistoryEvent>* const> clients);
+                   std::span<const std::span<const HistoryEvent>> clients);
 
 // Reads a history file; throws std::runtime_error with a clear message for a bad file.
 std::vector<HistoryEvent> read_history(const std::string& path);

@@ -4,7 +4,9 @@
 //                                --fabric ucx ...` runs over UCX, `--fabric local` in one process.
 //   rdmahash model [options]     the read-size cost model (seed 000 §3): R* for a table, or a curve.
 //   rdmahash calibrate [options] measure the model's c, rho0, alpha, l on a fabric (seed 000 §3.5).
-//   rdmahash check-history FILE  is a `bench --history` file linearizable? (execs the Go checker,
+//   rdmahash serve [options]     a memory node as a service (no MPI); clients: bench --connect
+//   rdmahash check-history FILE...  is a `bench --history` file (or the files of one served
+//                                table's clients) linearizable? (execs the Go checker,
 //                                rdmahash-check-history, installed beside this executable)
 #include <mpi.h>
 #include <unistd.h>
@@ -30,11 +32,9 @@ namespace {
 
 using rdmahash::bench::BenchOptions;
 
-void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>& workloads,
-                       std::vector<std::string>& read_sizes, std::string& distribution,
-                       std::vector<std::string>& ycsb_props) {
-  cmd.add_option("--fabric", o.fabric, "local (threads in this process) or ucx (launch with mpirun)")
-      ->capture_default_str();
+// The options that shape a table (shared by bench and serve; a --connect client takes them from
+// the server: see table_option_names()).
+void add_table_options(CLI::App& cmd, BenchOptions& o, std::string& distribution) {
   cmd.add_option("--scheme", o.scheme, "hash table scheme: linear, cuckoo, race or continuity")->capture_default_str();
   cmd.add_option("--sbuckets", o.sbuckets, "continuity: SBuckets between two numbered buckets (1..4)")->capture_default_str();
   cmd.add_option("--pm-path", o.pm_path,
@@ -44,22 +44,38 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
       ->capture_default_str();
   cmd.add_option("--storage", o.storage, "records inline in the table slots, in a heap (8-byte CAS-able slots), or heap4 (linear, bulk-loaded: 4 fingerprints per slot)")->capture_default_str();
   cmd.add_option("--slots-per-bucket", o.slots_per_bucket, "cuckoo: 1 or 4 slots per bucket")->capture_default_str();
-  cmd.add_option("--cuckoo-probe", o.cuckoo_probe, "cuckoo lookups: parallel (k READs at once) or sequential")
-      ->capture_default_str();
   cmd.add_option("--memory-nodes", o.memory_nodes, "memory nodes K (ucx: ranks 0..K-1)")->capture_default_str();
-  cmd.add_flag("--symmetric", o.symmetric, "every rank hosts a shard and runs a client (PGAS layout)");
-  cmd.add_option("--clients", o.clients, "client threads (local fabric only)")->capture_default_str();
   cmd.add_option("--records", o.records, "records bulk-loaded before the run")->capture_default_str();
   cmd.add_option("--load-factor", o.load_factors, "load factor(s) in (0,1); a list sweeps, e.g. 0.5,0.8")
       ->delimiter(',')->capture_default_str();
   cmd.add_option("--key-bytes", o.key_bytes, "4 or 8 (race: 8..256, the 8-byte key plus a fixed suffix)")->capture_default_str();
   cmd.add_option("--value-bytes", o.value_bytes, "value bytes: 0..120 inline, 0..4096 with --storage heap, up to 15360 with --scheme race")->capture_default_str();
-  cmd.add_option("--race-dir-cache", o.race_dir_cache, "race: clients cache the directory (on) or read its entry per operation (off)")
-      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   cmd.add_option("--initial-depth", o.initial_depth, "race: the table starts with 2^N subtables and grows by splitting")
       ->capture_default_str();
   cmd.add_option("--race-groups", o.race_groups, "race: bucket groups per subtable (3 buckets of 7 slots each)")
       ->capture_default_str();
+  cmd.add_option("--distribution", distribution, "loaded keys and lookups: uniform, or zipf:THETA (a multimap)")
+      ->capture_default_str();
+  cmd.add_option("--tail-slots", o.tail_slots, "overflow slots per shard (0: max(4096, S/32))");
+  cmd.add_option("--seed", o.seed, "seed of keys, hashing and operation streams")->capture_default_str();
+}
+
+void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>& workloads,
+                       std::vector<std::string>& read_sizes, std::string& distribution,
+                       std::vector<std::string>& ycsb_props) {
+  add_table_options(cmd, o, distribution);
+  cmd.add_option("--fabric", o.fabric, "local (threads in this process) or ucx (launch with mpirun)")
+      ->capture_default_str();
+  cmd.add_option("--connect", o.connect,
+                 "run one client against memory nodes served by `rdmahash serve` at HOST:PORT,... (node order); "
+                 "the table options come from the servers")
+      ->delimiter(',');
+  cmd.add_option("--cuckoo-probe", o.cuckoo_probe, "cuckoo lookups: parallel (k READs at once) or sequential")
+      ->capture_default_str();
+  cmd.add_flag("--symmetric", o.symmetric, "every rank hosts a shard and runs a client (PGAS layout)");
+  cmd.add_option("--clients", o.clients, "client threads (local fabric only)")->capture_default_str();
+  cmd.add_option("--race-dir-cache", o.race_dir_cache, "race: clients cache the directory (on) or read its entry per operation (off)")
+      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   cmd.add_option("--workload", workloads,
                  "get, get-all, find-or-put, mixed, read-intensive, write-intensive, raw-read, kv-mix (a list runs each)")
       ->delimiter(',');
@@ -76,12 +92,8 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
   cmd.add_option("--clusters", o.clusters, "clusters each client tracks for --read-size cluster")->capture_default_str();
   cmd.add_option("--assumed-load-factor", o.assumed_load_factor,
                  "size model reads for this load factor instead of the table's (seed 000 §5.6)");
-  cmd.add_option("--distribution", distribution, "loaded keys and lookups: uniform, or zipf:THETA (a multimap)")
-      ->capture_default_str();
   cmd.add_option("--read-bytes", o.read_bytes, "raw-read READ size in bytes (a list sweeps)")->delimiter(',')
       ->capture_default_str();
-  cmd.add_option("--tail-slots", o.tail_slots, "overflow slots per shard (0: max(4096, S/32))");
-  cmd.add_option("--seed", o.seed, "seed of keys, hashing and operation streams")->capture_default_str();
   cmd.add_option("--repeat", o.repeat, "run the whole sequence of points N times (medians on noisy machines)")
       ->capture_default_str();
   cmd.add_flag("--same-keys", o.same_keys, "every client issues the same key sequence (worst-case contention)");
@@ -105,26 +117,27 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
   cmd.add_option("--json", o.json_path, "append one JSON object per point to FILE (JSON Lines)");
   cmd.add_flag("!--no-progress", o.progress, "no progress bar while loading");
   cmd.add_flag("--quiet", o.quiet, "no summary table on stdout");
+
 }
 
 // "rdmahash bench" etc.: the subcommand named on the command line, for error messages.
 std::string command_name(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "bench" || a == "model" || a == "calibrate" || a == "check-history") return "rdmahash " + a;
+    if (a == "bench" || a == "serve" || a == "model" || a == "calibrate" || a == "check-history") return "rdmahash " + a;
   }
   return "rdmahash";
 }
 
 // Replaces this process with the Go checker (check/main.go) beside this executable.
-int exec_checker(const std::string& file, double timeout_s, const std::string& html) {
+int exec_checker(const std::vector<std::string>& files, double timeout_s, const std::string& html) {
   std::error_code ec;
   const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   const std::string checker = (ec ? std::filesystem::path(".") : self.parent_path()) / "rdmahash-check-history";
   std::vector<std::string> args{checker, "-timeout-per-key", std::to_string(timeout_s) + "s"};
   if (!html.empty()) args.insert(args.end(), {"-html", html});
   args.push_back("--");
-  args.push_back(file);
+  args.insert(args.end(), files.begin(), files.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -146,12 +159,32 @@ int main(int argc, char** argv) {
   std::vector<std::string> ycsb_props;
   CLI::App* bench = app.add_subcommand("bench", "benchmark a scheme over a fabric");
   add_bench_options(*bench, opts, workloads, read_sizes, distribution, ycsb_props);
+  BenchOptions serve_opts;
+  std::string serve_distribution = "uniform";
+  rdmahash::bench::ServeOptions serve_cfg;
+  CLI::App* serve = app.add_subcommand(
+      "serve", "run memory node N of a table as a service (no MPI) that `rdmahash bench --connect HOST:PORT,...` "
+               "clients reach; stops cleanly on SIGTERM or SIGINT");
+  add_table_options(*serve, serve_opts, serve_distribution);
+  serve->add_option("--listen", serve_cfg.listen,
+                    "IPv4 HOST:PORT to listen on; UCX's own sockets use the same interface (port 0: any free port, "
+                    "printed when ready)")
+      ->capture_default_str();
+  serve->add_option("--node", serve_cfg.node, "this server is memory node N of --memory-nodes")->capture_default_str();
+  serve->add_option("--capacity", serve_cfg.capacity,
+                    "records the table may come to hold (sizes race's directory and linear heaps; default: records + "
+                    "max(records, 100000))");
+  serve->add_flag("!--no-progress", serve_opts.progress, "no progress bar while loading");
   rdmahash::cli::ModelCommand model_cmd(app);
   rdmahash::cli::CalibrateCommand calibrate_cmd(app);
-  std::string history_file, history_html;
+  std::vector<std::string> history_files;
+  std::string history_html;
   double history_timeout = 60;
   CLI::App* check = app.add_subcommand("check-history", "check that a `bench --history` file is linearizable (Porcupine, per-key KV model); exit 0 linearizable, 1 violation, 3 unknown (timeout)");
-  check->add_option("FILE", history_file, "history file written by rdmahash bench --history")->required();
+  check->add_option("FILE", history_files,
+                    "history file(s) written by rdmahash bench --history: one run's file, or the files of every "
+                    "--connect client of one served table")
+      ->required();
   check->add_option("--timeout-per-key", history_timeout, "seconds per key before giving up (result: unknown, exit 3)")
       ->capture_default_str();
   check->add_option("--html", history_html, "where to write the visualization of a violating key (default: FILE.html)");
@@ -164,13 +197,25 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (model_cmd.parsed()) return model_cmd.run();
+  if (serve->parsed()) {
+    try {
+      serve_opts.zipf_theta = rdmahash::bench::parse_distribution(serve_distribution);
+      return rdmahash::bench::run_serve(serve_opts, serve_cfg);
+    } catch (const rdmahash::InvalidArgument& e) {
+      std::fprintf(stderr, "rdmahash serve: error: %s\n", e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rdmahash serve: error: %s\n", e.what());
+      return 1;
+    }
+  }
   if (calibrate_cmd.parsed()) return calibrate_cmd.run(argc, argv);
   if (check->parsed()) {
     if (!(history_timeout > 0 && history_timeout < 1e6)) {
       std::fprintf(stderr, "rdmahash check-history: error: --timeout-per-key must be in (0, 10^6) seconds\n");
       return 2;
     }
-    return exec_checker(history_file, history_timeout, history_html);
+    return exec_checker(history_files, history_timeout, history_html);
   }
 
   try {
@@ -189,6 +234,36 @@ int main(int argc, char** argv) {
   if (auto err = opts.error(); !err.empty()) {
     std::fprintf(stderr, "rdmahash bench: error: %s\n", err.c_str());
     return 2;
+  }
+
+  if (!opts.connect.empty()) {
+    // The table is the servers': its options come from memory node 0, so the command line must not
+    // say something else about it.
+    std::string conflict;
+    for (const auto& name : rdmahash::bench::table_option_names())
+      if (bench->count(name) > 0 && conflict.empty()) conflict = name;
+    if (!conflict.empty())
+      conflict += " describes the table, which `rdmahash serve` defines: drop it with --connect";
+    else if (bench->count("--fabric") > 0 && opts.fabric != "ucx")
+      conflict = "--connect runs over UCX: drop --fabric " + opts.fabric;
+    else if (!opts.ycsb_path.empty())
+      conflict = "--ycsb starts from an empty table, which a served table is not: drop it with --connect";
+    else if (opts.symmetric || bench->count("--clients") > 0)
+      conflict = "--connect runs one client per process (start more processes for more clients): drop " +
+                 std::string(opts.symmetric ? "--symmetric" : "--clients");
+    if (!conflict.empty()) {
+      std::fprintf(stderr, "rdmahash bench: error: %s\n", conflict.c_str());
+      return 2;
+    }
+    try {
+      return rdmahash::bench::run_connect(opts);
+    } catch (const std::invalid_argument& e) {  // bad input (options, addresses, a refused connection)
+      std::fprintf(stderr, "rdmahash bench: error: %s\n", e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rdmahash bench: error: %s\n", e.what());
+      return 1;
+    }
   }
 
   if (opts.fabric == "local") {

@@ -58,10 +58,14 @@
 // Transports must not outlive their fabric.
 #include "rdmahash/ucx_fabric.h"
 
+#include "fabric/ucx_internal.h"
+
 #include <mpi.h>
+#include <cstdlib>
 #include <poll.h>
 #include <ucp/api/ucp.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -189,7 +193,21 @@ class UcxTransport final : public Transport {
 
 class UcxFabricImpl final : public UcxFabric {
  public:
+  // kMpi: a rank of an mpirun job (create()). kServer / kClient: `rdmahash serve` and its clients
+  // (ucx_service.cpp): no MPI; the TCP handshake there carries what create()'s allgathers carry.
+  enum class Mode { kMpi, kServer, kClient };
   explicit UcxFabricImpl(const UcxFabricConfig& config);
+  // Service modes. kServer: memory node `self` of `nodes`. kClient: client `self` of memory nodes
+  // `nodes` (connected by connect_service_nodes()).
+  UcxFabricImpl(Mode mode, const UcxFabricConfig& config, uint32_t self, uint32_t nodes);
+  void init_service() { init_local(); }
+  std::vector<std::byte> worker_address_bytes();
+  std::vector<std::byte> region_export();
+  void connect_service_nodes(const std::vector<detail::UcxRemoteNode>& nodes);
+  int event_fd();
+  bool drain_and_arm();
+  bool ep_failed() const { return ep_failed_; }
+  void set_ep_failed() { ep_failed_ = true; }
   ~UcxFabricImpl() override;
   void init();
 
@@ -201,14 +219,21 @@ class UcxFabricImpl final : public UcxFabric {
     if (!is_memory_node() || node != static_cast<uint32_t>(rank_) || region_ == nullptr) return {};
     return {region_, config_.region_bytes};
   }
-  std::unique_ptr<Transport> connect() override { return std::make_unique<UcxTransport>(*this); }
+  std::unique_ptr<Transport> connect() override {
+    if (mode_ == Mode::kServer) throw FabricError("ucx fabric: a served memory node runs no client (use a DirectTransport)");
+    return std::make_unique<UcxTransport>(*this);
+  }
   void register_rpc(uint16_t id, RpcHandler handler) override { handlers_[id] = std::move(handler); }
 
   // UcxFabric
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  bool is_memory_node() const override { return static_cast<uint32_t>(rank_) < k_; }
-  bool is_client() const override { return config_.symmetric || static_cast<uint32_t>(rank_) >= k_; }
+  bool is_memory_node() const override {
+    return mode_ == Mode::kServer || (mode_ == Mode::kMpi && static_cast<uint32_t>(rank_) < k_);
+  }
+  bool is_client() const override {
+    return mode_ == Mode::kClient || (mode_ == Mode::kMpi && (config_.symmetric || static_cast<uint32_t>(rank_) >= k_));
+  }
   uint32_t client_count() const override {
     return config_.symmetric ? static_cast<uint32_t>(size_) : static_cast<uint32_t>(size_) - k_;
   }
@@ -252,6 +277,8 @@ class UcxFabricImpl final : public UcxFabric {
   void release(bool unwinding);
 
   UcxFabricConfig config_;
+  Mode mode_ = Mode::kMpi;
+  bool ep_failed_ = false;  // service client: an endpoint reported a peer failure
   int rank_ = 0;
   int size_ = 0;
   uint32_t k_ = 0;  // memory nodes
@@ -305,6 +332,106 @@ UcxFabricImpl::UcxFabricImpl(const UcxFabricConfig& config) : config_(config) {
   }
 }
 
+UcxFabricImpl::UcxFabricImpl(Mode mode, const UcxFabricConfig& config, uint32_t self, uint32_t nodes)
+    : config_(config), mode_(mode), rank_(static_cast<int>(self)), size_(1), k_(nodes) {
+  if (mode == Mode::kMpi) throw FabricError("ucx fabric: internal error: service constructor in MPI mode");
+  if (config.region_bytes == 0) throw FabricError("ucx fabric: region_bytes must be positive");
+  if (nodes == 0) throw FabricError("ucx fabric: at least one memory node is required");
+  if (mode == Mode::kServer && self >= nodes)
+    throw FabricError("ucx fabric: memory node " + std::to_string(self) + " of " + std::to_string(nodes) + " does not exist");
+}
+
+std::vector<std::byte> UcxFabricImpl::worker_address_bytes() {
+  ucp_worker_attr_t wattr{};
+  wattr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
+  ucs_status_t st = ucp_worker_query(worker_, &wattr);
+  if (st != UCS_OK) throw FabricError(ucx_error("ucp_worker_query", st));
+  const auto* a = reinterpret_cast<const std::byte*>(wattr.address);
+  std::vector<std::byte> out(a, a + wattr.address_length);
+  ucp_worker_release_address(worker_, wattr.address);
+  return out;
+}
+
+std::vector<std::byte> UcxFabricImpl::region_export() {
+  void* packed = nullptr;
+  size_t packed_size = 0;
+  ucs_status_t st = ucp_rkey_pack(context_, memh_, &packed, &packed_size);
+  if (st != UCS_OK) throw FabricError(ucx_error("ucp_rkey_pack", st));
+  const uint64_t base = reinterpret_cast<uintptr_t>(region_), bytes = config_.region_bytes;
+  std::vector<std::byte> blob(16 + packed_size);
+  std::memcpy(blob.data(), &base, 8);
+  std::memcpy(blob.data() + 8, &bytes, 8);
+  std::memcpy(blob.data() + 16, packed, packed_size);
+  ucp_rkey_buffer_release(packed);
+  return blob;
+}
+
+// A service client's endpoint to a memory node failed (the server died or is unreachable): its
+// requests complete with an error, which execute() reports; say so once.
+void on_service_ep_error(void* arg, ucp_ep_h, ucs_status_t status) {
+  auto* f = static_cast<UcxFabricImpl*>(arg);
+  if (!f->ep_failed()) std::fprintf(stderr, "ucx fabric: the connection to a memory node failed: %s\n", ucs_status_string(status));
+  f->set_ep_failed();
+}
+
+void UcxFabricImpl::connect_service_nodes(const std::vector<detail::UcxRemoteNode>& nodes) {
+  if (nodes.size() != k_) throw FabricError("ucx fabric: internal error: node count mismatch");
+  eps_.assign(k_, nullptr);
+  rkeys_.assign(k_, nullptr);
+  remote_base_.assign(k_, 0);
+  for (uint32_t n = 0; n < k_; ++n) {
+    const auto& node = nodes[n];
+    ucp_ep_params_t ep{};
+    // Peer failure handling (where the caller asks for it, see ucx_service.h): a server's endpoint
+    // to this client (made by UCX's wireup) inherits the mode, so when this client dies the
+    // server's pending replies fail instead of UCX aborting the server ("Endpoint timeout" is fatal
+    // under UCP_ERR_HANDLING_MODE_NONE, seen over TCP); and a dead server fails this client's
+    // requests instead of hanging them.
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.err_mode = node.peer_failure ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+    ep.err_handler.cb = &on_service_ep_error;
+    ep.err_handler.arg = this;
+    ep.address = reinterpret_cast<const ucp_address_t*>(node.worker_address.data());
+    ucs_status_t st = ucp_ep_create(worker_, &ep, &eps_[n]);
+    if (st != UCS_OK) {
+      eps_[n] = nullptr;
+      throw FabricError(ucx_error("ucp_ep_create to memory node " + std::to_string(n), st));
+    }
+    const auto& b = node.region_export;
+    uint64_t bytes = 0;
+    if (b.size() <= 16) throw FabricError("ucx fabric: memory node " + std::to_string(n) + " sent no rkey");
+    std::memcpy(&remote_base_[n], b.data(), 8);
+    std::memcpy(&bytes, b.data() + 8, 8);
+    if (bytes != config_.region_bytes)
+      throw FabricError("ucx fabric: memory node " + std::to_string(n) + " has a region of " + std::to_string(bytes) +
+                        " bytes, node 0 has " + std::to_string(config_.region_bytes));
+    st = ucp_ep_rkey_unpack(eps_[n], b.data() + 16, &rkeys_[n]);
+    if (st != UCS_OK) {
+      rkeys_[n] = nullptr;
+      throw FabricError(ucx_error("ucp_ep_rkey_unpack for memory node " + std::to_string(n), st));
+    }
+  }
+  const ucp_request_param_t no_params{};
+  ucs_status_t st = wait(ucp_worker_flush_nbx(worker_, &no_params));  // wire every endpoint up now
+  if (st != UCS_OK) throw FabricError(ucx_error("connecting to the memory nodes (worker flush)", st));
+}
+
+int UcxFabricImpl::event_fd() {
+  int fd = -1;
+  ucs_status_t st = ucp_worker_get_efd(worker_, &fd);
+  if (st != UCS_OK) throw FabricError(ucx_error("ucp_worker_get_efd", st));
+  return fd;
+}
+
+bool UcxFabricImpl::drain_and_arm() {
+  while (ucp_worker_progress(worker_) != 0) {
+  }
+  ucs_status_t st = ucp_worker_arm(worker_);
+  if (st == UCS_ERR_BUSY) return false;
+  if (st != UCS_OK) throw FabricError(ucx_error("ucp_worker_arm", st));
+  return true;
+}
+
 void UcxFabricImpl::init() {
   std::string error;
   try {
@@ -352,10 +479,17 @@ void UcxFabricImpl::init_local() {
   ucp_config_t* cfg = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg);
   if (st != UCS_OK) throw FabricError(ucx_error("ucp_config_read", st));
+  if (!config_.net_devices.empty() && std::getenv("UCX_NET_DEVICES") == nullptr) {
+    st = ucp_config_modify(cfg, "NET_DEVICES", config_.net_devices.c_str());
+    if (st != UCS_OK) {
+      ucp_config_release(cfg);
+      throw FabricError(ucx_error("setting UCX_NET_DEVICES=" + config_.net_devices, st));
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
   params.features = UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
-  params.estimated_num_eps = static_cast<size_t>(size_);
+  params.estimated_num_eps = static_cast<size_t>(std::max<uint32_t>(static_cast<uint32_t>(size_), k_));
   st = ucp_init(&params, cfg, &context_);
   ucp_config_release(cfg);
   if (st != UCS_OK) {
@@ -472,8 +606,11 @@ UcxFabricImpl::~UcxFabricImpl() { release(std::uncaught_exceptions() > 0); }
 
 void UcxFabricImpl::release(bool unwinding) {
   int finalized = 0;
-  MPI_Finalized(&finalized);
-  const bool collective = connected_ && !unwinding && !finalized;
+  if (mode_ == Mode::kMpi) MPI_Finalized(&finalized);
+  const bool collective = mode_ == Mode::kMpi && connected_ && !unwinding && !finalized;
+  // A service client flushes its endpoints on a normal exit (its last writes were flushed by
+  // execute() already; this completes the closing handshake); nobody waits for it in a barrier.
+  const bool flush_close = collective || (mode_ == Mode::kClient && !unwinding);
   if (worker_) {
     for (ucp_rkey_h& rk : rkeys_)
       if (rk) ucp_rkey_destroy(rk), rk = nullptr;
@@ -482,7 +619,7 @@ void UcxFabricImpl::release(bool unwinding) {
     std::vector<ucs_status_ptr_t> closing;
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = collective ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+    p.flags = flush_close ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
     for (ucp_ep_h& e : eps_) {
       if (!e) continue;
       ucs_status_ptr_t sp = ucp_ep_close_nbx(e, &p);
@@ -960,5 +1097,38 @@ std::unique_ptr<UcxFabric> UcxFabric::create(const UcxFabricConfig& config) {
   f->init();
   return f;
 }
+
+namespace detail {
+namespace {
+class ServiceNode final : public UcxServiceNode {
+ public:
+  ServiceNode(const UcxFabricConfig& c, uint32_t node, uint32_t nodes)
+      : f_(UcxFabricImpl::Mode::kServer, c, node, nodes) {
+    f_.init_service();
+  }
+  Fabric& fabric() override { return f_; }
+  std::vector<std::byte> worker_address() override { return f_.worker_address_bytes(); }
+  std::vector<std::byte> region_export() override { return f_.region_export(); }
+  int event_fd() override { return f_.event_fd(); }
+  bool drain_and_arm() override { return f_.drain_and_arm(); }
+
+ private:
+  UcxFabricImpl f_;
+};
+}  // namespace
+
+std::unique_ptr<UcxServiceNode> make_ucx_service_node(const UcxFabricConfig& config, uint32_t node, uint32_t nodes) {
+  return std::make_unique<ServiceNode>(config, node, nodes);
+}
+
+std::unique_ptr<Fabric> make_ucx_service_client(const UcxFabricConfig& config, uint32_t client_id,
+                                                const std::vector<UcxRemoteNode>& nodes) {
+  auto f = std::make_unique<UcxFabricImpl>(UcxFabricImpl::Mode::kClient, config, client_id,
+                                           static_cast<uint32_t>(nodes.size()));
+  f->init_service();
+  f->connect_service_nodes(nodes);
+  return f;
+}
+}  // namespace detail
 
 }  // namespace rdmahash

@@ -1,0 +1,99 @@
+// rdmahash/ucx_service.h — memory nodes as long-lived services (`rdmahash serve`) and clients that
+// connect to them by address (`rdmahash bench --connect`), over UCX without MPI.
+//
+// Connection establishment: a small TCP handshake per client and memory node, then UCX.
+//   client → server  hello    "RDMAHASH" | u32 version = 1 | u32 flags = 0                (16 B)
+//   server → client  reply    "RDMAHASH" | u32 status | u32 body bytes (≤ 1 MiB) | body
+//                    status 0: u32 client id | u32 node | u32 nodes | u32 n | worker address (n B)
+//                              | u32 n | region export (u64 base, u64 bytes, packed rkey) | u32 n | table spec
+//                              | u32 n | host id (the kernel's boot id)
+//                    status 1: the reason, as text
+//   client → server  "BYE!" when it is done; the connection stays open until then.
+// The client makes a UCP endpoint to the worker address and unpacks the rkey: from then on every
+// READ, WRITE, CAS and FAA is one-sided, exactly as in an mpirun job, and RPCs are active messages
+// answered on the reply endpoint UCP makes for them. Integers are little endian.
+//
+// Endpoint error handling. Over shared memory on one host the memory node's CPU takes no part in
+// READ/WRITE/CAS/FAA, and UCX 1.13 offers shared memory only to endpoints without peer failure
+// handling (with UCP_ERR_HANDLING_MODE_PEER a loopback client falls back to TCP: 80 k gets/s
+// instead of 1.9 M). Elsewhere (another host, or UCX_TLS without shared memory) the server
+// answers every one-sided request itself, and under UCP_ERR_HANDLING_MODE_NONE a reply to a
+// client that died is a fatal UCX error that aborts the server ("Endpoint timeout", seen over
+// TCP). So a client asks for PEER mode unless the server reports this host's boot id and UCX_TLS
+// allows shared memory; the server's endpoints inherit the mode from the client's wireup.
+//
+// What a dead client leaves: the server learns of it when the kernel closes the TCP connection
+// (kill -9 included), logs it ("lost") and keeps serving every other client. Memory is not
+// repaired here: what a client killed mid-operation leaves in the table is each scheme's
+// business (see the scheme headers; e.g. linear's inline slot lock).
+//
+// Limits and deadlines: a hello must arrive whole within 5 s and be exactly 16 bytes; anything
+// else (garbage, a slow or truncated hello, bytes after the hello other than "BYE!") drops that
+// connection with one log line and disturbs nobody else. SIGPIPE is never raised (MSG_NOSIGNAL).
+//
+// Privacy: the server listens where UcxServerConfig::listen says (127.0.0.1 by default) and
+// restricts UCX's own network devices to that address's interface ("lo" for the loopback) unless
+// UCX_NET_DEVICES is set. There is no authentication yet: whoever reaches the port gets the
+// remote key of the whole region.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rdmahash/fabric.h"
+
+namespace rdmahash {
+
+struct UcxServerConfig {
+  uint32_t node = 0;           // this server is memory node `node` of `nodes`
+  uint32_t nodes = 1;
+  uint64_t region_bytes = 0;
+  std::byte* region_address = nullptr;  // expose this memory (a pmem file mapping) instead of allocating
+  std::string listen = "127.0.0.1:18515";  // IPv4 host:port; port 0 picks a free port (see address())
+  std::string table_spec;      // sent to every client: what the table in the region is
+  bool handle_signals = false; // run() returns on SIGTERM / SIGINT (blocked, taken through a signalfd)
+};
+
+class UcxServer {
+ public:
+  // Maps the region and binds the listening socket. Throws FabricError (InvalidArgument for a bad
+  // listen address).
+  static std::unique_ptr<UcxServer> create(const UcxServerConfig& config);
+  virtual ~UcxServer() = default;
+  // The memory node's fabric: load the table into fabric().local_region(node) and register the
+  // scheme's RPCs before run().
+  virtual Fabric& fabric() = 0;
+  virtual std::string address() const = 0;  // host:port as bound
+  virtual void set_table_spec(std::string spec) = 0;
+  struct Stats {
+    uint64_t connected = 0;  // handshakes completed
+    uint64_t finished = 0;   // clients that said goodbye
+    uint64_t lost = 0;       // connections closed without goodbye (killed clients)
+    uint64_t dropped = 0;    // connections dropped during the handshake (bad input, deadline)
+    uint64_t live = 0;       // connected now
+  };
+  virtual Stats stats() const = 0;
+  // Serves clients, blocking in poll() on the listening socket, the clients' sockets and the UCX
+  // worker's event fd (never busy-polls), until stop() or (handle_signals) SIGTERM / SIGINT.
+  // Returns the signal number, or 0 after stop(). One line per client event goes to `log`.
+  virtual int run(std::FILE* log) = 0;
+  // Makes run() return; callable from any thread.
+  virtual void stop() = 0;
+};
+
+struct UcxConnection {
+  // Memory nodes 0..K-1 in the order of the addresses. A transport of it executes batches as
+  // UcxFabric's do; local_region() is empty and register_rpc() is refused.
+  std::unique_ptr<Fabric> fabric;
+  uint32_t client_id = 0;  // given by memory node 0; unique over its life
+  std::string table_spec;  // memory node 0's
+};
+
+// Connects to memory nodes 0..K-1 at `addresses` (host:port each). Throws FabricError naming the
+// address: "memory node ADDR refused the connection: REASON", or why it could not be reached.
+UcxConnection connect_ucx_servers(const std::vector<std::string>& addresses);
+
+}  // namespace rdmahash

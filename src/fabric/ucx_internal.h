@@ -1,0 +1,46 @@
+// Internal: the UCX side of `rdmahash serve` and of its clients (ucx_service.cpp), implemented by
+// ucx_fabric.cpp's fabric in a mode without MPI. The TCP handshake of ucx_service.cpp carries what
+// UcxFabric::create() exchanges with MPI allgathers: worker addresses and region exports.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "rdmahash/fabric.h"
+#include "rdmahash/ucx_fabric.h"
+
+namespace rdmahash::detail {
+
+// A memory node's fabric, served by UcxServer's poll loop.
+class UcxServiceNode {
+ public:
+  virtual ~UcxServiceNode() = default;
+  // local_region(node) is the region; register the scheme's RPCs here.
+  virtual Fabric& fabric() = 0;
+  virtual std::vector<std::byte> worker_address() = 0;
+  // u64 base address, u64 region bytes, packed rkey: what a client needs to reach the region.
+  virtual std::vector<std::byte> region_export() = 0;
+  virtual int event_fd() = 0;
+  // Progresses the worker until idle and arms its event fd. False: events arrived meanwhile, call
+  // again; true: safe to sleep in poll() on event_fd().
+  virtual bool drain_and_arm() = 0;
+};
+
+std::unique_ptr<UcxServiceNode> make_ucx_service_node(const UcxFabricConfig& config, uint32_t node, uint32_t nodes);
+
+struct UcxRemoteNode {
+  std::vector<std::byte> worker_address;
+  std::vector<std::byte> region_export;
+  // Endpoint error mode: peer failure handling (UCP_ERR_HANDLING_MODE_PEER), or none. See
+  // ucx_service.h: PEER unless the node shares this host and shared memory may carry the traffic.
+  bool peer_failure = true;
+};
+
+// A client's fabric over memory nodes reached by their worker addresses; `config.region_bytes` is
+// every node's region size (each export is checked against it). Wires every endpoint up before it
+// returns (the memory nodes progress in their poll loops).
+std::unique_ptr<Fabric> make_ucx_service_client(const UcxFabricConfig& config, uint32_t client_id,
+                                                const std::vector<UcxRemoteNode>& nodes);
+
+}  // namespace rdmahash::detail

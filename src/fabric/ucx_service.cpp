@@ -1,0 +1,630 @@
+// UcxServer and connect_ucx_servers: memory nodes as services (protocol in rdmahash/ucx_service.h).
+//
+// The server is one thread and one poll() loop over: the listening socket, every client's TCP
+// connection, the UCX worker's event fd (armed before sleeping, as UcxFabric::serve() does), an
+// eventfd for stop() and, with handle_signals, a signalfd for SIGTERM / SIGINT. Sockets are
+// non-blocking; a connection's hello is collected into a 16-byte buffer until it is whole or its
+// deadline passes, so no client can stall the loop.
+#include "rdmahash/ucx_service.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "fabric/ucx_internal.h"
+
+namespace rdmahash {
+namespace {
+
+constexpr char kMagic[8] = {'R', 'D', 'M', 'A', 'H', 'A', 'S', 'H'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kHelloBytes = 16;
+constexpr uint32_t kMaxReplyBody = 1u << 20;
+constexpr char kBye[4] = {'B', 'Y', 'E', '!'};
+constexpr auto kHandshakeDeadline = std::chrono::seconds(5);
+
+std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+struct Endpoint {
+  std::string host;
+  uint16_t port = 0;
+  sockaddr_in addr{};
+};
+
+// "host:port", IPv4 (a dotted quad or a name that resolves to one). Throws std::invalid_argument.
+Endpoint parse_endpoint(const std::string& text) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
+    throw std::invalid_argument("address '" + text + "' is not host:port");
+  Endpoint e;
+  e.host = text.substr(0, colon);
+  const std::string port = text.substr(colon + 1);
+  if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos || std::stoul(port) > 65535)
+    throw std::invalid_argument("address '" + text + "': port must be 0..65535");
+  e.port = static_cast<uint16_t>(std::stoul(port));
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(e.host.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || res == nullptr)
+    throw std::invalid_argument("address '" + text + "': cannot resolve '" + e.host + "' to an IPv4 address (" +
+                                ::gai_strerror(rc) + ")");
+  std::memcpy(&e.addr, res->ai_addr, sizeof e.addr);
+  ::freeaddrinfo(res);
+  e.addr.sin_port = htons(e.port);
+  return e;
+}
+
+// This machine's identity for "same host": the kernel's boot id (what shared memory needs in common).
+std::string host_id() {
+  char buf[64] = {};
+  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    if (!std::fgets(buf, sizeof buf, f)) buf[0] = 0;
+    std::fclose(f);
+  }
+  std::string id(buf);
+  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+  return id;
+}
+
+// May UCX carry this process's traffic over shared memory? UCX_TLS unset, or naming a shared-memory
+// transport ("^..." lists exclusions).
+bool shared_memory_allowed() {
+  const char* tls = std::getenv("UCX_TLS");
+  if (tls == nullptr || *tls == 0) return true;
+  std::string t(tls);
+  const bool exclude = t[0] == '^';
+  bool names_shm = false;
+  size_t pos = exclude ? 1 : 0;
+  while (pos <= t.size()) {
+    const size_t end = std::min(t.find(',', pos), t.size());
+    const std::string name = t.substr(pos, end - pos);
+    if (name == "sm" || name == "shm" || name == "posix" || name == "sysv" || name == "all") names_shm = true;
+    pos = end + 1;
+  }
+  return exclude ? !names_shm : names_shm;
+}
+
+bool is_loopback(const sockaddr_in& a) { return (ntohl(a.sin_addr.s_addr) >> 24) == 127; }
+
+std::string text_of(const sockaddr_in& a) {
+  char buf[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &a.sin_addr, buf, sizeof buf);
+  return std::string(buf) + ":" + std::to_string(ntohs(a.sin_port));
+}
+
+// UCX's network devices for an address: "lo" for the loopback, the interface holding the address
+// otherwise, every device for 0.0.0.0.
+std::string net_devices_for(const sockaddr_in& a) {
+  if (is_loopback(a)) return "lo";
+  if (a.sin_addr.s_addr == htonl(INADDR_ANY)) return "";
+  ifaddrs* ifs = nullptr;
+  if (::getifaddrs(&ifs) != 0) throw FabricError(errno_text("ucx service: getifaddrs"));
+  std::string name;
+  for (ifaddrs* i = ifs; i; i = i->ifa_next)
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+        reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == a.sin_addr.s_addr) {
+      name = i->ifa_name;
+      break;
+    }
+  ::freeifaddrs(ifs);
+  if (name.empty()) throw std::invalid_argument("no network interface of this machine has the address " + text_of(a));
+  return name;
+}
+
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  ~Fd() { reset(); }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
+void put_u32(std::vector<std::byte>& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::byte>(v >> (8 * i)));
+}
+void put_blob(std::vector<std::byte>& out, std::span<const std::byte> b) {
+  put_u32(out, static_cast<uint32_t>(b.size()));
+  out.insert(out.end(), b.begin(), b.end());
+}
+
+// Reads a little-endian body; every read is bounds-checked (a short body throws).
+class Reader {
+ public:
+  explicit Reader(std::span<const std::byte> b) : b_(b) {}
+  uint32_t u32() {
+    need(4);
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(b_[pos_ + i]) << (8 * i);
+    pos_ += 4;
+    return v;
+  }
+  std::vector<std::byte> blob() {
+    const uint32_t n = u32();
+    need(n);
+    std::vector<std::byte> out(b_.begin() + static_cast<std::ptrdiff_t>(pos_), b_.begin() + static_cast<std::ptrdiff_t>(pos_ + n));
+    pos_ += n;
+    return out;
+  }
+
+ private:
+  void need(size_t n) {
+    if (b_.size() - pos_ < n) throw FabricError("a truncated reply");
+  }
+  std::span<const std::byte> b_;
+  size_t pos_ = 0;
+};
+
+// Blocking send of all of `data` (MSG_NOSIGNAL: a closed peer is an error, not SIGPIPE). The
+// socket may be non-blocking: waits for it to drain, at most `deadline`.
+bool send_all(int fd, std::span<const std::byte> data, std::chrono::steady_clock::time_point deadline) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{fd, POLLOUT, 0};
+      ::poll(&p, 1, static_cast<int>(left.count()));
+      continue;
+    }
+    return false;
+  }
+  return true;
+}
+
+// Blocking receive of exactly `out.size()` bytes before `deadline`; false on EOF, error or timeout.
+bool recv_all(int fd, std::span<std::byte> out, std::chrono::steady_clock::time_point deadline) {
+  size_t done = 0;
+  while (done < out.size()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    const int rc = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0) return false;
+    const ssize_t n = ::recv(fd, out.data() + done, out.size() - done, 0);
+    if (n == 0) return false;
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server
+
+class Server final : public UcxServer {
+ public:
+  explicit Server(const UcxServerConfig& c) : config_(c) {
+    if (c.nodes == 0 || c.node >= c.nodes)
+      throw std::invalid_argument("memory node " + std::to_string(c.node) + " of " + std::to_string(c.nodes) + " does not exist");
+    const Endpoint ep = parse_endpoint(c.listen);
+    UcxFabricConfig fc;
+    fc.memory_nodes = c.nodes;
+    fc.region_bytes = c.region_bytes;
+    fc.region_address = c.region_address;
+    fc.net_devices = net_devices_for(ep.addr);
+
+    listen_ = Fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (listen_.get() < 0) throw FabricError(errno_text("ucx service: socket"));
+    const int one = 1;
+    ::setsockopt(listen_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(listen_.get(), reinterpret_cast<const sockaddr*>(&ep.addr), sizeof ep.addr) != 0)
+      throw FabricError(errno_text("ucx service: cannot listen on " + c.listen));
+    if (::listen(listen_.get(), 128) != 0) throw FabricError(errno_text("ucx service: listen on " + c.listen));
+    sockaddr_in bound{};
+    socklen_t len = sizeof bound;
+    ::getsockname(listen_.get(), reinterpret_cast<sockaddr*>(&bound), &len);
+    address_ = ep.host + ":" + std::to_string(ntohs(bound.sin_port));
+
+    stop_ = Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    if (stop_.get() < 0) throw FabricError(errno_text("ucx service: eventfd"));
+    if (c.handle_signals) {
+      // Blocked before UCX starts its threads (they inherit the mask), so SIGTERM / SIGINT reach
+      // nobody but the signalfd.
+      sigset_t mask;
+      sigemptyset(&mask);
+      sigaddset(&mask, SIGTERM);
+      sigaddset(&mask, SIGINT);
+      pthread_sigmask(SIG_BLOCK, &mask, &old_mask_);
+      masked_ = true;
+      sigfd_ = Fd(::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
+      if (sigfd_.get() < 0) throw FabricError(errno_text("ucx service: signalfd"));
+    }
+    node_ = detail::make_ucx_service_node(fc, c.node, c.nodes);
+  }
+  ~Server() override {
+    conns_.clear();
+    node_.reset();
+    if (masked_) pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
+  }
+
+  Fabric& fabric() override { return node_->fabric(); }
+  std::string address() const override { return address_; }
+  void set_table_spec(std::string spec) override { config_.table_spec = std::move(spec); }
+  Stats stats() const override {
+    Stats s = stats_;
+    s.live = 0;
+    for (const auto& c : conns_) s.live += c.connected ? 1 : 0;
+    return s;
+  }
+  void stop() override {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(stop_.get(), &one, sizeof one);
+  }
+  int run(std::FILE* log) override;
+
+ private:
+  struct Conn {
+    Fd fd;
+    std::string peer;
+    bool connected = false;     // hello answered
+    uint32_t id = 0;
+    std::byte hello[kHelloBytes]{};
+    size_t got = 0;             // hello bytes (or goodbye bytes, once connected)
+    std::chrono::steady_clock::time_point deadline;
+  };
+
+  void accept_all(std::FILE* log);
+  // Reads what `c` sent; false when the connection is over (closed, bad input).
+  bool on_readable(Conn& c, std::FILE* log);
+  bool answer(Conn& c, std::FILE* log);
+  void drop(Conn& c, std::FILE* log, const std::string& why) {
+    ++stats_.dropped;
+    if (log) std::fprintf(log, "rdmahash serve: dropped a connection from %s: %s\n", c.peer.c_str(), why.c_str());
+  }
+  std::vector<std::byte> welcome_body(uint32_t id);
+
+  UcxServerConfig config_;
+  std::string address_;
+  Fd listen_, stop_, sigfd_;
+  sigset_t old_mask_{};
+  bool masked_ = false;
+  std::unique_ptr<detail::UcxServiceNode> node_;
+  std::vector<Conn> conns_;
+  uint32_t next_id_ = 0;
+  Stats stats_;
+  std::vector<std::byte> worker_address_, region_export_;  // made once, on first use
+};
+
+std::vector<std::byte> Server::welcome_body(uint32_t id) {
+  if (worker_address_.empty()) {
+    worker_address_ = node_->worker_address();
+    region_export_ = node_->region_export();
+  }
+  std::vector<std::byte> body;
+  put_u32(body, id);
+  put_u32(body, config_.node);
+  put_u32(body, config_.nodes);
+  put_blob(body, worker_address_);
+  put_blob(body, region_export_);
+  put_blob(body, std::as_bytes(std::span(config_.table_spec)));
+  const std::string host = host_id();
+  put_blob(body, std::as_bytes(std::span(host)));
+  return body;
+}
+
+void Server::accept_all(std::FILE* log) {
+  for (;;) {
+    sockaddr_in peer{};
+    socklen_t len = sizeof peer;
+    const int fd = ::accept4(listen_.get(), reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK && log)
+        std::fprintf(log, "rdmahash serve: accept: %s\n", std::strerror(errno));
+      return;  // EMFILE and friends: the connection waits in the backlog; the loop stays alive
+    }
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    Conn c;
+    c.fd = Fd(fd);
+    c.peer = text_of(peer);
+    c.deadline = std::chrono::steady_clock::now() + kHandshakeDeadline;
+    conns_.push_back(std::move(c));
+  }
+}
+
+bool Server::answer(Conn& c, std::FILE* log) {
+  if (std::memcmp(c.hello, kMagic, 8) != 0) {
+    drop(c, log, "not an rdmahash hello");
+    return false;
+  }
+  uint32_t version = 0, flags = 0;
+  std::memcpy(&version, c.hello + 8, 4);
+  std::memcpy(&flags, c.hello + 12, 4);
+  std::vector<std::byte> reply(reinterpret_cast<const std::byte*>(kMagic), reinterpret_cast<const std::byte*>(kMagic) + 8);
+  std::vector<std::byte> body;
+  uint32_t status = 0;
+  if (version != kVersion || flags != 0) {
+    status = 1;
+    const std::string why = "protocol version " + std::to_string(version) + " flags " + std::to_string(flags) +
+                            " (this server speaks version 1, flags 0)";
+    body.assign(reinterpret_cast<const std::byte*>(why.data()), reinterpret_cast<const std::byte*>(why.data() + why.size()));
+  } else {
+    try {
+      body = welcome_body(next_id_);
+    } catch (const std::exception& e) {
+      status = 1;
+      const std::string why = e.what();
+      body.assign(reinterpret_cast<const std::byte*>(why.data()), reinterpret_cast<const std::byte*>(why.data() + why.size()));
+    }
+  }
+  put_u32(reply, status);
+  put_u32(reply, static_cast<uint32_t>(body.size()));
+  reply.insert(reply.end(), body.begin(), body.end());
+  if (!send_all(c.fd.get(), reply, std::chrono::steady_clock::now() + std::chrono::seconds(1))) {
+    drop(c, log, "could not send the reply");
+    return false;
+  }
+  if (status != 0) {
+    drop(c, log, "refused: " + std::string(reinterpret_cast<const char*>(body.data()), body.size()));
+    return false;
+  }
+  c.connected = true;
+  c.id = next_id_++;
+  c.got = 0;
+  ++stats_.connected;
+  if (log) std::fprintf(log, "rdmahash serve: client %u connected from %s\n", c.id, c.peer.c_str());
+  return true;
+}
+
+bool Server::on_readable(Conn& c, std::FILE* log) {
+  for (;;) {
+    std::byte buf[64];
+    const size_t want = c.connected ? sizeof kBye - c.got : kHelloBytes - c.got;
+    const ssize_t n = ::recv(c.fd.get(), buf, std::min(want, sizeof buf), 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+    }
+    if (n <= 0) {  // closed (or reset)
+      if (!c.connected) {
+        drop(c, log, c.got ? "closed during the hello" : "closed before the hello");
+      } else {
+        ++stats_.lost;
+        if (log) std::fprintf(log, "rdmahash serve: client %u lost (connection closed without goodbye)\n", c.id);
+      }
+      return false;
+    }
+    if (!c.connected) {
+      std::memcpy(c.hello + c.got, buf, static_cast<size_t>(n));
+      c.got += static_cast<size_t>(n);
+      if (c.got == kHelloBytes && !answer(c, log)) return false;
+      continue;
+    }
+    if (std::memcmp(buf, kBye + c.got, static_cast<size_t>(n)) != 0) {
+      ++stats_.lost;
+      if (log) std::fprintf(log, "rdmahash serve: client %u sent bytes that are not a goodbye: disconnected\n", c.id);
+      return false;
+    }
+    c.got += static_cast<size_t>(n);
+    if (c.got == sizeof kBye) {
+      ++stats_.finished;
+      if (log) std::fprintf(log, "rdmahash serve: client %u finished\n", c.id);
+      return false;
+    }
+  }
+}
+
+int Server::run(std::FILE* log) {
+  const int efd = node_->event_fd();
+  int signal = 0;
+  bool stopping = false;
+  std::vector<pollfd> fds;
+  while (!stopping) {
+    if (!node_->drain_and_arm()) continue;  // UCX events arrived meanwhile: progress again
+    fds.clear();
+    fds.push_back({listen_.get(), POLLIN, 0});
+    fds.push_back({efd, POLLIN, 0});
+    fds.push_back({stop_.get(), POLLIN, 0});
+    fds.push_back({sigfd_.get(), POLLIN, 0});  // -1 (ignored by poll) without handle_signals
+    auto now = std::chrono::steady_clock::now();
+    int timeout = -1;
+    for (const auto& c : conns_) {
+      fds.push_back({c.fd.get(), POLLIN, 0});
+      if (!c.connected) {
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(c.deadline - now).count();
+        const int t = static_cast<int>(std::max<int64_t>(0, ms) + 1);
+        timeout = timeout < 0 ? t : std::min(timeout, t);
+      }
+    }
+    const int rc = ::poll(fds.data(), fds.size(), timeout);
+    if (rc < 0 && errno != EINTR) throw FabricError(errno_text("ucx service: poll"));
+    if (rc < 0) continue;
+    if (fds[2].revents) stopping = true;
+    if (fds[3].revents) {
+      signalfd_siginfo si{};
+      if (::read(sigfd_.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) signal = static_cast<int>(si.ssi_signo);
+      stopping = true;
+    }
+    // Clients (their pollfds follow the fixed four, in order) before accepting new ones.
+    now = std::chrono::steady_clock::now();
+    std::vector<Conn> kept;
+    kept.reserve(conns_.size());
+    for (size_t i = 0; i < conns_.size(); ++i) {
+      Conn& c = conns_[i];
+      bool keep = true;
+      if (fds[4 + i].revents) keep = on_readable(c, log);
+      if (keep && !c.connected && now >= c.deadline) {
+        drop(c, log, "no complete hello within 5 s");
+        keep = false;
+      }
+      if (keep) kept.push_back(std::move(c));
+    }
+    conns_ = std::move(kept);
+    if (fds[0].revents && !stopping) accept_all(log);
+  }
+  conns_.clear();
+  return signal;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Client
+
+// The client's fabric: UCX endpoints to every memory node, plus the TCP connections that tell
+// each server this client is alive; closed with a goodbye after the endpoints are.
+class ClientFabric final : public Fabric {
+ public:
+  ClientFabric(std::unique_ptr<Fabric> inner, std::vector<Fd> socks) : inner_(std::move(inner)), socks_(std::move(socks)) {}
+  ~ClientFabric() override {
+    const bool clean = std::uncaught_exceptions() == 0;
+    inner_.reset();  // endpoints closed (flushed) first
+    if (clean)
+      for (auto& s : socks_)
+        send_all(s.get(), std::as_bytes(std::span(kBye)), std::chrono::steady_clock::now() + std::chrono::seconds(1));
+  }
+  std::string_view name() const override { return "ucx"; }
+  uint32_t memory_nodes() const override { return inner_->memory_nodes(); }
+  uint64_t region_bytes(uint32_t node) const override { return inner_->region_bytes(node); }
+  std::span<std::byte> local_region(uint32_t) override { return {}; }
+  std::unique_ptr<Transport> connect() override { return inner_->connect(); }
+  void register_rpc(uint16_t, RpcHandler) override {
+    throw FabricError("ucx service client: this process hosts no memory node: RPC handlers belong to `rdmahash serve`");
+  }
+
+ private:
+  std::unique_ptr<Fabric> inner_;
+  std::vector<Fd> socks_;
+};
+
+struct Welcome {
+  uint32_t client_id = 0, node = 0, nodes = 0;
+  detail::UcxRemoteNode remote;
+  std::string spec;
+  std::string host;  // the server's host_id()
+};
+
+Welcome handshake(const std::string& address, Fd& sock) {
+  const auto fail = [&](const std::string& why) { return FabricError("memory node " + address + " " + why); };
+  Endpoint ep;
+  try {
+    ep = parse_endpoint(address);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("--connect: ") + e.what());
+  }
+  sock = Fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (sock.get() < 0) throw FabricError(errno_text("ucx service: socket"));
+  if (::connect(sock.get(), reinterpret_cast<const sockaddr*>(&ep.addr), sizeof ep.addr) != 0)
+    throw fail(errno_text("cannot be reached (is `rdmahash serve` running there?)"));
+  const int one = 1;
+  ::setsockopt(sock.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  std::vector<std::byte> hello(reinterpret_cast<const std::byte*>(kMagic), reinterpret_cast<const std::byte*>(kMagic) + 8);
+  put_u32(hello, kVersion);
+  put_u32(hello, 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  if (!send_all(sock.get(), hello, deadline)) throw fail("closed the connection during the handshake");
+  std::byte head[16];
+  if (!recv_all(sock.get(), head, deadline)) throw fail("sent no reply to the handshake within 10 s");
+  if (std::memcmp(head, kMagic, 8) != 0) throw fail("is not an rdmahash server (bad reply)");
+  Reader hr({head + 8, 8});
+  const uint32_t status = hr.u32(), len = hr.u32();
+  if (len > kMaxReplyBody) throw fail("sent a reply of " + std::to_string(len) + " bytes (at most 1 MiB)");
+  std::vector<std::byte> body(len);
+  if (!recv_all(sock.get(), body, deadline)) throw fail("sent a truncated reply");
+  if (status != 0)
+    throw fail("refused the connection: " + std::string(reinterpret_cast<const char*>(body.data()), body.size()));
+  Welcome w;
+  try {
+    Reader r(body);
+    w.client_id = r.u32();
+    w.node = r.u32();
+    w.nodes = r.u32();
+    w.remote.worker_address = r.blob();
+    w.remote.region_export = r.blob();
+    const auto spec = r.blob();
+    w.spec.assign(reinterpret_cast<const char*>(spec.data()), spec.size());
+    const auto host = r.blob();
+    w.host.assign(reinterpret_cast<const char*>(host.data()), host.size());
+  } catch (const FabricError& e) {
+    throw fail(std::string("sent a bad reply: ") + e.what());
+  }
+  if (w.remote.worker_address.empty() || w.remote.region_export.size() <= 16) throw fail("sent a bad reply: no address or rkey");
+  return w;
+}
+
+}  // namespace
+
+std::unique_ptr<UcxServer> UcxServer::create(const UcxServerConfig& config) { return std::make_unique<Server>(config); }
+
+UcxConnection connect_ucx_servers(const std::vector<std::string>& addresses) {
+  if (addresses.empty()) throw std::invalid_argument("--connect needs at least one memory node address");
+  std::vector<Fd> socks(addresses.size());
+  std::vector<Welcome> w;
+  bool all_loopback = true;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    w.push_back(handshake(addresses[i], socks[i]));
+    all_loopback = all_loopback && is_loopback(parse_endpoint(addresses[i]).addr);
+    const Welcome& x = w.back();
+    if (x.nodes != addresses.size() || x.node != i)
+      throw FabricError("memory node " + addresses[i] + " is node " + std::to_string(x.node) + " of " + std::to_string(x.nodes) +
+                        ", but --connect names it as node " + std::to_string(i) + " of " + std::to_string(addresses.size()) +
+                        " (list the addresses in node order)");
+    if (x.spec != w.front().spec)
+      throw FabricError("memory nodes " + addresses[0] + " and " + addresses[i] + " serve different tables");
+  }
+  UcxFabricConfig fc;
+  fc.memory_nodes = static_cast<uint32_t>(addresses.size());
+  uint64_t bytes = 0;
+  std::memcpy(&bytes, w.front().remote.region_export.data() + 8, 8);
+  fc.region_bytes = bytes;
+  fc.net_devices = all_loopback ? "lo" : "";
+  std::vector<detail::UcxRemoteNode> remote;
+  const std::string me = host_id();
+  const bool shm = shared_memory_allowed();
+  for (const auto& x : w) {
+    remote.push_back(x.remote);
+    remote.back().peer_failure = !(shm && !me.empty() && x.host == me);
+  }
+  UcxConnection c;
+  c.client_id = w.front().client_id;
+  c.table_spec = w.front().spec;
+  c.fabric = std::make_unique<ClientFabric>(detail::make_ucx_service_client(fc, c.client_id, remote), std::move(socks));
+  return c;
+}
+
+}  // namespace rdmahash

@@ -1,0 +1,57 @@
+#!/bin/bash
+# Clients killed at random points against a served table (issue 10, items 4-5):
+#   serve_kill_test.sh RDMAHASH ROUNDS OPS SERVE-OPTIONS...
+# Each round starts a fresh `rdmahash serve` (its table's whole life is the round's history), runs
+# three `bench --connect` kv-mix clients on 16 contended keys with --history, and kill -9s the
+# second one once its history file (a MAP_SHARED recording) holds a random number of events, i.e.
+# at a random point of its run. Then:
+#   - both survivors finish with exit 0 (the server and the table stayed usable),
+#   - the three files together are linearizable (the victim's operations in flight are pending),
+#   - the victim's file says its recording was not finished,
+#   - the server logged the lost client and is still up; a new client then runs and is checked too.
+# After the rounds each server is stopped with SIGTERM and must exit 0 saying so.
+set -u
+bin=$1 rounds=$2 ops=$3
+shift 3
+dir=$(mktemp -d /tmp/rdmahash-kill.XXXXXX)
+trap 'kill -9 $(jobs -p) 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
+events() {  # the header count of a history file (0 while it does not exist yet)
+  [ -s "$1" ] && od -An -t u8 -j 16 -N 8 "$1" | tr -d ' ' || echo 0
+}
+fail() { echo "FAIL round $r: $*"; for f in "$dir"/*.log "$dir"/*.err "$dir"/check.out; do [ -s "$f" ] && { echo "--- $f"; tail -20 "$f"; }; done; exit 1; }
+killed_mid_run=0
+for r in $(seq "$rounds"); do
+  rm -f "$dir"/*
+  "$bin" serve --listen 127.0.0.1:0 --no-progress "$@" > "$dir/serve.out" 2> "$dir/serve.log" &
+  server=$!
+  for _ in $(seq 300); do grep -q listening "$dir/serve.out" 2>/dev/null && break; sleep 0.1; done
+  addr=$(grep -o '127\.0\.0\.1:[0-9]*$' "$dir/serve.out") || fail "the server did not start"
+  run=(--connect "$addr" --workload kv-mix --keys 16 --depth 4 --quiet)
+  pids=()
+  for c in 1 2 3; do "$bin" bench "${run[@]}" --ops "$ops" --history "$dir/h$c.bin" > "$dir/c$c.err" 2>&1 & pids+=($!); done
+  target=$((RANDOM % (ops * 8 / 10) + 17))  # 16 init events, then the victim's operations
+  while kill -0 "${pids[1]}" 2>/dev/null && [ "$(events "$dir/h2.bin")" -lt "$target" ]; do sleep 0.005; done
+  kill -9 "${pids[1]}" 2>/dev/null
+  wait "${pids[0]}" || fail "survivor 1 failed (exit $?)"
+  wait "${pids[2]}" || fail "survivor 3 failed (exit $?)"
+  wait "${pids[1]}" 2>/dev/null
+  # A fourth client after the kill: the server still serves.
+  "$bin" bench "${run[@]}" --ops 2000 --history "$dir/h4.bin" > "$dir/c4.err" 2>&1 || fail "a client after the kill failed"
+  "$bin" check-history --timeout-per-key 120 "$dir"/h1.bin "$dir"/h2.bin "$dir"/h3.bin "$dir"/h4.bin > "$dir/check.out" 2>&1 ||
+    fail "the survivors' history is not linearizable"
+  grep -q "^linearizable" "$dir/check.out" || fail "no verdict"
+  if grep -q "h2.bin: recording not finished" "$dir/check.out"; then
+    killed_mid_run=$((killed_mid_run + 1))
+    grep -q "client [0-9]* lost" "$dir/serve.log" || fail "the server did not log the lost client"
+  fi
+  kill -0 "$server" 2>/dev/null || fail "the server died"
+  kill -TERM "$server"
+  wait "$server"; rc=$?
+  [ $rc -eq 0 ] || fail "the server exited $rc on SIGTERM"
+  grep -q "stopped by SIGTERM" "$dir/serve.out" || fail "the server did not say it stopped"
+  echo "round $r: victim killed at $(events "$dir/h2.bin") events (target $target); $(tail -1 "$dir/check.out")"
+done
+echo "killed mid-run: $killed_mid_run of $rounds"
+# A kill that came after the victim had finished proves nothing: most rounds must hit mid-run.
+[ "$killed_mid_run" -ge $((rounds * 3 / 4)) ] || { echo "FAIL: too few kills landed mid-run"; exit 1; }
+echo "PASS"
