@@ -131,11 +131,13 @@
 //  * kHeap: a record written but not yet CASed into a slot is invisible and leaked (as is the rest
 //    of the dead client's heap block, < kHeapBlock records); claims, updates and erases are single
 //    CASes. The operation in flight took effect or did not, as its CAS says.
-//  * kInline: a client dead between its LOCK CAS and its unlocking write leaves the slot locked
-//    forever: readers and writers of that key re-read until their bound and fail (an unpublished
-//    claim also makes find_or_put of a 4-byte key answer kFound for a record no one can read). Not
-//    recovered yet (issue 10 item 5: a lease, or a recovery pass by the server, which learns of the
-//    death from the closed connection); the kill test covers kSet and kHeap only.
+//  * kInline: a client dead between its LOCK CAS and its unlocking CAS leaves the slot locked:
+//    readers and writers of that key re-read (until their bound, then fail) and an unpublished
+//    claim makes find_or_put of a 4-byte key answer kFound for a record no one can read yet —
+//    until the lock is recovered (by a pass of the server, which learns of the
+//    death from the closed connection): `rdmahash serve` runs LinearLockSweeper (below) a grace
+//    period after a client's connection closes without goodbye, which rolls each orphaned lock
+//    forward or back (tests/serve_kill_test.sh with clients that die holding a lock).
 //
 // Thread safety: LinearClient is used by one Engine (one thread); any number of clients on any
 // number of threads or processes may operate on one table concurrently.
@@ -234,6 +236,10 @@ struct ProbeConfig {
   uint32_t max_chunks = 128;  // M: find_or_put claims slots within M chunks (else kFull if absent)
   uint32_t read_size = 8;     // R: slots per get/update/erase read (seed 000)
   std::shared_ptr<ReadSizer> read_sizer;  // optional: chooses R per read (model, cluster hints)
+  // Fault injection for the lock-recovery tests (0: off): the process kills itself (SIGKILL) while
+  // holding its Nth inline slot lock — before the payload WRITE when N is even, after it when N is
+  // odd — so that both repairs (roll back, roll forward) are exercised.
+  uint64_t die_holding_lock = 0;
   void validate() const;
 };
 
@@ -298,6 +304,44 @@ class LinearShardLoader {
   std::span<std::byte> region_;
 };
 
+// Memory-node side recovery of inline slot locks left by dead clients (issue 10 item 5), run by
+// `rdmahash serve` when a client's connection closes without goodbye.
+//   mark():   remembers every LOCKed inline slot of the shards hosted here, with its ctrl.
+//   repair(): after a grace period, every marked slot whose ctrl is still the same word is orphaned
+//             (a live writer holds a lock for a few round trips; the same locked ctrl, version
+//             included, for the whole grace period means its holder is gone) and is repaired with
+//             one CAS on the locked ctrl:
+//               roll forward — the payload is consistent with version v+1 (the holder's WRITE
+//                 landed): publish OCC|v+1|kbits (its insert or update took effect);
+//               roll back — the payload is consistent with v (the WRITE never began): unlock to
+//                 OCC|v|kbits (an update that did not happen);
+//               tombstone — neither (an insert claim without payload, or a WRITE torn by the
+//                 death): OCC|DEL|v+1|kbits. For a claim that is an insert that did not happen; for
+//                 a torn update it loses the key, which is counted (`torn`) and logged by the server.
+// Assumes no live client holds one lock for the whole grace period (a stopped — SIGSTOP — client
+// would be mistaken for a dead one) and that the memory node's CPU CAS is atomic with the clients'
+// (true for shared memory and TCP, where the node's worker applies them; on RDMA NICs without
+// atomics coherent with the CPU it is not — there a lease in the lock word would be needed).
+struct LinearLockRepair {
+  uint64_t marked = 0;                        // locked slots seen by mark()
+  uint64_t forward = 0, back = 0, torn = 0;   // repaired by repair()
+};
+class LinearLockSweeper {
+ public:
+  LinearLockSweeper(Fabric& fabric, const LinearConfig& cfg);
+  void mark();
+  LinearLockRepair repair();
+
+ private:
+  Fabric& fabric_;
+  LinearConfig cfg_;
+  struct Marked {
+    uint32_t node;
+    uint64_t slot, ctrl;
+  };
+  std::vector<Marked> marked_;
+};
+
 // Memory-node side inspection: every live (published, not erased) key of a shard, in slot order.
 std::vector<uint64_t> linear_scan_keys(const LinearConfig& cfg, std::span<const std::byte> region);
 
@@ -354,6 +398,9 @@ class LinearClient final : public KvClient {
 
   LinearConfig cfg_;
   ProbeConfig probe_;
+  uint64_t locks_taken_ = 0;  // for ProbeConfig::die_holding_lock
+  uint64_t lock_taken();
+  void maybe_die_holding_lock(uint64_t lock, bool payload_written);
   Engine& engine_;
   uint32_t slot_bytes_;
   uint32_t record_bytes_;

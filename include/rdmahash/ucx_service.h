@@ -21,11 +21,16 @@
 // client that died is a fatal UCX error that aborts the server ("Endpoint timeout", seen over
 // TCP). So a client asks for PEER mode unless the server reports this host's boot id and UCX_TLS
 // allows shared memory; the server's endpoints inherit the mode from the client's wireup.
+// Known limit (UCX 1.13, TCP): a client that dies while the server is answering its
+// software-emulated READs can still make UCX abort the server ("Fatal: unexpected error:
+// Endpoint timeout" from ucp_request_send in ucp_get_req_handler, despite PEER mode; 1 of 5 kills
+// in tests). Over shared memory the server takes no part in one-sided operations and survives
+// every kill; over TCP, restart the server (or keep its table on --pm-path).
 //
 // What a dead client leaves: the server learns of it when the kernel closes the TCP connection
-// (kill -9 included), logs it ("lost") and keeps serving every other client. Memory is not
-// repaired here: what a client killed mid-operation leaves in the table is each scheme's
-// business (see the scheme headers; e.g. linear's inline slot lock).
+// (kill -9 included), logs it ("lost") and keeps serving every other client. What the client
+// left in the table is each scheme's business (see the scheme headers): the server runs the
+// scheme's ClientLossHandler, if any (linear inline: LinearLockSweeper recovers orphaned locks).
 //
 // Limits and deadlines: a hello must arrive whole within 5 s and be exactly 16 bytes; anything
 // else (garbage, a slow or truncated hello, bytes after the hello other than "BYE!") drops that
@@ -37,6 +42,7 @@
 // remote key of the whole region.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -47,6 +53,17 @@
 
 namespace rdmahash {
 
+// A scheme's recovery after a client died (its connection closed without goodbye): the server
+// calls mark() at once, and repair() once `UcxServerConfig::recovery_grace` has passed with no
+// further loss (another loss marks again and restarts the grace period). repair() returns a log
+// line ("" for nothing worth saying). Both run on the server's thread, between progress calls.
+class ClientLossHandler {
+ public:
+  virtual ~ClientLossHandler() = default;
+  virtual void mark() = 0;
+  virtual std::string repair() = 0;
+};
+
 struct UcxServerConfig {
   uint32_t node = 0;           // this server is memory node `node` of `nodes`
   uint32_t nodes = 1;
@@ -55,6 +72,7 @@ struct UcxServerConfig {
   std::string listen = "127.0.0.1:18515";  // IPv4 host:port; port 0 picks a free port (see address())
   std::string table_spec;      // sent to every client: what the table in the region is
   bool handle_signals = false; // run() returns on SIGTERM / SIGINT (blocked, taken through a signalfd)
+  std::chrono::milliseconds recovery_grace{1000};  // see ClientLossHandler
 };
 
 class UcxServer {
@@ -68,12 +86,15 @@ class UcxServer {
   virtual Fabric& fabric() = 0;
   virtual std::string address() const = 0;  // host:port as bound
   virtual void set_table_spec(std::string spec) = 0;
+  // What to repair after a lost client (none: nothing). Set before run().
+  virtual void set_loss_handler(std::unique_ptr<ClientLossHandler> handler) = 0;
   struct Stats {
     uint64_t connected = 0;  // handshakes completed
     uint64_t finished = 0;   // clients that said goodbye
     uint64_t lost = 0;       // connections closed without goodbye (killed clients)
     uint64_t dropped = 0;    // connections dropped during the handshake (bad input, deadline)
     uint64_t live = 0;       // connected now
+    uint64_t repairs = 0;    // ClientLossHandler::repair() passes run
   };
   virtual Stats stats() const = 0;
   // Serves clients, blocking in poll() on the listening socket, the clients' sockets and the UCX

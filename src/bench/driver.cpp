@@ -810,6 +810,7 @@ int run_serve(const BenchOptions& o_in, const ServeOptions& s) {
   }
   const KeySpace keys(o.records, adapter->key_bits(), o.seed, o.zipf_theta);
   adapter->load(server->fabric(), keys, progress_bar(o, keys.records(), "loading shard " + std::to_string(s.node)));
+  server->set_loss_handler(adapter->loss_handler(server->fabric()));
   const uint64_t records = adapter->recovered_records().value_or(keys.records());
   std::printf("rdmahash serve: memory node %u of %u (%s, %llu records%s, %s) listening on %s\n", s.node, o.memory_nodes,
               adapter->describe().c_str(), static_cast<unsigned long long>(records),

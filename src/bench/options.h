@@ -87,6 +87,9 @@ struct BenchOptions {
   uint64_t table_capacity = 0;
   // --connect: memory nodes 0..K-1 served by `rdmahash serve`; the table options come from them.
   std::vector<std::string> connect;
+  // Tests only (environment RDMAHASH_TEST_DIE_HOLDING_LOCK=N, read by the CLI): linear inline
+  // clients kill themselves holding their Nth slot lock (ProbeConfig::die_holding_lock).
+  uint64_t die_holding_lock = 0;
   bool cold = false;                   // no warm-up: the first point also measures first-touch page faults
   bool keep_table = false;             // no reload between points: each starts where the last ended
   // kv-mix (src/bench/kv_mix.h): get/put/update/erase/find_or_put on `kv_keys` keys; `--history

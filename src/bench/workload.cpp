@@ -132,6 +132,7 @@ class LinearAdapter final : public SchemeAdapter {
     cfg_.validate();
     probe_.chunk = o.chunk;
     probe_.max_chunks = o.max_chunks;
+    probe_.die_holding_lock = o.die_holding_lock;
     probe_.validate();
     cost_params_ = o.cost_params ? *o.cost_params : model::paper_cost_params(cfg_.slot_bytes());
     cost_params_.slot_bytes = cfg_.slot_bytes();
@@ -143,6 +144,22 @@ class LinearAdapter final : public SchemeAdapter {
   }
   uint32_t value_bytes() const override { return cfg_.value_bytes; }
 
+  std::unique_ptr<ClientLossHandler> loss_handler(Fabric& fabric) const override {
+    if (cfg_.format != SlotFormat::kInline) return nullptr;  // set and heap: single CASes, nothing held
+    struct Handler final : ClientLossHandler {
+      Handler(Fabric& f, const LinearConfig& c) : sweeper(f, c) {}
+      void mark() override { sweeper.mark(); }
+      std::string repair() override {
+        const LinearLockRepair r = sweeper.repair();
+        if (r.marked == 0) return "lock recovery: no locked slot";
+        return "lock recovery: " + std::to_string(r.marked) + " locked slot(s) marked, " + std::to_string(r.forward) +
+               " rolled forward, " + std::to_string(r.back) + " rolled back, " + std::to_string(r.torn) +
+               " torn (key lost)";
+      }
+      LinearLockSweeper sweeper;
+    };
+    return std::make_unique<Handler>(fabric, cfg_);
+  }
   void load(Fabric& fabric, const KeySpace& keys, const std::function<void(uint64_t)>& progress) override {
     std::vector<std::unique_ptr<LinearShardLoader>> loaders(cfg_.memory_nodes);
     for (uint32_t n = 0; n < cfg_.memory_nodes; ++n)

@@ -13,6 +13,7 @@
 #include "rdmahash/engine.h"
 #include "rdmahash/linear.h"
 #include "rdmahash/table.h"
+#include "rdmahash/ucx_service.h"
 
 namespace rdmahash::bench {
 
@@ -122,6 +123,8 @@ class SchemeAdapter {
   // After load: the records of an existing persistent image that was recovered instead of
   // bulk-loaded (on the memory node hosting it); nothing if the table was loaded from the keys.
   virtual std::optional<uint64_t> recovered_records() const { return std::nullopt; }
+  // `rdmahash serve`: what to repair after a client died (null: nothing to repair). Memory-node side.
+  virtual std::unique_ptr<ClientLossHandler> loss_handler(Fabric&) const { return nullptr; }
 };
 
 std::unique_ptr<SchemeAdapter> make_adapter(const BenchOptions& o, double load_factor);

@@ -13,6 +13,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <cerrno>
 #include <cstring>
 #include <exception>
@@ -236,6 +237,8 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // Tests only: clients that die holding a lock (tests/serve_kill_test.sh, lock recovery).
+  if (const char* e = std::getenv("RDMAHASH_TEST_DIE_HOLDING_LOCK")) opts.die_holding_lock = std::strtoull(e, nullptr, 10);
   if (!opts.connect.empty()) {
     // The table is the servers': its options come from memory node 0, so the command line must not
     // say something else about it.

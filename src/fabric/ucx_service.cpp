@@ -286,6 +286,7 @@ class Server final : public UcxServer {
   Fabric& fabric() override { return node_->fabric(); }
   std::string address() const override { return address_; }
   void set_table_spec(std::string spec) override { config_.table_spec = std::move(spec); }
+  void set_loss_handler(std::unique_ptr<ClientLossHandler> h) override { loss_ = std::move(h); }
   Stats stats() const override {
     Stats s = stats_;
     s.live = 0;
@@ -329,6 +330,16 @@ class Server final : public UcxServer {
   uint32_t next_id_ = 0;
   Stats stats_;
   std::vector<std::byte> worker_address_, region_export_;  // made once, on first use
+  std::unique_ptr<ClientLossHandler> loss_;
+  bool repair_pending_ = false;
+  std::chrono::steady_clock::time_point repair_at_;
+  void client_lost() {
+    ++stats_.lost;
+    if (!loss_) return;
+    loss_->mark();
+    repair_pending_ = true;
+    repair_at_ = std::chrono::steady_clock::now() + config_.recovery_grace;
+  }
 };
 
 std::vector<std::byte> Server::welcome_body(uint32_t id) {
@@ -426,8 +437,8 @@ bool Server::on_readable(Conn& c, std::FILE* log) {
       if (!c.connected) {
         drop(c, log, c.got ? "closed during the hello" : "closed before the hello");
       } else {
-        ++stats_.lost;
         if (log) std::fprintf(log, "rdmahash serve: client %u lost (connection closed without goodbye)\n", c.id);
+        client_lost();
       }
       return false;
     }
@@ -438,8 +449,8 @@ bool Server::on_readable(Conn& c, std::FILE* log) {
       continue;
     }
     if (std::memcmp(buf, kBye + c.got, static_cast<size_t>(n)) != 0) {
-      ++stats_.lost;
       if (log) std::fprintf(log, "rdmahash serve: client %u sent bytes that are not a goodbye: disconnected\n", c.id);
+      client_lost();
       return false;
     }
     c.got += static_cast<size_t>(n);
@@ -473,6 +484,11 @@ int Server::run(std::FILE* log) {
         timeout = timeout < 0 ? t : std::min(timeout, t);
       }
     }
+    if (repair_pending_) {
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(repair_at_ - now).count();
+      const int t = static_cast<int>(std::max<int64_t>(0, ms) + 1);
+      timeout = timeout < 0 ? t : std::min(timeout, t);
+    }
     const int rc = ::poll(fds.data(), fds.size(), timeout);
     if (rc < 0 && errno != EINTR) throw FabricError(errno_text("ucx service: poll"));
     if (rc < 0) continue;
@@ -497,6 +513,12 @@ int Server::run(std::FILE* log) {
       if (keep) kept.push_back(std::move(c));
     }
     conns_ = std::move(kept);
+    if (repair_pending_ && std::chrono::steady_clock::now() >= repair_at_) {
+      repair_pending_ = false;
+      ++stats_.repairs;
+      const std::string line = loss_->repair();
+      if (log && !line.empty()) std::fprintf(log, "rdmahash serve: %s\n", line.c_str());
+    }
     if (fds[0].revents && !stopping) accept_all(log);
   }
   conns_.clear();

@@ -1,6 +1,8 @@
 // Linear probing over one-sided operations. The layout, publication protocol and invariants are
 // documented in include/rdmahash/linear.h; this file follows them line by line.
+#include <csignal>
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -387,6 +389,80 @@ void LinearClient::check_value(std::span<const std::byte> value, bool required) 
                           std::to_string(value.size()));
 }
 
+// --- lock recovery (memory node) --------------------------------------------------------------
+
+LinearLockSweeper::LinearLockSweeper(Fabric& fabric, const LinearConfig& cfg) : fabric_(fabric), cfg_(cfg) {
+  cfg_.validate();
+}
+
+void LinearLockSweeper::mark() {
+  marked_.clear();
+  if (cfg_.format != SlotFormat::kInline || cfg_.slot_bytes() == 8) return;  // no slot is ever locked
+  const uint64_t sb = cfg_.slot_bytes();
+  for (uint32_t n = 0; n < cfg_.memory_nodes; ++n) {
+    std::span<std::byte> region = fabric_.local_region(n);
+    if (region.size() < cfg_.region_bytes()) continue;
+    for (uint64_t s = 0; s < cfg_.total_slots(); ++s) {
+      const uint64_t c = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(region.data() + kHeaderBytes + s * sb))
+                             .load(std::memory_order_acquire);
+      if (c & kLock) marked_.push_back({n, s, c});
+    }
+  }
+}
+
+LinearLockRepair LinearLockSweeper::repair() {
+  LinearLockRepair r;
+  r.marked = marked_.size();
+  const InlineLayout l(cfg_);
+  const uint64_t sb = cfg_.slot_bytes();
+  std::vector<std::byte> copy(sb);
+  for (const Marked& m : marked_) {
+    std::span<std::byte> region = fabric_.local_region(m.node);
+    std::byte* slot = region.data() + kHeaderBytes + m.slot * sb;
+    std::atomic_ref<uint64_t> ctrl(*reinterpret_cast<uint64_t*>(slot));
+    if (ctrl.load(std::memory_order_acquire) != m.ctrl) continue;  // released or changed: its holder lives
+    const uint64_t v = version_of(m.ctrl);
+    const auto kbits = static_cast<uint32_t>(m.ctrl);
+    // The payload as it is now (its holder is gone: nobody writes it).
+    for (uint64_t i = 8; i < sb; i += 8)
+      store64(copy.data() + i, std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot + i)).load(std::memory_order_relaxed));
+    const uint64_t forward = make_ctrl((v + 1) & kVersionMask, kbits);
+    const uint64_t back = m.ctrl & ~kLock;
+    store64(copy.data(), forward);
+    uint64_t target = 0;
+    uint64_t* counter = nullptr;
+    bool back_ok = false;
+    if (!l.consistent(copy.data()) && v != 0) {  // version 0 is an insert's claim: nothing to go back to
+      store64(copy.data(), back);
+      back_ok = l.consistent(copy.data());
+    }
+    store64(copy.data(), forward);
+    if (l.consistent(copy.data())) {
+      target = forward;
+      counter = &r.forward;
+    } else if (back_ok) {
+      target = back;
+      counter = &r.back;
+    } else {
+      // A claim without its payload (an insert that did not happen: counted as rolled back), or
+      // an update torn by its writer's death (the key is lost: counted as torn).
+      target = kOcc | kDel | (((v + 1) & kVersionMask) << 32) | kbits;
+      counter = v == 0 ? &r.back : &r.torn;
+    }
+    uint64_t expected = m.ctrl;
+    if (ctrl.compare_exchange_strong(expected, target, std::memory_order_acq_rel)) ++*counter;
+  }
+  marked_.clear();
+  return r;
+}
+
+// `lock`: the ordinal of a lock this client holds (lock_taken()); called before and after its
+// payload WRITE. Other operations of the engine may take locks in between, hence the ordinal.
+uint64_t LinearClient::lock_taken() { return probe_.die_holding_lock ? ++locks_taken_ : 0; }
+void LinearClient::maybe_die_holding_lock(uint64_t lock, bool payload_written) {
+  if (lock != 0 && lock == probe_.die_holding_lock && payload_written == (lock % 2 == 1)) ::raise(SIGKILL);
+}
+
 RemoteAddr LinearClient::slot_addr(uint32_t node, uint64_t slot) const {
   return RemoteAddr{node, kHeaderBytes + slot * slot_bytes_};
 }
@@ -672,11 +748,14 @@ Task<OpResult> LinearClient::insert(uint64_t key, std::span<const std::byte> val
         const uint64_t old = co_await engine_.cas(slot_addr(p.node, slot), 0, claim);
         if (old == 0) {
           if (!one_word) {
+            const uint64_t lock = lock_taken();
+            maybe_die_holding_lock(lock, false);
             // Publish: payload first, then unlock (see the protocol in linear.h).
             std::memset(one.data(), 0, one.size());
             build_payload(cfg_, l, key, 1, value, one.data());
             co_await engine_.write(RemoteAddr{p.node, slot_addr(p.node, slot).offset + 8}, one.data() + 8,
                                    slot_bytes_ - 8);
+            maybe_die_holding_lock(lock, true);
             const uint64_t prev = co_await engine_.cas(slot_addr(p.node, slot), claim, make_ctrl(1, p.kbits));
             if (prev != claim) throw FabricError("linear insert: lost the lock of a claimed slot");
           }
@@ -720,10 +799,13 @@ Task<OpResult> LinearClient::update(uint64_t key, std::span<const std::byte> val
     const uint64_t locked = loc.ctrl | kLock;
     if (co_await engine_.cas(a, loc.ctrl, locked) != loc.ctrl) continue;  // raced: look again
     const uint64_t v = (version_of(loc.ctrl) + 1) & kVersionMask;
+    const uint64_t lock = lock_taken();
+    maybe_die_holding_lock(lock, false);
     if (slot_bytes_ > 8) {
       build_payload(cfg_, l, key, v, value, payload.data());
       co_await engine_.write(RemoteAddr{a.node, a.offset + 8}, payload.data() + 8, slot_bytes_ - 8);
     }
+    maybe_die_holding_lock(lock, true);
     if (co_await engine_.cas(a, locked, make_ctrl(v, p.kbits)) != locked)
       throw FabricError("linear update: lost the lock of a locked slot");
     r.status = Status::kUpdated;
