@@ -332,11 +332,15 @@ class Server final : public UcxServer {
   std::vector<std::byte> worker_address_, region_export_;  // made once, on first use
   std::unique_ptr<ClientLossHandler> loss_;
   bool repair_pending_ = false;
-  std::chrono::steady_clock::time_point repair_at_;
+  std::chrono::steady_clock::time_point repair_at_, lost_at_;
+  double mark_ms_ = 0;
   void client_lost() {
     ++stats_.lost;
     if (!loss_) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!repair_pending_) lost_at_ = t0;
     loss_->mark();
+    mark_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     repair_pending_ = true;
     repair_at_ = std::chrono::steady_clock::now() + config_.recovery_grace;
   }
@@ -516,8 +520,14 @@ int Server::run(std::FILE* log) {
     if (repair_pending_ && std::chrono::steady_clock::now() >= repair_at_) {
       repair_pending_ = false;
       ++stats_.repairs;
+      const auto t0 = std::chrono::steady_clock::now();
       const std::string line = loss_->repair();
-      if (log && !line.empty()) std::fprintf(log, "rdmahash serve: %s\n", line.c_str());
+      const auto t1 = std::chrono::steady_clock::now();
+      if (log && !line.empty())
+        std::fprintf(log, "rdmahash serve: %s (%.0f ms after the loss: mark %.1f ms, grace %lld ms, repair %.1f ms)\n",
+                     line.c_str(), std::chrono::duration<double, std::milli>(t1 - lost_at_).count(), mark_ms_,
+                     static_cast<long long>(config_.recovery_grace.count()),
+                     std::chrono::duration<double, std::milli>(t1 - t0).count());
     }
     if (fds[0].revents && !stopping) accept_all(log);
   }
