@@ -75,7 +75,13 @@ class HistoryBuffer {
   HistoryBuffer(HistoryBuffer&& o) noexcept;
   HistoryBuffer& operator=(HistoryBuffer&& o) noexcept;
   ~HistoryBuffer();
-  void reserve(uint64_t events) { if (!mapped_) events_.reserve(events); }
+  // Room for `events`, touched now (resize, then clear: the capacity stays) so that the timed part
+  // takes no page faults for the buffer.
+  void reserve(uint64_t events) {
+    if (mapped_) return;
+    events_.resize(events);
+    events_.clear();
+  }
   // Appends `e`; returns its index for set(). Throws std::length_error when a mapped file is full.
   uint64_t push(const HistoryEvent& e);
   void set(uint64_t index, const HistoryEvent& e);
