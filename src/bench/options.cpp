@@ -212,32 +212,24 @@ void apply_table_spec(BenchOptions& o, const std::string& spec) {
     const size_t eq = line.find('=');
     if (eq == std::string::npos) throw InvalidArgument("table spec from the memory node: malformed line '" + line + "'");
     const std::string k = line.substr(0, eq), v = line.substr(eq + 1);
-    auto u64 = [&]() -> uint64_t {
+    // The whole value must parse (std::stoull / std::stod); no sign: every number here is >= 0.
+    auto number = [&](auto parse) {
       size_t used = 0;
-      uint64_t x = 0;
+      decltype(parse(v, &used)) x{};
       try {
-        x = std::stoull(v, &used);
+        x = parse(v, &used);
       } catch (const std::exception&) {
         used = 0;
       }
       if (used != v.size() || v.empty() || v[0] == '-') throw InvalidArgument("table spec from the memory node: bad " + k + "=" + v);
       return x;
     };
+    auto u64 = [&] { return number([](const std::string& t, size_t* u) { return std::stoull(t, u); }); };
+    auto dbl = [&] { return number([](const std::string& t, size_t* u) { return std::stod(t, u); }); };
     auto u32 = [&]() -> uint32_t {
       const uint64_t x = u64();
       if (x > UINT32_MAX) throw InvalidArgument("table spec from the memory node: bad " + k + "=" + v);
       return static_cast<uint32_t>(x);
-    };
-    auto dbl = [&]() {
-      size_t used = 0;
-      double x = 0;
-      try {
-        x = std::stod(v, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != v.size() || v.empty()) throw InvalidArgument("table spec from the memory node: bad " + k + "=" + v);
-      return x;
     };
     ++seen;
     if (k == "scheme") o.scheme = v;
