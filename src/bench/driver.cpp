@@ -468,10 +468,12 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
       info.repeat = pt.repeat;
       info.ycsb = yw ? ycsb::summary(*yw) : "";
       info.records_start = present;
-      info.load_factor_start = static_cast<double>(present) / static_cast<double>(std::max<uint64_t>(slots_start, 1));
+      // 0 where this process cannot count the slots (a race table seen from a --connect client), as
+      // the JSON's load_factor.
+      info.load_factor_start = slots_start ? static_cast<double>(present) / static_cast<double>(slots_start) : 0.0;
       present = present + total->inserted - std::min(present + total->inserted, total->erased);
       info.records_end = present;
-      info.load_factor_end = static_cast<double>(present) / static_cast<double>(std::max<uint64_t>(info.slots, 1));
+      info.load_factor_end = info.slots ? static_cast<double>(present) / static_cast<double>(info.slots) : 0.0;
       info.warmup_seconds = warmup;
       info.table_bytes = adapter->region_bytes() * b.memory_nodes();
       info.llc_bytes = llc;
