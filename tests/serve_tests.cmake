@@ -76,3 +76,17 @@ add_test(NAME serve_small_capacity COMMAND ${EF} "--capacity must be at least --
 set_tests_properties(serve_connect_nobody serve_connect_bad_address serve_connect_table_option serve_connect_clients
   serve_connect_local_fabric serve_bad_listen serve_foreign_address serve_bad_node serve_two_load_factors
   serve_small_capacity PROPERTIES LABELS serve TIMEOUT 60)
+
+# A memory node killed under a running client: the client stops with exit 1 and a clear message
+# (MemoryNodeLost), both for one-sided traffic (linear set: it would go on "succeeding" on the
+# dead node's shared-memory segment) and for RPCs (cuckoo: nobody would ever answer).
+foreach(entry "linear_set|--slot-format set" "cuckoo|--scheme cuckoo --value-bytes 16")
+  string(REPLACE "|" ";" parts "${entry}")
+  list(GET parts 0 name)
+  list(GET parts 1 flags)
+  separate_arguments(flags)
+  add_test(NAME serve_server_death_${name}
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_server_death_test.sh $<TARGET_FILE:rdmahash_cli> --records 1000 ${flags})
+  set_tests_properties(serve_server_death_${name} PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
+    TIMEOUT 300 LABELS serve)
+endforeach()

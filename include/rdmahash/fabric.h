@@ -46,6 +46,15 @@ class FabricError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A memory node is gone (its process ended: a served node's connection closed). Unlike a
+// FabricError, which fails the operations of one batch, this ends the client: the engine does not
+// catch it, it leaves run()/run_many() (suspended operations are abandoned), and the fabric is
+// unusable from then on.
+class MemoryNodeLost : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 struct RemoteAddr {
   uint32_t node = 0;
   uint64_t offset = 0;

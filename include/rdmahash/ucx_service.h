@@ -32,6 +32,11 @@
 // left in the table is each scheme's business (see the scheme headers): the server runs the
 // scheme's ClientLossHandler, if any (linear inline: LinearLockSweeper recovers orphaned locks).
 //
+// What a dead server leaves: its clients' TCP connections close. A client looks at them when a
+// batch has waited 200 ms (an RPC nobody will answer) and every 1024 batches (over shared memory
+// one-sided operations would go on "succeeding" on the dead node's segment) and then throws
+// MemoryNodeLost: `bench --connect` stops with exit 1 and "memory node ADDR closed its connection".
+//
 // Limits and deadlines: a hello must arrive whole within 5 s and be exactly 16 bytes; anything
 // else (garbage, a slow or truncated hello, bytes after the hello other than "BYE!") drops that
 // connection with one log line and disturbs nobody else. SIGPIPE is never raised (MSG_NOSIGNAL).

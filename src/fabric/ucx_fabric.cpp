@@ -66,6 +66,8 @@
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
+#include <chrono>
+#include <functional>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -189,6 +191,8 @@ class UcxTransport final : public Transport {
   std::vector<char> wrote_;  // per node: this batch wrote to it
   size_t outstanding_ = 0;   // slots with pending > 0
   bool failed_ = false;
+  uint64_t batches_ = 0;     // liveness checks (service clients)
+  std::chrono::steady_clock::time_point last_batch_look_{};
 };
 
 class UcxFabricImpl final : public UcxFabric {
@@ -208,6 +212,14 @@ class UcxFabricImpl final : public UcxFabric {
   bool drain_and_arm();
   bool ep_failed() const { return ep_failed_; }
   void set_ep_failed() { ep_failed_ = true; }
+  void set_liveness(std::function<std::string()> f) { liveness_ = std::move(f); }
+  bool has_liveness() const { return static_cast<bool>(liveness_); }
+  // "" while every memory node is alive (or nobody can tell: MPI mode), else why not.
+  std::string dead_node() const { return liveness_ ? liveness_() : std::string(); }
+  // A batch gave up on a dead memory node: requests may still be in flight, so release() leaks
+  // the UCX resources instead of closing endpoints whose callbacks would touch freed transports.
+  void set_broken() { broken_ = true; }
+  bool broken() const { return broken_; }
   ~UcxFabricImpl() override;
   void init();
 
@@ -279,6 +291,8 @@ class UcxFabricImpl final : public UcxFabric {
   UcxFabricConfig config_;
   Mode mode_ = Mode::kMpi;
   bool ep_failed_ = false;  // service client: an endpoint reported a peer failure
+  bool broken_ = false;     // see set_broken()
+  std::function<std::string()> liveness_;
   int rank_ = 0;
   int size_ = 0;
   uint32_t k_ = 0;  // memory nodes
@@ -605,6 +619,7 @@ void UcxFabricImpl::exchange_rkeys() {
 UcxFabricImpl::~UcxFabricImpl() { release(std::uncaught_exceptions() > 0); }
 
 void UcxFabricImpl::release(bool unwinding) {
+  if (broken_) return;  // leak: see set_broken()
   int finalized = 0;
   if (mode_ == Mode::kMpi) MPI_Finalized(&finalized);
   const bool collective = mode_ == Mode::kMpi && connected_ && !unwinding && !finalized;
@@ -1039,6 +1054,7 @@ void UcxTransport::post_flush(Slot& s) {
 }
 
 void UcxTransport::execute(std::span<Request> batch) {
+  if (fabric_.broken()) throw MemoryNodeLost("ucx fabric: a memory node was lost earlier; this fabric is unusable");
   // Validate the whole batch first so that a bad request fails it before anything is posted.
   for (const Request& r : batch) validate(r);
   ++counters_.batches;
@@ -1058,6 +1074,20 @@ void UcxTransport::execute(std::span<Request> batch) {
   size_t next = 0;
   bool flushed = false;
   ucp_worker_h worker = fabric_.worker();
+  uint64_t spins = 0;
+  std::chrono::steady_clock::time_point last_look{};  // set at the first look of a long wait
+  // Over shared memory a dead memory node's READs, WRITEs and atomics still "succeed" on the
+  // segment this process maps: look every 1024 batches (at most every 200 ms) too.
+  if ((++batches_ & 1023) == 0 && fabric_.has_liveness()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_batch_look_ >= std::chrono::milliseconds(200)) {
+      last_batch_look_ = now;
+      if (std::string dead = fabric_.dead_node(); !dead.empty()) {
+        fabric_.set_broken();
+        throw MemoryNodeLost("ucx fabric: " + dead);
+      }
+    }
+  }
   for (;;) {
     while (next < batch.size() && outstanding_ < kMaxInFlight && !failed_) post(slots_[next++]);
     if (next == batch.size() && !flushed && !failed_) {
@@ -1072,6 +1102,21 @@ void UcxTransport::execute(std::span<Request> batch) {
     }
     if (outstanding_ == 0 && (next == batch.size() || failed_)) break;
     ucp_worker_progress(worker);
+    // A batch that waits long may wait on a dead memory node (service clients can ask): look
+    // every 200 ms, reading the clock once per 4096 spins so that the fast path does not pay.
+    if ((++spins & 4095) == 0 && fabric_.has_liveness()) {
+      const auto now = std::chrono::steady_clock::now();
+      if (last_look == std::chrono::steady_clock::time_point{}) last_look = now;  // the wait is long: start the clock
+      if (now - last_look >= std::chrono::milliseconds(200)) {
+        last_look = now;
+        if (std::string dead = fabric_.dead_node(); !dead.empty()) {
+          for (Slot& sl : slots_)
+            if (sl.req && sl.req->kind == ReqKind::kRpc) fabric_.rpc_waiting().erase(sl.hdr.req_id);
+          fabric_.set_broken();
+          throw MemoryNodeLost("ucx fabric: " + dead);
+        }
+      }
+    }
   }
 
   std::string error;
@@ -1122,9 +1167,11 @@ std::unique_ptr<UcxServiceNode> make_ucx_service_node(const UcxFabricConfig& con
 }
 
 std::unique_ptr<Fabric> make_ucx_service_client(const UcxFabricConfig& config, uint32_t client_id,
-                                                const std::vector<UcxRemoteNode>& nodes) {
+                                                const std::vector<UcxRemoteNode>& nodes,
+                                                std::function<std::string()> liveness) {
   auto f = std::make_unique<UcxFabricImpl>(UcxFabricImpl::Mode::kClient, config, client_id,
                                            static_cast<uint32_t>(nodes.size()));
+  f->set_liveness(std::move(liveness));
   f->init_service();
   f->connect_service_nodes(nodes);
   return f;

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -39,8 +41,15 @@ struct UcxRemoteNode {
 
 // A client's fabric over memory nodes reached by their worker addresses; `config.region_bytes` is
 // every node's region size (each export is checked against it). Wires every endpoint up before it
-// returns (the memory nodes progress in their poll loops).
+// returns (the memory nodes progress in their poll loops). `liveness` ("" while every memory node
+// is alive, else why not) is asked when a batch has waited 200 ms, then every 200 ms: a batch
+// waiting on a dead node throws MemoryNodeLost with that text instead of waiting forever (over shared
+// memory UCX cannot tell: an RPC to a dead process is never answered, and one-sided operations
+// go on "succeeding" on the dead node's segment, so a batch also looks every 1024 batches). Then it
+// throws MemoryNodeLost; the fabric is unusable and leaks its UCX resources rather than free
+// requests UCX may still complete.
 std::unique_ptr<Fabric> make_ucx_service_client(const UcxFabricConfig& config, uint32_t client_id,
-                                                const std::vector<UcxRemoteNode>& nodes);
+                                                const std::vector<UcxRemoteNode>& nodes,
+                                                std::function<std::string()> liveness);
 
 }  // namespace rdmahash::detail

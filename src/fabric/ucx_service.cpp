@@ -542,12 +542,13 @@ int Server::run(std::FILE* log) {
 // each server this client is alive; closed with a goodbye after the endpoints are.
 class ClientFabric final : public Fabric {
  public:
-  ClientFabric(std::unique_ptr<Fabric> inner, std::vector<Fd> socks) : inner_(std::move(inner)), socks_(std::move(socks)) {}
+  ClientFabric(std::unique_ptr<Fabric> inner, std::shared_ptr<std::vector<Fd>> socks)
+      : inner_(std::move(inner)), socks_(std::move(socks)) {}
   ~ClientFabric() override {
     const bool clean = std::uncaught_exceptions() == 0;
     inner_.reset();  // endpoints closed (flushed) first
     if (clean)
-      for (auto& s : socks_)
+      for (auto& s : *socks_)
         send_all(s.get(), std::as_bytes(std::span(kBye)), std::chrono::steady_clock::now() + std::chrono::seconds(1));
   }
   std::string_view name() const override { return "ucx"; }
@@ -561,7 +562,7 @@ class ClientFabric final : public Fabric {
 
  private:
   std::unique_ptr<Fabric> inner_;
-  std::vector<Fd> socks_;
+  std::shared_ptr<std::vector<Fd>> socks_;  // shared with the liveness check
 };
 
 struct Welcome {
@@ -655,7 +656,19 @@ UcxConnection connect_ucx_servers(const std::vector<std::string>& addresses) {
   UcxConnection c;
   c.client_id = w.front().client_id;
   c.table_spec = w.front().spec;
-  c.fabric = std::make_unique<ClientFabric>(detail::make_ucx_service_client(fc, c.client_id, remote), std::move(socks));
+  // Liveness: a memory node's TCP connection closes when its process ends (kill -9 included).
+  auto shared = std::make_shared<std::vector<Fd>>(std::move(socks));
+  auto liveness = [shared, addresses]() -> std::string {
+    for (size_t i = 0; i < shared->size(); ++i) {
+      pollfd p{(*shared)[i].get(), POLLIN | POLLRDHUP, 0};
+      if (::poll(&p, 1, 0) <= 0) continue;
+      char b;
+      if ((p.revents & (POLLHUP | POLLERR | POLLRDHUP)) || ::recv(p.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0)
+        return "memory node " + addresses[i] + " closed its connection (did `rdmahash serve` stop or die?)";
+    }
+    return {};
+  };
+  c.fabric = std::make_unique<ClientFabric>(detail::make_ucx_service_client(fc, c.client_id, remote, liveness), shared);
   return c;
 }
 
