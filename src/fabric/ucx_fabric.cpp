@@ -275,6 +275,9 @@ class UcxFabricImpl final : public UcxFabric {
   void init_local();
   void connect_peers(const std::vector<std::vector<std::byte>>& addresses);
   void exchange_rkeys();
+  // Memory node n's region_export(): base address, size (must be config_.region_bytes), rkey
+  // unpacked on eps_[n]. Throws FabricError.
+  void import_region(uint32_t n, const std::vector<std::byte>& blob);
   void set_am_handler(uint16_t id, ucp_am_recv_callback_t cb);
   void run_rpc(const RpcHeader& h, ucp_ep_h reply_ep, std::span<const std::byte> payload);
   void send_reply(ucp_ep_h reply_ep, OutgoingReply* out);
@@ -411,19 +414,7 @@ void UcxFabricImpl::connect_service_nodes(const std::vector<detail::UcxRemoteNod
       eps_[n] = nullptr;
       throw FabricError(ucx_error("ucp_ep_create to memory node " + std::to_string(n), st));
     }
-    const auto& b = node.region_export;
-    uint64_t bytes = 0;
-    if (b.size() <= 16) throw FabricError("ucx fabric: memory node " + std::to_string(n) + " sent no rkey");
-    std::memcpy(&remote_base_[n], b.data(), 8);
-    std::memcpy(&bytes, b.data() + 8, 8);
-    if (bytes != config_.region_bytes)
-      throw FabricError("ucx fabric: memory node " + std::to_string(n) + " has a region of " + std::to_string(bytes) +
-                        " bytes, node 0 has " + std::to_string(config_.region_bytes));
-    st = ucp_ep_rkey_unpack(eps_[n], b.data() + 16, &rkeys_[n]);
-    if (st != UCS_OK) {
-      rkeys_[n] = nullptr;
-      throw FabricError(ucx_error("ucp_ep_rkey_unpack for memory node " + std::to_string(n), st));
-    }
+    import_region(n, node.region_export);
   }
   const ucp_request_param_t no_params{};
   ucs_status_t st = wait(ucp_worker_flush_nbx(worker_, &no_params));  // wire every endpoint up now
@@ -570,22 +561,14 @@ void UcxFabricImpl::connect_peers(const std::vector<std::vector<std::byte>>& add
 }
 
 void UcxFabricImpl::exchange_rkeys() {
-  // Blob of a memory node: u64 base address, u64 region bytes, packed rkey. Others send nothing.
+  // Blob of a memory node: region_export(). Others send nothing.
   std::vector<std::byte> blob;
   std::string error;
   if (is_memory_node()) {
-    void* packed = nullptr;
-    size_t packed_size = 0;
-    ucs_status_t st = ucp_rkey_pack(context_, memh_, &packed, &packed_size);
-    if (st != UCS_OK) {
-      error = ucx_error("ucp_rkey_pack", st);
-    } else {
-      const uint64_t base = reinterpret_cast<uintptr_t>(region_), bytes = config_.region_bytes;
-      blob.resize(16 + packed_size);
-      std::memcpy(blob.data(), &base, 8);
-      std::memcpy(blob.data() + 8, &bytes, 8);
-      std::memcpy(blob.data() + 16, packed, packed_size);
-      ucp_rkey_buffer_release(packed);
+    try {
+      blob = region_export();
+    } catch (const FabricError& e) {
+      error = e.what();
     }
   }
   if (!all_agree(error.empty())) throw FabricError(error.empty() ? "ucx fabric: another rank failed to pack its rkey" : error);
@@ -593,27 +576,27 @@ void UcxFabricImpl::exchange_rkeys() {
 
   rkeys_.assign(k_, nullptr);
   remote_base_.assign(k_, 0);
-  for (uint32_t n = 0; n < k_ && error.empty(); ++n) {
-    const auto& b = blobs[n];
-    uint64_t bytes = 0;
-    if (b.size() <= 16) {
-      error = "ucx fabric: memory node " + std::to_string(n) + " sent no rkey";
-      break;
-    }
-    std::memcpy(&remote_base_[n], b.data(), 8);
-    std::memcpy(&bytes, b.data() + 8, 8);
-    if (bytes != config_.region_bytes) {
-      error = "ucx fabric: memory node " + std::to_string(n) + " has a region of " + std::to_string(bytes) +
-              " bytes, this rank expects " + std::to_string(config_.region_bytes);
-      break;
-    }
-    ucs_status_t st = ucp_ep_rkey_unpack(eps_[n], b.data() + 16, &rkeys_[n]);
-    if (st != UCS_OK) {
-      rkeys_[n] = nullptr;
-      error = ucx_error("ucp_ep_rkey_unpack for memory node " + std::to_string(n), st);
-    }
+  try {
+    for (uint32_t n = 0; n < k_; ++n) import_region(n, blobs[n]);
+  } catch (const FabricError& e) {
+    error = e.what();
   }
   if (!all_agree(error.empty())) throw FabricError(error.empty() ? "ucx fabric: another rank failed to unpack rkeys" : error);
+}
+
+void UcxFabricImpl::import_region(uint32_t n, const std::vector<std::byte>& b) {
+  uint64_t bytes = 0;
+  if (b.size() <= 16) throw FabricError("ucx fabric: memory node " + std::to_string(n) + " sent no rkey");
+  std::memcpy(&remote_base_[n], b.data(), 8);
+  std::memcpy(&bytes, b.data() + 8, 8);
+  if (bytes != config_.region_bytes)
+    throw FabricError("ucx fabric: memory node " + std::to_string(n) + " has a region of " + std::to_string(bytes) +
+                      " bytes, this process expects " + std::to_string(config_.region_bytes));
+  ucs_status_t st = ucp_ep_rkey_unpack(eps_[n], b.data() + 16, &rkeys_[n]);
+  if (st != UCS_OK) {
+    rkeys_[n] = nullptr;
+    throw FabricError(ucx_error("ucp_ep_rkey_unpack for memory node " + std::to_string(n), st));
+  }
 }
 
 UcxFabricImpl::~UcxFabricImpl() { release(std::uncaught_exceptions() > 0); }
