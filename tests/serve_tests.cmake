@@ -9,6 +9,14 @@
 # its lock window blocks that key for others (issue 10 item 5): race (a dead writer's
 # tentative copy stalls the writers of its key: seen spinning for 10 minutes, see issue 9). Linear
 # inline, whose clients hold a slot lock, is tested with clients that die holding one (below).
+# kill -9 of a persistent memory node (continuity --pm-path) during an insert load, 5 rounds at
+# random points: the restarted server recovers the file and every acknowledged write of the
+# client's history is in it (tests/serve_pm_kill_test.sh, tests/pm_history_verify.py; no Go needed).
+add_test(NAME serve_pm_kill_continuity
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_pm_kill_test.sh $<TARGET_FILE:rdmahash_cli> 5 100000)
+set_tests_properties(serve_pm_kill_continuity PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
+  TIMEOUT 300 LABELS serve)
+
 if(NOT RDMAHASH_GO)
   message(WARNING "Go not found: the serve tests (which check histories) are skipped")
   return()

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Checks a recovered continuity image against a client's history (issue 11: kill -9 of the memory node).
+
+    pm_history_verify.py [--self-test] TABLE HISTORY
+
+TABLE is a continuity --pm-path file (include/rdmahash/continuity.h: 64-byte header, then segment
+pairs [bucket 2i][indicator][SBuckets][bucket 2i+1]); HISTORY is the `bench --connect --history` file
+(src/check/history.h: 32-byte header, 48-byte events) of ONE client that ran at --depth 1, so its
+operations are sequential and at most its last one is pending (in flight when the memory node died).
+
+Per key of the history: the state it must have now is its initial state (the kInit events) with every
+acknowledged write applied in order; a pending write may or may not have happened, so both states are
+accepted. The image's valid slots (indicator bits) must hold exactly that: every acknowledged insert
+present with its value, every acknowledged erase absent, every update's last value. Also checked: no
+key twice in the image. Prints a summary line; exit 0 = consistent, 1 = a violation (listed), 2 = bad
+input. --self-test: after a pass, also drop one present item from what was read and require that
+the comparison reports it (the check is able to fail).
+"""
+import struct
+import sys
+
+M64 = (1 << 64) - 1
+K_INIT, K_GET, K_PUT, K_UPDATE, K_ERASE, K_FOP = 0, 1, 2, 3, 4, 5
+FOUND, INSERTED, FULL, NOTFOUND, UPDATED, ERASED = 0, 1, 2, 3, 4, 5
+PENDING = 0xFF
+CONT_MAGIC = 0x31544E4F43484452  # "RDHCONT1"
+
+
+def mix64(x):
+    x &= M64
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & M64
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & M64
+    x ^= x >> 31
+    return x
+
+
+def value_digest(value):  # check::value_digest
+    if not value:
+        return 0
+    h = mix64(len(value))
+    for i in range(0, len(value), 8):
+        w = int.from_bytes(value[i:i + 8].ljust(8, b"\0"), "little")
+        h = (mix64(h ^ w) + 0x9E3779B97F4A7C15) & M64
+    return h or 1
+
+
+def read_history(path):
+    data = open(path, "rb").read()
+    if len(data) < 32 or data[:8] != b"RDMAHIS1":
+        raise ValueError(f"{path}: not a history file")
+    version, event_bytes, count, _open = struct.unpack_from("<IIQQ", data, 8)
+    if version != 1 or event_bytes != 48 or 32 + count * 48 > len(data):
+        raise ValueError(f"{path}: bad history header")
+    return [struct.unpack_from("<QQQQQIBBH", data, 32 + 48 * i) for i in range(count)]
+
+
+def read_continuity(path):
+    """Every valid item of the image: {key: value digest}; raises on a key stored twice."""
+    data = open(path, "rb").read()
+    if len(data) < 64:
+        raise ValueError(f"{path}: shorter than the continuity header")
+    magic, _ver, _hb, buckets, sb, vb, _seed, _node, _nodes, region = struct.unpack_from("<QIIQIIQIIQ", data, 0)
+    if magic != CONT_MAGIC or region > len(data):
+        raise ValueError(f"{path}: not a continuity image")
+    slot = 16 + (vb + 7) // 8 * 8 + 8
+    pair_slots = 8 + 4 * sb
+    pair_bytes = pair_slots * slot + 8
+    items = {}
+    for p in range(buckets // 2):
+        base = 64 + p * pair_bytes
+        ind = int.from_bytes(data[base + 4 * slot:base + 4 * slot + 8], "little")
+        for bit in range(pair_slots):
+            if not (ind >> bit) & 1:
+                continue
+            off = base + bit * slot + (8 if bit >= 4 else 0)  # slots after bucket 2i follow the indicator
+            key = int.from_bytes(data[off + 8:off + 16], "little")
+            if key in items:
+                raise ValueError(f"{path}: key {key:#x} is valid in two slots")
+            items[key] = value_digest(data[off + 16:off + 16 + vb])
+    return items
+
+
+def apply(op, status, written, state):
+    """The state after an operation that completed with `status` (None = absent)."""
+    if op == K_PUT and status in (INSERTED, UPDATED):
+        return written
+    if op == K_UPDATE and status == UPDATED:
+        return written
+    if op == K_ERASE and status == ERASED:
+        return None
+    if op == K_FOP and status == INSERTED:
+        return written
+    return state
+
+
+def if_done(op, written, state):
+    """The state after a write whose outcome is unknown, had it taken effect."""
+    if op == K_PUT:
+        return written
+    if op == K_UPDATE:
+        return written if state is not None else None
+    if op == K_ERASE:
+        return None
+    if op == K_FOP:
+        return state if state is not None else written
+    return state
+
+
+def main(argv):
+    self_test = "--self-test" in argv
+    argv = [a for a in argv if a != "--self-test"]
+    if len(argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    try:
+        events = read_history(argv[2])
+        table = read_continuity(argv[1])
+    except (OSError, ValueError) as e:
+        print(f"pm_history_verify: error: {e}", file=sys.stderr)
+        return 2
+    allowed = {}  # key -> set of acceptable states (digest or None)
+    state = {}
+    acked_inserts = pending = 0
+    last_response = 0
+    for inv, resp, key, written, _read, client, op, status, _ in events:
+        if op == K_INIT:
+            state[key] = written if status == INSERTED else None
+            continue
+        if key not in state:
+            print(f"pm_history_verify: error: key {key:#x} has no initial state", file=sys.stderr)
+            return 2
+        if inv < last_response:
+            print("pm_history_verify: error: overlapping operations (run the client at --depth 1)", file=sys.stderr)
+            return 2
+        if status == PENDING:
+            if key in allowed:
+                print("pm_history_verify: error: two pending operations on one key", file=sys.stderr)
+                return 2
+            allowed[key] = {state[key], if_done(op, written, state[key])}
+            pending += 1
+            continue
+        last_response = resp
+        if key in allowed:  # a later op on a key with a pending one: the client went on after a failure
+            print("pm_history_verify: error: an operation after a pending one on the same key", file=sys.stderr)
+            return 2
+        if status in (INSERTED,) and op in (K_PUT, K_FOP):
+            acked_inserts += 1
+        state[key] = apply(op, status, written, state[key])
+    bad = []
+    present = 0
+    for key, s in state.items():
+        want = allowed.get(key, {s})
+        have = table.get(key)
+        present += have is not None
+        if have not in want:
+            bad.append(f"key {key:#x}: image holds {'nothing' if have is None else hex(have)}, expected "
+                       + " or ".join("absent" if w is None else hex(w) for w in want))
+    ops = sum(1 for e in events if e[6] != K_INIT)
+    print(f"{len(state)} keys, {ops} operations ({acked_inserts} acknowledged inserts, {pending} pending): "
+          f"{len(state) - len(bad)} keys as acknowledged, {len(bad)} not; {present} present in the image "
+          f"of {len(table)} items")
+    for line in bad[:20]:
+        print("  " + line)
+    if not bad and self_test:
+        # The check can fail: drop one acknowledged present item from the image read, and one absent
+        # key's acknowledged absence, and the same comparison must report each.
+        gone = next((k for k, s in state.items() if s is not None and k not in allowed), None)
+        if gone is None or table.pop(gone) is None or all(table.get(k) in allowed.get(k, {s}) for k, s in state.items()):
+            print("pm_history_verify: self-test failed: a dropped item went unnoticed")
+            return 1
+        print("self-test: a dropped item is reported")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
