@@ -1,0 +1,279 @@
+// rdmahash/level.h — level hashing (Zuo et al., OSDI'18, "Write-Optimized and High-Performance
+// Hashing Index Scheme for Persistent Memory"), seed 002's main comparison, on (remote) persistent
+// memory: lookups are one-sided READs of the key's candidate buckets in one batch; writes are
+// two-sided requests (schemes/write_rpc.h) applied by the memory node's CPU through the same
+// persist choke point (PersistentRegion) as continuity, log-free with per-slot tokens.
+//
+// Memory layout of a shard (one memory node)
+// -----------------------------------------
+//   [0, 64)     LevelHeader: magic, format version, geometry, node, checksum of the header
+//   [64, 72)    the level word: top level index t (bits 0..7), RESIZING (bit 8), seq (bits 32..60)
+//   [128, ...)  level areas. Level i has N·2^i buckets (N = base_buckets) and lives at
+//               128 + (2^i - 1)·N·bucket_bytes(); the region has room for levels 0..max_resizes+1.
+//   Bucket: [token:8][4 slots]. Token word: bits 0..3 = valid bit of each slot ("token" of the
+//   paper), bits 32..60 = seq, the bucket's publication counter (29 bits, wraps), bumped by every
+//   token store. Slot: the record format of schemes/record.h, 8-byte keys:
+//   [ctrl:8 = OCC | pub (29 bits) << 32 | 32-bit fingerprint][key:8][value, padded][check:8],
+//   check = hash(pub, key, value), pub = the token seq that published the slot.
+//   The table is the top level t (2N·2^(t-1) buckets) and the bottom level t-1 (half as many):
+//   at creation t = 1, i.e. a top of 2N and a bottom of N buckets. Key k has two hashes h1, h2 and
+//   in level i the buckets h1 % (N·2^i) and h2 % (N·2^i): four candidate buckets, two per level.
+//
+// Write protocol (the node's CPU, one mutex per shard; "persist" = flush + fence, the choke point)
+//   insert(k, v): a free slot of a candidate bucket — the top's two first (the emptier), then the
+//                 bottom's; write the item with pub = seq+1; persist(slot); token ← bits | bit,
+//                 seq+1 (one 8-byte store); persist(token).                              2 persists
+//                 No free slot: one-step movement — an item x of a candidate bucket (top level,
+//                 then bottom) whose other bucket in the same level has a free slot is moved
+//                 there (write x there, persist, set that token, persist, clear x's old token,
+//                 persist: 3 persists) and k takes its slot. Still none: the top level is resized
+//                 (below) while max_resizes allows, else kFull.
+//   update(k, v): out of place in k's bucket: write the new item into a free slot of that bucket,
+//                 persist; token ← bits ^ bit(old) ^ bit(new), seq+1 — both bits in one store;
+//                 persist.                                                                2 persists
+//                 A full bucket first moves one other item out (one-step movement); else kFull.
+//   erase(k):     token ← bits & ~bit(slot), seq+1; persist(token).                      1 persist
+//   A slot is only written while its valid bit is clear. Persists are counted per operation
+//   (LevelResult.persists, LevelStats) as for continuity: 2 / 2 / 1, plus 3 per movement.
+//   resize():     new top = level t+1 (4N·2^(t-1) buckets, never used before: tokens zero).
+//                 level word ← (t, RESIZING), persist; for every valid item x of the bottom level
+//                 t-1: insert x into level t+1 unless it is already there (a resumed resize), then
+//                 clear x's token in level t-1 (persist) — insert-then-delete, log-free; finally
+//                 level word ← (t+1, not resizing), persist. The old top t is the new bottom.
+//
+// Invariants (at every instant, in memory and in every crash image of the media)
+//   I1 every valid slot holds a consistent item (check matches) of one of its key's candidate
+//      buckets of a level in use (t-1, t, and t+1 while RESIZING);
+//   I2 valid copies of one key hold the same value; there are two only mid-movement or mid-rehash
+//      (the copy is published before the original is cleared), never between two operations;
+//   I3 every acknowledged write is durable: the reply follows the token persist.
+//   What a crash leaves: an operation before its token store is absent (its slot has a clear bit);
+//   a token store is one aligned 8-byte word, so it is wholly in or out; an interrupted movement
+//   or rehash leaves two valid copies of one item (I2) and nothing lost. Recovery: validate the
+//   header; scan the levels in use; refuse (PmemError) any valid slot that breaks I1, two copies
+//   with different values, or valid bits in a level not in use; clear the redundant copy of a
+//   duplicated item (the one in the lower level, else the later in scan order: 1 persist each);
+//   finish an interrupted resize (the level word says RESIZING). Formatting writes the magic last.
+//
+// Reads (clients, one-sided, while the node writes)
+//   A lookup READs, in one batch (one round trip), the level word and the key's candidate buckets
+//   of the levels its cached level word names (4, or 6 while RESIZING). If the level word read
+//   differs from the cached one, it is cached and the batch is re-issued.
+//   Torn slots (reuse of continuity's approach): a valid slot is accepted only if its ctrl is OCC,
+//   its check matches pub, key and value, and pub ≤ the seq of the token word read with it (mod
+//   2^29); otherwise it is torn or was republished after the token was read, and the batch is
+//   re-issued. The token word precedes its slots, so a READ that copies in address order reads it
+//   first; a slot rewritten after that carries pub > seq. (Residual, as continuity's: a READ whose
+//   words arrive out of address order could pair an old slot with a newer token.)
+//   A hit is the item present when its token word was read (I2: any copy has the key's value).
+//   A miss is not trusted from one batch: a movement or rehash can publish the copy in a bucket
+//   already read and clear the original in a bucket read later. So a miss re-issues the batch and
+//   is returned only when two successive batches read the same level word and the same token
+//   words (each has seq): then nothing of those buckets changed between the last READ of the first
+//   batch and the first READ of the second, so at that instant the key was absent. A hit costs
+//   one round trip (after the first lookup of a client, which reads the level word alone), a miss
+//   two or more.
+//
+// Safety mechanisms (each removed by a mutant of tests/mutants/level.json, which the tests kill)
+//  * the item is persisted before the token store that publishes it (level-drop-slot-persist)
+//  * the token store is persisted before the reply (level-drop-token-persist)
+//  * an update flips the old and the new token bit in one store (level-update-two-stores)
+//  * a movement publishes the copy before clearing the original (level-move-clear-first)
+//  * a rehash inserts into the new top before clearing the old bottom (level-resize-clear-first)
+//  * a reader accepts a slot only if its check word matches (level-reader-skip-checksum)
+//  * a reader rejects a slot published after the token word it read (level-reader-skip-seq)
+//  * a miss is confirmed by a second batch with the same token words (level-reader-trust-miss)
+//  * recovery refuses a valid slot that is not a consistent item of its bucket
+//    (level-recovery-skip-slot-check)
+//  * an image whose header checksum does not match is refused (level-header-skip-checksum)
+//
+// Thread safety: LevelClient belongs to one Engine; LevelShard and the RPC handler are
+// thread-safe (one mutex per shard); readers never lock.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "rdmahash/engine.h"
+#include "rdmahash/fabric.h"
+#include "rdmahash/pmem.h"
+#include "rdmahash/table.h"
+
+namespace rdmahash {
+
+inline constexpr uint16_t kLevelRpcFirst = 0x0E00;  // RPC ids reserved for level tables
+inline constexpr uint16_t kLevelRpcLast = 0x0E0F;
+inline constexpr uint64_t kLevelMagic = 0x314c56454c484452ULL;  // "RDHLEVL1"
+inline constexpr uint32_t kLevelFormatVersion = 1;
+inline constexpr uint64_t kLevelHeaderBytes = 64;
+inline constexpr uint64_t kLevelWordOffset = 64;
+inline constexpr uint64_t kLevelAreaOffset = 128;
+
+struct LevelConfig {
+  uint32_t memory_nodes = 1;
+  uint64_t base_buckets = 16;  // N: the bottom level's buckets at creation (the top has 2N)
+  uint32_t max_resizes = 2;    // the region has room for this many top-level resizes (<= 8)
+  uint32_t value_bytes = 8;    // 0..120
+  uint64_t hash_seed = 0x1E7E1A5EEDULL;
+
+  // Base buckets for `records` at `load_factor` of the initial two levels (12·N slots).
+  static LevelConfig for_records(uint64_t records, double load_factor, uint32_t memory_nodes, uint32_t max_resizes = 1);
+  void validate() const;  // throws InvalidArgument naming the bad field
+  uint32_t slot_bytes() const;
+  uint32_t bucket_bytes() const { return 8 + 4 * slot_bytes(); }
+  uint32_t levels() const { return max_resizes + 2; }
+  uint64_t level_buckets(uint32_t level) const { return base_buckets << level; }
+  uint64_t level_offset(uint32_t level) const {
+    return kLevelAreaOffset + ((uint64_t{1} << level) - 1) * base_buckets * bucket_bytes();
+  }
+  uint64_t region_bytes() const { return level_offset(levels()); }
+};
+std::string level_config_error(const LevelConfig& cfg);
+
+struct LevelHeader {
+  uint64_t magic;
+  uint32_t format_version, header_bytes;
+  uint64_t base_buckets;
+  uint32_t max_resizes, value_bytes;
+  uint64_t hash_seed;
+  uint32_t node, memory_nodes;
+  uint64_t region_bytes;
+  uint64_t checksum;  // of the 56 bytes before it
+};
+static_assert(sizeof(LevelHeader) == kLevelHeaderBytes);
+
+struct LevelPlacement {
+  uint32_t node;
+  uint64_t h1, h2;  // bucket in level i: h % level_buckets(i)
+  uint32_t kbits;   // fingerprint in the slot's ctrl
+};
+LevelPlacement level_place(const LevelConfig& cfg, uint64_t key);
+
+// The level word: top level, RESIZING, seq.
+struct LevelWord {
+  uint32_t top;
+  bool resizing;
+  uint64_t seq;
+  static LevelWord decode(uint64_t w);
+  uint64_t encode() const;
+};
+
+struct LevelResult {
+  Status status;
+  uint32_t persists = 0;  // persist calls the operation made (a resize it triggered excluded)
+};
+
+struct LevelStats {
+  uint64_t inserts = 0, updates = 0, erases = 0, full = 0, moves = 0, resizes = 0, rehashed = 0;
+  uint64_t insert_persists = 0, update_persists = 0, erase_persists = 0, resize_persists = 0;
+};
+
+class LevelShard {
+ public:
+  LevelShard(const LevelConfig& cfg, uint32_t node, PersistentRegion& region);
+  LevelShard(const LevelShard&) = delete;
+  LevelShard& operator=(const LevelShard&) = delete;
+
+  LevelResult find_or_put(uint64_t key, std::span<const std::byte> value);
+  LevelResult put(uint64_t key, std::span<const std::byte> value);
+  LevelResult update(uint64_t key, std::span<const std::byte> value);
+  LevelResult erase(uint64_t key);
+  // Resizes the top level now (see above); throws InvalidArgument when max_resizes is used up.
+  void resize();
+
+  bool owns(uint64_t key) const;
+  std::optional<std::vector<std::byte>> find(uint64_t key) const;
+  std::vector<std::pair<uint64_t, std::vector<std::byte>>> items() const;  // every valid item, once
+  uint64_t records() const;
+  uint64_t capacity() const;  // slots of the two levels in use
+  uint32_t top_level() const;
+  bool recovered() const { return recovered_; }
+  uint64_t recovery_repairs() const { return repairs_; }  // duplicate copies cleared, resizes finished
+  LevelStats stats() const;
+  uint32_t node() const { return node_; }
+
+ private:
+  struct Loc { uint32_t level; uint64_t bucket; uint32_t slot; };
+  void format();
+  void recover();
+  uint64_t bucket_off(uint32_t level, uint64_t bucket) const;
+  uint64_t slot_off(uint32_t level, uint64_t bucket, uint32_t slot) const;
+  std::vector<uint32_t> levels_in_use() const;
+  std::optional<Loc> locate(uint64_t key, const LevelPlacement& p) const;
+  std::optional<Loc> locate_in(uint64_t key, const LevelPlacement& p, uint32_t level) const;
+  int free_slot(uint32_t level, uint64_t bucket) const;
+  void read_item(const Loc& at, uint64_t* key, std::vector<std::byte>* value) const;
+  void write_slot(const Loc& at, uint64_t key, uint32_t kbits, std::span<const std::byte> value);
+  void set_token(uint32_t level, uint64_t bucket, uint64_t bits);
+  void clear_bit(const Loc& at);
+  bool place_new(uint64_t key, const LevelPlacement& p, std::span<const std::byte> value);
+  bool place_in_level(uint64_t key, const LevelPlacement& p, uint32_t level, std::span<const std::byte> value);
+  bool move_out(uint32_t level, uint64_t bucket, uint32_t except_slot);
+  void rehash_bottom(uint32_t old_bottom, uint32_t new_top);
+  void resize_locked();
+  void check_kv(uint64_t key, std::span<const std::byte> value, bool exact) const;
+  LevelResult insert_new(uint64_t key, const LevelPlacement& p, std::span<const std::byte> value);
+  LevelResult replace(const Loc& at, uint64_t key, const LevelPlacement& p, std::span<const std::byte> value);
+
+  LevelConfig cfg_;
+  uint32_t node_;
+  PersistentRegion& region_;
+  mutable std::mutex mu_;
+  uint64_t records_ = 0;
+  bool recovered_ = false;
+  uint64_t repairs_ = 0;
+  LevelStats stats_;
+};
+
+class LevelServer {
+ public:
+  LevelServer(Fabric& fabric, const LevelConfig& cfg, PersistMode mode = PersistMode::kVolatile,
+              uint16_t rpc_id = kLevelRpcFirst);
+  ~LevelServer();
+  LevelServer(const LevelServer&) = delete;
+  LevelServer& operator=(const LevelServer&) = delete;
+  bool hosts(uint32_t node) const;
+  LevelShard& shard(uint32_t node);  // throws InvalidArgument if not hosted here
+  bool bulk_insert(uint64_t key, std::span<const std::byte> value);  // false if not hosted here
+  uint64_t records() const;
+  LevelStats stats() const;
+  bool recovered() const;
+  const LevelConfig& config() const { return cfg_; }
+
+ private:
+  struct State;
+  LevelConfig cfg_;
+  std::shared_ptr<State> state_;
+};
+
+// Lookups: one batch of READs (level word + candidate buckets); writes: RPCs.
+// OpResult.chunks = batches of bucket READs issued.
+class LevelClient final : public KvClient {
+ public:
+  LevelClient(const LevelConfig& cfg, Engine& engine, uint16_t rpc_id = kLevelRpcFirst);
+  Task<OpResult> find_or_put(uint64_t key, std::span<const std::byte> value) override;
+  Task<OpResult> get(uint64_t key, std::span<std::byte> value_out) override;
+  Task<OpResult> update(uint64_t key, std::span<const std::byte> value) override;
+  Task<OpResult> put(uint64_t key, std::span<const std::byte> value) override;
+  Task<OpResult> erase(uint64_t key) override;
+  const LevelConfig& config() const { return cfg_; }
+  uint64_t persists() const { return persists_; }
+
+ private:
+  Task<OpResult> remote(uint8_t op, uint64_t key, std::span<const std::byte> value);
+  void check_value(std::span<const std::byte> value, bool exact) const;
+  LevelConfig cfg_;
+  Engine& engine_;
+  uint16_t rpc_id_;
+  uint32_t cfg_tag_;
+  uint64_t persists_ = 0;
+  std::vector<uint64_t> level_word_;  // per node, cached; 0 = not read yet
+};
+
+}  // namespace rdmahash

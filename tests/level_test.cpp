@@ -1,0 +1,665 @@
+// Level hashing (OSDI'18) on LocalFabric: layout, one round trip per hit, persists per op,
+// conformance against std::unordered_map (with resizes), readers racing the node's writes (forced
+// interleavings; threads during resizes), crash images at every store/persist of a workload and of
+// a resize (the machinery of continuity_crash_test), corrupt images refused.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "rdmahash/level.h"
+#include "test_util.h"
+
+namespace rdmahash {
+namespace {
+
+using test::InterleavingTransport;
+using test::value_for;
+using State = std::map<uint64_t, std::vector<std::byte>>;
+
+struct AlignedImage {
+  std::vector<std::byte> storage;
+  std::span<std::byte> bytes;
+  explicit AlignedImage(uint64_t n) : storage(n + kCacheLine) {
+    const auto mis = reinterpret_cast<uintptr_t>(storage.data()) % kCacheLine;
+    bytes = {storage.data() + (mis ? kCacheLine - mis : 0), n};
+  }
+};
+
+struct LevelTable {
+  LevelConfig cfg;
+  std::unique_ptr<Fabric> fabric;
+  std::unique_ptr<LevelServer> server;
+  explicit LevelTable(const LevelConfig& c) : cfg(c) {
+    fabric = make_local_fabric(std::vector<uint64_t>(c.memory_nodes, c.region_bytes()));
+    server = std::make_unique<LevelServer>(*fabric, c);
+  }
+};
+
+struct SyncClient {
+  std::unique_ptr<Transport> transport;
+  Engine engine;
+  LevelClient client;
+  OpStats last;
+  SyncClient(Fabric& f, const LevelConfig& c) : transport(f.connect()), engine(*transport), client(c, engine) {}
+  OpResult run(Task<OpResult> t) {
+    last = {};
+    return engine.run(std::move(t), &last);
+  }
+};
+
+std::vector<uint64_t> distinct_keys(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::unordered_set<uint64_t> seen;
+  std::vector<uint64_t> keys;
+  while (keys.size() < n)
+    if (uint64_t k = rng(); seen.insert(k).second) keys.push_back(k);
+  return keys;
+}
+
+State state_of(LevelShard& s) {
+  State out;
+  for (auto& [k, v] : s.items())
+    if (!out.emplace(k, v).second) throw std::runtime_error("key " + std::to_string(k) + " valid twice");
+  if (s.records() != out.size()) throw std::runtime_error("record count differs from the valid items");
+  return out;
+}
+
+TEST(LevelLayout, LevelsDoubleAndFollowEachOther) {
+  LevelConfig c;
+  c.base_buckets = 5;
+  c.max_resizes = 2;
+  c.value_bytes = 8;
+  EXPECT_EQ(c.slot_bytes(), 32u);
+  EXPECT_EQ(c.bucket_bytes(), 8u + 4 * 32u);
+  EXPECT_EQ(c.levels(), 4u);
+  for (uint32_t l = 0; l + 1 < c.levels(); ++l) {
+    EXPECT_EQ(c.level_buckets(l + 1), 2 * c.level_buckets(l));
+    EXPECT_EQ(c.level_offset(l + 1), c.level_offset(l) + c.level_buckets(l) * c.bucket_bytes());
+  }
+  EXPECT_EQ(c.region_bytes(), kLevelAreaOffset + 15 * 5 * c.bucket_bytes());
+  c.max_resizes = 9;
+  EXPECT_THROW(c.validate(), InvalidArgument);
+  EXPECT_THROW(LevelConfig::for_records(10, 1.0, 1), InvalidArgument);
+}
+
+TEST(Level, HitIsOneRoundTripAndWritesPersistTwoTwoOne) {
+  LevelConfig c;
+  c.base_buckets = 64;
+  c.max_resizes = 0;
+  c.value_bytes = 16;
+  LevelTable t(c);
+  SyncClient cl(*t.fabric, c);
+  const auto keys = distinct_keys(300, 3);
+  for (uint64_t k : keys) {
+    const OpResult r = cl.run(cl.client.find_or_put(k, value_for(k, 0, 16)));
+    ASSERT_EQ(r.status, Status::kInserted);
+    EXPECT_GE(r.persists, 2u);  // 2, plus 3 per movement
+  }
+  std::vector<std::byte> out(16);
+  (void)cl.run(cl.client.get(keys[0], out));  // the client's first lookup also reads the level word
+  for (uint64_t k : keys) {
+    const OpResult r = cl.run(cl.client.get(k, out));
+    ASSERT_EQ(r.status, Status::kFound);
+    EXPECT_EQ(cl.last.round_trips, 1u);
+    EXPECT_LE(cl.last.reads, 5u);  // the level word and (up to) four candidate buckets, one batch
+    EXPECT_EQ(out, value_for(k, 0, 16));
+    const OpResult u = cl.run(cl.client.update(k, value_for(k, 1, 16)));
+    if (u.status == Status::kUpdated) { EXPECT_GE(u.persists, 2u); }
+    const OpResult e = cl.run(cl.client.erase(k));
+    EXPECT_EQ(e.status, Status::kErased);
+    EXPECT_EQ(e.persists, 1u);
+    const OpResult m = cl.run(cl.client.get(k, out));
+    EXPECT_EQ(m.status, Status::kNotFound);
+    EXPECT_EQ(cl.last.round_trips, 2u);  // a miss is confirmed by a second batch
+  }
+  const LevelStats s = t.server->stats();
+  EXPECT_EQ(s.inserts, 300u);
+  EXPECT_EQ((s.insert_persists + s.update_persists - 2 * (s.inserts + s.updates)), 3 * s.moves);
+  EXPECT_EQ(s.erase_persists, s.erases);
+  EXPECT_EQ(t.server->records(), 0u);
+}
+
+class LevelOracle : public testing::TestWithParam<uint32_t> {};
+
+TEST_P(LevelOracle, RandomOperationsMatchUnorderedMapThroughResizes) {
+  const uint32_t value_bytes = GetParam();
+  LevelConfig c;
+  c.memory_nodes = 2;
+  c.base_buckets = 4;
+  c.max_resizes = 3;
+  c.value_bytes = value_bytes;
+  LevelTable t(c);
+  SyncClient cl(*t.fabric, c);
+  // Up to 4·(64+32)·2 = 768 slots after 3 resizes; 900 keys overfill it: kFull happens at the end.
+  const auto universe = distinct_keys(900, 11);
+  std::unordered_map<uint64_t, std::vector<std::byte>> oracle;
+  std::mt19937_64 rng(5);
+  std::vector<std::byte> out(value_bytes);
+  uint64_t full = 0;
+  for (int i = 0; i < 30000; ++i) {
+    const uint64_t k = universe[rng() % universe.size()];
+    const auto v = value_for(k, static_cast<uint32_t>(i), value_bytes);
+    const bool present = oracle.count(k) > 0;
+    switch (rng() % 6) {
+      case 0: {
+        const OpResult r = cl.run(cl.client.get(k, out));
+        ASSERT_EQ(r.status, present ? Status::kFound : Status::kNotFound) << i;
+        if (present) { ASSERT_EQ(out, oracle[k]); }
+        break;
+      }
+      case 1:
+      case 5: {
+        const OpResult r = cl.run(cl.client.find_or_put(k, v));
+        if (present) ASSERT_EQ(r.status, Status::kFound);
+        else if (r.status == Status::kFull) ++full;
+        else { ASSERT_EQ(r.status, Status::kInserted); oracle[k] = v; }
+        break;
+      }
+      case 2: {
+        const OpResult r = cl.run(cl.client.put(k, v));
+        if (r.status == Status::kFull) { ++full; break; }
+        ASSERT_EQ(r.status, present ? Status::kUpdated : Status::kInserted);
+        oracle[k] = v;
+        break;
+      }
+      case 3: {
+        const OpResult r = cl.run(cl.client.update(k, v));
+        if (!present) { ASSERT_EQ(r.status, Status::kNotFound); break; }
+        if (r.status == Status::kFull) { ++full; break; }
+        ASSERT_EQ(r.status, Status::kUpdated);
+        oracle[k] = v;
+        break;
+      }
+      default: {
+        if (rng() % 3) break;  // fewer erases than inserts: the table fills and resizes
+        const OpResult r = cl.run(cl.client.erase(k));
+        ASSERT_EQ(r.status, present ? Status::kErased : Status::kNotFound);
+        oracle.erase(k);
+      }
+    }
+  }
+  const LevelStats s = t.server->stats();
+  EXPECT_EQ(s.resizes, 2u * 3u) << "both shards should use every resize";
+  EXPECT_GT(s.moves, 0u);
+  EXPECT_GT(full, 0u);
+  uint64_t n = 0;
+  for (uint32_t node = 0; node < 2; ++node)
+    for (const auto& [k, v] : state_of(t.server->shard(node))) {
+      ASSERT_TRUE(oracle.count(k));
+      ASSERT_EQ(v, oracle[k]);
+      ++n;
+    }
+  EXPECT_EQ(n, oracle.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(ValueSizes, LevelOracle, testing::Values(0u, 8u, 40u));
+
+TEST(Level, BadInputFailsBeforeAnyRequest) {
+  LevelConfig c;
+  c.value_bytes = 8;
+  LevelTable t(c);
+  SyncClient cl(*t.fabric, c);
+  EXPECT_THROW(cl.run(cl.client.find_or_put(1, std::vector<std::byte>(9))), InvalidArgument);
+  EXPECT_THROW(cl.run(cl.client.put(1, std::vector<std::byte>(7))), InvalidArgument);
+  EXPECT_EQ(cl.transport->counters().batches, 0u);
+  LevelConfig other = c;
+  other.base_buckets = 8;
+  SyncClient wrong(*t.fabric, other);
+  EXPECT_THROW(wrong.run(wrong.client.find_or_put(1, std::vector<std::byte>(8))), InvalidArgument);
+  EXPECT_EQ(t.server->records(), 0u);
+}
+
+// Values that name their key and write, so a torn or stale value is recognised.
+std::vector<std::byte> stamped(uint64_t key, uint64_t version, uint32_t bytes) {
+  std::vector<std::byte> v(bytes);
+  for (uint32_t i = 0; i + 8 <= bytes; i += 8) {
+    const uint64_t w = (i == 0) ? version : key * 0x9E3779B97F4A7C15ULL + version * (i + 1);
+    std::memcpy(v.data() + i, &w, 8);
+  }
+  return v;
+}
+bool intact(uint64_t key, const std::vector<std::byte>& v, uint64_t* version) {
+  uint64_t ver;
+  std::memcpy(&ver, v.data(), 8);
+  *version = ver;
+  return v == stamped(key, ver, static_cast<uint32_t>(v.size()));
+}
+
+// Forced interleavings: node-side writes (inserts that move items between their two buckets,
+// out-of-place updates, erases: slot reuse everywhere) between the words of every READ. Stable
+// keys are never erased: a lookup must find them, whole, never older than before.
+TEST(LevelInterleaving, WritesBetweenWordsOfAReadNeverTearOrHideAnItem) {
+  LevelConfig c;
+  c.base_buckets = 4;  // 12 buckets, 48 slots, kept ~85% full: movements are frequent
+  c.max_resizes = 0;
+  c.value_bytes = 24;
+  LevelTable t(c);
+  LevelShard& shard = t.server->shard(0);
+  const auto all = distinct_keys(400, 21);
+  std::vector<uint64_t> stable, churn;
+  std::unordered_map<uint64_t, uint64_t> version;
+  for (uint64_t k : all) {
+    if (stable.size() < 30) {
+      if (shard.put(k, stamped(k, 0, 24)).status == Status::kInserted) stable.push_back(k), version[k] = 0;
+    } else if (churn.size() < 60) {
+      churn.push_back(k);
+    }
+  }
+  ASSERT_EQ(stable.size(), 30u);
+  std::mt19937_64 rng(9);
+  std::unordered_set<uint64_t> churn_in;
+  uint64_t writes = 0;
+  auto hook = [&] {
+    const uint64_t x = rng();
+    if (x % 2 == 0) {
+      const uint64_t k = stable[(x >> 8) % stable.size()];
+      if (shard.update(k, stamped(k, version[k] + 1, 24)).status == Status::kUpdated) ++version[k], ++writes;
+    } else {
+      const uint64_t k = churn[(x >> 8) % churn.size()];
+      if (churn_in.count(k)) {
+        ASSERT_EQ(shard.erase(k).status, Status::kErased);
+        churn_in.erase(k);
+      } else if (shard.put(k, stamped(k, 0, 24)).status == Status::kInserted) {
+        churn_in.insert(k);
+      }
+      ++writes;
+    }
+  };
+  auto transport = std::make_unique<InterleavingTransport>(t.fabric->connect(), hook);
+  Engine engine(*transport);
+  LevelClient client(c, engine);
+  std::unordered_map<uint64_t, uint64_t> seen;
+  std::vector<std::byte> out(24);
+  uint64_t missed = 0, torn = 0, stale = 0, churn_torn = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const bool st = rng() % 3 != 0;
+    const uint64_t k = st ? stable[rng() % stable.size()] : churn[rng() % churn.size()];
+    const OpResult r = engine.run(client.get(k, out));
+    uint64_t ver = 0;
+    if (st) {
+      if (r.status != Status::kFound) { ++missed; continue; }
+      if (!intact(k, out, &ver)) { ++torn; continue; }
+      if (seen.count(k) && ver < seen[k]) ++stale;
+      seen[k] = std::max(seen[k], ver);
+    } else if (r.status == Status::kFound && !intact(k, out, &ver)) {
+      ++churn_torn;
+    }
+  }
+  EXPECT_EQ(missed, 0u) << "a present key was reported absent";
+  EXPECT_EQ(torn + churn_torn, 0u) << "a torn value was returned";
+  EXPECT_EQ(stale, 0u) << "a lookup returned an older value than an earlier lookup";
+  EXPECT_GT(t.server->stats().moves, 100u);
+  EXPECT_GT(writes, 20000u);
+}
+
+// Real threads: a writer updating stable keys and inserting new ones (which resizes the top level
+// three times) while two readers look the stable keys up.
+TEST(LevelConcurrency, ReadersDuringWritesAndResizesSeeWholeMonotoneValues) {
+  LevelConfig c;
+  c.base_buckets = 8;
+  c.max_resizes = 3;
+  c.value_bytes = 16;
+  LevelTable t(c);
+  const auto keys = distinct_keys(900, 33);
+  std::vector<uint64_t> stable(keys.begin(), keys.begin() + 40), fresh(keys.begin() + 40, keys.end());
+  for (uint64_t k : stable) ASSERT_EQ(t.server->shard(0).put(k, stamped(k, 0, 16)).status, Status::kInserted);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> bad{0}, reads{0};
+  std::atomic<int> readers_reading{0};
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] {
+    SyncClient cl(*t.fabric, c);
+    while (readers_reading.load() < 2) std::this_thread::yield();
+    for (size_t i = 0; i < fresh.size(); ++i) {
+      (void)cl.run(cl.client.find_or_put(fresh[i], stamped(fresh[i], 0, 16)));
+      const uint64_t k = stable[i % stable.size()];
+      (void)cl.run(cl.client.update(k, stamped(k, i + 1, 16)));
+    }
+  });
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      SyncClient cl(*t.fabric, c);
+      std::mt19937_64 rng(r + 7);
+      std::unordered_map<uint64_t, uint64_t> seen;
+      std::vector<std::byte> out(16);
+      for (uint64_t n = 0; !stop.load() || n < 1000; ++n) {
+        if (n == 1) ++readers_reading;
+        const uint64_t k = stable[rng() % stable.size()];
+        const OpResult res = cl.run(cl.client.get(k, out));
+        uint64_t ver = 0;
+        if (res.status != Status::kFound || !intact(k, out, &ver) || ver < seen[k]) ++bad;
+        seen[k] = std::max(seen[k], ver);
+        ++reads;
+      }
+    });
+  threads[0].join();
+  stop = true;
+  threads[1].join();
+  threads[2].join();
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_EQ(t.server->stats().resizes, 3u);
+  EXPECT_GE(reads.load(), 2000u);
+}
+
+// --- crash images ---------------------------------------------------------------------------------
+
+struct Event {
+  bool persist;
+  uint64_t off, value;  // store: word offset and value; persist: offset and length
+};
+struct Recorder final : PersistObserver {
+  std::vector<Event> log;
+  void on_store(uint64_t off, uint64_t v) override { log.push_back({false, off, v}); }
+  void on_persist(uint64_t off, uint64_t len) override { log.push_back({true, off, len}); }
+};
+struct Step {
+  size_t begin, end;
+  State after;
+};
+
+State recovered_state(const LevelConfig& c, std::span<std::byte> image) {
+  PersistentRegion region(image, PersistMode::kVolatile);
+  LevelShard shard(c, 0, region);  // throws PmemError on any violated invariant; finishes a resize
+  return state_of(shard);
+}
+
+// Before every event: the persisted lines only, plus a random prefix of each line's unpersisted
+// stores, plus all of them; each image must recover to the acknowledged state (or the in-flight
+// operation's), and a second recovery of the recovered image must find nothing to repair.
+struct CrashChecker {
+  const LevelConfig& cfg;
+  const std::vector<std::byte>& initial;
+  const std::vector<Event>& log;
+  const std::vector<Step>& steps;
+  const State& start;
+  uint64_t checked = 0;
+  std::string first_failure;
+
+  void run(uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<std::byte> durable = initial;
+    std::map<uint64_t, std::vector<std::pair<uint64_t, uint64_t>>> pending;
+    for (size_t e = 0; e <= log.size() && first_failure.empty(); ++e) {
+      for (int mode = 0; mode < 3; ++mode) {
+        if (mode > 0 && pending.empty()) break;
+        AlignedImage img(durable.size());
+        std::memcpy(img.bytes.data(), durable.data(), durable.size());
+        if (mode > 0)
+          for (auto& [line, stores] : pending) {
+            const size_t keep = mode == 2 ? stores.size() : rng() % (stores.size() + 1);
+            for (size_t i = 0; i < keep; ++i) std::memcpy(img.bytes.data() + stores[i].first, &stores[i].second, 8);
+          }
+        check(e, img.bytes, mode);
+      }
+      if (e == log.size()) break;
+      const Event& ev = log[e];
+      if (!ev.persist) {
+        pending[ev.off / kCacheLine].emplace_back(ev.off, ev.value);
+      } else {
+        for (uint64_t line = ev.off / kCacheLine; line * kCacheLine < ev.off + ev.value; ++line) {
+          auto it = pending.find(line);
+          if (it == pending.end()) continue;
+          for (auto& [off, v] : it->second) std::memcpy(durable.data() + off, &v, 8);
+          pending.erase(it);
+        }
+      }
+    }
+  }
+
+  void check(size_t e, std::span<std::byte> image, int mode) {
+    ++checked;
+    const State* acked = &start;
+    const State* next = nullptr;
+    for (const Step& s : steps) {
+      if (s.end <= e) acked = &s.after;
+      else if (s.begin <= e) { next = &s.after; break; }
+      else break;
+    }
+    std::string why;
+    try {
+      const State got = recovered_state(cfg, image);
+      if (got != *acked && !(next && got == *next))
+        why = "recovered " + std::to_string(got.size()) + " items, acknowledged state has " +
+              std::to_string(acked->size()) + (next ? " (in-flight op: " + std::to_string(next->size()) + ")" : "");
+      PersistentRegion again(image, PersistMode::kVolatile);
+      LevelShard s2(cfg, 0, again);
+      if (why.empty() && s2.recovery_repairs() != 0) why = "a recovered image needed repairs again";
+    } catch (const std::exception& ex) {
+      why = std::string("recovery failed: ") + ex.what();
+    }
+    if (!why.empty() && first_failure.empty())
+      first_failure = "crash before event " + std::to_string(e) + " (mode " + std::to_string(mode) + "): " + why;
+  }
+};
+
+// A workload of inserts (with movements and two resizes of the top level), updates and erases.
+TEST(LevelCrash, EveryCrashPointRecoversTheAcknowledgedOperations) {
+  LevelConfig c;
+  c.base_buckets = 2;  // 6 buckets, 24 slots: movements at once, then resizes to 12+24 and 24+48
+  c.max_resizes = 2;
+  c.value_bytes = 16;
+  AlignedImage live(c.region_bytes());
+  PersistentRegion region(live.bytes, PersistMode::kVolatile);
+  LevelShard shard(c, 0, region);
+  std::vector<std::byte> initial(live.bytes.begin(), live.bytes.end());
+  Recorder rec;
+  region.set_observer(&rec);
+  std::mt19937_64 rng(2024);
+  const auto universe = distinct_keys(110, 77);
+  State state;
+  std::vector<Step> steps;
+  uint64_t kinds[4] = {0, 0, 0, 0};
+  for (int i = 0; i < 700; ++i) {
+    const uint64_t k = universe[rng() % universe.size()];
+    const auto v = value_for(k, static_cast<uint32_t>(i), c.value_bytes);
+    const size_t begin = rec.log.size();
+    const uint64_t x = rng() % 10;
+    LevelResult r;
+    if (x < 5) r = shard.find_or_put(k, v);
+    else if (x < 8) r = shard.update(k, v);
+    else r = shard.erase(k);
+    if (r.status == Status::kInserted) state[k] = v, ++kinds[0];
+    else if (r.status == Status::kUpdated) state[k] = v, ++kinds[1];
+    else if (r.status == Status::kErased) state.erase(k), ++kinds[2];
+    else if (r.status == Status::kFull) ++kinds[3];
+    steps.push_back({begin, rec.log.size(), state});
+  }
+  region.set_observer(nullptr);
+  const LevelStats st = shard.stats();
+  ASSERT_EQ(st.resizes, 2u);
+  ASSERT_GT(st.moves, 5u);
+  ASSERT_GT(kinds[1], 50u);
+  ASSERT_GT(kinds[2], 30u);
+  ASSERT_EQ(recovered_state(c, live.bytes), state);
+  const State empty;
+  CrashChecker check{c, initial, rec.log, steps, empty, 0, {}};
+  check.run(7);
+  EXPECT_EQ(check.first_failure, "");
+  uint64_t persists = 0;
+  for (const Event& e : rec.log) persists += e.persist;
+  std::printf("level crash test: %zu ops (%lu inserts, %lu updates, %lu erases, %lu full; %lu moves, %lu resizes), "
+              "%zu events (%lu persists), %lu crash images checked\n",
+              steps.size(), static_cast<unsigned long>(kinds[0]), static_cast<unsigned long>(kinds[1]),
+              static_cast<unsigned long>(kinds[2]), static_cast<unsigned long>(kinds[3]),
+              static_cast<unsigned long>(st.moves), static_cast<unsigned long>(st.resizes), rec.log.size(),
+              static_cast<unsigned long>(persists), static_cast<unsigned long>(check.checked));
+  EXPECT_GT(check.checked, rec.log.size());
+}
+
+// One explicit resize of a full table: every crash point recovers (finishing the resize) to the
+// complete table.
+TEST(LevelCrash, EveryCrashPointOfAResizeRecoversToTheCompleteTable) {
+  LevelConfig c;
+  c.base_buckets = 4;
+  c.max_resizes = 1;
+  c.value_bytes = 8;
+  AlignedImage live(c.region_bytes());
+  PersistentRegion region(live.bytes, PersistMode::kVolatile);
+  LevelShard shard(c, 0, region);
+  State state;
+  std::mt19937_64 rng(99);
+  while (state.size() < 40) {
+    const uint64_t k = rng();
+    const auto v = value_for(k, 3, 8);
+    if (shard.find_or_put(k, v).status == Status::kInserted) state[k] = v;
+  }
+  ASSERT_EQ(shard.top_level(), 1u);
+  std::vector<std::byte> initial(live.bytes.begin(), live.bytes.end());
+  Recorder rec;
+  region.set_observer(&rec);
+  shard.resize();
+  region.set_observer(nullptr);
+  ASSERT_EQ(shard.top_level(), 2u);
+  ASSERT_GT(shard.stats().rehashed, 0u);
+  ASSERT_EQ(recovered_state(c, live.bytes), state);
+  const std::vector<Step> steps{{0, rec.log.size(), state}};
+  CrashChecker check{c, initial, rec.log, steps, state, 0, {}};
+  check.run(3);
+  EXPECT_EQ(check.first_failure, "");
+  std::printf("level resize crash test: %lu items rehashed, %zu events, %lu crash images checked\n",
+              static_cast<unsigned long>(shard.stats().rehashed), rec.log.size(),
+              static_cast<unsigned long>(check.checked));
+}
+
+// --- real files and corrupt images ---------------------------------------------------------------
+
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/rdmahash-level-XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+std::vector<char> slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+}
+
+LevelConfig file_config() {
+  LevelConfig c;
+  c.base_buckets = 8;
+  c.max_resizes = 1;
+  c.value_bytes = 16;
+  return c;
+}
+
+State make_file(const std::filesystem::path& path) {
+  const LevelConfig c = file_config();
+  PmemFile f = PmemFile::open(path, c.region_bytes());
+  EXPECT_TRUE(f.created());
+  PersistentRegion region(f.bytes(), f.mode());
+  LevelShard shard(c, 0, region);
+  State s;
+  for (uint64_t k = 1; k <= 150; ++k) {
+    const auto v = value_for(k, 1, 16);
+    if (shard.find_or_put(k, v).status == Status::kInserted) s[k] = v;
+  }
+  for (uint64_t k = 2; k <= 150; k += 7)
+    if (shard.erase(k).status == Status::kErased) s.erase(k);
+  EXPECT_EQ(shard.top_level(), 2u);  // 150 keys overfill 96 slots: one resize
+  return s;
+}
+
+TEST(LevelFile, ReopenRecoversEveryItemAndServesLookups) {
+  TempDir dir;
+  const auto path = dir.path / "table.pm";
+  const State want = make_file(path);
+  const LevelConfig c = file_config();
+  PmemFile f = PmemFile::open(path, c.region_bytes());
+  PersistentRegion region(f.bytes(), f.mode());
+  LevelShard shard(c, 0, region);
+  EXPECT_TRUE(shard.recovered());
+  EXPECT_EQ(state_of(shard), want);
+  auto fabric = make_local_fabric_over({f.bytes()});
+  auto t = fabric->connect();
+  Engine engine(*t);
+  LevelClient client(c, engine);
+  std::vector<std::byte> out(16);
+  for (uint64_t k = 1; k <= 150; ++k) {
+    const OpResult r = engine.run(client.get(k, out));
+    ASSERT_EQ(r.status, want.count(k) ? Status::kFound : Status::kNotFound) << k;
+    if (want.count(k)) { ASSERT_EQ(out, want.at(k)); }
+  }
+}
+
+void expect_refused(const std::filesystem::path& path, const LevelConfig& c, const std::string& what) {
+  const auto before = slurp(path);
+  try {
+    PmemFile f = PmemFile::open(path, c.region_bytes());
+    PersistentRegion region(f.bytes(), f.mode());
+    LevelShard shard(c, 0, region);
+    ADD_FAILURE() << what << ": the image was accepted";
+  } catch (const PmemError& e) {
+    EXPECT_FALSE(std::string(e.what()).empty());
+  }
+  EXPECT_EQ(slurp(path), before) << what << ": the refused file was modified";
+}
+
+TEST(LevelFile, CorruptOrForeignImagesAreRefusedUntouched) {
+  TempDir dir;
+  const auto path = dir.path / "table.pm";
+  make_file(path);
+  const auto good = slurp(path);
+  auto write = [&](const std::vector<char>& bytes) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  };
+  const LevelConfig c = file_config();
+  for (size_t bit = 0; bit < 8 * kLevelHeaderBytes; ++bit) {
+    auto bad = good;
+    bad[bit / 8] = static_cast<char>(bad[bit / 8] ^ (1 << (bit % 8)));
+    write(bad);
+    expect_refused(path, c, "header bit " + std::to_string(bit));
+  }
+  for (size_t len : {size_t{1}, size_t{64}, size_t{100}, good.size() / 2, good.size() - 8}) {
+    write(std::vector<char>(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(len)));
+    expect_refused(path, c, "truncated to " + std::to_string(len));
+  }
+  write(std::vector<char>(good.size(), 'x'));
+  expect_refused(path, c, "foreign file");
+  write(good);
+  LevelConfig other = c;
+  other.base_buckets = 16;
+  expect_refused(path, other, "other geometry");
+  // A level word naming a level beyond the region.
+  auto bad = good;
+  bad[kLevelWordOffset] = 9;
+  write(bad);
+  expect_refused(path, c, "level word beyond the region");
+  // A valid slot whose value bytes were corrupted: the first valid slot of the top level.
+  bad = good;
+  const uint64_t top = c.level_offset(2);
+  bool flipped = false;
+  for (uint64_t b = 0; b < c.level_buckets(2) && !flipped; ++b) {
+    const uint64_t off = top + b * c.bucket_bytes();
+    uint64_t tok;
+    std::memcpy(&tok, good.data() + off, 8);
+    if (tok & 1) {
+      bad[off + 8 + 16] = static_cast<char>(bad[off + 8 + 16] ^ 1);
+      flipped = true;
+    }
+  }
+  ASSERT_TRUE(flipped);
+  write(bad);
+  expect_refused(path, c, "corrupt valid slot");
+  // Valid bits in the retired bottom level 0.
+  bad = good;
+  bad[c.level_offset(0)] = 1;
+  write(bad);
+  expect_refused(path, c, "valid bits in a retired level");
+  write({});
+  expect_refused(path, c, "empty file");
+}
+
+}  // namespace
+}  // namespace rdmahash
