@@ -300,6 +300,78 @@ TEST(LevelInterleaving, WritesBetweenWordsOfAReadNeverTearOrHideAnItem) {
   EXPECT_GT(writes, 20000u);
 }
 
+// The window a whole-operation interleaving cannot reach: a READ of a bucket gets its token word
+// (slot 0 valid, holding K), then the node erases K and starts inserting M into slot 0 — item
+// written and persisted, token not yet stored (the insert is cut there) — and the READ gets the
+// slots. Slot 0 now holds a consistent M published by no token the reader saw (pub > seq): M must
+// not be found. Deterministic: the split is after the first word of the first bucket READ.
+class SplitFirstBucketRead final : public Transport {
+ public:
+  SplitFirstBucketRead(std::unique_ptr<Transport> inner, std::function<void()> hook)
+      : inner_(std::move(inner)), hook_(std::move(hook)) {}
+  void arm(std::function<void()> hook) { hook_ = std::move(hook); }
+  void execute(std::span<Request> batch) override {
+    ++counters_.batches;
+    for (Request& r : batch) {
+      if (r.kind == ReqKind::kRead && r.len > 8 && hook_) {
+        Request head = r, tail = r;
+        head.len = 8;
+        tail.addr.offset += 8;
+        tail.buf = static_cast<std::byte*>(r.buf) + 8;
+        tail.len = r.len - 8;
+        inner_->execute(std::span<Request>(&head, 1));
+        std::exchange(hook_, nullptr)();
+        inner_->execute(std::span<Request>(&tail, 1));
+      } else {
+        inner_->execute(std::span<Request>(&r, 1));
+      }
+      counters_.add(r);
+    }
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  std::function<void()> hook_;
+};
+
+struct CutAfterFirstPersist final : PersistObserver {
+  struct Cut {};
+  void on_store(uint64_t, uint64_t) override {}
+  void on_persist(uint64_t, uint64_t) override { throw Cut{}; }
+};
+
+TEST(LevelInterleaving, AnItemWrittenButNotPublishedIsNeverFound) {
+  LevelConfig c;
+  c.base_buckets = 1;  // top level: 2 buckets, bottom: 1
+  c.max_resizes = 0;
+  c.value_bytes = 8;
+  LevelTable t(c);
+  LevelShard& shard = t.server->shard(0);
+  const uint64_t k = 1;
+  const LevelPlacement pk = level_place(c, k);
+  uint64_t m = 2;  // a key whose first top-level bucket is K's, so its insert takes K's freed slot 0
+  while (level_place(c, m).h1 % 2 != pk.h1 % 2) ++m;
+  ASSERT_EQ(shard.put(k, value_for(k, 0, 8)).status, Status::kInserted);
+  auto cut_insert = [&] {
+    ASSERT_EQ(shard.erase(k).status, Status::kErased);
+    CutAfterFirstPersist cut;
+    PersistentRegion& region = t.server->region(0);
+    region.set_observer(&cut);
+    EXPECT_THROW(shard.put(m, value_for(m, 1, 8)), CutAfterFirstPersist::Cut);
+    region.set_observer(nullptr);
+  };
+  auto transport = std::make_unique<SplitFirstBucketRead>(t.fabric->connect(), nullptr);
+  SplitFirstBucketRead* split = transport.get();
+  Engine engine(*transport);
+  LevelClient reader(c, engine);
+  std::vector<std::byte> out(8);
+  ASSERT_EQ(engine.run(reader.get(k, out)).status, Status::kFound);  // caches the level word
+  split->arm(cut_insert);
+  EXPECT_EQ(engine.run(reader.get(m, out)).status, Status::kNotFound) << "an unpublished item was returned";
+  EXPECT_FALSE(shard.find(m).has_value());
+  EXPECT_FALSE(shard.find(k).has_value());
+}
+
 // Real threads: a writer updating stable keys and inserting new ones (which resizes the top level
 // three times) while two readers look the stable keys up.
 TEST(LevelConcurrency, ReadersDuringWritesAndResizesSeeWholeMonotoneValues) {

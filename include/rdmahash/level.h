@@ -240,6 +240,7 @@ class LevelServer {
   LevelServer& operator=(const LevelServer&) = delete;
   bool hosts(uint32_t node) const;
   LevelShard& shard(uint32_t node);  // throws InvalidArgument if not hosted here
+  PersistentRegion& region(uint32_t node);  // idem
   bool bulk_insert(uint64_t key, std::span<const std::byte> value);  // false if not hosted here
   uint64_t records() const;
   LevelStats stats() const;

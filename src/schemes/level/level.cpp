@@ -593,6 +593,11 @@ LevelShard& LevelServer::shard(uint32_t node) {
   return *state_->shards[node];
 }
 
+PersistentRegion& LevelServer::region(uint32_t node) {
+  if (!hosts(node)) throw InvalidArgument("level shard " + std::to_string(node) + " is not hosted by this process");
+  return *state_->regions[node];
+}
+
 bool LevelServer::bulk_insert(uint64_t key, std::span<const std::byte> value) {
   const uint32_t node = level_place(cfg_, key).node;
   if (!hosts(node)) return false;
