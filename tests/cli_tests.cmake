@@ -171,6 +171,17 @@ add_test(NAME cli_race_value_bytes COMMAND ${EXPECT_FAIL} "value-bytes must be a
   ${RDMAHASH_BIN} bench --scheme race --value-bytes 20000)
 add_test(NAME cli_race_ucx_bulk_2mem COMMAND ${EXPECT_FAIL} "bulk-loads its records"
   ${RDMAHASH_BIN} bench --scheme race --fabric ucx --memory-nodes 2)
+# Level hashing (OSDI'18, seed 002's baseline): bench rows over LocalFabric and UCX (their
+# linearizability: history_level_*), bad input.
+add_test(NAME bench_local_level COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --fabric local --scheme level --clients 2 --records 20000 --load-factor 0.5
+  --value-bytes 8 --workload get,find-or-put,mixed --ops 2000 --depth 8)
+add_test(NAME bench_ucx_level COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_MPIRUN} -n 3 ${RDMAHASH_BIN} bench --fabric ucx --scheme level --memory-nodes 1 --records 20000
+  --load-factor 0.5 --value-bytes 8 --workload get,find-or-put --ops 1000 --depth 8)
+set_tests_properties(bench_ucx_level PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
+add_test(NAME cli_level_key_bytes COMMAND ${EXPECT_FAIL} "scheme level stores 8-byte keys"
+  ${RDMAHASH_BIN} bench --scheme level --key-bytes 4 --ops 10)
 # Continuity hashing (seed 002): volatile and --pm-path runs, reopen-and-recover, bad input.
 add_test(NAME bench_local_continuity COMMAND python3 ${CHECK_JSON} --
   ${RDMAHASH_BIN} bench --fabric local --scheme continuity --clients 2 --records 20000 --load-factor 0.2

@@ -86,8 +86,8 @@ uint32_t max_value_bytes(const BenchOptions& o) {
 
 std::string BenchOptions::error() const {
   if (fabric != "local" && fabric != "ucx") return "--fabric must be 'local' or 'ucx', got '" + fabric + "'";
-  if (scheme != "linear" && scheme != "cuckoo" && scheme != "race" && scheme != "continuity")
-    return "--scheme '" + scheme + "' is not available (available: linear, cuckoo, race, continuity)";
+  if (scheme != "linear" && scheme != "cuckoo" && scheme != "race" && scheme != "continuity" && scheme != "level")
+    return "--scheme '" + scheme + "' is not available (available: linear, cuckoo, race, continuity, level)";
   if (scheme == "race") {
     if (key_bytes < 8 || key_bytes > 256) return "--key-bytes must be in [8, 256] with --scheme race";
     if (value_bytes > 15360) return "--value-bytes must be at most 15360 with --scheme race";

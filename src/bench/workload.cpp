@@ -9,6 +9,7 @@
 
 #include "bench/ycsb.h"
 #include "rdmahash/continuity.h"
+#include "rdmahash/level.h"
 #include "rdmahash/cuckoo.h"
 #include "rdmahash/pmem.h"
 #include "rdmahash/race.h"
@@ -479,6 +480,56 @@ class ContinuityAdapter final : public SchemeAdapter {
   std::vector<std::byte> image_;       // --pm-path without --keep-table: the file after the first load
 };
 
+// Level hashing (OSDI'18), the seed 002 baseline: volatile (the persist choke point counts and
+// fences, no file). Reloading between points reformats and bulk-loads again.
+class LevelAdapter final : public SchemeAdapter {
+ public:
+  LevelAdapter(const BenchOptions& o, double load_factor) {
+    if (o.key_bytes != 8) throw InvalidArgument("--scheme level stores 8-byte keys: use --key-bytes 8");
+    cfg_ = LevelConfig::for_records(o.records, load_factor, o.memory_nodes, 1);
+    cfg_.value_bytes = o.value_bytes;
+    cfg_.hash_seed = hash::mix64(o.seed ^ 0x1E7EULL);
+    cfg_.validate();
+  }
+  uint64_t region_bytes() const override { return cfg_.region_bytes(); }
+  // Slots of the two levels in use at creation (a resize doubles the top level).
+  uint64_t slots() const override { return 12 * cfg_.base_buckets * cfg_.memory_nodes; }
+  unsigned key_bits() const override { return 63; }
+  uint32_t value_bytes() const override { return cfg_.value_bytes; }
+
+  void load(Fabric& fabric, const KeySpace& keys, const std::function<void(uint64_t)>& progress) override {
+    server_.reset();  // no client is running: the old server's handler is replaced below
+    for (uint32_t n = 0; n < cfg_.memory_nodes; ++n) {  // a zero header makes the shard format itself
+      auto region = fabric.local_region(n);
+      if (!region.empty()) std::memset(region.data(), 0, std::min<size_t>(region.size(), kLevelAreaOffset));
+    }
+    server_ = std::make_unique<LevelServer>(fabric, cfg_, PersistMode::kVolatile);
+    std::vector<std::byte> value(cfg_.value_bytes);
+    RecordStream records(keys);
+    for (uint64_t i = 0; i < keys.records(); ++i) {
+      const uint64_t k = records.next();
+      fill_value(k, value);
+      server_->bulk_insert(k, value);
+      if ((i & 0xFFFF) == 0 && progress) progress(i);
+    }
+    if (progress) progress(keys.records());
+  }
+
+  ClientSetup make_client(Engine& engine, const ReadSizeSpec& spec, const BenchOptions&) const override {
+    if (spec.kind != ReadSizeSpec::Kind::kFixed)
+      throw InvalidArgument("--read-size " + spec.text() + " applies to linear probing, not to --scheme level");
+    return {std::make_unique<LevelClient>(cfg_, engine), 8};
+  }
+  std::string describe() const override {
+    return "level N=" + std::to_string(cfg_.base_buckets) + " bucket=" + std::to_string(cfg_.bucket_bytes()) + "B";
+  }
+  std::string persistence() const override { return to_string(PersistMode::kVolatile); }
+
+ private:
+  LevelConfig cfg_;
+  std::unique_ptr<LevelServer> server_;
+};
+
 }  // namespace
 
 std::unique_ptr<SchemeAdapter> make_adapter(const BenchOptions& o, double load_factor) {
@@ -486,6 +537,7 @@ std::unique_ptr<SchemeAdapter> make_adapter(const BenchOptions& o, double load_f
   if (o.scheme == "cuckoo") return std::make_unique<CuckooAdapter>(o, load_factor);
   if (o.scheme == "race") return std::make_unique<RaceAdapter>(o, load_factor);
   if (o.scheme == "continuity") return std::make_unique<ContinuityAdapter>(o, load_factor);
+  if (o.scheme == "level") return std::make_unique<LevelAdapter>(o, load_factor);
   throw InvalidArgument("unknown scheme '" + o.scheme + "'");
 }
 

@@ -36,7 +36,7 @@ using rdmahash::bench::BenchOptions;
 // The options that shape a table (shared by bench and serve; a --connect client takes them from
 // the server: see table_option_names()).
 void add_table_options(CLI::App& cmd, BenchOptions& o, std::string& distribution) {
-  cmd.add_option("--scheme", o.scheme, "hash table scheme: linear, cuckoo, race or continuity")->capture_default_str();
+  cmd.add_option("--scheme", o.scheme, "hash table scheme: linear, cuckoo, race, continuity or level")->capture_default_str();
   cmd.add_option("--sbuckets", o.sbuckets, "continuity: SBuckets between two numbered buckets (1..4)")->capture_default_str();
   cmd.add_option("--pm-path", o.pm_path,
                  "continuity: keep the table in this file (pmem_map_file); an existing file is recovered, not loaded; "
