@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Seed 002's comparison (issue 11): continuity hashing vs level hashing (its baseline) vs RACE vs
+# linear probing on YCSB A, B, C, F, same run, 16-byte values (-p fieldcount=1 -p fieldlength=16),
+# 8-byte keys; each point is a load phase (the clients insert the records) then the run. Continuity
+# and level write through the memory node's CPU (RPCs, persists counted: JSON persists_per_op) and
+# look up with one-sided READs; RACE and linear write one-sided. Volatile tables (no --pm-path) so
+# that every scheme runs on the same memory. 1 memory node + 1 client over UCX shared memory.
+# Output: results/ycsb_pm/. Env: RDMAHASH_BUILD, YCSB_RECORDS (default 100 000), OPS, DEPTHS,
+# WORKLOADS.
+source "$(dirname "$0")/fig_lib.sh" ycsb_pm
+RECORDS=${YCSB_RECORDS:-100000}
+OPS=${OPS:-100000}
+WORKLOADS=${WORKLOADS:-a b c f}
+DEPTHS=${DEPTHS:-16}
+for d in $DEPTHS; do
+  for w in $WORKLOADS; do
+    common=(--ycsb tests/data/ycsb/workload"$w" -p recordcount="$RECORDS" -p operationcount="$OPS"
+            -p fieldcount=1 -p fieldlength=16 --depth "$d")
+    bench --scheme continuity --load-factor 0.25 "${common[@]}"
+    bench --scheme level --load-factor 0.5 "${common[@]}"
+    bench --scheme race --key-bytes 8 --initial-depth 0 "${common[@]}"
+    bench --scheme linear --key-bytes 8 --slot-format inline --load-factor 0.8 "${common[@]}"
+  done
+done
+echo "results: $OUT/results.jsonl" >&2
