@@ -4,7 +4,7 @@
 # Client kills: a fresh server per round, three kv-mix clients with --history, the second
 # kill -9'd at a random point of its run; the survivors finish, a fourth client runs, and the four
 # histories together are linearizable (tests/serve_kill_test.sh). Schemes whose clients hold
-# nothing between requests (linear set and heap: single CASes; cuckoo: every write is an RPC the
+# nothing between requests (linear set and heap: single CASes; cuckoo and level: every write is an RPC the
 # memory node applies): 20 kills for linear set (the issue's count), 8 for the others. Not here, because a client killed inside
 # its lock window blocks that key for others (issue 10 item 5): race (a dead writer's
 # tentative copy stalls the writers of its key: seen spinning for 10 minutes, see issue 9). Linear
@@ -25,7 +25,8 @@ set(SERVE_KILLS
   "linear_set|20|--slot-format set"
   "linear_heap|8|--storage heap --value-bytes 16"
   "cuckoo_inline|8|--scheme cuckoo --value-bytes 16"
-  "cuckoo_heap|8|--scheme cuckoo --storage heap --value-bytes 16")
+  "cuckoo_heap|8|--scheme cuckoo --storage heap --value-bytes 16"
+  "level|6|--scheme level --value-bytes 16")
 foreach(entry IN LISTS SERVE_KILLS)
   string(REPLACE "|" ";" parts "${entry}")
   list(GET parts 0 name)

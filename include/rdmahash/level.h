@@ -31,10 +31,16 @@
 //   update(k, v): out of place in k's bucket: write the new item into a free slot of that bucket,
 //                 persist; token ← bits ^ bit(old) ^ bit(new), seq+1 — both bits in one store;
 //                 persist.                                                                2 persists
-//                 A full bucket first moves one other item out (one-step movement); else kFull.
+//                 A full bucket first moves one other item out (one-step movement); if none can
+//                 move, the new item goes to another candidate bucket with a free slot: written,
+//                 persisted, published by that bucket's token store (persist), then the old slot
+//                 cleared (persist) — 3 persists; the update takes effect at the clear. Only when
+//                 all four candidate buckets are full: kFull (the old value stays).
 //   erase(k):     token ← bits & ~bit(slot), seq+1; persist(token).                      1 persist
 //   A slot is only written while its valid bit is clear. Persists are counted per operation
-//   (LevelResult.persists, LevelStats) as for continuity: 2 / 2 / 1, plus 3 per movement.
+//   (LevelResult.persists, LevelStats) as for continuity: 2 / 2 / 1, plus 3 per movement (an
+//   update moved to another bucket: 3). An in-bucket update flips both bits in one store, so it
+//   never has two visible copies.
 //   resize():     new top = level t+1 (4N·2^(t-1) buckets, never used before: tokens zero).
 //                 level word ← (t, RESIZING), persist; for every valid item x of the bottom level
 //                 t-1: insert x into level t+1 unless it is already there (a resumed resize), then
@@ -44,15 +50,17 @@
 // Invariants (at every instant, in memory and in every crash image of the media)
 //   I1 every valid slot holds a consistent item (check matches) of one of its key's candidate
 //      buckets of a level in use (t-1, t, and t+1 while RESIZING);
-//   I2 valid copies of one key hold the same value; there are two only mid-movement or mid-rehash
-//      (the copy is published before the original is cleared), never between two operations;
+//   I2 a key has one valid copy between operations; two only inside a movement or a rehash (one
+//      value: the copy is published before the original is cleared) or inside an update moved to
+//      another bucket (the new value published before the old one is cleared);
 //   I3 every acknowledged write is durable: the reply follows the token persist.
 //   What a crash leaves: an operation before its token store is absent (its slot has a clear bit);
 //   a token store is one aligned 8-byte word, so it is wholly in or out; an interrupted movement
-//   or rehash leaves two valid copies of one item (I2) and nothing lost. Recovery: validate the
-//   header; scan the levels in use; refuse (PmemError) any valid slot that breaks I1, two copies
-//   with different values, or valid bits in a level not in use; clear the redundant copy of a
-//   duplicated item (the one in the lower level, else the later in scan order: 1 persist each);
+//   or rehash leaves two valid copies of one item (I2) and nothing lost; an interrupted moved
+//   update leaves the old and the new value, either of which the unacknowledged update may leave.
+//   Recovery: validate the header; scan the levels in use; refuse (PmemError) any valid slot that
+//   breaks I1 or valid bits in a level not in use; clear the redundant copy of a duplicated key
+//   (the one in the lower level, else the later in scan order: 1 persist each);
 //   finish an interrupted resize (the level word says RESIZING). Formatting writes the magic last.
 //
 // Reads (clients, one-sided, while the node writes)
@@ -65,7 +73,9 @@
 //   re-issued. The token word precedes its slots, so a READ that copies in address order reads it
 //   first; a slot rewritten after that carries pub > seq. (Residual, as continuity's: a READ whose
 //   words arrive out of address order could pair an old slot with a newer token.)
-//   A hit is the item present when its token word was read (I2: any copy has the key's value).
+//   A hit is the item present when its token word was read. Two valid copies of one key with
+//   different values (an update moved to another bucket, between its publication and its clear)
+//   make the batch re-read; one value (a movement or rehash) is the key's value either way.
 //   A miss is not trusted from one batch: a movement or rehash can publish the copy in a bucket
 //   already read and clear the original in a bucket read later. So a miss re-issues the batch and
 //   is returned only when two successive batches read the same level word and the same token
@@ -77,7 +87,8 @@
 // Safety mechanisms (each removed by a mutant of tests/mutants/level.json, which the tests kill)
 //  * the item is persisted before the token store that publishes it (level-drop-slot-persist)
 //  * the token store is persisted before the reply (level-drop-token-persist)
-//  * an update flips the old and the new token bit in one store (level-update-two-stores)
+//  * a reader that sees two copies of a key with different values re-reads (not a mutant: no
+//    deterministic interleaving exposes it yet; covered by history_level_* and LevelConcurrency)
 //  * a movement publishes the copy before clearing the original (level-move-clear-first)
 //  * a rehash inserts into the new top before clearing the old bottom (level-resize-clear-first)
 //  * a reader accepts a slot only if its check word matches (level-reader-skip-checksum)
@@ -171,6 +182,7 @@ struct LevelResult {
 
 struct LevelStats {
   uint64_t inserts = 0, updates = 0, erases = 0, full = 0, moves = 0, resizes = 0, rehashed = 0;
+  uint64_t moved_updates = 0;  // updates whose new item went to another bucket (3 persists)
   uint64_t insert_persists = 0, update_persists = 0, erase_persists = 0, resize_persists = 0;
 };
 

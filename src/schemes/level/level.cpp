@@ -229,8 +229,8 @@ void LevelShard::recover() {
         const Loc here{level, b, s};
         auto [it, fresh] = seen.emplace(key, std::make_pair(here, value));
         if (fresh) continue;
-        if (it->second.second != value)
-          throw PmemError("corrupt image: key " + std::to_string(key) + " is valid twice with different values");
+        // Two copies: an interrupted movement or rehash (one value) or an interrupted update that
+        // moved its key to another bucket (two values: either is a state the update may leave).
         // Keep the copy in the higher level (a rehash copies upwards), else the first one.
         if (level > it->second.first.level) {
           redundant.push_back(it->second.first);
@@ -393,6 +393,21 @@ LevelResult LevelShard::replace(const Loc& at, uint64_t key, const LevelPlacemen
   int f = free_slot(at.level, at.bucket);
   if (f < 0 && move_out(at.level, at.bucket, at.slot)) f = free_slot(at.level, at.bucket);
   if (f < 0) {
+    // The key's bucket stays full: the new item goes to another candidate bucket with a free slot,
+    // published there before the old one is cleared (readers that see both copies re-read).
+    for (uint32_t level : levels_in_use())
+      for (uint64_t b : candidates(cfg_, p, level)) {
+        const int g = free_slot(level, b);
+        if (g < 0) continue;
+        write_slot(Loc{level, b, static_cast<uint32_t>(g)}, key, p.kbits, value);
+        set_token(level, b, (region_.load(bucket_off(level, b)) & kTokenBits) | (1ULL << g));
+        clear_bit(at);
+        ++stats_.updates;
+        ++stats_.moved_updates;
+        const auto n = static_cast<uint32_t>(region_.persists() - before);
+        stats_.update_persists += n;
+        return {Status::kUpdated, n};
+      }
     ++stats_.full;
     return {Status::kFull, static_cast<uint32_t>(region_.persists() - before)};  // the old value stays
   }
@@ -638,6 +653,7 @@ LevelStats LevelServer::stats() const {
     t.moves += x.moves;
     t.resizes += x.resizes;
     t.rehashed += x.rehashed;
+    t.moved_updates += x.moved_updates;
     t.insert_persists += x.insert_persists;
     t.update_persists += x.update_persists;
     t.erase_persists += x.erase_persists;
@@ -711,7 +727,15 @@ Task<OpResult> LevelClient::get(uint64_t key, std::span<std::byte> value_out) {
           stable = false;  // torn, or republished after its token was read: never guess
           break;
         }
-        if (static_cast<uint32_t>(ctrl) == p.kbits && l.key(rec) == key) hit = rec;
+        if (static_cast<uint32_t>(ctrl) == p.kbits && l.key(rec) == key) {
+          // Two copies of different values: an update that moved the key to another bucket is
+          // between publishing the new copy and clearing the old one. Re-read.
+          if (hit && std::memcmp(hit + l.val_off, rec + l.val_off, l.val_padded) != 0) {
+            stable = false;
+            break;
+          }
+          hit = rec;
+        }
       }
     }
     if (!stable) {
