@@ -78,6 +78,9 @@ struct UcxServerConfig {
   std::string table_spec;      // sent to every client: what the table in the region is
   bool handle_signals = false; // run() returns on SIGTERM / SIGINT (blocked, taken through a signalfd)
   std::chrono::milliseconds recovery_grace{1000};  // see ClientLossHandler
+  // The shared secret clients must prove they hold (load_token_file); empty: none, which only a
+  // loopback `listen` allows (create() throws std::invalid_argument otherwise).
+  std::string token;
 };
 
 class UcxServer {
@@ -120,6 +123,14 @@ struct UcxConnection {
 
 // Connects to memory nodes 0..K-1 at `addresses` (host:port each). Throws FabricError naming the
 // address: "memory node ADDR refused the connection: REASON", or why it could not be reached.
-UcxConnection connect_ucx_servers(const std::vector<std::string>& addresses);
+// `token`: the secret of --token-file (empty: none). A client with a token also checks that every
+// server proves it holds the same one.
+UcxConnection connect_ucx_servers(const std::vector<std::string>& addresses, const std::string& token = "");
+
+// Reads the secret of a --token-file (trailing newline and spaces dropped). With `create`, a
+// missing file is created with mode 0600 holding 32 random bytes as 64 hex digits (*created is set).
+// Throws std::invalid_argument for a file that is not regular, that group or others may access
+// (any of the mode's 077 bits), that cannot be read, or that holds fewer than 16 bytes.
+std::string load_token_file(const std::string& path, bool create, bool* created = nullptr);
 
 }  // namespace rdmahash
