@@ -123,3 +123,11 @@ add_test(NAME serve_public_needs_token COMMAND ${EF} "0.0.0.0:0 is not a loopbac
 set_tests_properties(serve_token_file_too_open serve_token_file_empty serve_token_file_short serve_token_file_dir
   serve_token_file_uncreatable serve_connect_token_missing serve_connect_token_too_open serve_token_without_connect
   serve_public_needs_token PROPERTIES LABELS serve TIMEOUT 60 RUN_SERIAL ON)
+
+# 10^5 random and mutated handshake messages against a server with --token-file while token-holding
+# kv-mix clients run; every fuzz connection dropped, every good handshake welcomed, histories
+# linearizable (tests/serve_fuzz_test.py).
+add_test(NAME serve_handshake_fuzz
+  COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/serve_fuzz_test.py $<TARGET_FILE:rdmahash_cli> 100000)
+set_tests_properties(serve_handshake_fuzz PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
+  TIMEOUT 300 LABELS serve)
