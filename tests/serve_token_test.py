@@ -218,7 +218,44 @@ def main():
     for c in ("client 0 finished", "client 1 finished", "client 2 finished"):
         if c not in text:
             fail(f"missing '{c}'")
+    public_address(rdmahash, work, tok)
     print("PASS")
+
+
+def public_address(rdmahash, work, tok):
+    """A server on this machine's first non-loopback IPv4 address (with the token): every socket it
+    listens on, its own and UCX's, is on that address; a client with the token runs against it."""
+    try:
+        out = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True).stdout
+    except OSError:
+        out = ""
+    ips = [m.group(1) for m in re.finditer(r"inet (\d+\.\d+\.\d+\.\d+)/", out) if not m.group(1).startswith("127.")]
+    if not ips:
+        print("no non-loopback IPv4 address on this machine: the public-address part is skipped")
+        return
+    ip = ips[0]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from serve_handshake_test import listening_sockets
+    log = open(os.path.join(work, "public.log"), "w+")
+    server = subprocess.Popen([rdmahash, "serve", "--listen", f"{ip}:0", "--records", "1000", "--slot-format", "set",
+                               "--no-progress", "--token-file", tok], stdout=subprocess.PIPE, stderr=log, text=True)
+    try:
+        line = server.stdout.readline()
+        m = re.search(r"listening on (\S+):(\d+)$", line.strip())
+        if not m or m.group(1) != ip:
+            fail(f"no 'listening on {ip}:PORT' line: {line!r}")
+        socks = listening_sockets(server.pid)
+        print(f"serve --listen {ip}:0: listening sockets {socks}")
+        if (ip, int(m.group(2))) not in socks or any(s[0] != ip for s in socks):
+            fail(f"a server on {ip} listens elsewhere: {socks}")
+        r = subprocess.run([rdmahash, "bench", "--connect", f"{ip}:{m.group(2)}", "--workload", "kv-mix", "--keys", "16",
+                            "--ops", "2000", "--quiet", "--token-file", tok], capture_output=True, text=True)
+        if r.returncode != 0:
+            fail(f"a client with the token against {ip} failed: {r.stderr}")
+    finally:
+        server.send_signal(signal.SIGTERM)
+        if server.wait(timeout=30) != 0:
+            fail("the server on the public address did not stop cleanly")
 
 
 if __name__ == "__main__":

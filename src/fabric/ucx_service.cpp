@@ -283,17 +283,17 @@ class Server final : public UcxServer {
     if (c.nodes == 0 || c.node >= c.nodes)
       throw std::invalid_argument("memory node " + std::to_string(c.node) + " of " + std::to_string(c.nodes) + " does not exist");
     const Endpoint ep = parse_endpoint(c.listen);
+    UcxFabricConfig fc;
+    fc.memory_nodes = c.nodes;
+    fc.region_bytes = c.region_bytes;
+    fc.region_address = c.region_address;
+    fc.net_devices = net_devices_for(ep.addr);
     // Whoever completes the handshake gets the rkey of the whole region: beyond this host's
     // loopback, only clients that hold the token.
     if (!is_loopback(ep.addr) && c.token.empty())
       throw std::invalid_argument(text_of(ep.addr) + " is not a loopback address: a memory node reachable from other "
                                   "hosts needs a shared secret (give --token-file FILE, and the clients the same file)");
     sodium_ready();
-    UcxFabricConfig fc;
-    fc.memory_nodes = c.nodes;
-    fc.region_bytes = c.region_bytes;
-    fc.region_address = c.region_address;
-    fc.net_devices = net_devices_for(ep.addr);
 
     listen_ = Fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (listen_.get() < 0) throw FabricError(errno_text("ucx service: socket"));
