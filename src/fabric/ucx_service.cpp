@@ -3,8 +3,9 @@
 // The server is one thread and one poll() loop over: the listening socket, every client's TCP
 // connection, the UCX worker's event fd (armed before sleeping, as UcxFabric::serve() does), an
 // eventfd for stop() and, with handle_signals, a signalfd for SIGTERM / SIGINT. Sockets are
-// non-blocking; a connection's hello is collected into a 16-byte buffer until it is whole or its
-// deadline passes, so no client can stall the loop.
+// non-blocking; a connection's hello (then its proof of the token) is collected into a fixed
+// buffer until it is whole or the handshake's deadline passes, so no client can stall the loop.
+// The crypto is libsodium's (HMAC-SHA256, crypto_verify_32, secretbox, randombytes).
 #include "rdmahash/ucx_service.h"
 
 #include <arpa/inet.h>
