@@ -120,14 +120,14 @@ def main():
         while len(body) < n:
             body += s.recv(n - len(body))
         s.close()
-        if magic != b"RDMAHASH" or status != 1 or b"version 1" not in body:
-            fail(f"version 99: expected a refusal naming version 1, got {magic!r} {status} {body!r}")
+        if magic != b"RDMAHASH" or status != 1 or b"version 2" not in body:
+            fail(f"version 99: expected a refusal naming version 2, got {magic!r} {status} {body!r}")
         print("version 99 refused:", body.decode())
         # Slow: one byte a second; the deadline (5 s) drops it before the hello is whole.
         s = connect()
         t0 = time.time()
         dropped = False
-        for b in b"RDMAHASH\x01\x00\x00\x00\x00\x00\x00\x00":
+        for b in b"RDMAHASH" + struct.pack("<II", 2, 0) + os.urandom(32):
             try:
                 s.sendall(bytes([b]))
             except OSError:
@@ -149,6 +149,16 @@ def main():
             fail("the client running during the bad handshakes failed")
         if subprocess.call(run + ["--ops", "5000", "--history", h2]) != 0:
             fail("a client after the bad handshakes failed")
+        # A client with a token refuses a server that asks for none: it cannot prove who it is.
+        tok = os.path.join(work, "token")
+        with open(os.open(tok, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write("0123456789abcdef0123456789abcdef\n")
+        r = subprocess.run(run + ["--ops", "100", "--token-file", tok], capture_output=True, text=True)
+        want = f"rdmahash bench: error: memory node {addr} asks for no token"
+        if r.returncode != 2 or not r.stderr.startswith(want):
+            fail(f"a client with a token against a server without one: expected exit 2 and {want!r}, got "
+                 f"{r.returncode} {r.stderr!r}")
+        print(r.stderr.strip())
         check = subprocess.run([rdmahash, "check-history", h1, h2], capture_output=True, text=True)
         print(check.stdout.strip())
         if check.returncode != 0 or not check.stdout.startswith("linearizable"):
@@ -164,8 +174,9 @@ def main():
     if rc != 0 or "stopped by SIGTERM" not in rest:
         fail(f"the server exited {rc} on SIGTERM: {rest!r}")
     drops = text.count("dropped a connection")
-    if drops != 5:
-        fail(f"expected 5 dropped connections (garbage, truncated, empty, version 99, slow), logged {drops}")
+    if drops != 6:
+        fail(f"expected 6 dropped connections (garbage, truncated, empty, version 99, slow, the client with a "
+             f"token whose proof the server closed on), logged {drops}")
     if "client 0 finished" not in text or "client 1 finished" not in text:
         fail("the good clients did not finish")
     print("PASS")

@@ -762,8 +762,16 @@ int run_ucx_ranks(const BenchOptions& o_in, uint64_t region) {
 int run_connect(const BenchOptions& o_in) {
   BenchOptions o = o_in;
   UcxConnection conn;
+  std::string token;
+  if (!o.token_file.empty()) {
+    try {
+      token = load_token_file(o.token_file, false);
+    } catch (const std::invalid_argument& e) {
+      throw InvalidArgument(e.what());
+    }
+  }
   try {
-    conn = connect_ucx_servers(o.connect);
+    conn = connect_ucx_servers(o.connect, token);
   } catch (const FabricError& e) {  // refused or unreachable: the address is the bad input
     throw InvalidArgument(e.what());
   }
@@ -804,6 +812,14 @@ int run_serve(const BenchOptions& o_in, const ServeOptions& s) {
   sc.listen = s.listen;
   sc.table_spec = table_spec(o);
   sc.handle_signals = true;
+  bool created = false;
+  if (!s.token_file.empty()) {
+    try {
+      sc.token = load_token_file(s.token_file, true, &created);
+    } catch (const std::invalid_argument& e) {
+      throw InvalidArgument(e.what());
+    }
+  }
   std::unique_ptr<UcxServer> server;
   try {
     server = UcxServer::create(sc);
@@ -818,6 +834,7 @@ int run_serve(const BenchOptions& o_in, const ServeOptions& s) {
               adapter->describe().c_str(), static_cast<unsigned long long>(records),
               adapter->recovered_records() ? " recovered" : "", bytes_text(adapter->region_bytes()).c_str(),
               server->address().c_str());
+  if (created) std::fprintf(stderr, "rdmahash serve: created token file %s (mode 0600): give the clients a copy\n", s.token_file.c_str());
   std::fflush(stdout);
   const int sig = server->run(stderr);
   const auto st = server->stats();

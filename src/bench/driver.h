@@ -45,6 +45,7 @@ struct ServeOptions {
   std::string listen = "127.0.0.1:18515";
   uint32_t node = 0;
   uint64_t capacity = 0;
+  std::string token_file;  // created if missing; required for a non-loopback --listen
 };
 int run_serve(const BenchOptions& o, const ServeOptions& s);
 

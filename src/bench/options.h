@@ -87,6 +87,7 @@ struct BenchOptions {
   uint64_t table_capacity = 0;
   // --connect: memory nodes 0..K-1 served by `rdmahash serve`; the table options come from them.
   std::vector<std::string> connect;
+  std::string token_file;  // --connect: the memory nodes' shared secret (their --token-file)
   // Tests only (environment RDMAHASH_TEST_DIE_HOLDING_LOCK=N, read by the CLI): linear inline
   // clients kill themselves holding their Nth slot lock (ProbeConfig::die_holding_lock).
   uint64_t die_holding_lock = 0;

@@ -71,6 +71,8 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
                  "run one client against memory nodes served by `rdmahash serve` at HOST:PORT,... (node order); "
                  "the table options come from the servers")
       ->delimiter(',');
+  cmd.add_option("--token-file", o.token_file,
+                 "--connect: the file holding the memory nodes' shared secret (copy of their --token-file; mode 0600)");
   cmd.add_option("--cuckoo-probe", o.cuckoo_probe, "cuckoo lookups: parallel (k READs at once) or sequential")
       ->capture_default_str();
   cmd.add_flag("--symmetric", o.symmetric, "every rank hosts a shard and runs a client (PGAS layout)");
@@ -171,6 +173,9 @@ int main(int argc, char** argv) {
                     "IPv4 HOST:PORT to listen on; UCX's own sockets use the same interface (port 0: any free port, "
                     "printed when ready)")
       ->capture_default_str();
+  serve->add_option("--token-file", serve_cfg.token_file,
+                    "shared secret clients must prove they hold (challenge-response; never sent); created with mode "
+                    "0600 if missing; required when --listen is not a loopback address (see docs/security.md)");
   serve->add_option("--node", serve_cfg.node, "this server is memory node N of --memory-nodes")->capture_default_str();
   serve->add_option("--capacity", serve_cfg.capacity,
                     "records the table may come to hold (sizes race's directory and linear heaps; default: records + "
@@ -239,6 +244,10 @@ int main(int argc, char** argv) {
 
   // Tests only: clients that die holding a lock (tests/serve_kill_test.sh, lock recovery).
   if (const char* e = std::getenv("RDMAHASH_TEST_DIE_HOLDING_LOCK")) opts.die_holding_lock = std::strtoull(e, nullptr, 10);
+  if (!opts.token_file.empty() && opts.connect.empty()) {
+    std::fprintf(stderr, "rdmahash bench: error: --token-file goes with --connect (an mpirun job has no handshake)\n");
+    return 2;
+  }
   if (!opts.connect.empty()) {
     // The table is the servers': its options come from memory node 0, so the command line must not
     // say something else about it.

@@ -336,6 +336,16 @@ UcxFabricImpl::UcxFabricImpl(const UcxFabricConfig& config) : config_(config) {
   if (!initialised) throw FabricError("ucx fabric: MPI must be initialised before UcxFabric::create");
   mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
   mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+  // Every rank on this host: UCX's own sockets need the loopback only (issue 16; init_local()
+  // applies it unless UCX_NET_DEVICES is set). On several hosts UCX picks the devices.
+  if (config_.net_devices.empty()) {
+    MPI_Comm host = MPI_COMM_NULL;
+    int on_host = 0;
+    mpi_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host), "MPI_Comm_split_type");
+    mpi_check(MPI_Comm_size(host, &on_host), "MPI_Comm_size");
+    MPI_Comm_free(&host);
+    if (on_host == size_) config_.net_devices = "lo";
+  }
   // Validation depends only on the config and the world size, so every rank throws alike.
   if (config.region_bytes == 0) throw FabricError("ucx fabric: region_bytes must be positive");
   if (config.symmetric) {

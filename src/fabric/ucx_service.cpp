@@ -3,8 +3,9 @@
 // The server is one thread and one poll() loop over: the listening socket, every client's TCP
 // connection, the UCX worker's event fd (armed before sleeping, as UcxFabric::serve() does), an
 // eventfd for stop() and, with handle_signals, a signalfd for SIGTERM / SIGINT. Sockets are
-// non-blocking; a connection's hello is collected into a 16-byte buffer until it is whole or its
-// deadline passes, so no client can stall the loop.
+// non-blocking; a connection's hello (then its proof of the token) is collected into a fixed
+// buffer until it is whole or the handshake's deadline passes, so no client can stall the loop.
+// The crypto is libsodium's (HMAC-SHA256, crypto_verify_32, secretbox, randombytes).
 #include "rdmahash/ucx_service.h"
 
 #include <arpa/inet.h>
@@ -18,16 +19,21 @@
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
+#include <sodium.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "fabric/ucx_internal.h"
@@ -36,13 +42,48 @@ namespace rdmahash {
 namespace {
 
 constexpr char kMagic[8] = {'R', 'D', 'M', 'A', 'H', 'A', 'S', 'H'};
-constexpr uint32_t kVersion = 1;
-constexpr size_t kHelloBytes = 16;
+constexpr uint32_t kVersion = 2;
+constexpr size_t kHeaderBytes = 16;                     // magic, version, flags
+constexpr size_t kNonceBytes = 32;
+constexpr size_t kHelloBytes = kHeaderBytes + kNonceBytes;  // + the client's nonce
+constexpr size_t kProofBytes = crypto_auth_hmacsha256_BYTES;
+constexpr uint32_t kStatusWelcome = 0, kStatusRefused = 1, kStatusChallenge = 2;
+constexpr uint32_t kChallengeTokenRequired = 1;
+static_assert(crypto_auth_hmacsha256_BYTES == 32 && crypto_secretbox_KEYBYTES == 32);
 constexpr uint32_t kMaxReplyBody = 1u << 20;
 constexpr char kBye[4] = {'B', 'Y', 'E', '!'};
 constexpr auto kHandshakeDeadline = std::chrono::seconds(5);
 
 std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+void sodium_ready() {
+  if (::sodium_init() < 0) throw FabricError("ucx service: libsodium failed to initialise");
+}
+
+using Nonce = std::array<unsigned char, kNonceBytes>;
+using Mac = std::array<unsigned char, kProofBytes>;
+
+// HMAC-SHA256 keyed by the token over a label and the transcript so far (both nonces, and for the
+// session key the client's proof too): a proof is good for one connection only.
+Mac token_mac(const std::string& token, std::string_view label, const Nonce& client, const Nonce& server,
+              const Mac* client_proof = nullptr) {
+  crypto_auth_hmacsha256_state st;
+  crypto_auth_hmacsha256_init(&st, reinterpret_cast<const unsigned char*>(token.data()), token.size());
+  crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(label.data()), label.size());
+  crypto_auth_hmacsha256_update(&st, client.data(), client.size());
+  crypto_auth_hmacsha256_update(&st, server.data(), server.size());
+  if (client_proof) crypto_auth_hmacsha256_update(&st, client_proof->data(), client_proof->size());
+  Mac out;
+  crypto_auth_hmacsha256_final(&st, out.data());
+  sodium_memzero(&st, sizeof st);
+  return out;
+}
+constexpr std::string_view kClientLabel = "rdmahash handshake v2: client proof";
+constexpr std::string_view kSessionLabel = "rdmahash handshake v2: welcome key";
+// The welcome (worker address, rkey) is sealed with a key only this connection's two ends can
+// derive: secretbox (XSalsa20-Poly1305) authenticates the server to the client and hides the rkey
+// from a passive observer of the handshake. The key is fresh per connection, so a zero nonce is safe.
+constexpr unsigned char kZeroNonce[crypto_secretbox_NONCEBYTES] = {};
 
 struct Endpoint {
   std::string host;
@@ -248,6 +289,12 @@ class Server final : public UcxServer {
     fc.region_bytes = c.region_bytes;
     fc.region_address = c.region_address;
     fc.net_devices = net_devices_for(ep.addr);
+    // Whoever completes the handshake gets the rkey of the whole region: beyond this host's
+    // loopback, only clients that hold the token.
+    if (!is_loopback(ep.addr) && c.token.empty())
+      throw std::invalid_argument(text_of(ep.addr) + " is not a loopback address: a memory node reachable from other "
+                                  "hosts needs a shared secret (give --token-file FILE, and the clients the same file)");
+    sodium_ready();
 
     listen_ = Fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (listen_.get() < 0) throw FabricError(errno_text("ucx service: socket"));
@@ -303,17 +350,22 @@ class Server final : public UcxServer {
   struct Conn {
     Fd fd;
     std::string peer;
-    bool connected = false;     // hello answered
+    enum class Stage { kHello, kProof, kConnected } stage = Stage::kHello;
+    bool connected = false;     // welcome sent
     uint32_t id = 0;
-    std::byte hello[kHelloBytes]{};
-    size_t got = 0;             // hello bytes (or goodbye bytes, once connected)
-    std::chrono::steady_clock::time_point deadline;
+    std::byte in[kHelloBytes]{};  // the hello, then the proof (kProofBytes ≤ kHelloBytes)
+    size_t got = 0;             // bytes of the current message (the goodbye, once connected)
+    Nonce client_nonce{}, server_nonce{};
+    std::chrono::steady_clock::time_point deadline;  // of the whole handshake
   };
 
   void accept_all(std::FILE* log);
   // Reads what `c` sent; false when the connection is over (closed, bad input).
   bool on_readable(Conn& c, std::FILE* log);
-  bool answer(Conn& c, std::FILE* log);
+  bool send_reply(Conn& c, uint32_t status, std::span<const std::byte> body, std::FILE* log);
+  bool refuse(Conn& c, const std::string& why, std::FILE* log);
+  bool on_hello(Conn& c, std::FILE* log);
+  bool on_proof(Conn& c, std::FILE* log);
   void drop(Conn& c, std::FILE* log, const std::string& why) {
     ++stats_.dropped;
     if (log) std::fprintf(log, "rdmahash serve: dropped a connection from %s: %s\n", c.peer.c_str(), why.c_str());
@@ -384,31 +436,8 @@ void Server::accept_all(std::FILE* log) {
   }
 }
 
-bool Server::answer(Conn& c, std::FILE* log) {
-  if (std::memcmp(c.hello, kMagic, 8) != 0) {
-    drop(c, log, "not an rdmahash hello");
-    return false;
-  }
-  uint32_t version = 0, flags = 0;
-  std::memcpy(&version, c.hello + 8, 4);
-  std::memcpy(&flags, c.hello + 12, 4);
+bool Server::send_reply(Conn& c, uint32_t status, std::span<const std::byte> body, std::FILE* log) {
   std::vector<std::byte> reply(reinterpret_cast<const std::byte*>(kMagic), reinterpret_cast<const std::byte*>(kMagic) + 8);
-  std::vector<std::byte> body;
-  uint32_t status = 0;
-  if (version != kVersion || flags != 0) {
-    status = 1;
-    const std::string why = "protocol version " + std::to_string(version) + " flags " + std::to_string(flags) +
-                            " (this server speaks version 1, flags 0)";
-    body.assign(reinterpret_cast<const std::byte*>(why.data()), reinterpret_cast<const std::byte*>(why.data() + why.size()));
-  } else {
-    try {
-      body = welcome_body(next_id_);
-    } catch (const std::exception& e) {
-      status = 1;
-      const std::string why = e.what();
-      body.assign(reinterpret_cast<const std::byte*>(why.data()), reinterpret_cast<const std::byte*>(why.data() + why.size()));
-    }
-  }
   put_u32(reply, status);
   put_u32(reply, static_cast<uint32_t>(body.size()));
   reply.insert(reply.end(), body.begin(), body.end());
@@ -416,10 +445,51 @@ bool Server::answer(Conn& c, std::FILE* log) {
     drop(c, log, "could not send the reply");
     return false;
   }
-  if (status != 0) {
-    drop(c, log, "refused: " + std::string(reinterpret_cast<const char*>(body.data()), body.size()));
-    return false;
+  return true;
+}
+
+bool Server::refuse(Conn& c, const std::string& why, std::FILE* log) {
+  if (send_reply(c, kStatusRefused, std::as_bytes(std::span(why)), log)) drop(c, log, "refused: " + why);
+  return false;
+}
+
+// The hello is whole: check it, then challenge the client with a fresh nonce.
+bool Server::on_hello(Conn& c, std::FILE* log) {
+  std::memcpy(c.client_nonce.data(), c.in + kHeaderBytes, kNonceBytes);
+  ::randombytes_buf(c.server_nonce.data(), c.server_nonce.size());
+  std::vector<std::byte> body(reinterpret_cast<const std::byte*>(c.server_nonce.data()),
+                              reinterpret_cast<const std::byte*>(c.server_nonce.data()) + kNonceBytes);
+  put_u32(body, config_.token.empty() ? 0 : kChallengeTokenRequired);
+  if (!send_reply(c, kStatusChallenge, body, log)) return false;
+  c.stage = Conn::Stage::kProof;
+  c.got = 0;
+  return true;
+}
+
+// The proof is whole: verify it (constant time) before anything about the region leaves.
+bool Server::on_proof(Conn& c, std::FILE* log) {
+  Mac proof;
+  std::memcpy(proof.data(), c.in, kProofBytes);
+  if (!config_.token.empty()) {
+    const Mac want = token_mac(config_.token, kClientLabel, c.client_nonce, c.server_nonce);
+    if (::crypto_verify_32(proof.data(), want.data()) != 0) return refuse(c, "bad token", log);
   }
+  std::vector<std::byte> body;
+  try {
+    body = welcome_body(next_id_);
+  } catch (const std::exception& e) {
+    return refuse(c, e.what(), log);
+  }
+  if (!config_.token.empty()) {
+    Mac key = token_mac(config_.token, kSessionLabel, c.client_nonce, c.server_nonce, &proof);
+    std::vector<std::byte> sealed(body.size() + crypto_secretbox_MACBYTES);
+    ::crypto_secretbox_easy(reinterpret_cast<unsigned char*>(sealed.data()), reinterpret_cast<const unsigned char*>(body.data()),
+                            body.size(), kZeroNonce, key.data());
+    sodium_memzero(key.data(), key.size());
+    body = std::move(sealed);
+  }
+  if (!send_reply(c, kStatusWelcome, body, log)) return false;
+  c.stage = Conn::Stage::kConnected;
   c.connected = true;
   c.id = next_id_++;
   c.got = 0;
@@ -431,7 +501,10 @@ bool Server::answer(Conn& c, std::FILE* log) {
 bool Server::on_readable(Conn& c, std::FILE* log) {
   for (;;) {
     std::byte buf[64];
-    const size_t want = c.connected ? sizeof kBye - c.got : kHelloBytes - c.got;
+    const size_t want = c.stage == Conn::Stage::kConnected ? sizeof kBye - c.got
+                        : c.stage == Conn::Stage::kProof   ? kProofBytes - c.got
+                        : c.got < kHeaderBytes             ? kHeaderBytes - c.got  // checked before the nonce
+                                                           : kHelloBytes - c.got;
     const ssize_t n = ::recv(c.fd.get(), buf, std::min(want, sizeof buf), 0);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -439,7 +512,9 @@ bool Server::on_readable(Conn& c, std::FILE* log) {
     }
     if (n <= 0) {  // closed (or reset)
       if (!c.connected) {
-        drop(c, log, c.got ? "closed during the hello" : "closed before the hello");
+        drop(c, log, c.stage == Conn::Stage::kProof ? "closed before its proof of the token"
+                     : c.got                         ? "closed during the hello"
+                                                     : "closed before the hello");
       } else {
         if (log) std::fprintf(log, "rdmahash serve: client %u lost (connection closed without goodbye)\n", c.id);
         client_lost();
@@ -447,9 +522,22 @@ bool Server::on_readable(Conn& c, std::FILE* log) {
       return false;
     }
     if (!c.connected) {
-      std::memcpy(c.hello + c.got, buf, static_cast<size_t>(n));
+      std::memcpy(c.in + c.got, buf, static_cast<size_t>(n));
       c.got += static_cast<size_t>(n);
-      if (c.got == kHelloBytes && !answer(c, log)) return false;
+      if (c.stage == Conn::Stage::kHello && c.got == kHeaderBytes) {
+        if (std::memcmp(c.in, kMagic, 8) != 0) {
+          drop(c, log, "not an rdmahash hello");
+          return false;
+        }
+        uint32_t version = 0, flags = 0;
+        std::memcpy(&version, c.in + 8, 4);
+        std::memcpy(&flags, c.in + 12, 4);
+        if (version != kVersion || flags != 0)
+          return refuse(c, "protocol version " + std::to_string(version) + " flags " + std::to_string(flags) +
+                               " (this server speaks version 2, flags 0)", log);
+      }
+      if (c.stage == Conn::Stage::kHello && c.got == kHelloBytes && !on_hello(c, log)) return false;
+      if (c.stage == Conn::Stage::kProof && c.got == kProofBytes && !on_proof(c, log)) return false;
       continue;
     }
     if (std::memcmp(buf, kBye + c.got, static_cast<size_t>(n)) != 0) {
@@ -511,7 +599,7 @@ int Server::run(std::FILE* log) {
       bool keep = true;
       if (fds[4 + i].revents) keep = on_readable(c, log);
       if (keep && !c.connected && now >= c.deadline) {
-        drop(c, log, "no complete hello within 5 s");
+        drop(c, log, c.stage == Conn::Stage::kProof ? "no proof of the token within 5 s" : "no complete hello within 5 s");
         keep = false;
       }
       if (keep) kept.push_back(std::move(c));
@@ -572,35 +660,75 @@ struct Welcome {
   std::string host;  // the server's host_id()
 };
 
-Welcome handshake(const std::string& address, Fd& sock) {
-  const auto fail = [&](const std::string& why) { return FabricError("memory node " + address + " " + why); };
+// Reads one server message (magic, status, body of at most 1 MiB).
+std::pair<uint32_t, std::vector<std::byte>> read_reply(int fd, std::chrono::steady_clock::time_point deadline,
+                                                       const std::function<FabricError(const std::string&)>& fail) {
+  std::byte head[16];
+  if (!recv_all(fd, head, deadline)) throw fail("sent no reply to the handshake within 10 s");
+  if (std::memcmp(head, kMagic, 8) != 0) throw fail("is not an rdmahash server (bad reply)");
+  Reader hr({head + 8, 8});
+  const uint32_t status = hr.u32(), len = hr.u32();
+  if (len > kMaxReplyBody) throw fail("sent a reply of " + std::to_string(len) + " bytes (at most 1 MiB)");
+  std::vector<std::byte> body(len);
+  if (!recv_all(fd, body, deadline)) throw fail("sent a truncated reply");
+  if (status == kStatusRefused)
+    throw fail("refused the connection: " + std::string(reinterpret_cast<const char*>(body.data()), body.size()));
+  return {status, std::move(body)};
+}
+
+Welcome handshake(const std::string& address, const std::string& token, Fd& sock) {
+  const std::function<FabricError(const std::string&)> fail = [&](const std::string& why) {
+    return FabricError("memory node " + address + " " + why);
+  };
   Endpoint ep;
   try {
     ep = parse_endpoint(address);
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(std::string("--connect: ") + e.what());
   }
+  sodium_ready();
   sock = Fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (sock.get() < 0) throw FabricError(errno_text("ucx service: socket"));
   if (::connect(sock.get(), reinterpret_cast<const sockaddr*>(&ep.addr), sizeof ep.addr) != 0)
     throw fail(errno_text("cannot be reached (is `rdmahash serve` running there?)"));
   const int one = 1;
   ::setsockopt(sock.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  Nonce client_nonce;
+  ::randombytes_buf(client_nonce.data(), client_nonce.size());
   std::vector<std::byte> hello(reinterpret_cast<const std::byte*>(kMagic), reinterpret_cast<const std::byte*>(kMagic) + 8);
   put_u32(hello, kVersion);
   put_u32(hello, 0);
+  const auto* cn = reinterpret_cast<const std::byte*>(client_nonce.data());
+  hello.insert(hello.end(), cn, cn + kNonceBytes);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   if (!send_all(sock.get(), hello, deadline)) throw fail("closed the connection during the handshake");
-  std::byte head[16];
-  if (!recv_all(sock.get(), head, deadline)) throw fail("sent no reply to the handshake within 10 s");
-  if (std::memcmp(head, kMagic, 8) != 0) throw fail("is not an rdmahash server (bad reply)");
-  Reader hr({head + 8, 8});
-  const uint32_t status = hr.u32(), len = hr.u32();
-  if (len > kMaxReplyBody) throw fail("sent a reply of " + std::to_string(len) + " bytes (at most 1 MiB)");
-  std::vector<std::byte> body(len);
-  if (!recv_all(sock.get(), body, deadline)) throw fail("sent a truncated reply");
-  if (status != 0)
-    throw fail("refused the connection: " + std::string(reinterpret_cast<const char*>(body.data()), body.size()));
+  // The challenge: the server's nonce, and whether it asks for the token.
+  auto [status, challenge] = read_reply(sock.get(), deadline, fail);
+  if (status != kStatusChallenge || challenge.size() != kNonceBytes + 4) throw fail("sent a bad challenge");
+  Nonce server_nonce;
+  std::memcpy(server_nonce.data(), challenge.data(), kNonceBytes);
+  const uint32_t flags = Reader({challenge.data() + kNonceBytes, 4}).u32();
+  const bool required = (flags & kChallengeTokenRequired) != 0;
+  if (!token.empty() && !required)
+    throw fail("asks for no token (it was started without --token-file), but this client has one: it cannot prove "
+               "it is the memory node you meant");
+  // Without a token the proof is zeros: a server that wants one answers "bad token".
+  Mac proof{};
+  if (!token.empty()) proof = token_mac(token, kClientLabel, client_nonce, server_nonce);
+  if (!send_all(sock.get(), std::as_bytes(std::span(proof)), deadline)) throw fail("closed the connection during the handshake");
+  auto [wstatus, body] = read_reply(sock.get(), deadline, fail);
+  if (wstatus != kStatusWelcome) throw fail("sent a bad reply (status " + std::to_string(wstatus) + ")");
+  if (!token.empty()) {
+    Mac key = token_mac(token, kSessionLabel, client_nonce, server_nonce, &proof);
+    std::vector<std::byte> plain(body.size() > crypto_secretbox_MACBYTES ? body.size() - crypto_secretbox_MACBYTES : 0);
+    const int bad = body.size() < crypto_secretbox_MACBYTES ||
+                    ::crypto_secretbox_open_easy(reinterpret_cast<unsigned char*>(plain.data()),
+                                                 reinterpret_cast<const unsigned char*>(body.data()), body.size(), kZeroNonce,
+                                                 key.data()) != 0;
+    sodium_memzero(key.data(), key.size());
+    if (bad) throw fail("did not prove it holds the token (its welcome does not open with it): not the memory node you meant?");
+    body = std::move(plain);
+  }
   Welcome w;
   try {
     Reader r(body);
@@ -622,15 +750,67 @@ Welcome handshake(const std::string& address, Fd& sock) {
 
 }  // namespace
 
+std::string load_token_file(const std::string& path, bool create, bool* created) {
+  if (created) *created = false;
+  if (path.empty()) throw std::invalid_argument("--token-file: empty path");
+  sodium_ready();
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (fd.get() < 0 && errno == ENOENT && create) {
+    // 32 random bytes as 64 hex digits: printable, so it can be copied to the clients as text.
+    unsigned char raw[32];
+    ::randombytes_buf(raw, sizeof raw);
+    char hex[2 * sizeof raw + 1];
+    ::sodium_bin2hex(hex, sizeof hex, raw, sizeof raw);
+    sodium_memzero(raw, sizeof raw);
+    Fd out(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (out.get() < 0) throw std::invalid_argument(errno_text("--token-file: cannot create '" + path + "'"));
+    ::fchmod(out.get(), 0600);  // whatever the umask says
+    std::string text = std::string(hex) + "\n";
+    const bool ok = ::write(out.get(), text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(out.get()) == 0;
+    sodium_memzero(hex, sizeof hex);
+    sodium_memzero(text.data(), text.size());
+    if (!ok) throw std::invalid_argument(errno_text("--token-file: cannot write '" + path + "'"));
+    if (created) *created = true;
+    fd = Fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  }
+  if (fd.get() < 0) throw std::invalid_argument(errno_text("--token-file: cannot read '" + path + "'"));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw std::invalid_argument(errno_text("--token-file: cannot stat '" + path + "'"));
+  if (!S_ISREG(st.st_mode)) throw std::invalid_argument("--token-file: '" + path + "' is not a regular file");
+  if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    throw std::invalid_argument("--token-file: '" + path + "' has mode " + mode +
+                                ": group or others may read it; make it private (chmod 600)");
+  }
+  std::string token;
+  char buf[512];
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw std::invalid_argument(errno_text("--token-file: cannot read '" + path + "'"));
+    if (n == 0) break;
+    token.append(buf, static_cast<size_t>(n));
+    if (token.size() > 4096) throw std::invalid_argument("--token-file: '" + path + "' is longer than 4096 bytes: not a token");
+  }
+  sodium_memzero(buf, sizeof buf);
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  if (token.empty()) throw std::invalid_argument("--token-file: '" + path + "' is empty");
+  if (token.size() < 16)
+    throw std::invalid_argument("--token-file: '" + path + "' holds " + std::to_string(token.size()) +
+                                " bytes: a token needs at least 16 (delete it and `rdmahash serve` makes a random one)");
+  return token;
+}
+
 std::unique_ptr<UcxServer> UcxServer::create(const UcxServerConfig& config) { return std::make_unique<Server>(config); }
 
-UcxConnection connect_ucx_servers(const std::vector<std::string>& addresses) {
+UcxConnection connect_ucx_servers(const std::vector<std::string>& addresses, const std::string& token) {
   if (addresses.empty()) throw std::invalid_argument("--connect needs at least one memory node address");
   std::vector<Fd> socks(addresses.size());
   std::vector<Welcome> w;
   bool all_loopback = true;
   for (size_t i = 0; i < addresses.size(); ++i) {
-    w.push_back(handshake(addresses[i], socks[i]));
+    w.push_back(handshake(addresses[i], token, socks[i]));
     all_loopback = all_loopback && is_loopback(parse_endpoint(addresses[i]).addr);
     const Welcome& x = w.back();
     if (x.nodes != addresses.size() || x.node != i)
