@@ -140,6 +140,7 @@
 
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -158,6 +159,8 @@ inline constexpr uint64_t kRaceMagic = 0x31454341524852ULL;  // "RHRACE1"
 inline constexpr uint32_t kRaceSlots = 7;                     // slots per bucket
 inline constexpr uint32_t kRaceBucketBytes = 64;
 inline constexpr uint32_t kRaceMaxNodes = 64;                 // 6 node bits in a slot
+inline constexpr uint32_t kRaceMaxClientId = 2047;            // 11 owner bits in a directory entry
+inline constexpr uint64_t kRaceBoardBytes = 256;              // death board: one bit per client id
 
 struct RaceConfig {
   uint32_t memory_nodes = 1;
@@ -169,11 +172,16 @@ struct RaceConfig {
   bool dir_cache = true;              // false: READ the directory entry before every operation
   bool resize = true;                 // false: an insert into two full buckets answers kFull
   uint64_t hash_seed = 0x5ACE5ACE12345678ULL;
-  uint32_t max_waits = 1u << 20;      // re-reads a writer spends waiting for a split
+  // A writer waiting for another client (a split, the directory lock, a lower tentative copy)
+  // gives up with RaceWouldWait after this long without progress (0: at the first wait).
+  std::chrono::milliseconds wait_budget{30000};
+  // Re-reads of a wait between two looks at the death board (a dead owner is taken over).
+  uint32_t death_check_every = 64;
 
   void validate() const;  // InvalidArgument naming the field
   uint64_t subtable_bytes() const { return uint64_t{3} * kRaceBucketBytes * groups_per_subtable; }
   uint64_t directory_offset() const { return 64; }
+  uint64_t board_offset() const { return directory_offset() + (uint64_t{8} << max_depth); }  // node 0
   uint64_t pool_offset() const;       // first pool byte on every node
   // Smallest region for the initial subtables plus `pool_bytes` of pool per node.
   uint64_t region_bytes(uint64_t pool_bytes) const;
@@ -185,7 +193,7 @@ struct RaceConfig {
 struct RaceNodeHeader {
   uint64_t magic;
   uint64_t global_depth;  // node 0: the directory's depth
-  uint64_t dir_lock;      // node 0: 0 or 1 (held by a splitter for step 6)
+  uint64_t dir_lock;      // node 0: 0, or owner+1 | suffix << 16 | depth << 48 of the split holding it
   uint64_t pool_next;     // next free pool byte (memory-node CPU only)
   uint64_t pool_end;
   uint64_t subtables;     // node 0: subtables created by splits (statistics)
@@ -194,7 +202,7 @@ struct RaceNodeHeader {
 };
 static_assert(sizeof(RaceNodeHeader) == 64);
 
-// A writer waited `max_waits` re-reads for a split (or a tentative copy) that did not finish.
+// A writer waited `wait_budget` for a live client's split, directory lock or tentative copy.
 class RaceWouldWait : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -235,6 +243,8 @@ struct RaceClientStats {
   uint64_t dir_refreshes = 0;    // directory re-reads (stale cache, cache off, splits)
   uint64_t stale_detected = 0;   // headers or directory checks that revealed a stale cache
   uint64_t waits = 0;            // re-reads spent waiting for a split
+  uint64_t takeovers = 0;        // dead owners' splits / directory locks / tentative copies taken over
+  uint64_t rolled_forward = 0, rolled_back = 0;  // of the splits taken over
   uint64_t chunk_rpcs = 0;
   uint64_t stranded_dropped = 0;  // stranded tentative copies this client's splits dropped
   std::vector<double> split_load;  // load factor of each subtable this client split, when split
@@ -284,6 +294,10 @@ struct RaceInspection {
   std::vector<std::vector<std::byte>> keys;
 };
 RaceInspection race_inspect(Fabric& fabric, const RaceConfig& cfg, bool with_keys = false);
+// The death board (node 0, hosted by this process): marks `client_id` dead, for good. The memory
+// node calls it when the client's connection closed (serve); tests call it for a stopped client.
+// Only a client that will never issue another request may be marked.
+void race_mark_dead(Fabric& fabric, const RaceConfig& cfg, uint32_t client_id);
 // The table's slots now (distinct subtables in the directory x 3G x kRaceSlots), from node 0's
 // directory alone; call where node 0 is hosted and no split runs.
 uint64_t race_slot_count(Fabric& fabric, const RaceConfig& cfg);

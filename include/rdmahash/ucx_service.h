@@ -62,10 +62,13 @@ namespace rdmahash {
 // calls mark() at once, and repair() once `UcxServerConfig::recovery_grace` has passed with no
 // further loss (another loss marks again and restarts the grace period). repair() returns a log
 // line ("" for nothing worth saying). Both run on the server's thread, between progress calls.
+// mark() learns the id this server gave the lost client (on memory node 0: the client's own id,
+// UcxConnection::client_id); by repair() the server has served its worker for the whole grace
+// period, so requests the dead client had posted before dying have been executed.
 class ClientLossHandler {
  public:
   virtual ~ClientLossHandler() = default;
-  virtual void mark() = 0;
+  virtual void mark(uint32_t client_id) = 0;
   virtual std::string repair() = 0;
 };
 
