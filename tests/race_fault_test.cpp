@@ -403,6 +403,54 @@ TEST(RaceFault, LiveInserterLowerCopyIsWaitedFor) {
   EXPECT_GT(lower, 3);
 }
 
+// Two live helpers meet one dead splitter: B has read the dead owner's lock and the death board
+// and is paused before its takeover; C takes over, finishes, and splits further. B's takeover CAS
+// must then fail (the lock word changed): exactly one helper took over.
+TEST(RaceFault, TwoHelpersOfOneDeadSplitterOneTakesOver) {
+  const RaceConfig cfg = fault_cfg();
+  const SplitPoint sp = find_split(cfg, 3);
+  uint64_t stop = 0;
+  for (; stop < sp.during; ++stop) {  // the first stop that leaves frozen slots
+    DeadSplitter d(cfg, sp, stop);
+    if (race_inspect(*d.t.fabric, cfg).frozen > 0) break;
+  }
+  ASSERT_LT(stop, sp.during);
+  for (const uint64_t at : {stop, stop + 5, sp.during - 3}) {
+    DeadSplitter d(cfg, sp, at);
+    Client b(*d.t.fabric, cfg, 2);
+    Client c(*d.t.fabric, cfg, 3);
+    Gate gate;
+    bool board_read = false, paused = false;
+    const uint64_t board = cfg.board_offset();
+    b.tr->before = [&](const Request& r) {
+      if (board_read && !paused) {
+        paused = true;
+        gate.pause();
+      }
+      if (r.kind == ReqKind::kRead && r.addr.node == 0 && r.addr.offset >= board && r.addr.offset < board + kRaceBoardBytes)
+        board_read = true;
+    };
+    OpResult br;
+    std::thread tb([&] { br = b.put(key(d.pending), val(d.pending, 1)); });
+    gate.wait_paused();
+    ASSERT_NE(c.put(key(d.pending), val(d.pending, 2)).status, Status::kFull);
+    for (int i = 0; i < 40; ++i) {
+      ASSERT_EQ(c.put(key(500 + i), val(500 + i, 0)).status, Status::kInserted);
+      d.oracle[key(500 + i)] = val(500 + i, 0);
+    }
+    gate.release();
+    tb.join();
+    b.tr->before = nullptr;
+    ASSERT_NE(br.status, Status::kFull);
+    EXPECT_EQ(b.client.stats().takeovers + c.client.stats().takeovers, 1u) << "stop " << at;
+    const auto got = c.get(key(d.pending));
+    ASSERT_TRUE(got == val(d.pending, 1) || got == val(d.pending, 2));
+    d.oracle[key(d.pending)] = *got;
+    check_survivor(d.t, c, d.oracle, 1000, static_cast<int>(at));
+    if (testing::Test::HasFailure()) return;
+  }
+}
+
 // Budget: a wait for a live owner that never moves ends in RaceWouldWait naming what it waited
 // for, and changes nothing (a zero budget: at the first wait).
 TEST(RaceFault, WaitForALiveOwnerIsBoundedByTheBudget) {
