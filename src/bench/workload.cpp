@@ -292,6 +292,7 @@ class RaceAdapter final : public SchemeAdapter {
     while (depth < 22 && static_cast<double>(uint64_t{1} << depth) < 4 * subtables) ++depth;
     cfg_.max_depth = depth;
     cfg_.chunk_bytes = 1 << 20;
+    cfg_.test_die_at_step = o.die_holding_lock;  // tests only: die at the Nth split step
     cfg_.validate();
   }
   uint64_t region_bytes() const override {

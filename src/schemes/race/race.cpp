@@ -5,6 +5,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstddef>
 #include <optional>
 #include <cstring>
@@ -395,6 +396,12 @@ struct RaceClient::Impl {
 
   // --- takeover from dead owners (race.h, "Takeover") ------------------------------------------
 
+  // Tests only (RaceConfig::test_die_at_step): the process kills itself at its Nth split step.
+  uint64_t split_steps = 0;
+  void die_point() {
+    if (cfg.test_die_at_step != 0 && ++split_steps == cfg.test_die_at_step) ::raise(SIGKILL);
+  }
+
   Task<bool> is_dead(uint32_t who) {
     if (who > kRaceMaxClientId) co_return false;
     uint64_t w = 0;
@@ -459,6 +466,7 @@ struct RaceClient::Impl {
         // Publication began (dir[s2] is written first): S' is complete; finish it.
         co_await publish(s, L, depth, sub, entry_addr(e2));
         co_await release_dir_lock(dl_mine);
+        die_point();
         co_await unfreeze(sub, L, s, true);
         (void)co_await cas(primary, make_entry(sub, L + 1) | kDirLock | owner_bits(id), make_entry(sub, L + 1));
         ++st.rolled_forward;
@@ -473,6 +481,7 @@ struct RaceClient::Impl {
         }
         co_await post_all(p);
         co_await unfreeze(sub, L, s, false);
+        die_point();
         co_await release_dir_lock(dl_mine);
         (void)co_await cas(primary, held, held & ~kLockMask);
         ++st.rolled_back;
@@ -497,6 +506,7 @@ struct RaceClient::Impl {
     const uint64_t s2 = s | (uint64_t{1} << L);
     const uint64_t first = make_entry(nsub, L + 1);
     co_await engine.write(RemoteAddr{0, cfg.directory_offset() + 8 * s2}, &first, 8);
+    die_point();
     std::vector<uint64_t> vals;
     std::vector<uint64_t> idx;
     for (uint64_t i = s; i < (uint64_t{1} << depth); i += uint64_t{1} << L) {
@@ -952,6 +962,7 @@ struct RaceClient::Impl {
       co_await wait(c, Blocker{Blocker::kDirLock});
       co_return Status::kInserted;
     }
+    die_point();
     // 2. the new subtable
     const uint64_t s2 = s | (uint64_t{1} << L);
     RemoteAddr nsub{};
@@ -969,6 +980,7 @@ struct RaceClient::Impl {
     std::vector<std::byte> img(cfg.subtable_bytes());
     co_await engine.read(sub, img.data(), static_cast<uint32_t>(img.size()));
     auto slot_at = [&](uint64_t i) { return (i / kRaceSlots) * 64 + 8 + (i % kRaceSlots) * 8; };
+    die_point();
     // 3. freeze every slot
     std::vector<uint64_t> val(slots);
     for (uint64_t i = 0; i < slots; ++i) val[i] = load64(img.data() + slot_at(i));
@@ -993,6 +1005,7 @@ struct RaceClient::Impl {
         }
       }
       todo.swap(again);
+      die_point();
     }
     // 4. read every block; S' gets the entries whose hash has bit L set, in the same positions
     std::vector<std::byte> nimg(cfg.subtable_bytes(), std::byte{0});
@@ -1034,6 +1047,7 @@ struct RaceClient::Impl {
     }
     st.split_load.push_back(static_cast<double>(occupied) / static_cast<double>(slots));
     co_await engine.write(nsub, nimg.data(), static_cast<uint32_t>(nimg.size()));
+    die_point();
     // 5. headers of S
     {
       std::vector<Pending> p;
@@ -1043,6 +1057,7 @@ struct RaceClient::Impl {
       }
       co_await post_all(p);
     }
+    die_point();
     // 6. publish (the directory lock is ours since step 1)
     uint64_t depth = 0;
     co_await engine.read(RemoteAddr{0, offsetof(RaceNodeHeader, global_depth)}, &depth, 8);
@@ -1055,11 +1070,13 @@ struct RaceClient::Impl {
       co_await engine.write(RemoteAddr{0, offsetof(RaceNodeHeader, global_depth)}, &depth, 8);
     }
     co_await publish(s, L, depth, sub, nsub);
+    die_point();
     {
       uint64_t ignored = co_await engine.faa(RemoteAddr{0, offsetof(RaceNodeHeader, subtables)}, 1);
       (void)ignored;
     }
     co_await engine.write(RemoteAddr{0, offsetof(RaceNodeHeader, dir_lock)}, &kZero, 8);
+    die_point();
     // 7. unfreeze S: moved entries leave, the others stay
     {
       std::vector<Pending> p;
@@ -1073,6 +1090,7 @@ struct RaceClient::Impl {
       }
       co_await post_all(p);
     }
+    die_point();
     // 8. unlock
     const uint64_t done_entry = make_entry(sub, L + 1);
     co_await engine.write(primary, &done_entry, 8);
