@@ -299,6 +299,11 @@ struct Gate {
     std::unique_lock l(mu);
     cv.wait(l, [&] { return paused; });
   }
+  void finished() {  // the paused thread's operation ended without pausing: nobody waits forever
+    std::lock_guard l(mu);
+    paused = true;
+    cv.notify_all();
+  }
   void release() {
     std::lock_guard l(mu);
     open = true;
@@ -326,7 +331,10 @@ OpResult race_live(Table& t, Client& a, Client& b, const std::function<bool(cons
       gate.pause();
     }
   };
-  std::thread ta([&] { a_result = a_op(); });
+  std::thread ta([&] {
+    a_result = a_op();
+    gate.finished();
+  });
   gate.wait_paused();
   const OpResult r = b_op();
   gate.release();
@@ -431,7 +439,10 @@ TEST(RaceFault, TwoHelpersOfOneDeadSplitterOneTakesOver) {
         board_read = true;
     };
     OpResult br;
-    std::thread tb([&] { br = b.put(key(d.pending), val(d.pending, 1)); });
+    std::thread tb([&] {
+      br = b.put(key(d.pending), val(d.pending, 1));
+      gate.finished();
+    });
     gate.wait_paused();
     ASSERT_NE(c.put(key(d.pending), val(d.pending, 2)).status, Status::kFull);
     for (int i = 0; i < 40; ++i) {
