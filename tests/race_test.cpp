@@ -513,7 +513,7 @@ TEST(RaceInterleaving, SplitsInterleavedWithEveryRequestOfAnotherClient) {
   RaceConfig cfg = small_cfg(1);  // 21 slots per subtable: splits all the time
   RaceTable t(cfg);
   RaceConfig bcfg = cfg;
-  bcfg.max_waits = 1;  // B runs inside A's request: it must not wait for A's split
+  bcfg.wait_budget = std::chrono::milliseconds(0);  // B runs inside A's request: it must not wait for A's split
   Sync b(*t.fabric, bcfg, 2);
   std::map<std::string, std::string> oracle;  // keys B owns
   std::map<std::string, std::string> a_keys;  // keys A inserted (complete)
@@ -815,7 +815,7 @@ TEST(RaceInterleaving, NoSplitPublishesWhileAnotherHoldsTheDirectory) {
   RaceConfig cfg = small_cfg(1);
   RaceTable t(cfg, 8 << 20);
   RaceConfig bcfg = cfg;
-  bcfg.max_waits = 1;
+  bcfg.wait_budget = std::chrono::milliseconds(0);
   Sync b(*t.fabric, bcfg, 2);
   std::map<std::string, std::string> stored;
   int next_b = 0;

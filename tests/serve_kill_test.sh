@@ -16,6 +16,11 @@
 # holding its Nth slot lock (RDMAHASH_TEST_DIE_HOLDING_LOCK=N, N random, odd and even in turn:
 # before its payload WRITE for even N, after it for odd N), and the server must recover the lock (LinearLockSweeper): the
 # survivors wait for it, and its log must report the lock rolled back or forward.
+# With RACE_SPLIT_DEATH=1 (race) the victim kills itself at its Nth split step (the same variable,
+# N random in 1..12: its first split, at any of its ~12 steps, holding the split lock,
+# the directory lock and frozen slots as that step does); the server must mark it dead on the
+# death board and the survivors take its split over (include/rdmahash/race.h, Takeover).
+# KEYS (default 16) sets the contended key count (race: enough new keys that tables split mid-run).
 set -u
 bin=$1 rounds=$2 ops=$3
 shift 3
@@ -32,11 +37,12 @@ for r in $(seq "$rounds"); do
   server=$!
   for _ in $(seq 300); do grep -q listening "$dir/serve.out" 2>/dev/null && break; sleep 0.1; done
   addr=$(grep -o '127\.0\.0\.1:[0-9]*$' "$dir/serve.out") || fail "the server did not start"
-  run=(--connect "$addr" --workload kv-mix --keys 16 --depth 4 --quiet)
+  run=(--connect "$addr" --workload kv-mix --keys "${KEYS:-16}" --depth 4 --quiet)
   pids=()
   lock_n=$(( (RANDOM % 200) * 2 + 1 + r % 2 ))  # odd and even rounds alternate: roll forward, roll back
+  [ "${RACE_SPLIT_DEATH:-}" = 1 ] && lock_n=$((RANDOM % 12 + 1))
   for c in 1 2 3; do
-    if [ "${LOCK_DEATH:-}" = 1 ] && [ $c = 2 ]; then
+    if { [ "${LOCK_DEATH:-}" = 1 ] || [ "${RACE_SPLIT_DEATH:-}" = 1 ]; } && [ $c = 2 ]; then
       RDMAHASH_TEST_DIE_HOLDING_LOCK=$lock_n "$bin" bench "${run[@]}" --ops "$ops" --history "$dir/h$c.bin" > "$dir/c$c.err" 2>&1 &
     else
       "$bin" bench "${run[@]}" --ops "$ops" --history "$dir/h$c.bin" > "$dir/c$c.err" 2>&1 &
@@ -45,6 +51,7 @@ for r in $(seq "$rounds"); do
   done
   target=$((RANDOM % (ops * 8 / 10) + 17))  # 16 init events, then the victim's operations
   [ "${LOCK_DEATH:-}" = 1 ] && target=$((ops * 10))  # it dies by itself
+  [ "${RACE_SPLIT_DEATH:-}" = 1 ] && target=$((ops * 10))
   [ "${NO_KILL:-}" = 1 ] && target=$((ops * 10))     # it finishes
   while kill -0 "${pids[1]}" 2>/dev/null && [ "$(events "$dir/h2.bin")" -lt "$target" ]; do sleep 0.005; done
   kill -9 "${pids[1]}" 2>/dev/null
@@ -69,6 +76,10 @@ for r in $(seq "$rounds"); do
       grep -Eq "marked, ([1-9][0-9]* rolled forward|[0-9]+ rolled forward, [1-9])" "$dir/serve.log" ||
         fail "no lock was repaired"
     fi
+    if [ "${RACE_SPLIT_DEATH:-}" = 1 ]; then
+      grep -q "race: client(s) [0-9, ]* marked dead on the death board" "$dir/serve.log" ||
+        fail "the server did not mark the dead client on the death board"
+    fi
   fi
   kill -0 "$server" 2>/dev/null || fail "the server died"
   kill -TERM "$server"
@@ -77,6 +88,7 @@ for r in $(seq "$rounds"); do
   grep -q "stopped by SIGTERM" "$dir/serve.out" || fail "the server did not say it stopped"
   echo "round $r: victim killed at $(events "$dir/h2.bin") events (target $target); $(tail -1 "$dir/check.out")"
   [ "${LOCK_DEATH:-}" = 1 ] && echo "  died holding lock $lock_n; $(grep "lock recovery" "$dir/serve.log" | tail -1)"
+  [ "${RACE_SPLIT_DEATH:-}" = 1 ] && echo "  died at split step $lock_n; $(grep "death board" "$dir/serve.log" | tail -1)"
 done
 echo "killed mid-run: $killed_mid_run of $rounds"
 # A kill that came after the victim had finished proves nothing: most rounds must hit mid-run.

@@ -5,10 +5,9 @@
 # kill -9'd at a random point of its run; the survivors finish, a fourth client runs, and the four
 # histories together are linearizable (tests/serve_kill_test.sh). Schemes whose clients hold
 # nothing between requests (linear set and heap: single CASes; cuckoo and level: every write is an RPC the
-# memory node applies): 20 kills for linear set (the issue's count), 8 for the others. Not here, because a client killed inside
-# its lock window blocks that key for others (issue 10 item 5): race (a dead writer's
-# tentative copy stalls the writers of its key: seen spinning for 10 minutes, see issue 9). Linear
-# inline, whose clients hold a slot lock, is tested with clients that die holding one (below).
+# memory node applies): 20 kills for linear set (the issue's count), 8 for the others. Linear
+# inline, whose clients hold a slot lock, is tested with clients that die holding one, and race,
+# whose clients hold split locks and tentative copies, with clients that die mid-split (below).
 # kill -9 of a persistent memory node (continuity --pm-path) during an insert load, 5 rounds at
 # random points: the restarted server recovers the file and every acknowledged write of the
 # client's history is in it (tests/serve_pm_kill_test.sh, tests/pm_history_verify.py; no Go needed).
@@ -45,6 +44,21 @@ add_test(NAME serve_kill_linear_inline_lock_death
           --slot-format inline --value-bytes 16)
 set_tests_properties(serve_kill_linear_inline_lock_death PROPERTIES PASS_REGULAR_EXPRESSION "PASS"
   FAIL_REGULAR_EXPRESSION "FAIL" ENVIRONMENT "LOCK_DEATH=1" TIMEOUT 600 LABELS serve)
+# RACE (issue 9/10): 1000 contended keys, half of them new, in subtables of 21 slots, so tables
+# split throughout the run. A victim kill -9'd at a random point, and one that kills itself at a
+# random step of its first split (RACE_SPLIT_DEATH: holding the split lock, the directory lock or
+# frozen slots as that step does); the server marks it dead on the death board after its grace
+# period and the survivors take over (include/rdmahash/race.h, Takeover).
+add_test(NAME serve_kill_race
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_kill_test.sh $<TARGET_FILE:rdmahash_cli> 6 20000 --records 1000
+          --scheme race --race-groups 1 --value-bytes 16)
+add_test(NAME serve_kill_race_split_death
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_kill_test.sh $<TARGET_FILE:rdmahash_cli> 8 20000 --records 1000
+          --scheme race --race-groups 1 --value-bytes 16)
+set_tests_properties(serve_kill_race PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
+  ENVIRONMENT "KEYS=1000" TIMEOUT 600 LABELS serve)
+set_tests_properties(serve_kill_race_split_death PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
+  ENVIRONMENT "KEYS=1000;RACE_SPLIT_DEATH=1" TIMEOUT 600 LABELS serve)
 # Over TCP (UCX_TLS=tcp: every one-sided operation is served by the server's poll loop) four
 # clients run and are checked, but none is killed: UCX 1.13 aborts the server when it answers a
 # software-emulated READ of a client that just died ("Fatal: unexpected error: Endpoint timeout"

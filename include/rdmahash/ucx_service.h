@@ -44,7 +44,8 @@
 // What a dead client leaves: the server learns of it when the kernel closes the TCP connection
 // (kill -9 included), logs it ("lost") and keeps serving every other client. What the client
 // left in the table is each scheme's business (see the scheme headers): the server runs the
-// scheme's ClientLossHandler, if any (linear inline: LinearLockSweeper recovers orphaned locks).
+// scheme's ClientLossHandler, if any (linear inline: LinearLockSweeper recovers orphaned locks;
+// race: the lost client's id goes on the death board, and survivors take over its splits).
 //
 // What a dead server leaves: its clients' TCP connections close. A client looks at them when a
 // batch has waited 200 ms (an RPC nobody will answer) and every 1024 batches (over shared memory
@@ -84,10 +85,13 @@ namespace rdmahash {
 // calls mark() at once, and repair() once `UcxServerConfig::recovery_grace` has passed with no
 // further loss (another loss marks again and restarts the grace period). repair() returns a log
 // line ("" for nothing worth saying). Both run on the server's thread, between progress calls.
+// mark() learns the id this server gave the lost client (on memory node 0: the client's own id,
+// UcxConnection::client_id); by repair() the server has served its worker for the whole grace
+// period, so requests the dead client had posted before dying have been executed.
 class ClientLossHandler {
  public:
   virtual ~ClientLossHandler() = default;
-  virtual void mark() = 0;
+  virtual void mark(uint32_t client_id) = 0;
   virtual std::string repair() = 0;
 };
 

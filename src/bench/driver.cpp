@@ -82,7 +82,7 @@ ClientResult run_client(Engine& engine, const SchemeAdapter& adapter, const Benc
                         check::HistoryBuffer* history) {
   ClientResult r;
   r.latency_ns.reserve(o.ops);
-  auto setup = adapter.make_client(engine, read_size, o);
+  auto setup = adapter.make_client_as(engine, read_size, o, client);
   std::unique_ptr<KvClient> kv = std::move(setup.client);
   r.read_size = setup.read_size;
   OpStream stream(o, w, keys, client, clients, insert_point);
@@ -155,7 +155,7 @@ ClientResult run_ycsb_client(Engine& engine, const SchemeAdapter& adapter, const
                              const ycsb::Workload& w, Workload phase, const KeySpace& keys, uint32_t client,
                              uint32_t clients) {
   ClientResult r;
-  auto setup = adapter.make_client(engine, o.read_sizes.front(), o);
+  auto setup = adapter.make_client_as(engine, o.read_sizes.front(), o, client);
   std::unique_ptr<KvClient> kv = std::move(setup.client);
   r.read_size = setup.read_size;
   const uint32_t vb = adapter.value_bytes();
@@ -625,6 +625,11 @@ class ConnectBackend final : public Backend {
   }
   void load(SchemeAdapter&, const KeySpace&) override {}  // the servers loaded the table
   std::optional<ClientResult> run(const std::function<ClientResult(Engine&, uint32_t)>& fn) override {
+    // race names lock owners by client id and marks dead ones for good: ids must not wrap.
+    if (o_.scheme == "race" && conn_.client_id >= kConnectClientIds)
+      throw InvalidArgument("race: memory node 0 has given out " + std::to_string(conn_.client_id) +
+                            " client ids; race needs ids below " + std::to_string(kConnectClientIds) +
+                            " (dead clients' ids are never reused): restart the servers");
     Engine engine(*transport_);
     return fn(engine, client_);
   }

@@ -89,7 +89,8 @@ struct BenchOptions {
   std::vector<std::string> connect;
   std::string token_file;  // --connect: the memory nodes' shared secret (their --token-file)
   // Tests only (environment RDMAHASH_TEST_DIE_HOLDING_LOCK=N, read by the CLI): linear inline
-  // clients kill themselves holding their Nth slot lock (ProbeConfig::die_holding_lock).
+  // clients kill themselves holding their Nth slot lock (ProbeConfig::die_holding_lock); race
+  // clients at their Nth split step (RaceConfig::test_die_at_step).
   uint64_t die_holding_lock = 0;
   bool cold = false;                   // no warm-up: the first point also measures first-touch page faults
   bool keep_table = false;             // no reload between points: each starts where the last ended

@@ -149,7 +149,7 @@ class LinearAdapter final : public SchemeAdapter {
     if (cfg_.format != SlotFormat::kInline) return nullptr;  // set and heap: single CASes, nothing held
     struct Handler final : ClientLossHandler {
       Handler(Fabric& f, const LinearConfig& c) : sweeper(f, c) {}
-      void mark() override { sweeper.mark(); }
+      void mark(uint32_t) override { sweeper.mark(); }
       std::string repair() override {
         const LinearLockRepair r = sweeper.repair();
         if (r.marked == 0) return "lock recovery: no locked slot";
@@ -293,6 +293,7 @@ class RaceAdapter final : public SchemeAdapter {
     while (depth < 22 && static_cast<double>(uint64_t{1} << depth) < 4 * subtables) ++depth;
     cfg_.max_depth = depth;
     cfg_.chunk_bytes = 1 << 20;
+    cfg_.test_die_at_step = o.die_holding_lock;  // tests only: die at the Nth split step
     cfg_.validate();
   }
   uint64_t region_bytes() const override {
@@ -329,12 +330,36 @@ class RaceAdapter final : public SchemeAdapter {
     if (progress) progress(keys.records());
   }
 
-  ClientSetup make_client(Engine& engine, const ReadSizeSpec& spec, const BenchOptions&) const override {
+  ClientSetup make_client(Engine& engine, const ReadSizeSpec& spec, const BenchOptions& o) const override {
+    return make_client_as(engine, spec, o, 0);
+  }
+  // The client id names this client in the locks and blocks it holds (the death board marks it).
+  ClientSetup make_client_as(Engine& engine, const ReadSizeSpec& spec, const BenchOptions&, uint32_t client) const override {
     if (spec.kind != ReadSizeSpec::Kind::kFixed)
       throw InvalidArgument("--read-size " + spec.text() + " applies to linear probing, not to --scheme race");
-    // The client id only spreads KV-block chunks over the nodes.
-    const auto id = static_cast<uint32_t>(hash::mix64(reinterpret_cast<uintptr_t>(&engine)));
-    return {std::make_unique<RaceClient>(cfg_, engine, id), 2 * kRaceSlots};
+    return {std::make_unique<RaceClient>(cfg_, engine, client), 2 * kRaceSlots};
+  }
+  // Served (node 0 here): a lost client is marked on the death board after the grace period (its
+  // posted requests have landed by then); survivors then take over what it held (race.h).
+  std::unique_ptr<ClientLossHandler> loss_handler(Fabric& fabric) const override {
+    if (fabric.local_region(0).empty()) return nullptr;
+    struct Handler final : ClientLossHandler {
+      Handler(Fabric& f, const RaceConfig& c) : fabric(f), cfg(c) {}
+      void mark(uint32_t id) override { lost.push_back(id); }
+      std::string repair() override {
+        std::string ids;
+        for (const uint32_t id : lost) {
+          race_mark_dead(fabric, cfg, id);
+          ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+        }
+        lost.clear();
+        return "race: client(s) " + ids + " marked dead on the death board";
+      }
+      Fabric& fabric;
+      RaceConfig cfg;
+      std::vector<uint32_t> lost;
+    };
+    return std::make_unique<Handler>(fabric, cfg_);
   }
   void finish(KvClient& kv, ClientResult& r) const override {
     auto& c = static_cast<RaceClient&>(kv);

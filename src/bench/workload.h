@@ -112,6 +112,11 @@ class SchemeAdapter {
   // metadata (one READ) to learn the load factor. Throws InvalidArgument if the scheme has no such
   // policy.
   virtual ClientSetup make_client(Engine& engine, const ReadSizeSpec& spec, const BenchOptions& o) const = 0;
+  // The same for client `client` (unique among the table's live and dead clients: race names lock
+  // owners by it); schemes that do not care answer make_client.
+  virtual ClientSetup make_client_as(Engine& engine, const ReadSizeSpec& spec, const BenchOptions& o, uint32_t) const {
+    return make_client(engine, spec, o);
+  }
   virtual std::string describe() const = 0;
   // After a client's run: scheme statistics for the report (race: splits, directory depth).
   virtual void finish(KvClient&, ClientResult&) const {}

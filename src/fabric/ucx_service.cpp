@@ -386,12 +386,12 @@ class Server final : public UcxServer {
   bool repair_pending_ = false;
   std::chrono::steady_clock::time_point repair_at_, lost_at_;
   double mark_ms_ = 0;
-  void client_lost() {
+  void client_lost(uint32_t id) {
     ++stats_.lost;
     if (!loss_) return;
     const auto t0 = std::chrono::steady_clock::now();
     if (!repair_pending_) lost_at_ = t0;
-    loss_->mark();
+    loss_->mark(id);
     mark_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     repair_pending_ = true;
     repair_at_ = std::chrono::steady_clock::now() + config_.recovery_grace;
@@ -517,7 +517,7 @@ bool Server::on_readable(Conn& c, std::FILE* log) {
                                                      : "closed before the hello");
       } else {
         if (log) std::fprintf(log, "rdmahash serve: client %u lost (connection closed without goodbye)\n", c.id);
-        client_lost();
+        client_lost(c.id);
       }
       return false;
     }
@@ -542,7 +542,7 @@ bool Server::on_readable(Conn& c, std::FILE* log) {
     }
     if (std::memcmp(buf, kBye + c.got, static_cast<size_t>(n)) != 0) {
       if (log) std::fprintf(log, "rdmahash serve: client %u sent bytes that are not a goodbye: disconnected\n", c.id);
-      client_lost();
+      client_lost(c.id);
       return false;
     }
     c.got += static_cast<size_t>(n);

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
+#include <csignal>
 #include <cstddef>
 #include <optional>
 #include <cstring>
@@ -21,6 +23,16 @@ constexpr uint64_t kCommitted = 1ULL << 46;
 constexpr uint64_t kOffMask = (1ULL << 40) - 1;
 constexpr uint64_t kPtrMask = (1ULL << 46) - 1;  // node + offset: a block's identity
 constexpr uint64_t kDirLock = 1ULL << 63;
+// A locked entry's owner (client id, 11 bits): bits 54..62 (low 9) and 46..47 (high 2).
+constexpr uint64_t kOwnerMask = (0x1ffULL << 54) | (3ULL << 46);
+constexpr uint64_t kLockMask = kDirLock | kOwnerMask;
+inline uint64_t owner_bits(uint32_t id) { return (uint64_t{id & 0x1ff} << 54) | (uint64_t{id >> 9} << 46); }
+inline uint32_t entry_owner(uint64_t e) { return static_cast<uint32_t>(((e >> 54) & 0x1ff) | (((e >> 46) & 3) << 9)); }
+// The directory lock word: owner+1 | primary suffix << 16 | depth of the subtable split << 48.
+inline uint64_t dl_word(uint32_t id, uint64_t s, uint32_t L) { return uint64_t{id + 1} | (s << 16) | (uint64_t{L} << 48); }
+inline uint32_t dl_owner(uint64_t w) { return static_cast<uint32_t>((w & 0xffff) - 1); }
+inline uint64_t dl_suffix(uint64_t w) { return (w >> 16) & 0xffffffffULL; }
+inline uint32_t dl_depth(uint64_t w) { return static_cast<uint32_t>((w >> 48) & 0xff); }
 constexpr uint32_t kMaxUnits = 255;  // block length field, 64-byte units
 constexpr uint32_t kBatch = 256;     // requests per batch in split loops
 
@@ -65,9 +77,11 @@ uint64_t block_check(const std::byte* b, uint32_t words) {
   for (uint32_t i = 0; i < words; ++i) h = hash::mix64(h ^ load64(b + 8 * i));
   return h;
 }
-void build_block(std::span<const std::byte> key, std::span<const std::byte> value, std::vector<std::byte>& out) {
+// The header's top 16 bits name the writer (client id): whoever meets the block in a tentative
+// slot learns whose it is.
+void build_block(std::span<const std::byte> key, std::span<const std::byte> value, uint32_t writer, std::vector<std::byte>& out) {
   out.assign(size_t{block_units(key.size(), value.size())} * 64, std::byte{0});
-  store64(out.data(), uint64_t(key.size()) | (uint64_t(value.size()) << 16));
+  store64(out.data(), uint64_t(key.size()) | (uint64_t(value.size()) << 16) | (uint64_t{writer} << 48));
   std::memcpy(out.data() + 8, key.data(), key.size());
   if (!value.empty()) std::memcpy(out.data() + 8 + key.size(), value.data(), value.size());
   const uint32_t words = (8 + static_cast<uint32_t>(key.size() + value.size()) + 7) / 8;
@@ -76,15 +90,16 @@ void build_block(std::span<const std::byte> key, std::span<const std::byte> valu
 // The key and value of a block read in full, or nullopt if it does not validate.
 struct BlockView {
   std::span<const std::byte> key, value;
+  uint32_t writer = 0;
 };
 std::optional<BlockView> parse_block(const std::byte* b, uint32_t len) {
   const uint64_t h = load64(b);
   const uint64_t klen = h & 0xffff, vlen = (h >> 16) & 0xffffffffULL;
-  if ((h >> 48) != 0 || klen == 0 || klen > kMaxKeyBytes || vlen > kMaxValueBytes || block_bytes(klen, vlen) > len)
+  if (klen == 0 || klen > kMaxKeyBytes || vlen > kMaxValueBytes || block_bytes(klen, vlen) > len)
     return std::nullopt;
   const uint32_t words = static_cast<uint32_t>((8 + klen + vlen + 7) / 8);
   if (load64(b + 8 * words) != block_check(b, words)) return std::nullopt;
-  return BlockView{{b + 8, klen}, {b + 8 + klen, vlen}};
+  return BlockView{{b + 8, klen}, {b + 8 + klen, vlen}, static_cast<uint32_t>(h >> 48)};
 }
 
 // --- the key's placement -----------------------------------------------------------------------
@@ -130,10 +145,11 @@ void RaceConfig::validate() const {
   if (initial_depth > max_depth) bad("initial depth must be at most max depth (" + std::to_string(max_depth) + ")");
   if (chunk_bytes < 16384 || chunk_bytes % 64 != 0) bad("chunk bytes must be a multiple of 64, at least 16384");
   if (key_bytes < 8 || key_bytes > kMaxKeyBytes) bad("key bytes must be in [8, 256]");
-  if (max_waits == 0) bad("max waits must be at least 1");
+  if (wait_budget.count() < 0) bad("wait budget must not be negative");
+  if (death_check_every == 0) bad("death check interval must be at least 1 re-read");
 }
 
-uint64_t RaceConfig::pool_offset() const { return directory_offset() + (uint64_t{8} << max_depth); }
+uint64_t RaceConfig::pool_offset() const { return board_offset() + kRaceBoardBytes; }
 
 uint64_t RaceConfig::region_bytes(uint64_t pool_bytes) const {
   return pool_offset() + initial_count_on(*this, 0) * subtable_bytes() + pool_bytes;
@@ -284,11 +300,12 @@ enum class Verdict : uint8_t { kOk, kRetry };
 }
 
 struct RaceClient::Impl {
-  Impl(const RaceConfig& c, Engine& e, uint32_t id, RaceClientStats& s)
-      : cfg(c), engine(e), st(s), alloc_node(id % c.memory_nodes) {}
+  Impl(const RaceConfig& c, Engine& e, uint32_t id_, RaceClientStats& s)
+      : cfg(c), engine(e), st(s), id(id_), alloc_node(id_ % c.memory_nodes) {}
   const RaceConfig& cfg;
   Engine& engine;
   RaceClientStats& st;
+  uint32_t id;  // owner id in locks and blocks
   uint32_t gd = 0;
   std::vector<uint64_t> dir;  // cached entries [0, 2^gd)
   uint32_t alloc_node;
@@ -301,7 +318,19 @@ struct RaceClient::Impl {
     Place p;
     std::vector<std::pair<uint64_t, bool>> known;  // block identity → holds this key
     uint32_t chunks = 0;
-    uint32_t waits = 0;
+    uint32_t waits = 0;  // re-reads since the last progress (a takeover counts as progress)
+    std::chrono::steady_clock::time_point wait_since{};
+    std::vector<std::pair<uint64_t, uint32_t>> writers;  // block identity → writer (block header)
+  };
+  // What a writer waits for (race.h, "Takeover").
+  struct Blocker {
+    enum Kind : uint8_t { kSplit, kDirLock, kTentative } kind;
+    RemoteAddr at{};  // kTentative: the lower tentative slot and its value
+    uint64_t v = 0;
+    uint32_t owner = 0;
+    const char* what() const {
+      return kind == kSplit ? "a split of the key's subtable" : kind == kDirLock ? "the directory lock" : "a lower tentative copy of the key";
+    }
   };
   // The two combined buckets as read.
   struct SlotRef {
@@ -349,12 +378,189 @@ struct RaceClient::Impl {
     }
   }
 
-  Task<void> wait(Ctx& c) {
+  // One re-read of a wait for `b`. Every death_check_every re-reads, look at the death board and
+  // take over from a dead owner (progress: the budget starts again); a live owner is waited for
+  // until wait_budget has passed without progress.
+  Task<void> wait(Ctx& c, const Blocker& b) {
     ++st.waits;
-    if (++c.waits > cfg.max_waits)
-      throw RaceWouldWait("race: a writer waited " + std::to_string(cfg.max_waits) +
-                          " re-reads for a split or a racing insert that did not finish (a client died?)");
+    const auto now = std::chrono::steady_clock::now();
+    if (c.waits++ == 0) c.wait_since = now;
+    if (now - c.wait_since >= cfg.wait_budget)
+      throw RaceWouldWait("race: a writer waited " + std::to_string(cfg.wait_budget.count()) + " ms (" +
+                          std::to_string(c.waits) + " re-reads) for " + b.what() + " held by live client " +
+                          (b.kind == Blocker::kTentative ? std::to_string(b.owner) : std::string("(see the directory)")) +
+                          " that did not finish");
     co_await refresh();
+    if (c.waits % cfg.death_check_every == 0 && co_await help(c, b)) c.waits = 0;
+  }
+
+  // --- takeover from dead owners (race.h, "Takeover") ------------------------------------------
+
+  // Tests only (RaceConfig::test_die_at_step): the process kills itself at its Nth split step.
+  uint64_t split_steps = 0;
+  void die_point() {
+    if (cfg.test_die_at_step != 0 && ++split_steps == cfg.test_die_at_step) ::raise(SIGKILL);
+  }
+
+  Task<bool> is_dead(uint32_t who) {
+    if (who > kRaceMaxClientId) co_return false;
+    uint64_t w = 0;
+    co_await engine.read(RemoteAddr{0, cfg.board_offset() + 8 * (who / 64)}, &w, 8);
+    co_return ((w >> (who % 64)) & 1) != 0;
+  }
+
+  // True when something was taken over (or the blocker is gone).
+  Task<bool> help(Ctx& c, const Blocker& b) {
+    if (b.kind == Blocker::kTentative) {
+      if (!co_await is_dead(b.owner)) co_return false;
+      // Never acknowledged (its owner answers only after its commit CAS); had that CAS landed,
+      // the slot would not hold b.v and this CAS fails.
+      if (!co_await cas(b.at, b.v, 0)) co_return false;
+      ++st.takeovers;
+      co_return true;
+    }
+    if (b.kind == Blocker::kDirLock) {
+      uint64_t w = 0;
+      co_await engine.read(RemoteAddr{0, offsetof(RaceNodeHeader, dir_lock)}, &w, 8);
+      if (w == 0) co_return true;
+      co_return co_await help_split(dl_suffix(w));
+    }
+    // The subtable the (fresh) cache names for the key; its primary entry holds the split lock.
+    co_return co_await help_split(c.p.h & mask(entry_depth(entry_for(c.p.h))));
+  }
+
+  // dir[s] locked by a dead owner: CAS the lock to ourselves, then finish or undo its split.
+  Task<bool> help_split(uint64_t s) {
+    if (s >= (uint64_t{1} << cfg.max_depth)) co_return false;
+    const RemoteAddr primary{0, cfg.directory_offset() + 8 * s};
+    uint64_t e = 0;
+    co_await engine.read(primary, &e, 8);
+    if (!(e & kDirLock) || !co_await is_dead(entry_owner(e))) co_return false;
+    const uint64_t held = (e & ~kOwnerMask) | owner_bits(id);
+    if (!co_await cas(primary, e, held)) co_return false;  // another helper was first
+    ++st.takeovers;
+    co_await finish_split(s, held);
+    co_await refresh();
+    co_return true;
+  }
+
+  // We hold dir[s] (value `held`), taken from a dead owner. Every step is idempotent and leaves a
+  // state the next helper recognizes the same way (race.h).
+  Task<void> finish_split(uint64_t s, uint64_t held) {
+    const RemoteAddr primary{0, cfg.directory_offset() + 8 * s};
+    const RemoteAddr dlock{0, offsetof(RaceNodeHeader, dir_lock)};
+    const RemoteAddr sub = entry_addr(held);
+    std::array<uint64_t, 8> hdr{};
+    co_await engine.read(RemoteAddr{0, 0}, hdr.data(), 64);
+    const uint64_t depth = hdr[1], dl = hdr[2];
+    if (dl != 0 && dl_suffix(dl) == s) {
+      // The split holds the directory lock: publication may have begun. Only the holder of dir[s]
+      // changes a directory lock word naming s, so this CAS fails only if the memory is corrupt.
+      const uint32_t L = dl_depth(dl);
+      const uint64_t dl_mine = dl_word(id, s, L);
+      if (!co_await cas(dlock, dl, dl_mine)) throw FabricError("race: a directory lock changed under its holder");
+      const uint64_t s2 = s | (uint64_t{1} << L);
+      uint64_t e2 = 0;
+      if (L < depth) co_await engine.read(RemoteAddr{0, cfg.directory_offset() + 8 * s2}, &e2, 8);
+      if (L < depth && !same_addr(entry_addr(e2), sub)) {
+        // Publication began (dir[s2] is written first): S' is complete; finish it.
+        co_await publish(s, L, depth, sub, entry_addr(e2));
+        co_await release_dir_lock(dl_mine);
+        die_point();
+        co_await unfreeze(sub, L, s, true);
+        (void)co_await cas(primary, make_entry(sub, L + 1) | kDirLock | owner_bits(id), make_entry(sub, L + 1));
+        ++st.rolled_forward;
+      } else {
+        // Not published: undo (S' leaks). Headers back to (L, s), every slot unfrozen, then the
+        // directory lock: frozen slots without it mean "published" to the next helper.
+        std::vector<Pending> p;
+        const uint64_t h = make_header(L, s);
+        for (uint64_t b = 0; b < 3ULL * cfg.groups_per_subtable; ++b) {
+          p.push_back(engine.write(RemoteAddr{sub.node, sub.offset + b * 64}, &h, 8));
+          if (p.size() == kBatch) co_await post_all(p);
+        }
+        co_await post_all(p);
+        co_await unfreeze(sub, L, s, false);
+        die_point();
+        co_await release_dir_lock(dl_mine);
+        (void)co_await cas(primary, held, held & ~kLockMask);
+        ++st.rolled_back;
+      }
+      co_return;
+    }
+    // The split does not hold the directory lock: either it never got it (nothing frozen) or it
+    // published and released it (dir[s] has depth L+1; frozen slots are step 7's leftovers).
+    const uint32_t Ld = entry_depth(held);
+    if (Ld > 0 && co_await unfreeze(sub, Ld - 1, s, true) > 0) ++st.rolled_forward;
+    (void)co_await cas(primary, held, held & ~kLockMask);
+  }
+
+  Task<void> release_dir_lock(uint64_t w) {
+    (void)co_await cas(RemoteAddr{0, offsetof(RaceNodeHeader, dir_lock)}, w, 0);
+  }
+
+  // Step 6 after the doubling: dir[s2] first (alone: "dir[s2] names S'" is the mark that
+  // publication began), then every other entry ≡ s (mod 2^L) below 2^depth; the primary keeps our
+  // lock. Idempotent.
+  Task<void> publish(uint64_t s, uint32_t L, uint64_t depth, RemoteAddr sub, RemoteAddr nsub) {
+    const uint64_t s2 = s | (uint64_t{1} << L);
+    const uint64_t first = make_entry(nsub, L + 1);
+    co_await engine.write(RemoteAddr{0, cfg.directory_offset() + 8 * s2}, &first, 8);
+    die_point();
+    std::vector<uint64_t> vals;
+    std::vector<uint64_t> idx;
+    for (uint64_t i = s; i < (uint64_t{1} << depth); i += uint64_t{1} << L) {
+      if (i == s2) continue;
+      idx.push_back(i);
+      vals.push_back(((i >> L) & 1) ? make_entry(nsub, L + 1)
+                                    : make_entry(sub, L + 1) | (i == s ? kDirLock | owner_bits(id) : 0));
+    }
+    std::vector<Pending> p;
+    for (size_t j = 0; j < idx.size(); ++j) {
+      p.push_back(engine.write(RemoteAddr{0, cfg.directory_offset() + 8 * idx[j]}, &vals[j], 8));
+      if (p.size() == kBatch) co_await post_all(p);
+    }
+    co_await post_all(p);
+  }
+
+  // CAS every FROZEN slot of `sub` (depth L, suffix s) unfrozen; with `moving` (published), a slot
+  // whose key has bit L set (it is in S') or a stranded tentative copy is cleared instead. Only
+  // frozen slots are touched: others are writers' since an earlier unfreeze. Returns how many
+  // frozen slots it found.
+  Task<uint64_t> unfreeze(RemoteAddr sub, uint32_t L, uint64_t s, bool moving) {
+    std::vector<std::byte> img(cfg.subtable_bytes());
+    co_await engine.read(sub, img.data(), static_cast<uint32_t>(img.size()));
+    const uint64_t slots = 3ULL * cfg.groups_per_subtable * kRaceSlots;
+    auto slot_at = [&](uint64_t i) { return (i / kRaceSlots) * 64 + 8 + (i % kRaceSlots) * 8; };
+    std::vector<uint64_t> frozen;
+    for (uint64_t i = 0; i < slots; ++i)
+      if (load64(img.data() + slot_at(i)) & kFrozen) frozen.push_back(i);
+    for (size_t from = 0; from < frozen.size(); from += kBatch) {
+      const size_t to = std::min(frozen.size(), from + kBatch);
+      std::vector<std::vector<std::byte>> bufs(to - from);
+      std::vector<Pending> p;
+      for (size_t j = from; j < to; ++j) {
+        const uint64_t w = load64(img.data() + slot_at(frozen[j])) & ~kFrozen;
+        if (!moving || w == 0) continue;
+        bufs[j - from].resize(slot_units(w) * 64);
+        p.push_back(engine.read(slot_block(w), bufs[j - from].data(), slot_units(w) * 64));
+      }
+      co_await post_all(p);
+      for (size_t j = from; j < to; ++j) {
+        const uint64_t v = load64(img.data() + slot_at(frozen[j]));
+        const uint64_t w = v & ~kFrozen;
+        uint64_t next = w;
+        if (moving && w != 0) {
+          auto blk = parse_block(bufs[j - from].data(), static_cast<uint32_t>(bufs[j - from].size()));
+          if (!blk) throw FabricError("race: a frozen slot points to a KV block that fails its checksum");
+          const uint64_t kh = hash_bytes(blk->key, cfg.hash_seed);
+          if (((kh & mask(L)) != s && !(w & kCommitted)) || ((kh >> L) & 1)) next = 0;
+        }
+        p.push_back(engine.cas(RemoteAddr{sub.node, sub.offset + slot_at(frozen[j])}, v, next));
+      }
+      co_await post_all(p);
+    }
+    co_return frozen.size();
   }
 
   // RT: read both combined buckets of the key in the subtable the cache names (cache off: READ
@@ -463,8 +669,10 @@ struct RaceClient::Impl {
       auto b = parse_block(f.buf.data(), f.len);
       if (!b) throw FabricError("race: a KV block failed its checksum (memory corrupted or a pointer is wrong)");
       const bool mine = b->key.size() == c.key.size() && std::equal(b->key.begin(), b->key.end(), c.key.begin());
-      if (std::none_of(c.known.begin(), c.known.end(), [&](auto& k) { return k.first == f.id; }))
+      if (std::none_of(c.known.begin(), c.known.end(), [&](auto& k) { return k.first == f.id; })) {
         c.known.emplace_back(f.id, mine);
+        c.writers.emplace_back(f.id, b->writer);
+      }
       if (mine && value_out) {
         value_out->assign(b->value.begin(), b->value.end());
         if (value_len) *value_len = static_cast<uint32_t>(b->value.size());
@@ -539,7 +747,7 @@ struct RaceClient::Impl {
 
   Task<OpResult> get(std::span<const std::byte> key, std::vector<std::byte>* out) {
     check_key(key);
-    Ctx c{key, place(cfg, key), {}, 0, 0};
+    Ctx c{key, place(cfg, key), {}, 0, 0, {}, {}};
     View v;
     std::vector<SlotRef> copies;
     std::vector<std::byte> value;
@@ -573,9 +781,9 @@ struct RaceClient::Impl {
   Task<OpResult> write(std::span<const std::byte> key, std::span<const std::byte> value, Mode mode) {
     check_key(key);
     check_value(value);
-    Ctx c{key, place(cfg, key), {}, 0, 0};
+    Ctx c{key, place(cfg, key), {}, 0, 0, {}, {}};
     std::vector<std::byte> block;
-    build_block(key, value, block);
+    build_block(key, value, id, block);
     const uint32_t units = static_cast<uint32_t>(block.size() / 64);
     RemoteAddr at;
     if (!co_await alloc_block(static_cast<uint32_t>(block.size()), at)) co_return OpResult{Status::kFull, 0, 0, 0};
@@ -600,7 +808,7 @@ struct RaceClient::Impl {
       }
       if (rv == Verdict::kRetry) continue;
       if (v.frozen) {  // a split of this subtable is running: writers wait for it
-        co_await wait(c);
+        co_await wait(c, Blocker{Blocker::kSplit});
         continue;
       }
       // Committed copies need a validated view (dir check); tentative ones do not.
@@ -612,6 +820,7 @@ struct RaceClient::Impl {
       const SlotRef* mine = nullptr;
       const SlotRef* committed = nullptr;
       bool lower_tentative = false;
+      const SlotRef* lowest = nullptr;  // the lowest tentative copy of another writer
       std::vector<SlotRef> higher;
       // Our block may be referenced twice (a copy stranded by a split, see below): the committed
       // one, else the lowest, is ours; the others are withdrawn like higher tentative copies.
@@ -624,8 +833,12 @@ struct RaceClient::Impl {
           continue;
         }
         if (s.v & kCommitted) committed = &s;
-        else if (!mine || s.addr.offset < mine->addr.offset) lower_tentative = true;
-        else higher.push_back(s);
+        else if (!mine || s.addr.offset < mine->addr.offset) {
+          lower_tentative = true;
+          if (!lowest || s.addr.offset < lowest->addr.offset) lowest = &s;
+        } else {
+          higher.push_back(s);
+        }
       }
       if (mine && (mine->v & kCommitted)) {
         for (const SlotRef& h : higher)
@@ -659,11 +872,16 @@ struct RaceClient::Impl {
         continue;
       }
       if (lower_tentative) {
+        const SlotRef low = *lowest;
         if (mine) {
           if (!co_await cas(mine->addr, mine->v, 0)) continue;
           have_mine = false;
         }
-        co_await wait(c);  // the lower copy's owner commits or withdraws
+        uint32_t owner = kRaceMaxClientId + 1;  // unknown: never taken for dead
+        for (const auto& [blk, w] : c.writers)
+          if (blk == (low.v & kPtrMask)) owner = w;
+        // The lower copy's owner commits or withdraws; a dead owner's copy is killed.
+        co_await wait(c, Blocker{Blocker::kTentative, low.addr, low.v, owner});
         continue;
       }
       if (mine) {
@@ -696,7 +914,7 @@ struct RaceClient::Impl {
 
   Task<OpResult> erase(std::span<const std::byte> key) {
     check_key(key);
-    Ctx c{key, place(cfg, key), {}, 0, 0};
+    Ctx c{key, place(cfg, key), {}, 0, 0, {}, {}};
     View v;
     std::vector<SlotRef> copies;
     for (;;) {
@@ -707,7 +925,7 @@ struct RaceClient::Impl {
         if (s.v & kCommitted) committed = &s;
       if (!committed) co_return OpResult{Status::kNotFound, c.chunks, 0, 0};
       if (committed->v & kFrozen) {
-        co_await wait(c);
+        co_await wait(c, Blocker{Blocker::kSplit});
         continue;
       }
       if (co_await cas(committed->addr, committed->v, 0)) co_return OpResult{Status::kErased, c.chunks, 1, 0};
@@ -730,19 +948,21 @@ struct RaceClient::Impl {
     if (L >= cfg.max_depth) co_return Status::kFull;
     const uint64_t s = c.p.h & mask(L);
     const RemoteAddr primary{0, cfg.directory_offset() + 8 * s};
-    const uint64_t unlocked = dir[s] & ~kDirLock;
+    const uint64_t unlocked = dir[s] & ~kLockMask;
     if (!same_addr(entry_addr(unlocked), sub)) co_return Status::kInserted;
-    // 1. lock the subtable, then the directory (held until publication). Either lost: back off
-    // with nothing changed, so a waiting client may give up here (RaceWouldWait) cleanly.
-    if (!co_await cas(primary, unlocked, unlocked | kDirLock)) {
-      co_await wait(c);
+    // 1. lock the subtable, then the directory (held until publication), each naming us. Either
+    // lost: back off with nothing changed, so a waiting client may give up here (RaceWouldWait)
+    // cleanly, or take over a dead holder.
+    if (!co_await cas(primary, unlocked, unlocked | kDirLock | owner_bits(id))) {
+      co_await wait(c, Blocker{Blocker::kSplit});
       co_return Status::kInserted;
     }
-    if (!co_await cas(RemoteAddr{0, offsetof(RaceNodeHeader, dir_lock)}, 0, 1)) {
+    if (!co_await cas(RemoteAddr{0, offsetof(RaceNodeHeader, dir_lock)}, 0, dl_word(id, s, L))) {
       co_await engine.write(primary, &unlocked, 8);
-      co_await wait(c);
+      co_await wait(c, Blocker{Blocker::kDirLock});
       co_return Status::kInserted;
     }
+    die_point();
     // 2. the new subtable
     const uint64_t s2 = s | (uint64_t{1} << L);
     RemoteAddr nsub{};
@@ -760,6 +980,7 @@ struct RaceClient::Impl {
     std::vector<std::byte> img(cfg.subtable_bytes());
     co_await engine.read(sub, img.data(), static_cast<uint32_t>(img.size()));
     auto slot_at = [&](uint64_t i) { return (i / kRaceSlots) * 64 + 8 + (i % kRaceSlots) * 8; };
+    die_point();
     // 3. freeze every slot
     std::vector<uint64_t> val(slots);
     for (uint64_t i = 0; i < slots; ++i) val[i] = load64(img.data() + slot_at(i));
@@ -784,6 +1005,7 @@ struct RaceClient::Impl {
         }
       }
       todo.swap(again);
+      die_point();
     }
     // 4. read every block; S' gets the entries whose hash has bit L set, in the same positions
     std::vector<std::byte> nimg(cfg.subtable_bytes(), std::byte{0});
@@ -825,6 +1047,7 @@ struct RaceClient::Impl {
     }
     st.split_load.push_back(static_cast<double>(occupied) / static_cast<double>(slots));
     co_await engine.write(nsub, nimg.data(), static_cast<uint32_t>(nimg.size()));
+    die_point();
     // 5. headers of S
     {
       std::vector<Pending> p;
@@ -834,38 +1057,26 @@ struct RaceClient::Impl {
       }
       co_await post_all(p);
     }
+    die_point();
     // 6. publish (the directory lock is ours since step 1)
     uint64_t depth = 0;
     co_await engine.read(RemoteAddr{0, offsetof(RaceNodeHeader, global_depth)}, &depth, 8);
-    if (L == depth) {
-      if (depth >= cfg.max_depth) {  // cannot happen: L < max_depth was checked
-        co_await engine.write(RemoteAddr{0, offsetof(RaceNodeHeader, dir_lock)}, &kZero, 8);
-        co_return Status::kFull;
-      }
+    if (L == depth) {  // (depth < max_depth: L < max_depth was checked)
       std::vector<uint64_t> d(size_t{1} << depth);
       co_await engine.read(RemoteAddr{0, cfg.directory_offset()}, d.data(), static_cast<uint32_t>(8 * d.size()));
-      for (auto& x : d) x &= ~kDirLock;
+      for (auto& x : d) x &= ~kLockMask;
       co_await engine.write(RemoteAddr{0, cfg.directory_offset() + 8 * d.size()}, d.data(), static_cast<uint32_t>(8 * d.size()));
       ++depth;
       co_await engine.write(RemoteAddr{0, offsetof(RaceNodeHeader, global_depth)}, &depth, 8);
     }
+    co_await publish(s, L, depth, sub, nsub);
+    die_point();
     {
-      std::vector<uint64_t> vals;
-      std::vector<uint64_t> idx;
-      for (uint64_t i = s; i < (uint64_t{1} << depth); i += uint64_t{1} << L) {
-        idx.push_back(i);
-        vals.push_back(((i >> L) & 1) ? make_entry(nsub, L + 1) : make_entry(sub, L + 1) | (i == s ? kDirLock : 0));
-      }
-      std::vector<Pending> p;
-      for (size_t j = 0; j < idx.size(); ++j) {
-        p.push_back(engine.write(RemoteAddr{0, cfg.directory_offset() + 8 * idx[j]}, &vals[j], 8));
-        if (p.size() == kBatch) co_await post_all(p);
-      }
-      co_await post_all(p);
       uint64_t ignored = co_await engine.faa(RemoteAddr{0, offsetof(RaceNodeHeader, subtables)}, 1);
       (void)ignored;
     }
     co_await engine.write(RemoteAddr{0, offsetof(RaceNodeHeader, dir_lock)}, &kZero, 8);
+    die_point();
     // 7. unfreeze S: moved entries leave, the others stay
     {
       std::vector<Pending> p;
@@ -879,6 +1090,7 @@ struct RaceClient::Impl {
       }
       co_await post_all(p);
     }
+    die_point();
     // 8. unlock
     const uint64_t done_entry = make_entry(sub, L + 1);
     co_await engine.write(primary, &done_entry, 8);
@@ -891,6 +1103,9 @@ struct RaceClient::Impl {
 
 RaceClient::RaceClient(const RaceConfig& cfg, Engine& engine, uint32_t client_id) : cfg_(cfg) {
   cfg_.validate();
+  if (client_id > kRaceMaxClientId)
+    throw InvalidArgument("race: client id " + std::to_string(client_id) + " does not fit the " +
+                          std::to_string(kRaceMaxClientId + 1) + " owner ids of locks and blocks");
   impl_ = std::make_unique<Impl>(cfg_, engine, client_id, stats_);
 }
 RaceClient::~RaceClient() = default;
@@ -959,7 +1174,7 @@ uint64_t race_slot_count(Fabric& fabric, const RaceConfig& cfg) {
   const auto depth = static_cast<uint32_t>(node_load(n0.data(), offsetof(RaceNodeHeader, global_depth)));
   std::vector<uint64_t> ids;
   for (uint64_t i = 0; i < (uint64_t{1} << depth); ++i)
-    ids.push_back(node_load(n0.data(), cfg.directory_offset() + 8 * i) & ~kDirLock & ((1ULL << 46) - 1));
+    ids.push_back(node_load(n0.data(), cfg.directory_offset() + 8 * i) & ((1ULL << 46) - 1));
   std::sort(ids.begin(), ids.end());
   const auto subtables = static_cast<uint64_t>(std::unique(ids.begin(), ids.end()) - ids.begin());
   return subtables * 3 * cfg.groups_per_subtable * kRaceSlots;
@@ -975,7 +1190,7 @@ RaceInspection race_inspect(Fabric& fabric, const RaceConfig& cfg, bool with_key
   for (uint64_t i = 0; i < (uint64_t{1} << r.global_depth); ++i) {
     const uint64_t e = node_load(n0.data(), cfg.directory_offset() + 8 * i);
     if (e & kDirLock) r.locks_clear = false;
-    const uint64_t id = e & ~kDirLock & ((1ULL << 46) - 1);
+    const uint64_t id = e & ((1ULL << 46) - 1);
     if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
     seen.push_back(id);
     const RemoteAddr sub = entry_addr(e);
@@ -1004,4 +1219,14 @@ RaceInspection race_inspect(Fabric& fabric, const RaceConfig& cfg, bool with_key
   return r;
 }
 
+}  // namespace rdmahash
+
+namespace rdmahash {
+void race_mark_dead(Fabric& fabric, const RaceConfig& cfg, uint32_t client_id) {
+  auto n0 = fabric.local_region(0);
+  if (n0.empty()) throw InvalidArgument("race_mark_dead: node 0 is not hosted by this process");
+  if (client_id > kRaceMaxClientId) return;  // such a client never ran (its constructor refused it)
+  auto* word = reinterpret_cast<uint64_t*>(n0.data() + cfg.board_offset() + 8 * (client_id / 64));
+  std::atomic_ref<uint64_t>(*word).fetch_or(uint64_t{1} << (client_id % 64), std::memory_order_acq_rel);
+}
 }  // namespace rdmahash

@@ -1,0 +1,499 @@
+// RACE with clients that die at any request (issues 9/10): a splitter, a helper or an inserter
+// stops for good before one of its requests; once the death board says so, other clients take
+// over and everything they do matches a std::unordered_map oracle, with no lock, frozen or
+// tentative slot left. Live owners are waited for, never taken over. Deterministic: one thread,
+// LocalFabric, deaths at counted requests (the live-owner tests pause a thread at a request).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "rdmahash/race.h"
+
+namespace rdmahash {
+namespace {
+
+using Bytes = std::vector<std::byte>;
+Bytes bytes_of(const std::string& s) {
+  Bytes b(s.size());
+  std::memcpy(b.data(), s.data(), s.size());
+  return b;
+}
+
+// Executes requests one at a time; before the request for which `die` answers true (or the
+// die_at-th request), the client dies: that request and every later one throw, nothing lands.
+class DyingTransport final : public Transport {
+ public:
+  explicit DyingTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  uint64_t die_at = std::numeric_limits<uint64_t>::max();
+  std::function<bool(const Request&)> die;
+  std::function<void(const Request&)> before;  // runs before each request (pauses, counters)
+  uint64_t seen = 0;
+  bool dead = false;
+  void execute(std::span<Request> batch) override {
+    ++counters_.batches;
+    for (Request& r : batch) {
+      if (!dead && (seen == die_at || (die && die(r)))) dead = true;
+      if (dead) throw FabricError("test: this client died");
+      if (before) before(r);
+      ++seen;
+      counters_.add(r);
+      inner_->execute(std::span<Request>(&r, 1));
+    }
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+};
+
+struct Client {
+  DyingTransport* tr;
+  std::unique_ptr<Transport> own;
+  Engine engine;
+  RaceClient client;
+  Client(Fabric& f, const RaceConfig& c, uint32_t id)
+      : tr(nullptr), own(std::make_unique<DyingTransport>(f.connect())), engine(*own), client(c, engine, id) {
+    tr = static_cast<DyingTransport*>(own.get());
+  }
+  OpResult run(Task<OpResult> t) { return engine.run(std::move(t)); }
+  OpResult put(const std::string& k, const std::string& v) { return run(client.put(KeyView(k), bytes_of(v))); }
+  OpResult find_or_put(const std::string& k, const std::string& v) { return run(client.find_or_put(KeyView(k), bytes_of(v))); }
+  OpResult update(const std::string& k, const std::string& v) { return run(client.update(KeyView(k), bytes_of(v))); }
+  OpResult erase(const std::string& k) { return run(client.erase(KeyView(k))); }
+  std::optional<std::string> get(const std::string& k) {
+    Bytes out;
+    if (run(client.get(KeyView(k), &out)).status != Status::kFound) return std::nullopt;
+    return std::string(reinterpret_cast<const char*>(out.data()), out.size());
+  }
+  // Runs `op`; true if this client died during it (its operation stays pending forever).
+  bool dies_in(const std::function<void()>& op) {
+    try {
+      op();
+    } catch (const FabricError&) {
+      if (!tr->dead) throw;
+    }
+    return tr->dead;
+  }
+};
+
+RaceConfig fault_cfg() {
+  RaceConfig c;
+  c.groups_per_subtable = 1;  // 21 slots a subtable: the 20-odd keys before a split
+  c.initial_depth = 0;
+  c.max_depth = 10;
+  c.chunk_bytes = 1 << 16;
+  c.death_check_every = 1;  // look at the death board at every re-read: short tests
+  return c;
+}
+
+struct Table {
+  RaceConfig cfg;
+  std::unique_ptr<Fabric> fabric;
+  explicit Table(const RaceConfig& c) : cfg(c) {
+    fabric = make_local_fabric({c.region_bytes(4 << 20)});
+    RaceServer server(*fabric, c);
+  }
+};
+
+std::string key(int i) { return "key-" + std::to_string(i); }
+std::string val(int i, int version) { return "value-" + std::to_string(i) + "." + std::to_string(version); }
+
+// Client 1 puts key(0), key(1), ... until put number `split_target` splits; returns the index of
+// the put that performed that split and the requests before it and in it (reference run).
+struct SplitPoint {
+  int put = -1;
+  uint64_t before = 0, during = 0;
+};
+SplitPoint find_split(const RaceConfig& cfg, uint64_t split_target) {
+  Table t(cfg);
+  Client a(*t.fabric, cfg, 1);
+  for (int i = 0;; ++i) {
+    const uint64_t seen = a.tr->seen;
+    EXPECT_EQ(a.put(key(i), val(i, 0)).status, Status::kInserted);
+    if (a.client.stats().splits == split_target) return SplitPoint{i, seen, a.tr->seen - seen};
+  }
+}
+
+// The dead client's table, checked by a survivor: every key of `oracle` readable, then updates,
+// erases and new inserts (which split again) all answer as the oracle says; finally a fresh
+// client reads everything and the table has no lock, frozen or tentative slot left.
+void check_survivor(Table& t, Client& s, std::unordered_map<std::string, std::string>& oracle, int first_new, int label) {
+  for (const auto& [k, v] : oracle) ASSERT_EQ(s.get(k), v) << "stop " << label << " key " << k;
+  int n = 0;
+  for (auto& [k, v] : oracle) {
+    if (n++ % 3 == 0) {
+      v += "+u";
+      ASSERT_EQ(s.update(k, v).status, Status::kUpdated) << "stop " << label;
+    }
+  }
+  std::vector<std::string> erased;
+  n = 0;
+  for (const auto& [k, v] : oracle)
+    if (n++ % 4 == 1) erased.push_back(k);
+  for (const auto& k : erased) {
+    ASSERT_EQ(s.erase(k).status, Status::kErased) << "stop " << label;
+    oracle.erase(k);
+  }
+  const uint64_t splits = s.client.stats().splits;
+  for (int i = first_new; i < first_new + 60 || (s.client.stats().splits == splits && i < first_new + 400); ++i) {
+    ASSERT_EQ(s.put(key(i), val(i, 2)).status, Status::kInserted) << "stop " << label << " key " << key(i);
+    oracle[key(i)] = val(i, 2);
+  }
+  EXPECT_GT(s.client.stats().splits, splits) << "stop " << label << ": a further split must work";
+  Client c(*t.fabric, t.cfg, 7);
+  for (const auto& [k, v] : oracle) ASSERT_EQ(c.get(k), v) << "stop " << label << " key " << k;
+  for (const auto& k : erased) ASSERT_EQ(c.get(k), std::nullopt) << "stop " << label << " key " << k;
+  const RaceInspection in = race_inspect(*t.fabric, t.cfg);
+  EXPECT_TRUE(in.locks_clear) << "stop " << label;
+  EXPECT_EQ(in.frozen, 0u) << "stop " << label;
+  EXPECT_EQ(in.tentative, 0u) << "stop " << label;
+  EXPECT_EQ(in.committed, oracle.size()) << "stop " << label;
+}
+
+// The state a splitter leaves when it dies before request `stop` of the put that splits: keys
+// before it are in the oracle; the dying put's key is pending (present with its value or absent).
+struct DeadSplitter {
+  Table t;
+  std::unordered_map<std::string, std::string> oracle;
+  int pending = -1;
+  DeadSplitter(const RaceConfig& cfg, const SplitPoint& sp, uint64_t stop) : t(cfg) {
+    Client a(*t.fabric, cfg, 1);
+    for (int i = 0; i < sp.put; ++i) {
+      EXPECT_EQ(a.put(key(i), val(i, 0)).status, Status::kInserted);
+      oracle[key(i)] = val(i, 0);
+    }
+    a.tr->die_at = a.tr->seen + stop;
+    EXPECT_TRUE(a.dies_in([&] { a.put(key(sp.put), val(sp.put, 0)); }));
+    pending = sp.put;
+    race_mark_dead(*t.fabric, cfg, 1);
+  }
+  // The pending key as the survivor finds it: absent, or the dead put's value.
+  void settle_pending(Client& s) {
+    const auto got = s.get(key(pending));
+    if (got) {
+      EXPECT_EQ(*got, val(pending, 0));
+      oracle[key(pending)] = *got;
+    }
+  }
+};
+
+// A splitter dies before each request of the put that splits (the first split, which doubles the
+// directory, and the third, which does not); a survivor's writes into that subtable complete.
+TEST(RaceFault, SplitterDeadBeforeEveryRequestOfASplit) {
+  const RaceConfig cfg = fault_cfg();
+  uint64_t forward = 0, back = 0, stops = 0;
+  for (uint64_t target : {1u, 3u}) {
+    const SplitPoint sp = find_split(cfg, target);
+    ASSERT_GT(sp.during, 40u);
+    for (uint64_t stop = 0; stop < sp.during; ++stop) {
+      DeadSplitter d(cfg, sp, stop);
+      Client b(*d.t.fabric, cfg, 2);
+      // The survivor's first write is the dead put's own key: into the frozen/locked subtable.
+      ASSERT_NE(b.put(key(d.pending), val(d.pending, 1)).status, Status::kFull);
+      d.oracle[key(d.pending)] = val(d.pending, 1);
+      check_survivor(d.t, b, d.oracle, 1000, static_cast<int>(stop));
+      forward += b.client.stats().rolled_forward;
+      back += b.client.stats().rolled_back;
+      ++stops;
+      if (testing::Test::HasFailure()) return;
+    }
+  }
+  EXPECT_GT(forward, 5u) << "some dead splits must have been finished (published before the death)";
+  EXPECT_GT(back, 5u) << "some dead splits must have been undone";
+  EXPECT_GT(stops, 80u);
+}
+
+// A helper that takes over a dead splitter dies itself before each of its requests; a third
+// client then takes over from it. Several stops of the first splitter.
+TEST(RaceFault, HelperDeadMidTakeoverIsTakenOverInTurn) {
+  const RaceConfig cfg = fault_cfg();
+  const SplitPoint sp = find_split(cfg, 3);
+  uint64_t trials = 0, helper_died_holding = 0;
+  for (uint64_t stop = 3; stop < sp.during; stop += 9) {
+    // Reference: the helper's put without dying, to count its requests.
+    uint64_t helper_requests = 0;
+    {
+      DeadSplitter d(cfg, sp, stop);
+      Client b(*d.t.fabric, cfg, 2);
+      b.put(key(d.pending), val(d.pending, 1));
+      helper_requests = b.tr->seen;
+    }
+    for (uint64_t hstop = 0; hstop < helper_requests; ++hstop) {
+      DeadSplitter d(cfg, sp, stop);
+      Client b(*d.t.fabric, cfg, 2);
+      b.tr->die_at = hstop;
+      ASSERT_TRUE(b.dies_in([&] { b.put(key(d.pending), val(d.pending, 1)); }));
+      race_mark_dead(*d.t.fabric, cfg, 2);
+      if (!race_inspect(*d.t.fabric, cfg).locks_clear) ++helper_died_holding;
+      Client c(*d.t.fabric, cfg, 3);
+      // The pending key: the first splitter's value, the helper's, or absent.
+      const auto got = c.get(key(d.pending));
+      if (got) {
+        EXPECT_TRUE(*got == val(d.pending, 0) || *got == val(d.pending, 1)) << *got;
+      }
+      ASSERT_NE(c.put(key(d.pending), val(d.pending, 2)).status, Status::kFull);
+      d.oracle[key(d.pending)] = val(d.pending, 2);
+      check_survivor(d.t, c, d.oracle, 1000, static_cast<int>(stop * 1000 + hstop));
+      ++trials;
+      if (testing::Test::HasFailure()) return;
+    }
+  }
+  EXPECT_GT(trials, 100u);
+  EXPECT_GT(helper_died_holding, 20u) << "helpers must have died holding a taken-over lock";
+}
+
+bool is_commit(const Request& r) {
+  return r.kind == ReqKind::kCas && (r.swap & (1ULL << 46)) && !(r.compare & (1ULL << 46)) && r.compare != 0;
+}
+
+// An inserter dies holding a tentative copy (before its commit CAS). Another inserter of the key
+// completes: kInserted exactly once overall, and gets see its value. Where the dead copy is the
+// lower one (the survivor would wait for it), the survivor kills it after the death board says so.
+TEST(RaceFault, DeadInserterTentativeCopyIsKilled) {
+  const RaceConfig cfg = fault_cfg();
+  int lower = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    Table t(cfg);
+    Client a(*t.fabric, cfg, 1);
+    Client b(*t.fabric, cfg, 2);
+    for (int i = 0; i < 6; ++i) ASSERT_EQ(b.put(key(100 + i), "x").status, Status::kInserted);
+    const std::string k = "k" + std::to_string(trial);
+    a.tr->die = is_commit;
+    ASSERT_TRUE(a.dies_in([&] { a.find_or_put(k, "from-a"); }));
+    EXPECT_EQ(race_inspect(*t.fabric, cfg).tentative, 1u);
+    race_mark_dead(*t.fabric, cfg, 1);
+    ASSERT_EQ(b.find_or_put(k, "from-b").status, Status::kInserted) << trial;
+    if (b.client.stats().takeovers > 0) ++lower;
+    Client c(*t.fabric, cfg, 3);
+    EXPECT_EQ(c.get(k), std::optional<std::string>("from-b"));
+    EXPECT_EQ(c.find_or_put(k, "from-c").status, Status::kFound);
+    const RaceInspection in = race_inspect(*t.fabric, cfg);
+    EXPECT_EQ(in.tentative, 0u) << trial;
+    EXPECT_EQ(in.committed, 7u) << trial;
+  }
+  EXPECT_GT(lower, 3) << "the dead copy must have been the lower one in some trials";
+}
+
+// --- live owners: waited for, never taken over -----------------------------------------------------
+
+// Pauses its thread before one request until released.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool paused = false, open = false;
+  void pause() {
+    std::unique_lock l(mu);
+    paused = true;
+    cv.notify_all();
+    cv.wait(l, [&] { return open; });
+  }
+  void wait_paused() {
+    std::unique_lock l(mu);
+    cv.wait(l, [&] { return paused; });
+  }
+  void finished() {  // the paused thread's operation ended without pausing: nobody waits forever
+    std::lock_guard l(mu);
+    paused = true;
+    cv.notify_all();
+  }
+  void release() {
+    std::lock_guard l(mu);
+    open = true;
+    cv.notify_all();
+  }
+};
+
+// B waits for A (paused, alive) and looks at the death board; A is released after B has seen it
+// alive 3 times (or once B finished, had it not waited). Returns B's result; A's via `a_result`.
+// A pauses before the first request `pause_at` accepts.
+OpResult race_live(Table& t, Client& a, Client& b, const std::function<bool(const Request&)>& pause_at,
+                   const std::function<OpResult()>& a_op, const std::function<OpResult()>& b_op, OpResult& a_result) {
+  Gate gate;
+  std::atomic<int> board_reads{0};
+  const uint64_t board = t.cfg.board_offset();
+  b.tr->before = [&](const Request& r) {
+    if (r.kind == ReqKind::kRead && r.addr.node == 0 && r.addr.offset >= board && r.addr.offset < board + kRaceBoardBytes &&
+        ++board_reads == 3)
+      gate.release();
+  };
+  bool paused = false;
+  a.tr->before = [&](const Request& r) {
+    if (!paused && pause_at(r)) {
+      paused = true;
+      gate.pause();
+    }
+  };
+  std::thread ta([&] {
+    a_result = a_op();
+    gate.finished();
+  });
+  gate.wait_paused();
+  const OpResult r = b_op();
+  gate.release();
+  ta.join();
+  a.tr->before = nullptr;
+  b.tr->before = nullptr;
+  return r;
+}
+
+// A splitter paused (alive) mid-split, at several points: B's insert into that subtable waits,
+// sees A alive on the death board, and never takes over; A finishes and so does B.
+TEST(RaceFault, LiveSplitterIsWaitedForNotTakenOver) {
+  RaceConfig cfg = fault_cfg();
+  const SplitPoint sp = find_split(cfg, 3);
+  int waited = 0;
+  for (uint64_t stop = 2; stop < sp.during; stop += 5) {
+    Table t(cfg);
+    Client a(*t.fabric, cfg, 1);
+    Client b(*t.fabric, cfg, 2);
+    std::unordered_map<std::string, std::string> oracle;
+    for (int i = 0; i < sp.put; ++i) {
+      ASSERT_EQ(a.put(key(i), val(i, 0)).status, Status::kInserted);
+      oracle[key(i)] = val(i, 0);
+    }
+    const uint64_t at = a.tr->seen + stop;
+    OpResult ar;
+    const OpResult br = race_live(
+        t, a, b, [&, at](const Request&) { return a.tr->seen == at; }, [&] { return a.put(key(sp.put), val(sp.put, 0)); },
+        [&] {  // B's puts until one meets A's split (B cannot tell which keys are in A's subtable)
+          OpResult r;
+          for (int i = 0; i < 200 && b.client.stats().waits == 0; ++i) {
+            r = b.put("b" + std::to_string(i), "from-b");
+            if (r.status != Status::kInserted) return r;
+            oracle["b" + std::to_string(i)] = "from-b";
+          }
+          return r;
+        },
+        ar);
+    ASSERT_EQ(ar.status, Status::kInserted);
+    ASSERT_EQ(br.status, Status::kInserted);
+    oracle[key(sp.put)] = val(sp.put, 0);
+    EXPECT_EQ(b.client.stats().takeovers, 0u) << "stop " << stop << ": a live splitter was taken over";
+    if (b.client.stats().waits > 0) ++waited;
+    check_survivor(t, b, oracle, 1000, static_cast<int>(stop));
+    if (testing::Test::HasFailure()) return;
+  }
+  EXPECT_GT(waited, 3);
+}
+
+// A live inserter paused before its commit CAS: another inserter of the key whose copy is higher
+// waits for it (the lowest copy of a live owner is never killed): A answers kInserted, B kFound.
+TEST(RaceFault, LiveInserterLowerCopyIsWaitedFor) {
+  const RaceConfig cfg = fault_cfg();
+  int lower = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    Table t(cfg);
+    Client a(*t.fabric, cfg, 1);
+    Client b(*t.fabric, cfg, 2);
+    for (int i = 0; i < 6; ++i) ASSERT_EQ(b.put(key(100 + i), "x").status, Status::kInserted);
+    const std::string k = "k" + std::to_string(trial);
+    OpResult ar;
+    const OpResult br = race_live(
+        t, a, b, is_commit, [&] { return a.find_or_put(k, "from-a"); }, [&] { return b.find_or_put(k, "from-b"); }, ar);
+    Client c(*t.fabric, cfg, 3);
+    if (b.client.stats().waits > 0) {  // A's copy was the lower one
+      ++lower;
+      EXPECT_EQ(ar.status, Status::kInserted) << trial;
+      EXPECT_EQ(br.status, Status::kFound) << trial;
+      EXPECT_EQ(c.get(k), std::optional<std::string>("from-a"));
+    }
+    EXPECT_TRUE((ar.status == Status::kInserted) != (br.status == Status::kInserted)) << "inserted exactly once";
+    EXPECT_EQ(race_inspect(*t.fabric, cfg).tentative, 0u);
+  }
+  EXPECT_GT(lower, 3);
+}
+
+// Two live helpers meet one dead splitter: B has read the dead owner's lock and the death board
+// and is paused before its takeover; C takes over, finishes, and splits further. B's takeover CAS
+// must then fail (the lock word changed): exactly one helper took over.
+TEST(RaceFault, TwoHelpersOfOneDeadSplitterOneTakesOver) {
+  const RaceConfig cfg = fault_cfg();
+  const SplitPoint sp = find_split(cfg, 3);
+  uint64_t stop = 0;
+  for (; stop < sp.during; ++stop) {  // the first stop that leaves frozen slots
+    DeadSplitter d(cfg, sp, stop);
+    if (race_inspect(*d.t.fabric, cfg).frozen > 0) break;
+  }
+  ASSERT_LT(stop, sp.during);
+  for (const uint64_t at : {stop, stop + 5, sp.during - 3}) {
+    DeadSplitter d(cfg, sp, at);
+    Client b(*d.t.fabric, cfg, 2);
+    Client c(*d.t.fabric, cfg, 3);
+    Gate gate;
+    bool board_read = false, paused = false;
+    const uint64_t board = cfg.board_offset();
+    b.tr->before = [&](const Request& r) {
+      if (board_read && !paused) {
+        paused = true;
+        gate.pause();
+      }
+      if (r.kind == ReqKind::kRead && r.addr.node == 0 && r.addr.offset >= board && r.addr.offset < board + kRaceBoardBytes)
+        board_read = true;
+    };
+    OpResult br;
+    std::thread tb([&] {
+      br = b.put(key(d.pending), val(d.pending, 1));
+      gate.finished();
+    });
+    gate.wait_paused();
+    ASSERT_NE(c.put(key(d.pending), val(d.pending, 2)).status, Status::kFull);
+    for (int i = 0; i < 40; ++i) {
+      ASSERT_EQ(c.put(key(500 + i), val(500 + i, 0)).status, Status::kInserted);
+      d.oracle[key(500 + i)] = val(500 + i, 0);
+    }
+    gate.release();
+    tb.join();
+    b.tr->before = nullptr;
+    ASSERT_NE(br.status, Status::kFull);
+    EXPECT_EQ(b.client.stats().takeovers + c.client.stats().takeovers, 1u) << "stop " << at;
+    const auto got = c.get(key(d.pending));
+    ASSERT_TRUE(got == val(d.pending, 1) || got == val(d.pending, 2));
+    d.oracle[key(d.pending)] = *got;
+    check_survivor(d.t, c, d.oracle, 1000, static_cast<int>(at));
+    if (testing::Test::HasFailure()) return;
+  }
+}
+
+// Budget: a wait for a live owner that never moves ends in RaceWouldWait naming what it waited
+// for, and changes nothing (a zero budget: at the first wait).
+TEST(RaceFault, WaitForALiveOwnerIsBoundedByTheBudget) {
+  RaceConfig cfg = fault_cfg();
+  const SplitPoint sp = find_split(cfg, 1);
+  Table t(cfg);
+  Client a(*t.fabric, cfg, 1);
+  for (int i = 0; i < sp.put; ++i) ASSERT_EQ(a.put(key(i), val(i, 0)).status, Status::kInserted);
+  a.tr->die_at = a.tr->seen + sp.during / 2;  // stopped mid-split, NOT marked dead
+  ASSERT_TRUE(a.dies_in([&] { a.put(key(sp.put), "v"); }));
+  RaceConfig bcfg = cfg;
+  bcfg.wait_budget = std::chrono::milliseconds(0);
+  Client b(*t.fabric, bcfg, 2);
+  try {
+    b.put(key(sp.put), "w");
+    FAIL() << "a writer did not wait for the live splitter";
+  } catch (const RaceWouldWait& e) {
+    EXPECT_NE(std::string(e.what()).find("split"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(b.client.stats().takeovers, 0u);
+  EXPECT_FALSE(race_inspect(*t.fabric, cfg).locks_clear);
+}
+
+TEST(RaceFault, ClientIdsBeyondTheOwnerBitsAreRefused) {
+  const RaceConfig cfg = fault_cfg();
+  Table t(cfg);
+  auto tr = t.fabric->connect();
+  Engine e(*tr);
+  EXPECT_THROW(RaceClient(cfg, e, kRaceMaxClientId + 1), InvalidArgument);
+  RaceClient ok(cfg, e, kRaceMaxClientId);
+  (void)ok;
+}
+
+}  // namespace
+}  // namespace rdmahash
