@@ -127,7 +127,7 @@ def main():
         s = connect()
         t0 = time.time()
         dropped = False
-        for b in b"RDMAHASH" + struct.pack("<II", 2, 0) + os.urandom(32):
+        for b in (b"RDMAHASH" + struct.pack("<II", 2, 0) + os.urandom(32))[:12]:  # 12 s: well past the deadline
             try:
                 s.sendall(bytes([b]))
             except OSError:

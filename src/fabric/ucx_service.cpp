@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -671,8 +672,13 @@ std::pair<uint32_t, std::vector<std::byte>> read_reply(int fd, std::chrono::stea
   if (len > kMaxReplyBody) throw fail("sent a reply of " + std::to_string(len) + " bytes (at most 1 MiB)");
   std::vector<std::byte> body(len);
   if (!recv_all(fd, body, deadline)) throw fail("sent a truncated reply");
-  if (status == kStatusRefused)
-    throw fail("refused the connection: " + std::string(reinterpret_cast<const char*>(body.data()), body.size()));
+  if (status == kStatusRefused) {
+    // The reason goes to the user's terminal: printable ASCII only, and not a megabyte of it.
+    std::string why(reinterpret_cast<const char*>(body.data()), std::min<size_t>(body.size(), 300));
+    for (char& ch : why)
+      if (ch < 0x20 || ch > 0x7e) ch = '?';
+    throw fail("refused the connection: " + why);
+  }
   return {status, std::move(body)};
 }
 
