@@ -109,4 +109,42 @@ class InterleavingTransport final : public Transport {
   std::mt19937_64 rng_{17};
 };
 
+// Fault injection for the per-request failure contract (fabric.h, "Per-request outcome"): runs
+// each request of a batch on the inner transport one by one, except those `fail` picks, which are
+// reported kFailed without being applied. `before` (optional) runs before each request, e.g. to
+// release a lock from "another client" after N reads. Throws FabricError when a request failed,
+// after setting every request's status, as the real transports do.
+class FaultTransport final : public Transport {
+ public:
+  using Pick = std::function<bool(const Request&, uint64_t ordinal)>;
+  FaultTransport(std::unique_ptr<Transport> inner, Pick fail, std::function<void(const Request&, uint64_t)> before = {})
+      : inner_(std::move(inner)), fail_(std::move(fail)), before_(std::move(before)) {}
+  void execute(std::span<Request> batch) override {
+    ++counters_.batches;
+    bool failed = false;
+    for (Request& r : batch) {
+      const uint64_t ordinal = next_++;
+      if (before_) before_(r, ordinal);
+      if (fail_ && fail_(r, ordinal)) {
+        r.status = ReqStatus::kFailed;
+        failed = true;
+        ++injected_;
+        continue;
+      }
+      inner_->execute(std::span<Request>(&r, 1));
+      r.status = ReqStatus::kOk;
+      counters_.add(r);
+    }
+    if (failed) throw FabricError("fault transport: injected request failure");
+  }
+  uint64_t injected() const { return injected_; }
+  uint64_t requests() const { return next_; }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  Pick fail_;
+  std::function<void(const Request&, uint64_t)> before_;
+  uint64_t next_ = 0, injected_ = 0;
+};
+
 }  // namespace rdmahash::test

@@ -379,6 +379,27 @@ void test_rpc(Ctx& c, Counted& t, Transport& errors) {
       std::vector<Request> eb{rpc_req(n, 77, nullptr, 0, &r2)};
       errors.execute(eb);
     });
+
+    // Per-request outcome (fabric.h): the throwing RPC fails alone; an FAA and an echo RPC of its
+    // batch complete, are applied and are reported kOk.
+    {
+      const uint64_t word = c.lay.priv + uint64_t{c.me} * 128 + 40;
+      uint64_t before = 0, old = ~0ULL, echo_in[2] = {0x5151, 0x6262};
+      std::vector<std::byte> r3, r4;
+      b = {read_req(n, word, &before, 8)};
+      t.exec(b);
+      std::vector<Request> eb{rpc_req(n, kRpcThrow, nullptr, 0, &r3), faa_req(n, word, 3, &old),
+                              rpc_req(n, kRpcEcho, echo_in, 16, &r4)};
+      c.ck.expect_throw("a batch with a throwing RPC throws" + at, [&] { errors.execute(eb); });
+      c.ck.check(eb[0].status == ReqStatus::kFailed && eb[1].status == ReqStatus::kOk && eb[2].status == ReqStatus::kOk,
+                 "only the throwing RPC of its batch is reported failed" + at);
+      c.ck.check(old == before, "the FAA beside a failing RPC returned the old value" + at);
+      c.ck.check(r4.size() == 16 && std::memcmp(r4.data(), echo_in, 16) == 0, "the echo RPC beside a failing RPC replied" + at);
+      uint64_t after = 0;
+      b = {read_req(n, word, &after, 8)};
+      t.exec(b);
+      c.ck.check(after == before + 3, "the FAA beside a failing RPC was applied once" + at);
+    }
   }
 }
 
@@ -433,16 +454,17 @@ void test_errors(Ctx& c, Transport& t) {
   c.ck.expect_throw("RPC without a reply vector", [&] { one(rpc_req(0, kRpcEcho, nullptr, 0, nullptr)); });
   c.ck.expect_throw("RPC to a memory node that does not exist", [&] { one(rpc_req(c.nodes, kRpcEcho, nullptr, 0, &reply)); });
 
-  // A batch with one bad request is rejected before anything is applied.
+  // A bad request fails alone (fabric.h, "Per-request outcome"): it is never posted, the valid
+  // request of its batch is applied, and the statuses say which is which.
   const uint64_t w = c.lay.priv + uint64_t{c.me} * 128 + 48;
   uint64_t marker = 0xDEADBEEFULL;
-  c.ck.expect_throw("batch with a valid write and an out-of-range read", [&] {
-    std::vector<Request> b{write_req(0, w, &marker, 8), read_req(0, region, &v, 8)};
-    t.execute(b);
-  });
+  std::vector<Request> mixed{write_req(0, w, &marker, 8), read_req(0, region, &v, 8)};
+  c.ck.expect_throw("batch with a valid write and an out-of-range read", [&] { t.execute(mixed); });
+  c.ck.check(mixed[0].status == ReqStatus::kOk && mixed[1].status == ReqStatus::kFailed,
+             "the valid write of a batch with a bad read is kOk, the read kFailed");
   v = 1;
   one(read_req(0, w, &v, 8));
-  c.ck.check(v == 0, "the valid write of a rejected batch was not applied");
+  c.ck.check(v == marker, "the valid write of a batch with a bad request was applied");
   one(read_req(0, c.lay.read_area, &v, 8));
   std::byte want[8];
   for (uint64_t j = 0; j < 8; ++j) want[j] = read_byte(0, j);

@@ -77,6 +77,16 @@
 //  Assumed of the fabric (true of LocalFabric's fences and of an RDMA NIC reading x86 memory): the
 //  node's stores become visible in program order, and a READ posted after another one completed
 //  observes memory no older than that one did.
+// Retries. A record caught mid-write is re-read, and a miss that overlapped a relocation is
+// re-validated. Re-reads of a record are bounded by a time, `CuckooConfig::retry_budget` (a writer
+// is the node's CPU inside one critical section, so only a dead or stalled node CPU keeps a record
+// unstable that long); then the lookup fails with RetryBudgetExceeded. Misses are bounded by
+// attempts: after 16 one-sided attempts that all overlapped relocations (a steady stream of
+// displacing inserts can keep that up indefinitely) the lookup asks the owner by RPC (write_rpc
+// kGet), which answers under the shard's lock where no relocation can overlap; the lookup
+// linearizes inside that RPC (tests/fault_test.cpp, CuckooMiss.EndlessRelocationsMakeAMissAskTheOwner;
+// mutant cuckoo-miss-fallback-trusts-itself).
+//
 // Consequently a lookup of a present key issues at most k bucket READs (plus re-reads of a record
 // caught mid-write); a miss adds one header READ (and on the first miss on a shard, a second probe,
 // unless `read_header` primed the cache).
@@ -104,6 +114,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -137,6 +148,10 @@ struct CuckooConfig {
   CuckooStorage storage = CuckooStorage::kInline;
   uint64_t hash_seed = 0xC0C0A5A5D00DF00DULL;
   uint32_t max_displacements = 500;  // candidate moves one insert's search may examine
+  // Client side (not part of the table): how long a lookup keeps re-reading a record caught
+  // mid-write, or re-validating a miss that keeps overlapping relocations, before it fails with
+  // RetryBudgetExceeded (fabric.h). A time, not a count (see cuckoo.h, "Retries").
+  std::chrono::nanoseconds retry_budget = kDefaultRetryBudget;
 
   // Buckets for `records` at `load_factor` (records / all slots), split over the nodes.
   static CuckooConfig for_records(uint64_t records, double load_factor, uint32_t memory_nodes,

@@ -20,8 +20,10 @@
 // are counted when posted, so withdrawn requests are not counted.
 //
 // Thread safety: an Engine and its Transport belong to one thread. Errors: a transport failure
-// fails every request of that batch; awaiting a failed request throws FabricError inside the
-// operation, which surfaces from `run` or in `run_many`'s callback.
+// fails only the requests the transport reports as failed (or could not report on; see
+// fabric.h, "Per-request outcome"); the other operations of the batch resume normally. Awaiting a
+// failed request throws FabricError inside its operation, which surfaces from `run` or in
+// `run_many`'s callback. MemoryNodeLost is not caught: it leaves `run`/`run_many`.
 #pragma once
 
 #include <chrono>

@@ -27,8 +27,19 @@
 //
 // Errors: transport failures throw `FabricError`; an address outside a region is a programming
 // error and throws `FabricError` too (never undefined behaviour).
+//
+// Per-request outcome: a failure belongs to the request that failed, not to its batch. When
+// `execute()` throws FabricError it has first set `status` of every request it knows the outcome
+// of: kOk for a request that completed (its effect happened and its result is valid), kFailed for
+// one that did not. A request left kUnknown (the transport could not tell, e.g. it was never
+// posted, or a wrapper executed copies of it) counts as failed; its effect may or may not have
+// happened. When `execute()` returns normally every request succeeded. The engine resumes each
+// waiting operation with its own request's outcome, so an operation whose requests all landed is
+// never told it failed because another operation's request in the same batch did.
+// `MemoryNodeLost` is different: it ends the client (see below), whatever the statuses say.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -55,12 +66,28 @@ class MemoryNodeLost : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A scheme's retry loop (a record that stays locked or torn, a miss that keeps overlapping
+// relocations) ran out of its time budget (LinearProbe/CuckooConfig `retry_budget`). The
+// operation failed and changed nothing; retrying it later may succeed. A FabricError, so callers
+// that count failed operations count it too.
+class RetryBudgetExceeded : public FabricError {
+ public:
+  using FabricError::FabricError;
+};
+
+// The default time a reader keeps retrying before RetryBudgetExceeded: generous, so that a lock
+// holder that is merely descheduled (oversubscribed ranks, sanitizer builds) never fails healthy
+// readers; only a holder that died (and that nobody recovers) does.
+inline constexpr std::chrono::nanoseconds kDefaultRetryBudget = std::chrono::seconds(20);
+
 struct RemoteAddr {
   uint32_t node = 0;
   uint64_t offset = 0;
 };
 
 enum class ReqKind : uint8_t { kRead, kWrite, kCas, kFaa, kRpc };
+
+enum class ReqStatus : uint8_t { kUnknown, kOk, kFailed };
 
 struct Request {
   ReqKind kind = ReqKind::kRead;
@@ -72,6 +99,7 @@ struct Request {
   uint64_t* result = nullptr; // CAS/FAA: receives the old value (required)
   uint16_t rpc_id = 0;        // RPC: handler id
   std::vector<std::byte>* reply = nullptr;  // RPC: receives the reply (required)
+  ReqStatus status = ReqStatus::kUnknown;   // out: set by execute() when it throws (see above)
 };
 
 // Totals over every request a transport executed.
@@ -85,7 +113,8 @@ struct FabricCounters {
 class Transport {
  public:
   virtual ~Transport() = default;
-  // Posts every request and waits until all have completed. Throws FabricError.
+  // Posts every request and waits until all have completed. Throws FabricError if any failed,
+  // after setting each request's `status` (see "Per-request outcome").
   virtual void execute(std::span<Request> batch) = 0;
   const FabricCounters& counters() const { return counters_; }
 

@@ -132,18 +132,32 @@
 //    of the dead client's heap block, < kHeapBlock records); claims, updates and erases are single
 //    CASes. The operation in flight took effect or did not, as its CAS says.
 //  * kInline: a client dead between its LOCK CAS and its unlocking CAS leaves the slot locked:
-//    readers and writers of that key re-read (until their bound, then fail) and an unpublished
+//    readers and writers of that key re-read (until their retry budget, a time, is spent: then
+//    they fail with RetryBudgetExceeded, see ProbeConfig::retry_budget) and an unpublished
 //    claim makes find_or_put of a 4-byte key answer kFound for a record no one can read yet —
 //    until the lock is recovered (by a pass of the server, which learns of the
 //    death from the closed connection): `rdmahash serve` runs LinearLockSweeper (below) a grace
 //    period after a client's connection closes without goodbye, which rolls each orphaned lock
 //    forward or back (tests/serve_kill_test.sh with clients that die holding a lock).
 //
+// A failed request (fabric.h, "Per-request outcome") fails only its own operation: an insert or
+// update whose lock CAS landed goes on to its payload WRITE and unlocking CAS even if another
+// operation's request in the same batch failed. What a live client's failed request leaves:
+//  * the lock CAS itself failed: the slot's state is unknown to the client, which reports
+//    FabricError; if the CAS did land (a completion lost), the slot stays locked as if it had died;
+//  * the payload WRITE or the unlocking CAS failed (kInline insert/update): the operation reports
+//    FabricError and the slot stays locked (tests/fault_test.cpp,
+//    LinearInlineFailedUnlockReportsFailureAndLeavesTheKeyLocked) until LinearLockSweeper rolls
+//    it forward or back (served tables) — the same state as a client that died there;
+//  * any other request (READs, single-CAS writes of kSet/kHeap, erase's tombstone CAS): the
+//    operation reports FabricError and the table is as the completed requests left it.
+//
 // Thread safety: LinearClient is used by one Engine (one thread); any number of clients on any
 // number of threads or processes may operate on one table concurrently.
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -240,6 +254,10 @@ struct ProbeConfig {
   // holding its Nth inline slot lock — before the payload WRITE when N is even, after it when N is
   // odd — so that both repairs (roll back, roll forward) are exercised.
   uint64_t die_holding_lock = 0;
+  // How long a lookup keeps re-reading a slot that is locked or torn before it fails with
+  // RetryBudgetExceeded (fabric.h). Time, not a count: a live holder that is descheduled must not
+  // fail healthy readers; only a dead holder nobody recovers should.
+  std::chrono::nanoseconds retry_budget = kDefaultRetryBudget;
   void validate() const;
 };
 

@@ -18,7 +18,10 @@
 //  * throws `InvalidArgument` for a key or value the table cannot hold (e.g. a key outside the
 //    key range, a value of the wrong size) — before any remote request is issued;
 //  * throws `FabricError` when the transport fails; the table is left as the completed requests
-//    left it (every scheme's protocol keeps it consistent at every request boundary).
+//    left it (every scheme's protocol keeps it consistent at every request boundary). Only the
+//    operation whose request failed fails (fabric.h, "Per-request outcome"). A read that kept
+//    meeting a locked or torn record for longer than its scheme's `retry_budget` throws
+//    `RetryBudgetExceeded` (a FabricError) and changed nothing.
 #pragma once
 
 #include <cstddef>

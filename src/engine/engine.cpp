@@ -148,7 +148,9 @@ void Engine::flush() {
       case ReqKind::kRpc: ++op->rpcs; op->bytes += r.len + (r.reply ? r.reply->size() : 0); break;
     }
     n->done = true;
-    n->failed = failed;
+    // Each waiter gets its own request's outcome: a request the transport reports kOk landed even
+    // if another request of the batch failed (e.g. a lock CAS whose unlock must still follow).
+    n->failed = failed && r.status != ReqStatus::kOk;
     if (n->waiter) {
       // An operation waits on one request at a time, so this counts each waiting op once.
       ++op->round_trips;

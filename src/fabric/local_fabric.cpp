@@ -59,6 +59,7 @@ class LocalTransport final : public Transport {
   void execute(std::span<Request> batch) override;
 
  private:
+  std::byte* checked_atomic(const Request& r);
   LocalFabric& fabric_;
   uint32_t id_;
 };
@@ -138,46 +139,57 @@ class LocalFabric final : public Fabric {
 };
 
 void LocalTransport::execute(std::span<Request> batch) {
-  // Validate the whole batch first so that a bad request fails it before anything is applied.
-  for (const Request& r : batch) {
-    if (r.kind == ReqKind::kCas || r.kind == ReqKind::kFaa) {
-      fabric_.checked(r, 8);
-      if (r.addr.offset % 8 != 0) throw FabricError("local fabric: atomic on unaligned offset " + std::to_string(r.addr.offset));
-      if (!r.result) throw FabricError("local fabric: atomic without a result buffer");
-    } else if (r.kind == ReqKind::kRpc) {
-      if (!r.reply) throw FabricError("local fabric: rpc without a reply buffer");
-    } else {
-      fabric_.checked(r, r.len);
-    }
-  }
+  // Each request succeeds or fails on its own (fabric.h, "Per-request outcome"): a bad address or
+  // a throwing RPC handler fails that request only; the others of the batch still execute and are
+  // reported kOk, as a NIC completes each work request of a posted list on its own.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   ++counters_.batches;
+  std::string error;
   for (Request& r : batch) {
-    switch (r.kind) {
-      case ReqKind::kRead:
-        copy_in(static_cast<std::byte*>(r.buf), fabric_.checked(r, r.len), r.len);
-        break;
-      case ReqKind::kWrite:
-        copy_out(fabric_.checked(r, r.len), static_cast<const std::byte*>(r.buf), r.len);
-        break;
-      case ReqKind::kCas: {
-        uint64_t expected = r.compare;
-        std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(fabric_.checked(r, 8)))
-            .compare_exchange_strong(expected, r.swap, std::memory_order_seq_cst);
-        *r.result = expected;  // old value whether or not the swap happened
-        break;
+    try {
+      switch (r.kind) {
+        case ReqKind::kRead:
+          copy_in(static_cast<std::byte*>(r.buf), fabric_.checked(r, r.len), r.len);
+          break;
+        case ReqKind::kWrite:
+          copy_out(fabric_.checked(r, r.len), static_cast<const std::byte*>(r.buf), r.len);
+          break;
+        case ReqKind::kCas: {
+          std::byte* p = checked_atomic(r);
+          uint64_t expected = r.compare;
+          std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p))
+              .compare_exchange_strong(expected, r.swap, std::memory_order_seq_cst);
+          *r.result = expected;  // old value whether or not the swap happened
+          break;
+        }
+        case ReqKind::kFaa:
+          *r.result = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(checked_atomic(r)))
+                          .fetch_add(r.compare, std::memory_order_seq_cst);
+          break;
+        case ReqKind::kRpc:
+          if (!r.reply) throw FabricError("local fabric: rpc without a reply buffer");
+          fabric_.call_rpc(id_, r);
+          break;
       }
-      case ReqKind::kFaa:
-        *r.result = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(fabric_.checked(r, 8)))
-                        .fetch_add(r.compare, std::memory_order_seq_cst);
-        break;
-      case ReqKind::kRpc:
-        fabric_.call_rpc(id_, r);
-        break;
+      r.status = ReqStatus::kOk;
+      counters_.add(r);
+    } catch (const MemoryNodeLost&) {
+      throw;
+    } catch (const std::exception& e) {
+      // A handler's exception is its RPC's failure (UCX replies an error for it the same way).
+      r.status = ReqStatus::kFailed;
+      if (error.empty()) error = e.what();
     }
-    counters_.add(r);
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!error.empty()) throw FabricError(error);
+}
+
+std::byte* LocalTransport::checked_atomic(const Request& r) {
+  std::byte* p = fabric_.checked(r, 8);
+  if (r.addr.offset % 8 != 0) throw FabricError("local fabric: atomic on unaligned offset " + std::to_string(r.addr.offset));
+  if (!r.result) throw FabricError("local fabric: atomic without a result buffer");
+  return p;
 }
 
 }  // namespace

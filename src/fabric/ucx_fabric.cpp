@@ -22,7 +22,8 @@
 //   one-sided operation is an active message the target must progress; serve() does that.
 // * execute() posts every request with the non-blocking *_nbx calls (at most kMaxInFlight at a
 //   time; a batch of thousands is posted in waves), then busy-progresses the worker until every
-//   request has completed. PUT completion in UCP is only local, so a batch that wrote to a node
+//   request has completed (a failed request does not stop the others; each request's status is
+//   its own, fabric.h). PUT completion in UCP is only local, so a batch that wrote to a node
 //   ends with ucp_ep_flush_nbx on that node's endpoint: when execute() returns, the writes are
 //   visible to every other client. CSWAP follows the UCP 1.13 convention: `buffer` holds the
 //   compare value, `reply_buffer` holds the swap value on input and receives the old value.
@@ -168,10 +169,7 @@ class UcxTransport final : public Transport {
 
   // One expected completion of `s` has happened.
   void complete_unit(Slot& s, ucs_status_t status) {
-    if (status != UCS_OK) {
-      if (s.status == UCS_OK) s.status = status;
-      failed_ = true;
-    }
+    if (status != UCS_OK && s.status == UCS_OK) s.status = status;
     if (--s.pending == 0) --outstanding_;
   }
   void fail_rpc(Slot& s, std::string message) {
@@ -190,7 +188,6 @@ class UcxTransport final : public Transport {
   std::vector<Slot> flush_slots_;
   std::vector<char> wrote_;  // per node: this batch wrote to it
   size_t outstanding_ = 0;   // slots with pending > 0
-  bool failed_ = false;
   uint64_t batches_ = 0;     // liveness checks (service clients)
   std::chrono::steady_clock::time_point last_batch_look_{};
 };
@@ -985,6 +982,7 @@ void UcxTransport::settle(Slot& s, ucs_status_ptr_t sp) {
 
 void UcxTransport::post(Slot& s) {
   Request& r = *s.req;
+  if (r.status == ReqStatus::kFailed) return;  // failed validation: never posted
   ++outstanding_;
   s.pending = 1;
   if ((r.kind == ReqKind::kRead || r.kind == ReqKind::kWrite) && r.len == 0) {
@@ -1048,8 +1046,20 @@ void UcxTransport::post_flush(Slot& s) {
 
 void UcxTransport::execute(std::span<Request> batch) {
   if (fabric_.broken()) throw MemoryNodeLost("ucx fabric: a memory node was lost earlier; this fabric is unusable");
-  // Validate the whole batch first so that a bad request fails it before anything is posted.
-  for (const Request& r : batch) validate(r);
+  // A bad request (address outside a region, missing buffer) fails alone and is never posted.
+  std::string error;
+  size_t valid = 0;
+  for (Request& r : batch) {
+    r.status = ReqStatus::kUnknown;
+    try {
+      validate(r);
+      ++valid;
+    } catch (const FabricError& e) {
+      r.status = ReqStatus::kFailed;
+      if (error.empty()) error = e.what();
+    }
+  }
+  if (valid == 0 && !error.empty()) throw FabricError(error);  // nothing to post: not a batch
   ++counters_.batches;
   if (batch.empty()) return;
 
@@ -1058,7 +1068,6 @@ void UcxTransport::execute(std::span<Request> batch) {
   flush_slots_.assign(k, Slot{});
   wrote_.assign(k, 0);
   outstanding_ = 0;
-  failed_ = false;
   for (size_t i = 0; i < batch.size(); ++i) {
     slots_[i].owner = this;
     slots_[i].req = &batch[i];
@@ -1082,8 +1091,9 @@ void UcxTransport::execute(std::span<Request> batch) {
     }
   }
   for (;;) {
-    while (next < batch.size() && outstanding_ < kMaxInFlight && !failed_) post(slots_[next++]);
-    if (next == batch.size() && !flushed && !failed_) {
+    // A failed request does not stop the others: each request's outcome is its own (fabric.h).
+    while (next < batch.size() && outstanding_ < kMaxInFlight) post(slots_[next++]);
+    if (next == batch.size() && !flushed) {
       // PUT completion is local only: flush the written nodes so the writes are visible remotely.
       flushed = true;
       for (uint32_t n = 0; n < k; ++n) {
@@ -1093,7 +1103,7 @@ void UcxTransport::execute(std::span<Request> batch) {
         post_flush(flush_slots_[n]);
       }
     }
-    if (outstanding_ == 0 && (next == batch.size() || failed_)) break;
+    if (outstanding_ == 0 && next == batch.size()) break;
     ucp_worker_progress(worker);
     // A batch that waits long may wait on a dead memory node (service clients can ask): look
     // every 200 ms, reading the clock once per 4096 spins so that the fast path does not pay.
@@ -1112,17 +1122,30 @@ void UcxTransport::execute(std::span<Request> batch) {
     }
   }
 
-  std::string error;
-  for (size_t i = 0; i < next; ++i) {
+  // Per-request outcome (fabric.h): a request that completed is kOk even when another failed;
+  // the requests not posted after a failure are kFailed (never applied); a WRITE to a node whose
+  // flush failed is kUnknown (it may or may not be visible there).
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Request& r = batch[i];
     const Slot& s = slots_[i];
-    if (s.status == UCS_OK) {
-      counters_.add(batch[i]);
-    } else if (error.empty()) {
-      error = !s.error.empty() ? s.error : ucx_error(describe(batch[i]) + " failed", s.status);
+    if (r.status == ReqStatus::kFailed) continue;  // failed validation; error already set
+    if (i >= next) {
+      r.status = ReqStatus::kFailed;
+      if (error.empty()) error = "ucx fabric: " + describe(r) + " not posted: an earlier request of its batch failed";
+    } else if (s.status == UCS_OK) {
+      r.status = ReqStatus::kOk;
+      counters_.add(r);
+    } else {
+      r.status = ReqStatus::kFailed;
+      if (error.empty()) error = !s.error.empty() ? s.error : ucx_error(describe(r) + " failed", s.status);
     }
   }
-  for (const Slot& s : flush_slots_)
-    if (s.status != UCS_OK && error.empty()) error = ucx_error("flushing writes to node " + std::to_string(s.node), s.status);
+  for (const Slot& s : flush_slots_) {
+    if (s.status == UCS_OK) continue;
+    if (error.empty()) error = ucx_error("flushing writes to node " + std::to_string(s.node), s.status);
+    for (Request& r : batch)
+      if (r.kind == ReqKind::kWrite && r.addr.node == s.node && r.status == ReqStatus::kOk) r.status = ReqStatus::kUnknown;
+  }
   if (!error.empty()) throw FabricError(error);
 }
 

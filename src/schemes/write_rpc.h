@@ -14,7 +14,9 @@
 
 namespace rdmahash::write_rpc {
 
-enum Op : uint8_t { kFindOrPut = 1, kPut = 2, kUpdate = 3, kErase = 4 };
+// kGet: a lookup answered by the node's CPU under the shard's lock (cuckoo: the fallback of a miss
+// that keeps overlapping relocations); its reply carries the value after the Reply header.
+enum Op : uint8_t { kFindOrPut = 1, kPut = 2, kUpdate = 3, kErase = 4, kGet = 5 };
 enum Code : uint8_t { kOk = 0, kBadRequest = 1, kConfigMismatch = 2, kNotHosted = 3, kInternal = 4 };
 
 struct Request {  // followed by value_len value bytes
@@ -36,15 +38,22 @@ struct Reply {  // followed by an error message when code != kOk
 static_assert(sizeof(Reply) == 8);
 
 inline void write_reply(std::vector<std::byte>& out, Code code, Status status, uint32_t aux,
-                        const std::string& message = {}) {
+                        const std::string& message = {}, std::span<const std::byte> value = {}) {
   Reply r{};
   r.code = code;
   r.status = static_cast<uint8_t>(status);
   r.aux = aux;
-  out.resize(sizeof r + message.size());
+  out.resize(sizeof r + message.size() + value.size());
   std::memcpy(out.data(), &r, sizeof r);
   if (!message.empty()) std::memcpy(out.data() + sizeof r, message.data(), message.size());
+  if (!value.empty()) std::memcpy(out.data() + sizeof r + message.size(), value.data(), value.size());
 }
+
+struct Result {
+  Status status;
+  uint32_t aux;
+  std::vector<std::byte> value = {};  // kGet on kFound: the value read under the node's lock
+};
 
 // Node side: validates `req` against `tag` and the hosted shards, then replies with
 // `apply(shard, op, key, value)`, which returns {Status, aux} or throws. Never throws itself: on
@@ -64,21 +73,16 @@ void serve(const char* scheme, uint32_t tag, std::span<const std::byte> req, con
                          std::string(scheme) + " shard " + std::to_string(r.node) + " is not hosted by this memory node");
     if (req.size() != sizeof r + r.value_len)
       return write_reply(reply, kBadRequest, Status::kNotFound, 0, std::string(scheme) + " request length mismatch");
-    if (r.op < kFindOrPut || r.op > kErase)
+    if (r.op < kFindOrPut || r.op > kGet)
       return write_reply(reply, kBadRequest, Status::kNotFound, 0, std::string("unknown ") + scheme + " op");
-    const auto [status, aux] = apply(*shards[r.node], static_cast<Op>(r.op), r.key, req.subspan(sizeof r, r.value_len));
-    write_reply(reply, kOk, status, aux);
+    const Result res = apply(*shards[r.node], static_cast<Op>(r.op), r.key, req.subspan(sizeof r, r.value_len));
+    write_reply(reply, kOk, res.status, res.aux, {}, res.value);
   } catch (const InvalidArgument& e) {
     write_reply(reply, kBadRequest, Status::kNotFound, 0, e.what());
   } catch (const std::exception& e) {
     write_reply(reply, kInternal, Status::kNotFound, 0, e.what());
   }
 }
-
-struct Result {
-  Status status;
-  uint32_t aux;
-};
 
 // Client side: one RPC to `node`. Throws InvalidArgument when the node refused the request
 // (bad request, other configuration) and FabricError for transport or node failures.
@@ -103,7 +107,7 @@ inline Task<Result> call(Engine& engine, const char* scheme, uint16_t rpc_id, ui
     if (rep.code == kConfigMismatch || rep.code == kBadRequest) throw InvalidArgument(std::string(scheme) + ": " + msg);
     throw FabricError(std::string(scheme) + ": node " + std::to_string(node) + ": " + msg);
   }
-  co_return Result{static_cast<Status>(rep.status), rep.aux};
+  co_return Result{static_cast<Status>(rep.status), rep.aux, std::vector<std::byte>(reply.begin() + sizeof rep, reply.end())};
 }
 
 }  // namespace rdmahash::write_rpc

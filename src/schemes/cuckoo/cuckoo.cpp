@@ -13,6 +13,7 @@
 
 #include "schemes/hash.h"
 #include "schemes/record.h"
+#include "schemes/retry.h"
 #include "schemes/write_rpc.h"
 
 namespace rdmahash {
@@ -23,11 +24,10 @@ using record::kOcc;
 using record::kVersionMask;
 constexpr uint64_t kHeaderBytes = sizeof(CuckooShardHeader);
 constexpr uint64_t kIndexMask = (1ULL << 48) - 1;
-// A record caught mid-write is re-read; a writer is the node's CPU inside one critical section, so
-// this bound is only reached if that CPU died mid-write.
-constexpr uint32_t kMaxStableRetries = 1u << 22;
-// A miss is re-validated while relocations keep overlapping it (see cuckoo.h); same reasoning.
-constexpr uint32_t kMaxMissRetries = 1u << 20;
+// One-sided attempts of a lookup whose miss keeps overlapping relocations before it asks the
+// owner by RPC (cuckoo.h, "Retries"). A miss rarely needs a second attempt; 16 in a row means a
+// steady stream of relocations.
+constexpr uint32_t kMissAttemptsBeforeRpc = 16;
 
 using record::load64;
 using record::make_ctrl;
@@ -478,6 +478,12 @@ struct CuckooServer::State {
                          case write_rpc::kPut: r = s.put(key, value); break;
                          case write_rpc::kUpdate: r = s.update(key, value); break;
                          case write_rpc::kErase: r = s.erase(key); break;
+                         case write_rpc::kGet: {  // under the shard's lock: no relocation overlaps it
+                           if (!s.owns(key)) throw InvalidArgument("cuckoo: key does not belong to this shard");
+                           auto v = s.find(key);
+                           if (!v) return write_rpc::Result{Status::kNotFound, 0};
+                           return write_rpc::Result{Status::kFound, 0, std::move(*v)};
+                         }
                        }
                        return write_rpc::Result{r.status, r.displacements};
                      });
@@ -632,14 +638,17 @@ CuckooClient::Scan CuckooClient::scan(const std::byte* records, uint32_t count, 
 Task<CuckooClient::Scan> CuckooClient::reread(RemoteAddr addr, uint32_t len, uint32_t count, std::byte* buf,
                                               uint64_t key, const CuckooPlacement& p, std::span<std::byte> out,
                                               uint32_t* chunks) {
-  for (uint32_t attempt = 0; attempt < kMaxStableRetries; ++attempt) {
+  // A writer is the node's CPU inside one critical section: only a dead or stalled node CPU
+  // keeps a record unstable for long. Bounded by time (cuckoo.h, "Retries").
+  RetryDeadline deadline(cfg_.retry_budget);
+  do {
     co_await engine_.read(addr, buf, len);
     if (chunks) ++*chunks;
     const Scan s = scan(buf, count, key, p, out);
     if (s != Scan::kUnstable) co_return s;
-  }
-  throw FabricError("cuckoo: record at offset " + std::to_string(addr.offset) + " on node " + std::to_string(addr.node) +
-                    " stayed locked or inconsistent (did the memory node die mid-write?)");
+  } while (!deadline.expired());
+  throw RetryBudgetExceeded("cuckoo: record at offset " + std::to_string(addr.offset) + " on node " + std::to_string(addr.node) +
+                            " stayed locked or inconsistent longer than the retry budget (did the memory node die mid-write?)");
 }
 
 Task<bool> CuckooClient::probe_inline(uint64_t key, const CuckooPlacement& p,
@@ -733,7 +742,7 @@ Task<OpResult> CuckooClient::get(uint64_t key, std::span<std::byte> value_out) {
   // The relocation counter as read in an earlier, completed round trip: every READ below is posted
   // in a later batch, so this value precedes them all (the "before" of the miss check in cuckoo.h).
   std::optional<uint64_t> before = moves_seen_[p.node];
-  for (uint32_t attempt = 0; attempt < kMaxMissRetries; ++attempt) {
+  for (uint32_t attempt = 0; attempt < kMissAttemptsBeforeRpc; ++attempt) {
     const bool hit = cfg_.storage == CuckooStorage::kInline ? co_await probe_inline(key, p, ord, value_out, r.chunks)
                                                             : co_await probe_heap(key, p, ord, value_out, r.chunks);
     if (hit) {
@@ -751,8 +760,17 @@ Task<OpResult> CuckooClient::get(uint64_t key, std::span<std::byte> value_out) {
     }
     before = after;
   }
-  throw FabricError("cuckoo: lookups on node " + std::to_string(p.node) +
-                    " kept overlapping relocations (did the memory node die mid-relocation?)");
+  // Relocations kept overlapping this lookup (a steady stream of inserts that displace can do so
+  // indefinitely): ask the owner, which answers under the shard's lock, where no relocation can
+  // overlap. One RPC; the lookup linearizes inside it. See cuckoo.h, "Retries".
+  const write_rpc::Result res = co_await write_rpc::call(engine_, "cuckoo", rpc_id_, p.node, cfg_tag_, write_rpc::kGet, key, {});
+  r.status = res.status;
+  if (res.status == Status::kFound) {
+    if (res.value.size() != cfg_.value_bytes) throw FabricError("cuckoo: node " + std::to_string(p.node) + " returned a value of the wrong size");
+    if (!value_out.empty()) std::memcpy(value_out.data(), res.value.data(), std::min(value_out.size(), res.value.size()));
+    r.matches = 1;
+  }
+  co_return r;
 }
 
 Task<OpResult> CuckooClient::remote(uint8_t op, uint64_t key, std::span<const std::byte> value) {

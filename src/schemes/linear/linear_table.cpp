@@ -11,6 +11,7 @@
 #include "rdmahash/linear.h"
 #include "schemes/hash.h"
 #include "schemes/record.h"
+#include "schemes/retry.h"
 
 namespace rdmahash {
 namespace {
@@ -21,7 +22,6 @@ using record::kOcc;
 using record::kVersionMask;
 constexpr uint64_t kSetTombstone = 1;
 constexpr uint64_t kHeaderBytes = sizeof(ShardHeader);
-constexpr uint32_t kMaxStableRetries = 1u << 22;
 // kHeap slot words (see linear.h).
 constexpr uint64_t kHOcc = 1ULL << 63;
 constexpr uint64_t kHDel = 1ULL << 62;
@@ -479,14 +479,15 @@ Task<ShardHeader> LinearClient::read_header(uint32_t node) {
 
 Task<bool> LinearClient::read_stable(uint32_t node, uint64_t slot, std::byte* dst) {
   const InlineLayout l(cfg_);
-  for (uint32_t attempt = 0; attempt < kMaxStableRetries; ++attempt) {
+  RetryDeadline deadline(probe_.retry_budget);
+  do {
     co_await engine_.read(slot_addr(node, slot), dst, slot_bytes_);
     const uint64_t ctrl = load64(dst);
     if (ctrl & kDel) co_return false;
     if (!(ctrl & kLock) && inline_consistent(cfg_, l, dst)) co_return true;
-  }
-  throw FabricError("slot " + std::to_string(slot) + " on node " + std::to_string(node) +
-                    " stayed locked or inconsistent (a writer died mid-update?)");
+  } while (!deadline.expired());
+  throw RetryBudgetExceeded("slot " + std::to_string(slot) + " on node " + std::to_string(node) + " stayed locked or inconsistent for " +
+                            std::to_string(deadline.attempts()) + " reads, longer than the retry budget (a writer died mid-update?)");
 }
 
 Task<LinearClient::Located> LinearClient::locate(uint64_t key, const LinearPlacement& p,
