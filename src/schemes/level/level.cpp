@@ -570,6 +570,7 @@ struct LevelServer::State {
                          case write_rpc::kPut: r = s.put(key, value); break;
                          case write_rpc::kUpdate: r = s.update(key, value); break;
                          case write_rpc::kErase: r = s.erase(key); break;
+                         case write_rpc::kGet: throw InvalidArgument("level lookups are one-sided (no get RPC)");
                        }
                        return write_rpc::Result{r.status, r.persists};
                      });
