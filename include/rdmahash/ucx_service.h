@@ -120,6 +120,8 @@ struct UcxConnection {
 
 // Connects to memory nodes 0..K-1 at `addresses` (host:port each). Throws FabricError naming the
 // address: "memory node ADDR refused the connection: REASON", or why it could not be reached.
-UcxConnection connect_ucx_servers(const std::vector<std::string>& addresses);
+// `direct_access`: UcxFabricConfig::direct_access of the client's fabric (a client reaches a
+// same-host memory node's region with loads and stores; its atomics keep the UCX path).
+UcxConnection connect_ucx_servers(const std::vector<std::string>& addresses, bool direct_access = true);
 
 }  // namespace rdmahash

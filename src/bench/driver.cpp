@@ -738,6 +738,7 @@ int run_ucx_ranks(const BenchOptions& o_in, uint64_t region) {
   fc.memory_nodes = o.memory_nodes;
   fc.symmetric = o.symmetric;
   fc.region_bytes = region;
+  fc.direct_access = o.direct_access == "on";
   // --pm-path: the memory node (rank 0) exposes the file mapping as its region; the adapter owning
   // the mapping outlives the fabric that registered it.
   int my_rank = 0;
@@ -763,7 +764,7 @@ int run_connect(const BenchOptions& o_in) {
   BenchOptions o = o_in;
   UcxConnection conn;
   try {
-    conn = connect_ucx_servers(o.connect);
+    conn = connect_ucx_servers(o.connect, o.direct_access == "on");
   } catch (const FabricError& e) {  // refused or unreachable: the address is the bad input
     throw InvalidArgument(e.what());
   }

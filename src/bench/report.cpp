@@ -137,6 +137,7 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   j["scheme_detail"] = p.scheme_detail;
   j["fabric"] = p.fabric;
   if (const char* tls = std::getenv("UCX_TLS"); tls && p.fabric == "ucx") j["ucx_tls"] = tls;
+  if (p.fabric == "ucx") j["direct_access"] = o.direct_access;
   j["ranks"] = p.ranks;
   j["memory_nodes"] = p.memory_nodes;
   j["clients"] = p.clients;

@@ -75,6 +75,10 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
       ->capture_default_str();
   cmd.add_flag("--symmetric", o.symmetric, "every rank hosts a shard and runs a client (PGAS layout)");
   cmd.add_option("--clients", o.clients, "client threads (local fabric only)")->capture_default_str();
+  cmd.add_option("--direct-access", o.direct_access,
+                 "ucx: reach same-host memory (own shard, peers' shared memory) with loads, stores and CPU atomics (on) "
+                 "or with UCX requests (off)")
+      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   cmd.add_option("--race-dir-cache", o.race_dir_cache, "race: clients cache the directory (on) or read its entry per operation (off)")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   cmd.add_option("--workload", workloads,

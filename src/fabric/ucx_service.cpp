@@ -624,7 +624,7 @@ Welcome handshake(const std::string& address, Fd& sock) {
 
 std::unique_ptr<UcxServer> UcxServer::create(const UcxServerConfig& config) { return std::make_unique<Server>(config); }
 
-UcxConnection connect_ucx_servers(const std::vector<std::string>& addresses) {
+UcxConnection connect_ucx_servers(const std::vector<std::string>& addresses, bool direct_access) {
   if (addresses.empty()) throw std::invalid_argument("--connect needs at least one memory node address");
   std::vector<Fd> socks(addresses.size());
   std::vector<Welcome> w;
@@ -646,6 +646,7 @@ UcxConnection connect_ucx_servers(const std::vector<std::string>& addresses) {
   std::memcpy(&bytes, w.front().remote.region_export.data() + 8, 8);
   fc.region_bytes = bytes;
   fc.net_devices = all_loopback ? "lo" : "";
+  fc.direct_access = direct_access;
   std::vector<detail::UcxRemoteNode> remote;
   const std::string me = host_id();
   const bool shm = shared_memory_allowed();
