@@ -125,6 +125,9 @@ void LocalTransport::execute(std::span<Request> batch) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   ++counters_.batches;
   for (Request& r : batch) {
+    // Requests run in batch order, so a fenced one already follows the earlier ones; the fence
+    // makes their effects visible to other threads first, too.
+    if (r.fence) std::atomic_thread_fence(std::memory_order_seq_cst);
     if (r.kind == ReqKind::kRpc) {
       fabric_.call_rpc(id_, r);
     } else {

@@ -211,6 +211,7 @@ class UcxTransport final : public Transport {
   std::vector<Slot> slots_;
   std::vector<Slot> flush_slots_;
   std::vector<char> wrote_;  // per node: this batch wrote to it
+  std::vector<char> posted_; // per node: this batch posted a UCX request to it (fences, see post())
   size_t outstanding_ = 0;   // slots with pending > 0
   bool failed_ = false;
   uint64_t batches_ = 0;     // liveness checks (service clients)
@@ -1068,12 +1069,25 @@ void UcxTransport::post(Slot& s) {
   p.cb.send = &on_op_done;
   p.user_data = &s;
   const uint32_t node = r.addr.node;
+  // Fence (fabric.h): earlier direct requests have been performed already (in posting order; the
+  // thread fence publishes them before what follows). Earlier UCX requests to the node may still be
+  // in flight: then the fenced request goes through UCX too, after ucp_worker_fence.
+  if (r.fence) std::atomic_thread_fence(std::memory_order_seq_cst);
   if (std::byte* base = fabric_.direct(node);
-      base != nullptr && (r.kind == ReqKind::kRead || r.kind == ReqKind::kWrite || (r.kind != ReqKind::kRpc && fabric_.direct_atomics()))) {
+      base != nullptr && !(r.fence && posted_[node]) &&
+      (r.kind == ReqKind::kRead || r.kind == ReqKind::kWrite || (r.kind != ReqKind::kRpc && fabric_.direct_atomics()))) {
     detail::direct_execute(r, base + r.addr.offset);  // validate() checked bounds and alignment
     complete_unit(s, UCS_OK);
     return;
   }
+  if (r.fence && posted_[node]) {
+    const ucs_status_t st = ucp_worker_fence(fabric_.worker());
+    if (st != UCS_OK) {
+      complete_unit(s, st);
+      return;
+    }
+  }
+  posted_[node] = 1;
   ucp_ep_h ep = fabric_.ep(node);
   const uint64_t raddr = fabric_.remote_base(node) + r.addr.offset;
   ucp_rkey_h rkey = fabric_.rkey(node);
@@ -1135,6 +1149,7 @@ void UcxTransport::execute(std::span<Request> batch) {
   slots_.assign(batch.size(), Slot{});  // never resized while requests are in flight
   flush_slots_.assign(k, Slot{});
   wrote_.assign(k, 0);
+  posted_.assign(k, 0);
   outstanding_ = 0;
   failed_ = false;
   for (size_t i = 0; i < batch.size(); ++i) {
