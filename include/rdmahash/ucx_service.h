@@ -78,6 +78,16 @@ struct UcxServerConfig {
   std::string table_spec;      // sent to every client: what the table in the region is
   bool handle_signals = false; // run() returns on SIGTERM / SIGINT (blocked, taken through a signalfd)
   std::chrono::milliseconds recovery_grace{1000};  // see ClientLossHandler
+  // How the server waits for UCX work. kEvent: progress until idle, arm the worker, sleep in
+  // poll() on its event fd (right where one-sided operations need no target CPU: shared memory).
+  // kPoll: first keep progressing while work arrives, until `spin` passes without any (at most
+  // 2 ms at a time, so the TCP sockets are still looked at), then as kEvent — over TCP every READ
+  // is an active message the server must progress, and waking from poll() costs each one a sleep.
+  // The default stays kEvent: on this 2-core machine, shared with other work, poll mode was slower
+  // over TCP (the spin takes the core the client needs; docs/results.md), so it is opt-in.
+  enum class ServeMode { kPoll, kEvent };
+  ServeMode serve_mode = ServeMode::kEvent;
+  std::chrono::microseconds spin{200};
 };
 
 class UcxServer {

@@ -45,6 +45,7 @@ struct ServeOptions {
   std::string listen = "127.0.0.1:18515";
   uint32_t node = 0;
   uint64_t capacity = 0;
+  std::string serve_mode = "event";  // poll | event (UcxServerConfig::ServeMode)
 };
 int run_serve(const BenchOptions& o, const ServeOptions& s);
 

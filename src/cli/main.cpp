@@ -175,6 +175,10 @@ int main(int argc, char** argv) {
                     "IPv4 HOST:PORT to listen on; UCX's own sockets use the same interface (port 0: any free port, "
                     "printed when ready)")
       ->capture_default_str();
+  serve->add_option("--serve-mode", serve_cfg.serve_mode,
+                    "how the server waits for UCX work: poll (progress while requests keep coming, 200 us without "
+                    "any, then sleep) or event (sleep on the worker's event fd whenever idle)")
+      ->check(CLI::IsMember({"poll", "event"}))->capture_default_str();
   serve->add_option("--node", serve_cfg.node, "this server is memory node N of --memory-nodes")->capture_default_str();
   serve->add_option("--capacity", serve_cfg.capacity,
                     "records the table may come to hold (sizes race's directory and linear heaps; default: records + "

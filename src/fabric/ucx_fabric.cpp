@@ -1249,6 +1249,7 @@ class ServiceNode final : public UcxServiceNode {
   std::vector<std::byte> region_export() override { return f_.region_export(); }
   int event_fd() override { return f_.event_fd(); }
   bool drain_and_arm() override { return f_.drain_and_arm(); }
+  unsigned progress() override { return ucp_worker_progress(f_.worker()); }
 
  private:
   UcxFabricImpl f_;

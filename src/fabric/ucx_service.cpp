@@ -471,7 +471,18 @@ int Server::run(std::FILE* log) {
   int signal = 0;
   bool stopping = false;
   std::vector<pollfd> fds;
+  const bool poll_mode = config_.serve_mode == UcxServerConfig::ServeMode::kPoll;
+  if (log) std::fprintf(log, "rdmahash serve: serve mode %s\n", poll_mode ? "poll" : "event");
   while (!stopping) {
+    if (poll_mode) {
+      // Bounded spin: progress while work keeps arriving (a quiet `spin` ends it, and so does
+      // 2 ms in all, so that the sockets below are looked at), then arm and sleep as in event mode.
+      const auto start = std::chrono::steady_clock::now();
+      auto last = start;
+      for (auto now = start; now - last < config_.spin && now - start < std::chrono::milliseconds(2);
+           now = std::chrono::steady_clock::now())
+        if (node_->progress() != 0) last = now;
+    }
     if (!node_->drain_and_arm()) continue;  // UCX events arrived meanwhile: progress again
     fds.clear();
     fds.push_back({listen_.get(), POLLIN, 0});
