@@ -44,7 +44,7 @@ add_test(NAME serve_linear_set_tcp
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_kill_test.sh $<TARGET_FILE:rdmahash_cli> 3 3000 --records 1000 --slot-format set)
 # The same with the server in poll mode (--serve-mode poll: a bounded spin before it sleeps).
 add_test(NAME serve_linear_set_tcp_poll
-  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_kill_test.sh $<TARGET_FILE:rdmahash_cli> 2 3000 --records 1000 --slot-format set
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_kill_test.sh $<TARGET_FILE:rdmahash_cli> 1 2000 --records 1000 --slot-format set
           --serve-mode poll)
 set_tests_properties(serve_linear_set_tcp serve_linear_set_tcp_poll PROPERTIES PASS_REGULAR_EXPRESSION "PASS"
   FAIL_REGULAR_EXPRESSION "FAIL" ENVIRONMENT "UCX_TLS=tcp;NO_KILL=1" TIMEOUT 600 LABELS serve)
