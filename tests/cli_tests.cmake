@@ -202,3 +202,7 @@ add_test(NAME cli_continuity_full_fails_cleanly COMMAND ${EXPECT_FAIL} "is full 
   ${RDMAHASH_BIN} bench --scheme continuity --records 20000 --load-factor 0.9 --ops 10)
 add_test(NAME cli_continuity_pm_path_directory COMMAND ${EXPECT_FAIL} "pm-path: .*not a regular file"
   ${RDMAHASH_BIN} bench --scheme continuity --records 100 --load-factor 0.2 --ops 10 --pm-path /tmp)
+
+# --direct-access takes on or off.
+add_test(NAME cli_bad_direct_access COMMAND ${EXPECT_FAIL} "--direct-access: maybe not in"
+  ${RDMAHASH_BIN} bench --direct-access maybe --records 10)

@@ -34,6 +34,23 @@ foreach(entry IN LISTS HISTORY_SCHEMES)
     PASS_REGULAR_EXPRESSION "linearizable: [0-9][0-9][0-9][0-9][0-9][0-9]+ events" TIMEOUT 600
     ENVIRONMENT "${RDMAHASH_MPI_ENV}" LABELS history)
 endforeach()
+# The same over UCX with the same-host fast path off (the runs above use the default, on).
+foreach(entry IN LISTS HISTORY_SCHEMES)
+  string(REPLACE "|" ";" parts "${entry}")
+  list(GET parts 0 name)
+  list(GET parts 1 flags)
+  if(NOT name MATCHES "^(linear_inline|race)$")
+    continue()
+  endif()
+  separate_arguments(flags)
+  set(ucx_file ${HISTORY_DIR}/${name}_ucx_direct_off.bin)
+  add_test(NAME history_${name}_ucx_direct_off
+    COMMAND sh -c "m=\"$1\" b=\"$2\" f=\"$3\"; shift 3; rm -f \"$f\" && $m -n 5 \"$b\" bench --fabric ucx --memory-nodes 1 \"\$@\" --history \"$f\" && \"$b\" check-history --timeout-per-key 120 \"$f\""
+            sh "${MPIEXEC_EXECUTABLE} --oversubscribe" $<TARGET_FILE:rdmahash_cli> ${ucx_file} ${flags} ${HISTORY_RUN} --direct-access off)
+  set_tests_properties(history_${name}_ucx_direct_off PROPERTIES
+    PASS_REGULAR_EXPRESSION "linearizable: [0-9][0-9][0-9][0-9][0-9][0-9]+ events" TIMEOUT 600
+    ENVIRONMENT "${RDMAHASH_MPI_ENV}" LABELS history)
+endforeach()
 
 # The checker catches broken histories: each takes the linear inline history and breaks one op.
 foreach(mode stale-read torn-read lost-insert)

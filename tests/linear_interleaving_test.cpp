@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <random>
@@ -24,7 +25,9 @@ using test::value_for;
 
 // Runs one writer operation on its own thread, stopping before every request and between the
 // words of every WRITE until the test calls step(). A batch's requests run in reverse order: a
-// batch is unordered, and reversing puts a CAS posted with a WRITE before that WRITE.
+// batch is unordered, and reversing puts a CAS posted with a WRITE before that WRITE. A fenced
+// request (fabric.h) is the one order a batch has: the requests before it all run (reversed)
+// before it and those after it.
 class SteppedWriter {
  public:
   SteppedWriter(Fabric& fabric, const LinearConfig& c, const ProbeConfig& p)
@@ -82,26 +85,33 @@ class SteppedWriter {
     Transport(SteppedWriter* w, std::unique_ptr<rdmahash::Transport> inner) : w_(w), inner_(std::move(inner)) {}
     void execute(std::span<Request> batch) override {
       ++counters_.batches;
-      for (size_t i = batch.size(); i-- > 0;) {
-        Request& r = batch[i];
-        if (r.kind == ReqKind::kWrite) {
-          for (uint32_t off = 0; off < r.len; off += 8) {  // a WRITE lands one word at a time
-            w_->pause();
-            Request piece = r;
-            piece.addr.offset += off;
-            piece.buf = static_cast<std::byte*>(r.buf) + off;
-            piece.len = std::min<uint32_t>(8, r.len - off);
-            inner_->execute(std::span<Request>(&piece, 1));
-          }
-        } else {
-          w_->pause();
-          inner_->execute(std::span<Request>(&r, 1));
-        }
-        counters_.add(r);
+      // Segments [begin, end) start at a fenced request; each runs reversed, in segment order.
+      for (size_t begin = 0, end = 0; begin < batch.size(); begin = end) {
+        end = begin + 1;
+        while (end < batch.size() && !batch[end].fence) ++end;
+        for (size_t i = end; i-- > begin;) run(batch[i]);
       }
     }
 
    private:
+    void run(Request& r) {
+      if (r.kind == ReqKind::kWrite) {
+        for (uint32_t off = 0; off < r.len; off += 8) {  // a WRITE lands one word at a time
+          w_->pause();
+          Request piece = r;
+          piece.addr.offset += off;
+          piece.buf = static_cast<std::byte*>(r.buf) + off;
+          piece.len = std::min<uint32_t>(8, r.len - off);
+          piece.fence = false;
+          inner_->execute(std::span<Request>(&piece, 1));
+        }
+      } else {
+        w_->pause();
+        inner_->execute(std::span<Request>(&r, 1));
+      }
+      counters_.add(r);
+    }
+
     SteppedWriter* w_;
     std::unique_ptr<rdmahash::Transport> inner_;
   };
@@ -174,6 +184,21 @@ std::string format_name(const Format& f) {
   return std::string(to_string(f.format)) + "_k" + std::to_string(f.key_bytes) + "_v" + std::to_string(f.value_bytes);
 }
 
+// Inline records: does any slot of the table hold a LOCKed ctrl word (a writer between its claim
+// or lock and its unlock)?
+bool any_slot_locked(Fabric& fabric, const LinearConfig& c) {
+  if (c.format != SlotFormat::kInline) return false;
+  for (uint32_t n = 0; n < c.memory_nodes; ++n) {
+    const std::span<std::byte> region = fabric.local_region(n);
+    for (uint64_t s = 0; s < c.total_slots(); ++s) {
+      uint64_t ctrl;
+      std::memcpy(&ctrl, region.data() + 64 + s * c.slot_bytes(), 8);
+      if ((ctrl >> 63) && (ctrl & (1ULL << 62))) return true;
+    }
+  }
+  return false;
+}
+
 LinearConfig config_for(const Format& f) {
   LinearConfig c = test::config_of(f);
   c.home_slots = 64;
@@ -244,6 +269,11 @@ void run_writer_stops(const Format& f, bool preload) {
       } catch (const FabricError& e) {
         if (!is_retry(e)) throw;
         EXPECT_FALSE(settled) << when << ": the key stayed locked or inconsistent after every writer finished";
+        // Readers wait only for a lock: a slot published (unlocked) before its payload landed
+        // would make them wait with nobody holding a lock (the publish fence, linear.h).
+        if (c.format == SlotFormat::kInline) {
+          EXPECT_TRUE(any_slot_locked(*t.fabric, c)) << when << ": k is unreadable while no slot is locked";
+        }
         ++retries;
       }
     };

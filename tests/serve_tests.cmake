@@ -65,8 +65,12 @@ set_tests_properties(serve_kill_race_split_death PROPERTIES PASS_REGULAR_EXPRESS
 # in ucp_request_send, whatever the endpoints' error mode; 1 of 5 kills here). See ucx_service.h.
 add_test(NAME serve_linear_set_tcp
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_kill_test.sh $<TARGET_FILE:rdmahash_cli> 3 3000 --records 1000 --slot-format set)
-set_tests_properties(serve_linear_set_tcp PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
-  ENVIRONMENT "UCX_TLS=tcp;NO_KILL=1" TIMEOUT 600 LABELS serve)
+# The same with the server in poll mode (--serve-mode poll: a bounded spin before it sleeps).
+add_test(NAME serve_linear_set_tcp_poll
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_kill_test.sh $<TARGET_FILE:rdmahash_cli> 1 2000 --records 1000 --slot-format set
+          --serve-mode poll)
+set_tests_properties(serve_linear_set_tcp serve_linear_set_tcp_poll PROPERTIES PASS_REGULAR_EXPRESSION "PASS"
+  FAIL_REGULAR_EXPRESSION "FAIL" ENVIRONMENT "UCX_TLS=tcp;NO_KILL=1" TIMEOUT 600 LABELS serve)
 
 # Bad handshakes (garbage, truncated, empty, wrong version, one byte per second) are dropped while
 # a client runs; the server listens on the loopback only; SIGTERM stops it cleanly.
@@ -96,9 +100,11 @@ add_test(NAME serve_two_load_factors COMMAND ${EF} "one --load-factor"
   $<TARGET_FILE:rdmahash_cli> serve --load-factor 0.5,0.8 --records 10)
 add_test(NAME serve_small_capacity COMMAND ${EF} "--capacity must be at least --records"
   $<TARGET_FILE:rdmahash_cli> serve --records 100 --capacity 10)
+add_test(NAME serve_bad_serve_mode COMMAND ${EF} "--serve-mode"
+  $<TARGET_FILE:rdmahash_cli> serve --records 100 --serve-mode spin)
 set_tests_properties(serve_connect_nobody serve_connect_bad_address serve_connect_table_option serve_connect_clients
   serve_connect_local_fabric serve_bad_listen serve_foreign_address serve_bad_node serve_two_load_factors
-  serve_small_capacity PROPERTIES LABELS serve TIMEOUT 60)
+  serve_small_capacity serve_bad_serve_mode PROPERTIES LABELS serve TIMEOUT 60)
 
 # A memory node killed under a running client: the client stops with exit 1 and a clear message
 # (MemoryNodeLost), both for one-sided traffic (linear set: it would go on "succeeding" on the

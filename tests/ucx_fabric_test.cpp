@@ -1,7 +1,8 @@
 // Multi-process test of UcxFabric (standalone main, launched by CTest under mpirun):
 //   mpirun -n 3 ucx_fabric_test --memory-nodes 1   one memory node (rank 0), two clients
 //   mpirun -n 2 ucx_fabric_test --symmetric        every rank hosts a region and is a client
-// Options: --bench-iters N (iterations of the latency/rate measurement, default 2000).
+// Options: --bench-iters N (iterations of the latency/rate measurement, default 2000);
+// --direct-access on|off (UcxFabricConfig::direct_access, default on).
 //
 // It follows the UcxFabric lifecycle twice (two rounds): barrier → clients run and call
 // client_done() → memory nodes serve() → checks → next round. Clients check what they read back;
@@ -520,6 +521,7 @@ int parse_args(int argc, char** argv, UcxFabricConfig& cfg, int& iters) {
     if (a == "--symmetric") cfg.symmetric = true;
     else if (a == "--memory-nodes" && i + 1 < argc) cfg.memory_nodes = static_cast<uint32_t>(std::stoul(argv[++i]));
     else if (a == "--bench-iters" && i + 1 < argc) iters = std::stoi(argv[++i]);
+    else if (a == "--direct-access" && i + 1 < argc) cfg.direct_access = std::string(argv[++i]) == "on";
     else return 1;
   }
   return 0;
@@ -536,7 +538,7 @@ int main(int argc, char** argv) {
   UcxFabricConfig cfg;
   int iters = 2000;
   if (parse_args(argc, argv, cfg, iters) != 0) {
-    if (world_rank == 0) std::fprintf(stderr, "usage: ucx_fabric_test [--memory-nodes K | --symmetric] [--bench-iters N]\n");
+    if (world_rank == 0) std::fprintf(stderr, "usage: ucx_fabric_test [--memory-nodes K | --symmetric] [--bench-iters N] [--direct-access on|off]\n");
     MPI_Finalize();
     return 2;
   }

@@ -4,7 +4,7 @@
 //   * no key is stored twice, and every stored key is one of the pool's;
 //   * every key a client was told "inserted" is stored, and exactly one client was told so;
 //   * every stored value is one that some client wrote for that key, whole (never torn).
-// Usage: mpirun -n N ucx_linear_race_test [--memory-nodes K] [--format inline|heap] [--rounds R]
+// Usage: mpirun -n N ucx_linear_race_test [--memory-nodes K] [--format inline|heap] [--rounds R] [--direct-access on|off]
 #include <mpi.h>
 
 #include <algorithm>
@@ -99,15 +99,17 @@ int main(int argc, char** argv) {
   c.key_bytes = 8;
   c.value_bytes = kValueBytes;
   uint32_t rounds = 4;
+  bool direct = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--memory-nodes") c.memory_nodes = static_cast<uint32_t>(std::stoul(v));
     else if (a == "--format") c.format = v == "heap" ? SlotFormat::kHeap : SlotFormat::kInline;
     else if (a == "--rounds") rounds = static_cast<uint32_t>(std::stoul(v));
+    else if (a == "--direct-access") direct = v == "on";
   }
   c.home_slots = 2048 / c.memory_nodes;  // load factor 0.73 after the inserts: long clusters
   {
-    auto f = UcxFabric::create(UcxFabricConfig{c.memory_nodes, false, c.region_bytes(), nullptr, {}});
+    auto f = UcxFabric::create(UcxFabricConfig{c.memory_nodes, false, c.region_bytes(), nullptr, {}, direct});
     if (f->is_memory_node()) LinearShardLoader(c, static_cast<uint32_t>(f->rank()), f->local_region(f->rank()));
     f->barrier();
     // Per client: for each key, 1 if this client was told "inserted"; then which rounds it updated.

@@ -8,7 +8,7 @@
 //      own and reads every key of every client back (present with the final value, or absent), and
 //      reads every shared key (present, with a value some client wrote).
 // Rank 0 then checks that each shared key was acknowledged "inserted" by exactly one client.
-// Usage: mpirun -n N ucx_race_test [--memory-nodes K] [--ops N]
+// Usage: mpirun -n N ucx_race_test [--memory-nodes K] [--ops N] [--direct-access on|off]
 #include <mpi.h>
 
 #include <cstdio>
@@ -90,13 +90,15 @@ int main(int argc, char** argv) {
   cfg.max_depth = 14;
   cfg.chunk_bytes = 1 << 16;
   uint32_t ops = 6000;
+  bool direct = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--memory-nodes") cfg.memory_nodes = static_cast<uint32_t>(std::stoul(v));
     else if (a == "--ops") ops = static_cast<uint32_t>(std::stoul(v));
+    else if (a == "--direct-access") direct = v == "on";
   }
   {
-    auto f = UcxFabric::create(UcxFabricConfig{cfg.memory_nodes, false, cfg.region_bytes(64 << 20), nullptr, {}});
+    auto f = UcxFabric::create(UcxFabricConfig{cfg.memory_nodes, false, cfg.region_bytes(64 << 20), nullptr, {}, direct});
     RaceServer server(*f, cfg);  // formats the hosted nodes, registers the allocator
     f->barrier();
     auto fail = [&](const std::string& what) {

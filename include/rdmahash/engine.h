@@ -95,6 +95,9 @@ class Engine {
   // Queue a request. Buffers must stay valid until the Pending completes or is destroyed.
   Pending read(RemoteAddr addr, void* dst, uint32_t len);
   Pending write(RemoteAddr addr, const void* src, uint32_t len);
+  // A WRITE performed after every request queued before it (to the same memory node): the
+  // transport fences it (fabric.h), so both can go in one batch. The queue keeps its order.
+  Pending write_fenced(RemoteAddr addr, const void* src, uint32_t len);
   Pending cas(RemoteAddr addr, uint64_t expected, uint64_t desired);
   Pending faa(RemoteAddr addr, uint64_t add);
   Pending rpc(uint32_t node, uint16_t id, const void* payload, uint32_t len,

@@ -10,7 +10,12 @@
 // transport a batch of `Request`s; `execute()` posts all of them and returns when every one has
 // completed. One `execute()` is one network round trip for every request in it (requests of one
 // batch are not ordered with respect to each other: do not put a WRITE and a dependent READ of
-// the same bytes in one batch).
+// the same bytes in one batch — unless the later one is fenced, below).
+//
+// Fence: a request with `fence` set is performed at its memory node only after every earlier
+// request of the batch to that node has been performed there (what a UCX fence gives: UCX posts
+// it after ucp_worker_fence). It orders without a round trip: e.g. a payload WRITE and the WRITE
+// that publishes it go in one batch. A fence is not a request: it is not counted.
 //
 // Operations:
 //   kRead   copy `len` bytes at `addr` into `buf`.
@@ -100,6 +105,7 @@ struct Request {
   uint16_t rpc_id = 0;        // RPC: handler id
   std::vector<std::byte>* reply = nullptr;  // RPC: receives the reply (required)
   ReqStatus status = ReqStatus::kUnknown;   // out: set by execute() when it throws (see above)
+  bool fence = false;         // performed after every earlier request of the batch to its node
 };
 
 // Totals over every request a transport executed.

@@ -20,11 +20,29 @@
 //    check = hash(version, key, value). Keys: 4-byte (< 2^32) or 8-byte (any value).
 //
 // Publication protocol (inline records): a writer owns a slot only while LOCK is set.
-//   insert: CAS ctrl 0 → OCC|LOCK|v0|kbits ; WRITE key,value,check(v1) ; WRITE ctrl OCC|v1|kbits
-//   update: CAS ctrl OCC|v|kbits → OCC|LOCK|v|kbits ; WRITE value,check(v+1) ; WRITE ctrl OCC|v+1|kbits
+//   insert: CAS ctrl 0 → OCC|LOCK|v0|kbits ; WRITE key,value,check(v1) + fence + WRITE ctrl OCC|v1|kbits
+//   update: CAS ctrl OCC|v|kbits → OCC|LOCK|v|kbits ; WRITE value,check(v+1) + fence + WRITE ctrl OCC|v+1|kbits
 //   erase:  CAS ctrl OCC|v|kbits → OCC|DEL|v+1|kbits      (one atomic step; slot never reused)
-// Each WRITE is awaited before the next is posted, so the unlocking ctrl is never visible before
-// the payload. A reader accepts a slot only if its ctrl is unlocked and `check` matches the
+// The payload WRITE and the unlocking ctrl WRITE go in one batch, the ctrl WRITE fenced after the
+// payload (Request::fence, fabric.h): one round trip, and the unlocking ctrl is never visible
+// before the payload. So an insert into the first chunk costs 3 round trips (READ, CAS, WRITEs)
+// and 4 requests + the chunk READs; an update the lookup + 2. Why the fence is enough:
+//  * Engine and transports keep the batch order (Engine::withdraw erases in place). LocalFabric
+//    runs a batch in order. UCX: the fenced WRITE is posted after ucp_worker_fence, which orders
+//    every operation posted on this worker before it ahead of every one after it at the same
+//    target — by construction on each transport UCX may pick: shared memory (mm/posix/sysv,
+//    xpmem, CMA) performs a PUT inside the posting call, in posting order; TCP carries one
+//    endpoint's PUTs as active messages over an ordered stream, applied by the target in order;
+//    RC/DC (InfiniBand, RoCE) execute RDMA WRITEs of a QP in order, and UCX sets the verbs fence
+//    where an earlier READ/atomic must complete first. Direct access (ucx_fabric.cpp) performs
+//    the WRITEs as stores in order, with a full thread fence before the fenced one; and if an
+//    earlier request of the batch to that node went through UCX, the fenced one does too.
+//  * The unlock may be a plain WRITE (not a CAS): while LOCK is set nobody else changes ctrl —
+//    every other CAS on it expects 0 (a claim) or an unlocked ctrl (update's lock, erase) and
+//    fails — so the holder's store overwrites nothing. The one exception is the server's lock
+//    recovery (LinearLockSweeper), which by its stated assumption only touches locks whose holder
+//    is dead. (A failed CAS writes nothing on any transport: UCX returns the old value.)
+// A reader accepts a slot only if its ctrl is unlocked and `check` matches the
 // version in ctrl and the key/value it read; otherwise it re-reads that slot (a READ of several
 // words may be torn: the checksum, not the read order, makes a torn read detectable, as in Pilaf).
 // The linearisation point of a read is the moment it read the unlocked ctrl.
@@ -110,7 +128,9 @@
 //  * check word: readers accept an inline record only if `check` matches (linear-inline-consistent-true);
 //    heap records: the record's key (linear-heap-record-key-check)
 //  * lock bit: update CASes LOCK on before rewriting (linear-update-no-lock); unlock: update's and
-//    insert's last CAS clears it (linear-update-unlock-keeps-lock, linear-insert-publish-keeps-lock)
+//    insert's ctrl WRITE clears it (linear-update-unlock-keeps-lock, linear-insert-publish-keeps-lock)
+//  * publish fence: the unlocking ctrl WRITE is fenced after the payload WRITE of its batch
+//    (linear-publish-no-fence; the forced interleavings run a batch reversed except across fences)
 //  * version bump: update publishes v+1. No mutant: keeping v is equivalent for readers, because the
 //    check word covers key and whole value, so no mix of two writes passes it (docs/testing.md)
 //  * CAS re-check: after a lost claim, insert re-checks the winner's key
@@ -418,6 +438,7 @@ class LinearClient final : public KvClient {
   ProbeConfig probe_;
   uint64_t locks_taken_ = 0;  // for ProbeConfig::die_holding_lock
   uint64_t lock_taken();
+  Task<void> publish(RemoteAddr a, const std::byte* rec, uint64_t lock);
   void maybe_die_holding_lock(uint64_t lock, bool payload_written);
   Engine& engine_;
   uint32_t slot_bytes_;

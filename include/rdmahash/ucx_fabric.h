@@ -38,6 +38,12 @@ struct UcxFabricConfig {
   // empty: every device UCX finds. `rdmahash serve` on a loopback address passes "lo", so UCX's
   // own TCP sockets listen on the loopback only.
   std::string net_devices;
+  // Same-host fast path: READ/WRITE on a region this process can address (its own, or a peer's
+  // mapped by ucp_rkey_ptr over shared memory) are word-wise loads and stores, and CAS/FAA CPU
+  // atomics where that is safe (see ucx_fabric.cpp), executed inside execute() with no UCX request
+  // and no progress. Counters (batches, requests, bytes) are the same either way. false: every
+  // request goes through UCX (`bench --direct-access off`).
+  bool direct_access = true;
 };
 
 class UcxFabric : public Fabric {

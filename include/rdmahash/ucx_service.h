@@ -107,6 +107,16 @@ struct UcxServerConfig {
   // The shared secret clients must prove they hold (load_token_file); empty: none, which only a
   // loopback `listen` allows (create() throws std::invalid_argument otherwise).
   std::string token;
+  // How the server waits for UCX work. kEvent: progress until idle, arm the worker, sleep in
+  // poll() on its event fd (right where one-sided operations need no target CPU: shared memory).
+  // kPoll: first keep progressing while work arrives, until `spin` passes without any (at most
+  // 2 ms at a time, so the TCP sockets are still looked at), then as kEvent — over TCP every READ
+  // is an active message the server must progress, and waking from poll() costs each one a sleep.
+  // The default stays kEvent: on this 2-core machine, shared with other work, poll mode was slower
+  // over TCP (the spin takes the core the client needs; docs/results.md), so it is opt-in.
+  enum class ServeMode { kPoll, kEvent };
+  ServeMode serve_mode = ServeMode::kEvent;
+  std::chrono::microseconds spin{200};
 };
 
 class UcxServer {
@@ -151,7 +161,10 @@ struct UcxConnection {
 // address: "memory node ADDR refused the connection: REASON", or why it could not be reached.
 // `token`: the secret of --token-file (empty: none). A client with a token also checks that every
 // server proves it holds the same one.
-UcxConnection connect_ucx_servers(const std::vector<std::string>& addresses, const std::string& token = "");
+// `direct_access`: UcxFabricConfig::direct_access of the client's fabric (a client reaches a
+// same-host memory node's region with loads and stores; its atomics keep the UCX path).
+UcxConnection connect_ucx_servers(const std::vector<std::string>& addresses, const std::string& token = "",
+                                  bool direct_access = true);
 
 // Reads the secret of a --token-file (trailing newline and spaces dropped). With `create`, a
 // missing file is created with mode 0600 holding 32 random bytes as 64 hex digits (*created is set).

@@ -1,6 +1,7 @@
 #include "bench/driver.h"
 
 #include <mpi.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +26,14 @@
 
 namespace rdmahash::bench {
 namespace {
+
+// CPU time of the calling thread (a client: one thread per client on both fabrics), for the JSON's
+// client_cpu_ns_per_op: what an operation costs the client's CPU, beside how long it takes.
+uint64_t thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
 
 struct RawTarget {
   uint32_t memory_nodes;
@@ -91,6 +100,7 @@ ClientResult run_client(Engine& engine, const SchemeAdapter& adapter, const Benc
   std::optional<KvMix> mix;
   if (w == Workload::kKvMix) mix.emplace(o, keys, vb, client, repeat, history);
   const auto start = std::chrono::steady_clock::now();
+  const uint64_t cpu_start = thread_cpu_ns();
   engine.run_many(
       o.ops, o.depth,
       [&](uint64_t) { return mix ? mix->next(kv.get(), &engine, &r) : do_op(kv.get(), &engine, stream.next(), vb, &r, raw); },
@@ -99,6 +109,7 @@ ClientResult run_client(Engine& engine, const SchemeAdapter& adapter, const Benc
         if (c.error) ++r.errors;
       });
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.cpu_ns = thread_cpu_ns() - cpu_start;
   adapter.finish(*kv, r);
   return r;
 }
@@ -164,6 +175,7 @@ ClientResult run_ycsb_client(Engine& engine, const SchemeAdapter& adapter, const
     if (c.error) ++r.errors;
   };
   const auto start = std::chrono::steady_clock::now();
+  const uint64_t cpu_start = thread_cpu_ns();
   if (phase == Workload::kYcsbLoad) {
     const uint64_t n = w.load_records() > client ? (w.load_records() - client + clients - 1) / clients : 0;
     r.latency_ns.reserve(n);
@@ -181,6 +193,7 @@ ClientResult run_ycsb_client(Engine& engine, const SchemeAdapter& adapter, const
                     done);
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.cpu_ns = thread_cpu_ns() - cpu_start;
   adapter.finish(*kv, r);
   return r;
 }
@@ -199,6 +212,7 @@ ClientResult warm_up(Engine& engine, const SchemeAdapter& adapter, uint32_t memo
   const uint64_t pages = (region + kPage - 1) / kPage;
   ClientResult r;
   const auto start = std::chrono::steady_clock::now();
+  const uint64_t cpu_start = thread_cpu_ns();
   engine.run_many(
       pages * memory_nodes, 64,
       [&](uint64_t i) {
@@ -210,6 +224,7 @@ ClientResult warm_up(Engine& engine, const SchemeAdapter& adapter, uint32_t memo
         ++r.ops;
       });
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.cpu_ns = thread_cpu_ns() - cpu_start;
   return r;
 }
 
@@ -743,6 +758,7 @@ int run_ucx_ranks(const BenchOptions& o_in, uint64_t region) {
   fc.memory_nodes = o.memory_nodes;
   fc.symmetric = o.symmetric;
   fc.region_bytes = region;
+  fc.direct_access = o.direct_access == "on";
   // --pm-path: the memory node (rank 0) exposes the file mapping as its region; the adapter owning
   // the mapping outlives the fabric that registered it.
   int my_rank = 0;
@@ -776,7 +792,7 @@ int run_connect(const BenchOptions& o_in) {
     }
   }
   try {
-    conn = connect_ucx_servers(o.connect, token);
+    conn = connect_ucx_servers(o.connect, token, o.direct_access == "on");
   } catch (const FabricError& e) {  // refused or unreachable: the address is the bad input
     throw InvalidArgument(e.what());
   }
@@ -825,6 +841,7 @@ int run_serve(const BenchOptions& o_in, const ServeOptions& s) {
       throw InvalidArgument(e.what());
     }
   }
+  sc.serve_mode = s.serve_mode == "poll" ? UcxServerConfig::ServeMode::kPoll : UcxServerConfig::ServeMode::kEvent;
   std::unique_ptr<UcxServer> server;
   try {
     server = UcxServer::create(sc);

@@ -46,6 +46,7 @@ struct ServeOptions {
   uint32_t node = 0;
   uint64_t capacity = 0;
   std::string token_file;  // created if missing; required for a non-loopback --listen
+  std::string serve_mode = "event";  // poll | event (UcxServerConfig::ServeMode)
 };
 int run_serve(const BenchOptions& o, const ServeOptions& s);
 

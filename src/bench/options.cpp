@@ -101,6 +101,7 @@ std::string BenchOptions::error() const {
       return "--scheme race bulk-loads its records in the process hosting every memory node: over ucx use "
              "--memory-nodes 1 (not --symmetric), or --ycsb (the clients insert the records)";
   }
+  if (direct_access != "on" && direct_access != "off") return "--direct-access must be on or off";
   if (sbuckets < 1 || sbuckets > 4) return "--sbuckets must be in [1, 4] (the indicator word has 24 valid bits)";
   if (!pm_path.empty() && scheme != "continuity") return "--pm-path applies to --scheme continuity";
   if (!pm_path.empty() && (memory_nodes != 1 || symmetric))

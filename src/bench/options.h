@@ -45,6 +45,7 @@ struct BenchOptions {
   uint32_t slots_per_bucket = 4;       // cuckoo: 1 or 4
   std::string cuckoo_probe = "parallel";  // cuckoo lookups: parallel | sequential
   std::string race_dir_cache = "on";    // race: on | off
+  std::string direct_access = "on";     // ucx: same-host regions by loads/stores/CPU atomics (on) or UCX requests (off)
   uint32_t initial_depth = 0;          // race: 2^N subtables at start
   uint32_t race_groups = 64;           // race: bucket groups per subtable
   uint32_t sbuckets = 3;               // continuity: SBuckets per segment pair (1..4)

@@ -56,11 +56,12 @@ void ClientResult::merge(const ClientResult& o) {
   split_load_ppm_min = std::min(split_load_ppm_min, o.split_load_ppm_min);
   split_load_ppm_max = std::max(split_load_ppm_max, o.split_load_ppm_max);
   seconds = std::max(seconds, o.seconds);
+  cpu_ns += o.cpu_ns;
   latency_ns.insert(latency_ns.end(), o.latency_ns.begin(), o.latency_ns.end());
 }
 
 namespace {
-constexpr size_t kFixedWords = 28;
+constexpr size_t kFixedWords = 29;
 }
 
 std::vector<std::byte> ClientResult::serialize() const {
@@ -68,7 +69,7 @@ std::vector<std::byte> ClientResult::serialize() const {
                                        round_trips, reads, writes, cas, faa, rpcs, bytes, chunks, matches,
                                        read_size, updated, skipped, resizes, directory_depth, erased, persists,
                                        split_loads, split_load_ppm_sum, split_load_ppm_min, split_load_ppm_max,
-                                       latency_ns.size()};
+                                       cpu_ns, latency_ns.size()};
   std::vector<std::byte> out(sizeof fixed + sizeof(double) + latency_ns.size() * 4);
   std::memcpy(out.data(), fixed, sizeof fixed);
   std::memcpy(out.data() + sizeof fixed, &seconds, sizeof(double));
@@ -95,6 +96,7 @@ ClientResult ClientResult::deserialize(std::span<const std::byte> in) {
   r.split_load_ppm_sum = f[24];
   r.split_load_ppm_min = f[25];
   r.split_load_ppm_max = f[26];
+  r.cpu_ns = f[27];
   std::memcpy(&r.seconds, in.data() + sizeof f, sizeof(double));
   const uint64_t nlat = f[kFixedWords - 1];
   if (in.size() != sizeof f + sizeof(double) + nlat * 4) throw InvalidArgument("corrupt client result");
@@ -137,6 +139,7 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   j["scheme_detail"] = p.scheme_detail;
   j["fabric"] = p.fabric;
   if (const char* tls = std::getenv("UCX_TLS"); tls && p.fabric == "ucx") j["ucx_tls"] = tls;
+  if (p.fabric == "ucx") j["direct_access"] = o.direct_access;
   j["ranks"] = p.ranks;
   j["memory_nodes"] = p.memory_nodes;
   j["clients"] = p.clients;
@@ -175,6 +178,8 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   j["ops"] = t.ops;
   j["seconds"] = t.seconds;
   j["throughput_ops_per_s"] = d.throughput;
+  // Client CPU per operation (thread CPU time of the timed part; every client's, summed, / ops).
+  j["client_cpu_ns_per_op"] = t.ops ? static_cast<double>(t.cpu_ns) / static_cast<double>(t.ops) : 0.0;
   j["latency_us"] = {{"p10", d.p10}, {"p25", d.p25}, {"p50", d.p50}, {"p75", d.p75},
                      {"p90", d.p90}, {"p99", d.p99}, {"max", d.max}};
   j["round_trips_per_op"] = d.rt;

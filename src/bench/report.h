@@ -30,6 +30,7 @@ struct ClientResult {
   // race: load factor of each subtable this client split, when it split (parts per million)
   uint64_t split_loads = 0, split_load_ppm_sum = 0, split_load_ppm_min = UINT64_MAX, split_load_ppm_max = 0;
   double seconds = 0;
+  uint64_t cpu_ns = 0;            // client threads' CPU time in the timed part, summed over clients
   std::vector<uint32_t> latency_ns;
 
   void add_op(const OpStats& s, std::chrono::nanoseconds latency);

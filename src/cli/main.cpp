@@ -77,6 +77,10 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
       ->capture_default_str();
   cmd.add_flag("--symmetric", o.symmetric, "every rank hosts a shard and runs a client (PGAS layout)");
   cmd.add_option("--clients", o.clients, "client threads (local fabric only)")->capture_default_str();
+  cmd.add_option("--direct-access", o.direct_access,
+                 "ucx: reach same-host memory (own shard, peers' shared memory) with loads, stores and CPU atomics (on) "
+                 "or with UCX requests (off)")
+      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   cmd.add_option("--race-dir-cache", o.race_dir_cache, "race: clients cache the directory (on) or read its entry per operation (off)")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   cmd.add_option("--workload", workloads,
@@ -176,6 +180,10 @@ int main(int argc, char** argv) {
   serve->add_option("--token-file", serve_cfg.token_file,
                     "shared secret clients must prove they hold (challenge-response; never sent); created with mode "
                     "0600 if missing; required when --listen is not a loopback address (see docs/security.md)");
+  serve->add_option("--serve-mode", serve_cfg.serve_mode,
+                    "how the server waits for UCX work: poll (progress while requests keep coming, 200 us without "
+                    "any, then sleep) or event (sleep on the worker's event fd whenever idle)")
+      ->check(CLI::IsMember({"poll", "event"}))->capture_default_str();
   serve->add_option("--node", serve_cfg.node, "this server is memory node N of --memory-nodes")->capture_default_str();
   serve->add_option("--capacity", serve_cfg.capacity,
                     "records the table may come to hold (sizes race's directory and linear heaps; default: records + "

@@ -72,16 +72,12 @@ void Engine::release(detail::EngineNode* n) {
 void Engine::withdraw(detail::EngineNode* n) {
   if (!n->done) {
     // Not posted yet (requests complete within the batch that posts them): take it off the queue.
+    // Erase in place: the queue's order is what a fenced request is ordered against.
     const size_t i = n->queue_index;
     assert(i < queue_.size() && queued_[i] == n);
-    const size_t last = queue_.size() - 1;
-    if (i != last) {
-      queue_[i] = queue_[last];
-      queued_[i] = queued_[last];
-      queued_[i]->queue_index = i;
-    }
-    queue_.pop_back();
-    queued_.pop_back();
+    queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
+    queued_.erase(queued_.begin() + static_cast<std::ptrdiff_t>(i));
+    for (size_t j = i; j < queued_.size(); ++j) queued_[j]->queue_index = j;
   }
   release(n);
 }
@@ -100,6 +96,12 @@ Pending Engine::read(RemoteAddr addr, void* dst, uint32_t len) {
 Pending Engine::write(RemoteAddr addr, const void* src, uint32_t len) {
   Request r;
   r.kind = ReqKind::kWrite; r.addr = addr; r.buf = const_cast<void*>(src); r.len = len;
+  return Pending(this, enqueue(r));
+}
+
+Pending Engine::write_fenced(RemoteAddr addr, const void* src, uint32_t len) {
+  Request r;
+  r.kind = ReqKind::kWrite; r.addr = addr; r.buf = const_cast<void*>(src); r.len = len; r.fence = true;
   return Pending(this, enqueue(r));
 }
 

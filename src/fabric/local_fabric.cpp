@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "rdmahash/fabric.h"
+#include "fabric/direct_access.h"
 
 namespace rdmahash {
 namespace {
@@ -21,35 +22,6 @@ namespace {
 struct AlignedFree {
   void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{64}); }
 };
-
-void copy_in(std::byte* dst, const std::byte* src, size_t len) {  // remote -> local
-  size_t i = 0;
-  while (i < len && (reinterpret_cast<uintptr_t>(src + i) & 7) != 0) {
-    dst[i] = std::atomic_ref<std::byte>(const_cast<std::byte&>(src[i])).load(std::memory_order_relaxed);
-    ++i;
-  }
-  for (; i + 8 <= len; i += 8) {
-    uint64_t w = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(const_cast<std::byte*>(src + i)))
-                     .load(std::memory_order_relaxed);
-    std::memcpy(dst + i, &w, 8);
-  }
-  for (; i < len; ++i)
-    dst[i] = std::atomic_ref<std::byte>(const_cast<std::byte&>(src[i])).load(std::memory_order_relaxed);
-}
-
-void copy_out(std::byte* dst, const std::byte* src, size_t len) {  // local -> remote
-  size_t i = 0;
-  while (i < len && (reinterpret_cast<uintptr_t>(dst + i) & 7) != 0) {
-    std::atomic_ref<std::byte>(dst[i]).store(src[i], std::memory_order_relaxed);
-    ++i;
-  }
-  for (; i + 8 <= len; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, src + i, 8);
-    std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(dst + i)).store(w, std::memory_order_relaxed);
-  }
-  for (; i < len; ++i) std::atomic_ref<std::byte>(dst[i]).store(src[i], std::memory_order_relaxed);
-}
 
 class LocalFabric;
 
@@ -147,24 +119,22 @@ void LocalTransport::execute(std::span<Request> batch) {
   std::string error;
   for (Request& r : batch) {
     try {
+      // Requests run in batch order, so a fenced one already follows the earlier ones; the fence
+      // makes their effects visible to other threads first, too. A fenced request depends on what
+      // precedes it (an unlock published after its payload): after a failed earlier request it
+      // fails too, unexecuted, as a work request behind a failed one on an RDMA queue pair does.
+      if (r.fence) {
+        if (!error.empty()) throw FabricError("local fabric: fenced request after a failed one: " + error);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+      }
       switch (r.kind) {
         case ReqKind::kRead:
-          copy_in(static_cast<std::byte*>(r.buf), fabric_.checked(r, r.len), r.len);
-          break;
         case ReqKind::kWrite:
-          copy_out(fabric_.checked(r, r.len), static_cast<const std::byte*>(r.buf), r.len);
+          detail::direct_execute(r, fabric_.checked(r, r.len));
           break;
-        case ReqKind::kCas: {
-          std::byte* p = checked_atomic(r);
-          uint64_t expected = r.compare;
-          std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p))
-              .compare_exchange_strong(expected, r.swap, std::memory_order_seq_cst);
-          *r.result = expected;  // old value whether or not the swap happened
-          break;
-        }
+        case ReqKind::kCas:
         case ReqKind::kFaa:
-          *r.result = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(checked_atomic(r)))
-                          .fetch_add(r.compare, std::memory_order_seq_cst);
+          detail::direct_execute(r, checked_atomic(r));
           break;
         case ReqKind::kRpc:
           if (!r.reply) throw FabricError("local fabric: rpc without a reply buffer");

@@ -40,6 +40,26 @@
 //   with UCP_AM_RECV_ATTR_FLAG_RNDV (rendezvous, large messages) is fetched with
 //   ucp_am_recv_data_nbx before the handler runs (request side) or straight into the caller's
 //   reply vector (reply side). Replies are matched to requests by a process-wide request id.
+// * Same-host fast path (config.direct_access): a region this process can address — its own
+//   (symmetric mode), or a peer's that ucp_rkey_ptr maps (shared-memory transports: posix, sysv,
+//   xpmem) — is reached with the CPU (fabric/direct_access.h): READ/WRITE are word-wise loads and
+//   stores executed inside execute(), no UCX request, no progress. A batch that mixes them with
+//   UCX requests to other nodes is still one execute(): the direct ones run while the others are
+//   posted, and counters count both alike (RT/op figures do not depend on the path).
+//   CAS/FAA go direct only when every atomic any process of the job issues on that memory is a CPU
+//   atomic, because CPU atomics are not atomic with respect to a NIC's (device) atomics:
+//     - MPI jobs whose ranks all run on this host (same boot id and host name), and every rank's
+//       UCX context runs atomics in "cpu" mode: with direct access on and UCX_ATOMIC_MODE unset,
+//       the fabric sets ATOMIC_MODE=cpu (UCX would otherwise pick "device" atomics through a NIC's
+//       loopback when an atomic-capable NIC exists, even between processes of one host); in cpu
+//       mode shared-memory transports run UCX atomics with the initiator's CPU and other transports
+//       as active messages the target's CPU runs with ucs_atomic_* — CPU atomics either way. The
+//       ranks agree on it (allreduce); UCX_ATOMIC_MODE set to anything but cpu disables it.
+//     - Otherwise (a rank on another host, whose atomics a NIC may execute; or a `bench
+//       --connect` client, which cannot know where the memory node's other clients run), atomics
+//       keep the UCX path and only READ/WRITE go direct. A plain store racing with a NIC atomic on
+//       the same word is no different from an RDMA PUT racing with it (the schemes never WRITE a
+//       word others CAS concurrently without owning it), and an aligned 8-byte load sees either value.
 // * Destruction: close every endpoint in FLUSH mode while progressing, then a non-blocking MPI
 //   barrier while still progressing (a peer may need our progress to finish its own flushes,
 //   e.g. over TCP), then unmap the region and destroy worker and context. When the destructor
@@ -59,11 +79,13 @@
 // Transports must not outlive their fabric.
 #include "rdmahash/ucx_fabric.h"
 
+#include "fabric/direct_access.h"
 #include "fabric/ucx_internal.h"
 
 #include <mpi.h>
 #include <cstdlib>
 #include <poll.h>
+#include <unistd.h>
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
@@ -187,6 +209,7 @@ class UcxTransport final : public Transport {
   std::vector<Slot> slots_;
   std::vector<Slot> flush_slots_;
   std::vector<char> wrote_;  // per node: this batch wrote to it
+  std::vector<char> posted_; // per node: this batch posted a UCX request to it (fences, see post())
   size_t outstanding_ = 0;   // slots with pending > 0
   uint64_t batches_ = 0;     // liveness checks (service clients)
   std::chrono::steady_clock::time_point last_batch_look_{};
@@ -256,6 +279,9 @@ class UcxFabricImpl final : public UcxFabric {
   ucp_ep_h ep(uint32_t rank) const { return eps_[rank]; }
   ucp_rkey_h rkey(uint32_t node) const { return rkeys_[node]; }
   uint64_t remote_base(uint32_t node) const { return remote_base_[node]; }
+  // Node's region as this process addresses it (direct access), or null: use UCX.
+  std::byte* direct(uint32_t node) const { return node < direct_.size() ? direct_[node] : nullptr; }
+  bool direct_atomics() const { return direct_atomics_; }
   uint64_t next_request_id() { return next_req_id_++; }
   std::unordered_map<uint64_t, Slot*>& rpc_waiting() { return rpc_waiting_; }
 
@@ -275,6 +301,9 @@ class UcxFabricImpl final : public UcxFabric {
   // Memory node n's region_export(): base address, size (must be config_.region_bytes), rkey
   // unpacked on eps_[n]. Throws FabricError.
   void import_region(uint32_t n, const std::vector<std::byte>& blob);
+  // Sets direct_[n] when direct access is on and node n's whole region is addressable here.
+  void map_direct(uint32_t n);
+  bool all_ranks_on_this_host();
   void set_am_handler(uint16_t id, ucp_am_recv_callback_t cb);
   void run_rpc(const RpcHeader& h, ucp_ep_h reply_ep, std::span<const std::byte> payload);
   void send_reply(ucp_ep_h reply_ep, OutgoingReply* out);
@@ -304,6 +333,10 @@ class UcxFabricImpl final : public UcxFabric {
   std::vector<ucp_ep_h> eps_;          // index = rank
   std::vector<ucp_rkey_h> rkeys_;      // index = memory node
   std::vector<uint64_t> remote_base_;  // index = memory node
+  std::vector<std::byte*> direct_;     // index = memory node: mapped region (direct access) or null
+  bool one_host_ = false;              // MPI: every rank runs on this host
+  bool cpu_atomics_ = false;           // this context's UCX atomics are CPU atomics (ATOMIC_MODE=cpu)
+  bool direct_atomics_ = false;        // CAS/FAA on direct_ regions use CPU atomics (see the header)
   bool connected_ = false;             // create() finished on every rank
 
   std::unordered_map<uint16_t, RpcHandler> handlers_;
@@ -445,6 +478,7 @@ bool UcxFabricImpl::drain_and_arm() {
 }
 
 void UcxFabricImpl::init() {
+  one_host_ = all_ranks_on_this_host();
   std::string error;
   try {
     init_local();
@@ -477,6 +511,8 @@ void UcxFabricImpl::init() {
   if (!all_agree(error.empty())) throw FabricError(error.empty() ? "ucx fabric: another rank failed to create endpoints" : error);
 
   exchange_rkeys();  // agrees internally
+  // CPU atomics only if every rank's UCX atomics are CPU atomics too (see the header).
+  direct_atomics_ = all_agree(config_.direct_access && one_host_ && cpu_atomics_);
 
   // Wire up every connection now (flush waits for the endpoints' wireup), with every rank
   // progressing, so that the first requests of the clients do not depend on peers' progress.
@@ -497,6 +533,16 @@ void UcxFabricImpl::init_local() {
       ucp_config_release(cfg);
       throw FabricError(ucx_error("setting UCX_NET_DEVICES=" + config_.net_devices, st));
     }
+  }
+  if (const char* mode = std::getenv("UCX_ATOMIC_MODE"); mode != nullptr) {
+    cpu_atomics_ = std::string(mode) == "cpu";
+  } else if (config_.direct_access && one_host_) {
+    st = ucp_config_modify(cfg, "ATOMIC_MODE", "cpu");
+    if (st != UCS_OK) {
+      ucp_config_release(cfg);
+      throw FabricError(ucx_error("setting UCX_ATOMIC_MODE=cpu", st));
+    }
+    cpu_atomics_ = true;
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
@@ -604,6 +650,42 @@ void UcxFabricImpl::import_region(uint32_t n, const std::vector<std::byte>& b) {
     rkeys_[n] = nullptr;
     throw FabricError(ucx_error("ucp_ep_rkey_unpack for memory node " + std::to_string(n), st));
   }
+  map_direct(n);
+}
+
+void UcxFabricImpl::map_direct(uint32_t n) {
+  if (direct_.size() != k_) direct_.assign(k_, nullptr);
+  direct_[n] = nullptr;
+  if (!config_.direct_access) return;
+  if (is_memory_node() && n == static_cast<uint32_t>(rank_)) {  // our own region
+    direct_[n] = region_;
+    return;
+  }
+  // ucp_rkey_ptr maps the region when a shared-memory transport packed the rkey (else
+  // UCS_ERR_UNREACHABLE): check that both ends map, contiguously.
+  void* first = nullptr;
+  void* last = nullptr;
+  const uint64_t bytes = config_.region_bytes;
+  if (ucp_rkey_ptr(rkeys_[n], remote_base_[n], &first) != UCS_OK || first == nullptr) return;
+  if (ucp_rkey_ptr(rkeys_[n], remote_base_[n] + bytes - 1, &last) != UCS_OK) return;
+  if (static_cast<std::byte*>(last) != static_cast<std::byte*>(first) + (bytes - 1)) return;
+  if (reinterpret_cast<uintptr_t>(first) % 8 != 0) return;  // atomics and word copies need alignment
+  direct_[n] = static_cast<std::byte*>(first);
+}
+
+bool UcxFabricImpl::all_ranks_on_this_host() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) name[0] = 0;
+  std::string id = name;
+  if (std::FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char buf[64] = {};
+    if (std::fgets(buf, sizeof buf, f)) id += std::string("/") + buf;
+    std::fclose(f);
+  }
+  const auto ids = allgather(std::as_bytes(std::span(id)));
+  for (const auto& other : ids)
+    if (other.size() != id.size() || std::memcmp(other.data(), id.data(), id.size()) != 0) return false;
+  return true;
 }
 
 UcxFabricImpl::~UcxFabricImpl() { release(std::uncaught_exceptions() > 0); }
@@ -617,6 +699,7 @@ void UcxFabricImpl::release(bool unwinding) {
   // execute() already; this completes the closing handshake); nobody waits for it in a barrier.
   const bool flush_close = collective || (mode_ == Mode::kClient && !unwinding);
   if (worker_) {
+    direct_.assign(direct_.size(), nullptr);  // peers' mappings go with their rkeys
     for (ucp_rkey_h& rk : rkeys_)
       if (rk) ucp_rkey_destroy(rk), rk = nullptr;
     // Close every endpoint at once (FLUSH: outstanding operations, e.g. RPC replies, complete
@@ -983,6 +1066,16 @@ void UcxTransport::settle(Slot& s, ucs_status_ptr_t sp) {
 void UcxTransport::post(Slot& s) {
   Request& r = *s.req;
   if (r.status == ReqStatus::kFailed) return;  // failed validation: never posted
+  // A fenced request depends on what precedes it (an unlock published after its payload): behind
+  // a request that failed validation it is not posted either (error already set for that one).
+  // A failure UCX reports only at completion cannot hold it back; on RDMA the queue pair's error
+  // state flushes what follows, and over shared memory a validated put does not fail.
+  if (r.fence)
+    for (const Slot* q = slots_.data(); q != &s; ++q)
+      if (q->req->status == ReqStatus::kFailed) {
+        r.status = ReqStatus::kFailed;
+        return;
+      }
   ++outstanding_;
   s.pending = 1;
   if ((r.kind == ReqKind::kRead || r.kind == ReqKind::kWrite) && r.len == 0) {
@@ -994,6 +1087,25 @@ void UcxTransport::post(Slot& s) {
   p.cb.send = &on_op_done;
   p.user_data = &s;
   const uint32_t node = r.addr.node;
+  // Fence (fabric.h): earlier direct requests have been performed already (in posting order; the
+  // thread fence publishes them before what follows). Earlier UCX requests to the node may still be
+  // in flight: then the fenced request goes through UCX too, after ucp_worker_fence.
+  if (r.fence) std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (std::byte* base = fabric_.direct(node);
+      base != nullptr && !(r.fence && posted_[node]) &&
+      (r.kind == ReqKind::kRead || r.kind == ReqKind::kWrite || (r.kind != ReqKind::kRpc && fabric_.direct_atomics()))) {
+    detail::direct_execute(r, base + r.addr.offset);  // validate() checked bounds and alignment
+    complete_unit(s, UCS_OK);
+    return;
+  }
+  if (r.fence && posted_[node]) {
+    const ucs_status_t st = ucp_worker_fence(fabric_.worker());
+    if (st != UCS_OK) {
+      complete_unit(s, st);
+      return;
+    }
+  }
+  posted_[node] = 1;
   ucp_ep_h ep = fabric_.ep(node);
   const uint64_t raddr = fabric_.remote_base(node) + r.addr.offset;
   ucp_rkey_h rkey = fabric_.rkey(node);
@@ -1067,11 +1179,18 @@ void UcxTransport::execute(std::span<Request> batch) {
   slots_.assign(batch.size(), Slot{});  // never resized while requests are in flight
   flush_slots_.assign(k, Slot{});
   wrote_.assign(k, 0);
+  posted_.assign(k, 0);
   outstanding_ = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     slots_[i].owner = this;
     slots_[i].req = &batch[i];
+    // Direct READs: start every cache miss of the batch before the first copy waits on one.
+    if (batch[i].kind == ReqKind::kRead)
+      if (std::byte* base = fabric_.direct(batch[i].addr.node)) detail::prefetch(base + batch[i].addr.offset, batch[i].len);
   }
+  // Direct requests are ordered like a completed RDMA request: nothing of an earlier batch is
+  // reordered after them, and what they wrote is visible when execute() returns (fence below).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
 
   size_t next = 0;
   bool flushed = false;
@@ -1122,6 +1241,7 @@ void UcxTransport::execute(std::span<Request> batch) {
     }
   }
 
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   // Per-request outcome (fabric.h): a request that completed is kOk even when another failed;
   // the requests not posted after a failure are kFailed (never applied); a WRITE to a node whose
   // flush failed is kUnknown (it may or may not be visible there).
@@ -1172,6 +1292,7 @@ class ServiceNode final : public UcxServiceNode {
   std::vector<std::byte> region_export() override { return f_.region_export(); }
   int event_fd() override { return f_.event_fd(); }
   bool drain_and_arm() override { return f_.drain_and_arm(); }
+  unsigned progress() override { return ucp_worker_progress(f_.worker()); }
 
  private:
   UcxFabricImpl f_;

@@ -27,6 +27,8 @@ class UcxServiceNode {
   // Progresses the worker until idle and arms its event fd. False: events arrived meanwhile, call
   // again; true: safe to sleep in poll() on event_fd().
   virtual bool drain_and_arm() = 0;
+  // One ucp_worker_progress: the number of events it handled (poll mode's spin).
+  virtual unsigned progress() = 0;
 };
 
 std::unique_ptr<UcxServiceNode> make_ucx_service_node(const UcxFabricConfig& config, uint32_t node, uint32_t nodes);

@@ -560,7 +560,18 @@ int Server::run(std::FILE* log) {
   int signal = 0;
   bool stopping = false;
   std::vector<pollfd> fds;
+  const bool poll_mode = config_.serve_mode == UcxServerConfig::ServeMode::kPoll;
+  if (log) std::fprintf(log, "rdmahash serve: serve mode %s\n", poll_mode ? "poll" : "event");
   while (!stopping) {
+    if (poll_mode) {
+      // Bounded spin: progress while work keeps arriving (a quiet `spin` ends it, and so does
+      // 2 ms in all, so that the sockets below are looked at), then arm and sleep as in event mode.
+      const auto start = std::chrono::steady_clock::now();
+      auto last = start;
+      for (auto now = start; now - last < config_.spin && now - start < std::chrono::milliseconds(2);
+           now = std::chrono::steady_clock::now())
+        if (node_->progress() != 0) last = now;
+    }
     if (!node_->drain_and_arm()) continue;  // UCX events arrived meanwhile: progress again
     fds.clear();
     fds.push_back({listen_.get(), POLLIN, 0});
@@ -810,7 +821,8 @@ std::string load_token_file(const std::string& path, bool create, bool* created)
 
 std::unique_ptr<UcxServer> UcxServer::create(const UcxServerConfig& config) { return std::make_unique<Server>(config); }
 
-UcxConnection connect_ucx_servers(const std::vector<std::string>& addresses, const std::string& token) {
+UcxConnection connect_ucx_servers(const std::vector<std::string>& addresses, const std::string& token,
+                                  bool direct_access) {
   if (addresses.empty()) throw std::invalid_argument("--connect needs at least one memory node address");
   std::vector<Fd> socks(addresses.size());
   std::vector<Welcome> w;
@@ -832,6 +844,7 @@ UcxConnection connect_ucx_servers(const std::vector<std::string>& addresses, con
   std::memcpy(&bytes, w.front().remote.region_export.data() + 8, 8);
   fc.region_bytes = bytes;
   fc.net_devices = all_loopback ? "lo" : "";
+  fc.direct_access = direct_access;
   std::vector<detail::UcxRemoteNode> remote;
   const std::string me = host_id();
   const bool shm = shared_memory_allowed();

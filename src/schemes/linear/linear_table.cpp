@@ -463,6 +463,22 @@ void LinearClient::maybe_die_holding_lock(uint64_t lock, bool payload_written) {
   if (lock != 0 && lock == probe_.die_holding_lock && payload_written == (lock % 2 == 1)) ::raise(SIGKILL);
 }
 
+// Publishes the record `rec` (slot_bytes_ bytes: the unlocked ctrl word, then the payload) into
+// the slot at `a`, which this client holds locked: the payload WRITE and the WRITE of the ctrl
+// word fenced after it, one round trip (the fenced order is argued in linear.h). Fault injection
+// (die_holding_lock, odd lock): the payload alone first, then die before the unlock.
+Task<void> LinearClient::publish(RemoteAddr a, const std::byte* rec, uint64_t lock) {
+  const RemoteAddr payload{a.node, a.offset + 8};
+  if (lock != 0 && lock == probe_.die_holding_lock && lock % 2 == 1) {
+    co_await engine_.write(payload, rec + 8, slot_bytes_ - 8);
+    maybe_die_holding_lock(lock, true);
+  }
+  Pending body = engine_.write(payload, rec + 8, slot_bytes_ - 8);
+  Pending unlock = engine_.write_fenced(a, rec, 8);
+  co_await std::move(body);
+  co_await std::move(unlock);
+}
+
 RemoteAddr LinearClient::slot_addr(uint32_t node, uint64_t slot) const {
   return RemoteAddr{node, kHeaderBytes + slot * slot_bytes_};
 }
@@ -751,14 +767,12 @@ Task<OpResult> LinearClient::insert(uint64_t key, std::span<const std::byte> val
           if (!one_word) {
             const uint64_t lock = lock_taken();
             maybe_die_holding_lock(lock, false);
-            // Publish: payload first, then unlock (see the protocol in linear.h).
+            // Publish: payload, then the unlocking ctrl fenced after it, in one round trip (see
+            // the protocol in linear.h).
             std::memset(one.data(), 0, one.size());
             build_payload(cfg_, l, key, 1, value, one.data());
-            co_await engine_.write(RemoteAddr{p.node, slot_addr(p.node, slot).offset + 8}, one.data() + 8,
-                                   slot_bytes_ - 8);
-            maybe_die_holding_lock(lock, true);
-            const uint64_t prev = co_await engine_.cas(slot_addr(p.node, slot), claim, make_ctrl(1, p.kbits));
-            if (prev != claim) throw FabricError("linear insert: lost the lock of a claimed slot");
+            store64(one.data(), make_ctrl(1, p.kbits));
+            co_await publish(slot_addr(p.node, slot), one.data(), lock);
           }
           r.status = Status::kInserted;
           co_return r;
@@ -799,16 +813,18 @@ Task<OpResult> LinearClient::update(uint64_t key, std::span<const std::byte> val
     const RemoteAddr a = slot_addr(p.node, loc.slot);
     const uint64_t locked = loc.ctrl | kLock;
     if (co_await engine_.cas(a, loc.ctrl, locked) != loc.ctrl) continue;  // raced: look again
+    uint64_t unlocked = 0;
     const uint64_t v = (version_of(loc.ctrl) + 1) & kVersionMask;
     const uint64_t lock = lock_taken();
     maybe_die_holding_lock(lock, false);
     if (slot_bytes_ > 8) {
       build_payload(cfg_, l, key, v, value, payload.data());
-      co_await engine_.write(RemoteAddr{a.node, a.offset + 8}, payload.data() + 8, slot_bytes_ - 8);
+      store64(payload.data(), make_ctrl(v, p.kbits));
+      co_await publish(a, payload.data(), lock);
+    } else {
+      maybe_die_holding_lock(lock, true);
+      co_await engine_.write(a, &(unlocked = make_ctrl(v, p.kbits)), 8);
     }
-    maybe_die_holding_lock(lock, true);
-    if (co_await engine_.cas(a, locked, make_ctrl(v, p.kbits)) != locked)
-      throw FabricError("linear update: lost the lock of a locked slot");
     r.status = Status::kUpdated;
     r.matches = 1;
     co_return r;

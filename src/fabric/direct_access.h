@@ -1,0 +1,64 @@
+// Internal: the "direct access" path of a fabric — one-sided requests executed by this process's
+// CPU on memory it can address (LocalFabric's regions; a UCX peer's region mapped through
+// ucp_rkey_ptr, or this rank's own region), instead of by a transport request.
+//
+// Semantics are those of an RDMA NIC as fabric.h states them, so the schemes cannot tell the
+// difference (only time can):
+//   READ/WRITE  word-wise copies with relaxed atomic loads/stores of every 8-byte-aligned word: a
+//               multi-word READ racing with a WRITE or CAS may be torn between words, an aligned
+//               word never is (and the race stays defined behaviour in C++, quiet under TSan).
+//   CAS/FAA     std::atomic_ref (lock cmpxchg / lock xadd on x86), sequentially consistent.
+// A transport brackets every batch with sequentially consistent fences, like the completion of a
+// request: what a batch wrote is visible before execute() returns.
+//
+// When CPU atomics are atomic with respect to another accessor's atomics: only when that accessor's
+// atomics on the same memory are CPU atomics too. UCX's are when UCX runs them in "cpu" atomic mode
+// (UCX_ATOMIC_MODE=cpu: shared-memory transports execute them with the initiator's CPU, others as
+// active messages the target's CPU executes with ucs_atomic_*), not when a NIC executes them
+// (device atomics: ib/rc, ...). See ucx_fabric.cpp for when the UCX fabric uses direct atomics.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "rdmahash/fabric.h"
+
+namespace rdmahash::detail {
+
+void copy_in(std::byte* dst, const std::byte* src, size_t len);   // remote -> local
+void copy_out(std::byte* dst, const std::byte* src, size_t len);  // local -> remote
+
+// Executes READ, WRITE, CAS or FAA `r` on `target`, the mapped address of r.addr (bounds and
+// alignment already checked by the caller). Not for RPCs.
+inline void direct_execute(Request& r, std::byte* target) {
+  switch (r.kind) {
+    case ReqKind::kRead:
+      copy_in(static_cast<std::byte*>(r.buf), target, r.len);
+      break;
+    case ReqKind::kWrite:
+      copy_out(target, static_cast<const std::byte*>(r.buf), r.len);
+      break;
+    case ReqKind::kCas: {
+      uint64_t expected = r.compare;
+      std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(target))
+          .compare_exchange_strong(expected, r.swap, std::memory_order_seq_cst);
+      *r.result = expected;  // the old value whether or not the swap happened
+      break;
+    }
+    case ReqKind::kFaa:
+      *r.result = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(target)).fetch_add(r.compare, std::memory_order_seq_cst);
+      break;
+    case ReqKind::kRpc:
+      break;
+  }
+}
+
+// Asks the CPU for the first cache lines of [p, p + len) so that the misses of a batch overlap
+// (independent random reads run at ~25 ns each when prefetched, ~250 ns when dependent).
+inline void prefetch(const std::byte* p, size_t len) {
+  const size_t lines = len == 0 ? 1 : (len + 63) / 64;
+  for (size_t i = 0; i < lines && i < 4; ++i) __builtin_prefetch(p + 64 * i);
+}
+
+}  // namespace rdmahash::detail
