@@ -184,17 +184,19 @@ TEST(PerRequestFailure, LinearInlineInsertWhoseLockLandedUnlocks) {
   EXPECT_GT(on1, 100u);
 }
 
-// The documented exception: when the failing request is an insert's own unlocking CAS, the
+// The documented exception: when the failing request is an insert's own unlocking write (the
+// ctrl WRITE fenced behind the payload, linear.h), the
 // operation reports the failure (FabricError) and its slot stays locked: nobody on LocalFabric
 // releases it (a served table's LinearLockSweeper does, linear.h). A reader then fails with
 // RetryBudgetExceeded once its budget is spent, rather than spinning or answering wrongly.
 // Returns the failed unlock request (address, locked and unlocked words) for the budget tests.
-Request lock_a_key_forever(LocalTable& t, uint64_t key) {
+// `payload` keeps the unlock's bytes (the request's buffer lives in the finished operation).
+Request lock_a_key_forever(LocalTable& t, uint64_t key, std::vector<std::byte>& payload) {
   Request unlock{};
-  uint32_t cas_seen = 0;
   FaultTransport ft(t.fabric->connect(), [&](const Request& r, uint64_t) {
-    if (r.kind != ReqKind::kCas || ++cas_seen != 2) return false;
+    if (r.kind != ReqKind::kWrite || !r.fence) return false;
     unlock = r;
+    payload.assign(static_cast<const std::byte*>(r.buf), static_cast<const std::byte*>(r.buf) + r.len);
     return true;
   });
   Engine e(ft);
@@ -202,14 +204,17 @@ Request lock_a_key_forever(LocalTable& t, uint64_t key) {
   const auto v = value_for(key, 1, t.cfg.value_bytes);
   EXPECT_THROW(e.run(client.find_or_put(key, v)), FabricError);
   EXPECT_EQ(ft.injected(), 1u);
+  unlock.buf = payload.data();
   return unlock;
 }
 
 TEST(PerRequestFailure, LinearInlineFailedUnlockReportsFailureAndLeavesTheKeyLocked) {
   LocalTable t(inline_config(1));
   const uint64_t key = 4242;
-  const Request unlock = lock_a_key_forever(t, key);
-  ASSERT_EQ(unlock.kind, ReqKind::kCas);
+  std::vector<std::byte> unlock_bytes;
+  const Request unlock = lock_a_key_forever(t, key, unlock_bytes);
+  ASSERT_EQ(unlock.kind, ReqKind::kWrite);
+  ASSERT_TRUE(unlock.fence);
   auto rt = t.fabric->connect();
   Engine re(*rt);
   LinearClient reader(t.cfg, probe_with_budget(std::chrono::nanoseconds(0)), re);
@@ -224,7 +229,8 @@ TEST(RetryBudget, TinyBudgetFailsWithItsStatusEvenIfTheLockWouldBeReleasedLater)
   // budget must give up long before (after at most 17 reads) with RetryBudgetExceeded.
   LocalTable t(inline_config(1));
   const uint64_t key = 77;
-  const Request unlock = lock_a_key_forever(t, key);
+  std::vector<std::byte> unlock_bytes;
+  const Request unlock = lock_a_key_forever(t, key, unlock_bytes);
   auto release = t.fabric->connect();
   uint64_t reads = 0;
   FaultTransport ft(t.fabric->connect(), nullptr, [&](const Request& r, uint64_t) {
@@ -248,7 +254,8 @@ TEST(RetryBudget, DescheduledLiveHolderDoesNotFailAReaderUnderTheDefault) {
   // key. Sanitizer builds hold for fewer reads (each costs ~10x more; the point is the same).
   LocalTable t(inline_config(1));
   const uint64_t key = 99;
-  const Request unlock = lock_a_key_forever(t, key);
+  std::vector<std::byte> unlock_bytes;
+  const Request unlock = lock_a_key_forever(t, key, unlock_bytes);
   const uint64_t hold = kSanitized ? (1u << 16) : (1u << 22) + 16;
   auto release = t.fabric->connect();
   uint64_t reads = 0;
