@@ -10,6 +10,7 @@
 
 #include "schemes/hash.h"
 #include "schemes/record.h"
+#include "schemes/shard_host.h"
 #include "schemes/write_rpc.h"
 
 namespace rdmahash {
@@ -428,97 +429,42 @@ ContinuityStats ContinuityShard::stats() const {
 // --- memory-node side on a fabric ----------------------------------------------------------------
 
 struct ContinuityServer::State {
-  ContinuityConfig cfg;
-  uint32_t tag = 0;
-  std::vector<std::unique_ptr<PersistentRegion>> regions;
-  std::vector<std::unique_ptr<ContinuityShard>> shards;
-
-  void handle(std::span<const std::byte> req, std::vector<std::byte>& reply) {
-    write_rpc::serve("continuity", tag, req, shards, reply,
-                     [](ContinuityShard& s, write_rpc::Op op, uint64_t key, std::span<const std::byte> value) {
-                       ContinuityResult r{Status::kNotFound, 0};
-                       switch (op) {
-                         case write_rpc::kFindOrPut: r = s.find_or_put(key, value); break;
-                         case write_rpc::kPut: r = s.put(key, value); break;
-                         case write_rpc::kUpdate: r = s.update(key, value); break;
-                         case write_rpc::kErase: r = s.erase(key); break;
-                         case write_rpc::kGet: throw InvalidArgument("continuity lookups are one-sided (no get RPC)");
-                       }
-                       return write_rpc::Result{r.status, r.persists};
-                     });
-  }
+  std::shared_ptr<detail::ShardHost<ContinuityShard>> host;
 };
 
 ContinuityServer::ContinuityServer(Fabric& fabric, const ContinuityConfig& cfg, PersistMode mode, uint16_t rpc_id)
     : cfg_(cfg), state_(std::make_shared<State>()) {
   cfg_.validate();
-  if (rpc_id < kContinuityRpcFirst || rpc_id > kContinuityRpcLast)
-    throw InvalidArgument("continuity rpc id must be in [0x0D00, 0x0D0F], got " + std::to_string(rpc_id));
-  if (fabric.memory_nodes() < cfg.memory_nodes)
-    throw InvalidArgument("the table has " + std::to_string(cfg.memory_nodes) + " shards but the fabric only " +
-                          std::to_string(fabric.memory_nodes()) + " memory nodes");
-  state_->cfg = cfg_;
-  state_->tag = config_tag(cfg_);
-  state_->regions.resize(cfg.memory_nodes);
-  state_->shards.resize(cfg.memory_nodes);
-  for (uint32_t n = 0; n < cfg.memory_nodes; ++n) {
-    auto region = fabric.local_region(n);
-    if (region.empty()) continue;
-    state_->regions[n] = std::make_unique<PersistentRegion>(region, mode);
-    state_->shards[n] = std::make_unique<ContinuityShard>(cfg_, n, *state_->regions[n]);
-  }
-  fabric.register_rpc(rpc_id, [st = state_](uint32_t, std::span<const std::byte> req, std::vector<std::byte>& reply) {
-    st->handle(req, reply);
-  });
+  state_->host = detail::ShardHost<ContinuityShard>::create(fabric, cfg_, mode, rpc_id, kContinuityRpcFirst, kContinuityRpcLast,
+                                                      "continuity", config_tag(cfg_));
 }
 
 ContinuityServer::~ContinuityServer() = default;
 
-bool ContinuityServer::hosts(uint32_t node) const { return node < state_->shards.size() && state_->shards[node]; }
-
-ContinuityShard& ContinuityServer::shard(uint32_t node) {
-  if (!hosts(node)) throw InvalidArgument("continuity shard " + std::to_string(node) + " is not hosted by this process");
-  return *state_->shards[node];
-}
-
-PersistentRegion& ContinuityServer::region(uint32_t node) {
-  if (!hosts(node)) throw InvalidArgument("continuity shard " + std::to_string(node) + " is not hosted by this process");
-  return *state_->regions[node];
-}
+bool ContinuityServer::hosts(uint32_t node) const { return state_->host->hosts(node); }
+ContinuityShard& ContinuityServer::shard(uint32_t node) { return state_->host->shard(node); }
+PersistentRegion& ContinuityServer::region(uint32_t node) { return state_->host->region(node); }
 
 bool ContinuityServer::bulk_insert(uint64_t key, std::span<const std::byte> value) {
   const uint32_t node = continuity_place(cfg_, key).node;
   if (!hosts(node)) return false;
-  const ContinuityResult r = state_->shards[node]->put(key, value);
+  const ContinuityResult r = state_->host->shard(node).put(key, value);
   if (r.status == Status::kFull)
     throw InvalidArgument("continuity shard " + std::to_string(node) + ": the segment of key " + std::to_string(key) +
-                          " is full at " + std::to_string(state_->shards[node]->records()) + " of " +
-                          std::to_string(state_->shards[node]->capacity()) +
+                          " is full at " + std::to_string(state_->host->shard(node).records()) + " of " +
+                          std::to_string(state_->host->shard(node).capacity()) +
                           " slots: use a lower load factor or more SBuckets");
   return true;
 }
 
-uint64_t ContinuityServer::records() const {
-  uint64_t n = 0;
-  for (const auto& s : state_->shards) n += s ? s->records() : 0;
-  return n;
-}
+uint64_t ContinuityServer::records() const { return state_->host->records(); }
 
-bool ContinuityServer::recovered() const {
-  bool any = false;
-  for (const auto& s : state_->shards)
-    if (s) {
-      if (!s->recovered()) return false;
-      any = true;
-    }
-  return any;
-}
+bool ContinuityServer::recovered() const { return state_->host->recovered(); }
 
 ContinuityStats ContinuityServer::stats() const {
   ContinuityStats t;
-  for (const auto& s : state_->shards) {
-    if (!s) continue;
-    const ContinuityStats x = s->stats();
+  state_->host->for_each_shard([&t](const ContinuityShard& s) {
+    const ContinuityStats x = s.stats();
     t.inserts += x.inserts;
     t.updates += x.updates;
     t.erases += x.erases;
@@ -526,7 +472,7 @@ ContinuityStats ContinuityServer::stats() const {
     t.insert_persists += x.insert_persists;
     t.update_persists += x.update_persists;
     t.erase_persists += x.erase_persists;
-  }
+  });
   return t;
 }
 

@@ -11,6 +11,7 @@
 
 #include "schemes/hash.h"
 #include "schemes/record.h"
+#include "schemes/shard_host.h"
 #include "schemes/write_rpc.h"
 
 namespace rdmahash {
@@ -556,97 +557,42 @@ LevelStats LevelShard::stats() const {
 // --- memory-node side on a fabric ----------------------------------------------------------------
 
 struct LevelServer::State {
-  LevelConfig cfg;
-  uint32_t tag = 0;
-  std::vector<std::unique_ptr<PersistentRegion>> regions;
-  std::vector<std::unique_ptr<LevelShard>> shards;
-
-  void handle(std::span<const std::byte> req, std::vector<std::byte>& reply) {
-    write_rpc::serve("level", tag, req, shards, reply,
-                     [](LevelShard& s, write_rpc::Op op, uint64_t key, std::span<const std::byte> value) {
-                       LevelResult r{Status::kNotFound, 0};
-                       switch (op) {
-                         case write_rpc::kFindOrPut: r = s.find_or_put(key, value); break;
-                         case write_rpc::kPut: r = s.put(key, value); break;
-                         case write_rpc::kUpdate: r = s.update(key, value); break;
-                         case write_rpc::kErase: r = s.erase(key); break;
-                         case write_rpc::kGet: throw InvalidArgument("level lookups are one-sided (no get RPC)");
-                       }
-                       return write_rpc::Result{r.status, r.persists};
-                     });
-  }
+  std::shared_ptr<detail::ShardHost<LevelShard>> host;
 };
 
 LevelServer::LevelServer(Fabric& fabric, const LevelConfig& cfg, PersistMode mode, uint16_t rpc_id)
     : cfg_(cfg), state_(std::make_shared<State>()) {
   cfg_.validate();
-  if (rpc_id < kLevelRpcFirst || rpc_id > kLevelRpcLast)
-    throw InvalidArgument("level rpc id must be in [0x0E00, 0x0E0F], got " + std::to_string(rpc_id));
-  if (fabric.memory_nodes() < cfg.memory_nodes)
-    throw InvalidArgument("the table has " + std::to_string(cfg.memory_nodes) + " shards but the fabric only " +
-                          std::to_string(fabric.memory_nodes()) + " memory nodes");
-  state_->cfg = cfg_;
-  state_->tag = config_tag(cfg_);
-  state_->regions.resize(cfg.memory_nodes);
-  state_->shards.resize(cfg.memory_nodes);
-  for (uint32_t n = 0; n < cfg.memory_nodes; ++n) {
-    auto region = fabric.local_region(n);
-    if (region.empty()) continue;
-    state_->regions[n] = std::make_unique<PersistentRegion>(region, mode);
-    state_->shards[n] = std::make_unique<LevelShard>(cfg_, n, *state_->regions[n]);
-  }
-  fabric.register_rpc(rpc_id, [st = state_](uint32_t, std::span<const std::byte> req, std::vector<std::byte>& reply) {
-    st->handle(req, reply);
-  });
+  state_->host = detail::ShardHost<LevelShard>::create(fabric, cfg_, mode, rpc_id, kLevelRpcFirst, kLevelRpcLast,
+                                                      "level", config_tag(cfg_));
 }
 
 LevelServer::~LevelServer() = default;
 
-bool LevelServer::hosts(uint32_t node) const { return node < state_->shards.size() && state_->shards[node]; }
-
-LevelShard& LevelServer::shard(uint32_t node) {
-  if (!hosts(node)) throw InvalidArgument("level shard " + std::to_string(node) + " is not hosted by this process");
-  return *state_->shards[node];
-}
-
-PersistentRegion& LevelServer::region(uint32_t node) {
-  if (!hosts(node)) throw InvalidArgument("level shard " + std::to_string(node) + " is not hosted by this process");
-  return *state_->regions[node];
-}
+bool LevelServer::hosts(uint32_t node) const { return state_->host->hosts(node); }
+LevelShard& LevelServer::shard(uint32_t node) { return state_->host->shard(node); }
+PersistentRegion& LevelServer::region(uint32_t node) { return state_->host->region(node); }
 
 bool LevelServer::bulk_insert(uint64_t key, std::span<const std::byte> value) {
   const uint32_t node = level_place(cfg_, key).node;
   if (!hosts(node)) return false;
-  const LevelResult r = state_->shards[node]->put(key, value);
+  const LevelResult r = state_->host->shard(node).put(key, value);
   if (r.status == Status::kFull)
     throw InvalidArgument("level shard " + std::to_string(node) + ": the buckets of key " + std::to_string(key) +
-                          " are full at " + std::to_string(state_->shards[node]->records()) + " of " +
-                          std::to_string(state_->shards[node]->capacity()) +
+                          " are full at " + std::to_string(state_->host->shard(node).records()) + " of " +
+                          std::to_string(state_->host->shard(node).capacity()) +
                           " slots after every resize: use a lower load factor");
   return true;
 }
 
-uint64_t LevelServer::records() const {
-  uint64_t n = 0;
-  for (const auto& s : state_->shards) n += s ? s->records() : 0;
-  return n;
-}
+uint64_t LevelServer::records() const { return state_->host->records(); }
 
-bool LevelServer::recovered() const {
-  bool any = false;
-  for (const auto& s : state_->shards)
-    if (s) {
-      if (!s->recovered()) return false;
-      any = true;
-    }
-  return any;
-}
+bool LevelServer::recovered() const { return state_->host->recovered(); }
 
 LevelStats LevelServer::stats() const {
   LevelStats t;
-  for (const auto& s : state_->shards) {
-    if (!s) continue;
-    const LevelStats x = s->stats();
+  state_->host->for_each_shard([&t](const LevelShard& s) {
+    const LevelStats x = s.stats();
     t.inserts += x.inserts;
     t.updates += x.updates;
     t.erases += x.erases;
@@ -659,7 +605,7 @@ LevelStats LevelServer::stats() const {
     t.update_persists += x.update_persists;
     t.erase_persists += x.erase_persists;
     t.resize_persists += x.resize_persists;
-  }
+  });
   return t;
 }
 
