@@ -404,7 +404,7 @@ TEST(ContinuityFile, CorruptOrForeignImagesAreRefusedUntouched) {
   auto bad = good;
   bool flipped = false;
   for (uint64_t pair = 0; pair < c.buckets_per_node / 2 && !flipped; ++pair) {
-    const uint64_t ind_off = kContinuityHeaderBytes + pair * c.pair_bytes() + c.bucket_bytes();
+    const uint64_t ind_off = c.table_offset(0) + pair * c.pair_bytes() + c.bucket_bytes();
     uint64_t ind;
     std::memcpy(&ind, good.data() + ind_off, 8);
     if (ind & (1ULL << 4)) {  // first SBucket slot is valid: flip a value bit
@@ -420,7 +420,7 @@ TEST(ContinuityFile, CorruptOrForeignImagesAreRefusedUntouched) {
   bad = good;
   flipped = false;
   for (uint64_t pair = 0; pair < c.buckets_per_node / 2 && !flipped; ++pair) {
-    const uint64_t ind_off = kContinuityHeaderBytes + pair * c.pair_bytes() + c.bucket_bytes();
+    const uint64_t ind_off = c.table_offset(0) + pair * c.pair_bytes() + c.bucket_bytes();
     uint64_t ind;
     std::memcpy(&ind, good.data() + ind_off, 8);
     for (uint32_t slot = 0; slot < 4 && !flipped; ++slot)
