@@ -461,6 +461,13 @@ TEST(ContinuityFile, CorruptOrForeignImagesAreRefusedUntouched) {
     write(bad);
     expect_refused(path, c, "header bit " + std::to_string(bit));
   }
+  // Every single-bit flip of the geometry word (level, RESIZING, check).
+  for (size_t bit = 0; bit < 64; ++bit) {
+    auto bad = good;
+    bad[kContinuityGeometryOffset + bit / 8] = static_cast<char>(bad[kContinuityGeometryOffset + bit / 8] ^ (1 << (bit % 8)));
+    write(bad);
+    expect_refused(path, c, "geometry bit " + std::to_string(bit));
+  }
   // Truncations: inside the header, and of the table.
   for (size_t len : {size_t{1}, size_t{40}, size_t{64}, good.size() / 2, good.size() - 8}) {
     write(std::vector<char>(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(len)));

@@ -157,8 +157,10 @@
 //  * a reader follows MOVED to the next table (continuity-reader-ignores-moved) and UNBORN to the
 //    previous one (continuity-reader-ignores-unborn)
 //  * recovery resets a born child whose parent is not MOVED (continuity-recovery-keeps-leftover)
-//  * the new table's pairs are UNBORN before the geometry word says RESIZING
-//    (continuity-start-geometry-before-unborn)
+//  * an image whose geometry word fails its check is refused (continuity-geometry-skip-check)
+//  (Not a safety mechanism: writing the new table's UNBORN marks before the geometry word. A
+//  crash image with RESIZING and an all-zero new table is healed by the leftover reset, and no
+//  reader goes to the new table before some pair of the old one is MOVED.)
 //
 // Thread safety: ContinuityClient belongs to one Engine; ContinuityShard and the RPC handler are
 // thread-safe (one mutex per shard), readers never lock.
