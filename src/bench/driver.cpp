@@ -493,6 +493,7 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
       info.table_bytes = adapter->region_bytes() * b.memory_nodes();
       info.llc_bytes = llc;
       info.persistence = adapter->persistence();
+      info.table_resizes = adapter->table_resizes();
       reporter->report(info, *total);
     }
     if (!history.empty()) b.write_history(keys, adapter->value_bytes(), history);
