@@ -104,6 +104,7 @@ std::string BenchOptions::error() const {
   if (direct_access != "on" && direct_access != "off") return "--direct-access must be on or off";
   if (sbuckets < 1 || sbuckets > 4) return "--sbuckets must be in [1, 4] (the indicator word has 24 valid bits)";
   if (max_resizes > 16) return "--max-resizes must be at most 16";
+  if (resize_pace > 1000000) return "--resize-pace must be at most 1000000";
   if (max_resizes > 0 && scheme != "continuity") return "--max-resizes applies to --scheme continuity";
   if (!pm_path.empty() && scheme != "continuity") return "--pm-path applies to --scheme continuity";
   if (!pm_path.empty() && (memory_nodes != 1 || symmetric))
@@ -261,7 +262,7 @@ void apply_table_spec(BenchOptions& o, const std::string& spec) {
 
 const std::vector<std::string>& table_option_names() {
   static const std::vector<std::string> names{
-      "--scheme",      "--sbuckets",      "--max-resizes", "--pm-path",   "--slot-format", "--storage",   "--slots-per-bucket",
+      "--scheme",      "--sbuckets",      "--max-resizes", "--resize-pace", "--pm-path",   "--slot-format", "--storage",   "--slots-per-bucket",
       "--memory-nodes", "--records",      "--load-factor", "--key-bytes", "--value-bytes", "--initial-depth",
       "--race-groups", "--tail-slots",    "--seed",      "--distribution"};
   return names;

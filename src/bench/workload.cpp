@@ -395,6 +395,7 @@ class ContinuityAdapter final : public SchemeAdapter {
     // --max-resizes N: the table of the last level is the one --records/--load-factor ask for;
     // it starts 2^N times smaller (at least one pair) and doubles online when a segment is full.
     cfg_.max_resizes = o.max_resizes;
+    cfg_.migrate_pairs_per_write = o.resize_pace;
     cfg_.buckets_per_node = std::max<uint64_t>(2, (cfg_.buckets_per_node >> o.max_resizes) & ~uint64_t{1});
     cfg_.value_bytes = o.value_bytes;
     cfg_.hash_seed = hash::mix64(o.seed ^ 0xC047ULL);

@@ -42,6 +42,10 @@ void add_table_options(CLI::App& cmd, BenchOptions& o, std::string& distribution
                  "continuity: the table starts 2^N times smaller than --records/--load-factor ask and doubles online "
                  "(the memory node migrates it while clients read and write) up to N times, when a segment is full")
       ->capture_default_str();
+  cmd.add_option("--resize-pace", o.resize_pace,
+                 "continuity: pairs the memory node migrates per write request during a resize, besides the key's own "
+                 "(0: a resize advances only by the pairs of the keys written)")
+      ->capture_default_str();
   cmd.add_option("--pm-path", o.pm_path,
                  "continuity: keep the table in this file (pmem_map_file); an existing file is recovered, not loaded; "
                  "reloads between points write back the image as loaded");
