@@ -156,8 +156,13 @@ def main():
             if r.get("max_resizes", 0) == 0:
                 if w == "get" and (abs(r["round_trips_per_op"] - 1) > 1e-9 or abs(r["requests_per_op"]["read"] - 1) > 1e-9):
                     fail("a continuity lookup is one READ in one round trip")
+            elif w == "get" and (r.get("resizing_start") is not False or r.get("resizing_end") is not False):
+                # A resize in progress (or unknown): a lookup is one READ, or two across a MOVED or
+                # UNBORN mark, plus learning the levels.
+                if r["requests_per_op"]["read"] > 2 + r["clients"] * r["depth"] * r["memory_nodes"] * r["max_resizes"] / ops:
+                    fail(f"continuity get during a resize: {r['requests_per_op']['read']} READs per lookup")
             elif w == "get":
-                # A get point writes nothing, so no resize is in progress: one READ per lookup, plus
+                # No resize is in progress (and a get point starts none): one READ per lookup, plus
                 # the READs that teach each client the level: each of its first `depth` lookups per
                 # memory node (issued before any learned it) follows one MOVED per level.
                 extra = r["requests_per_op"]["read"] * ops - ops

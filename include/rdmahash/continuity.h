@@ -104,6 +104,9 @@
 //     its key's pair (if not yet MOVED), then `migrate_pairs_per_write` more pairs in order, then
 //     applies itself in table l+1: while P is not MOVED, its children receive nothing but P's own
 //     items, all in P's critical section.
+//   With background_migration, a ContinuityServer thread also migrates one pair at a time (taking
+//   the shard's mutex per pair, so writes interleave) while a resize is in progress: a resize
+//   finishes even if the writes stop, and lookups return to one READ.
 //   finish (every pair of table l MOVED): geometry ← (l+1, not RESIZING); persist. Table l stays
 //     (all MOVED) for readers with an older geometry.
 //   Where a key is (the server): in table l unless its pair there is MOVED, then in table l+1.
@@ -198,6 +201,7 @@ struct ContinuityConfig {
   uint64_t hash_seed = 0xC0417157A5EEDULL;
   uint32_t max_resizes = 0;        // online doublings allowed (0: a full segment reports kFull), <= 16
   uint32_t migrate_pairs_per_write = 2;  // memory node only (not part of the clients' config tag)
+  bool background_migration = false;     // memory node only: ContinuityServer runs a migration thread
 
   // Buckets for `records` at `load_factor` (records / all slots, SBuckets included).
   static ContinuityConfig for_records(uint64_t records, double load_factor, uint32_t memory_nodes,

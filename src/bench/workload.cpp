@@ -396,6 +396,7 @@ class ContinuityAdapter final : public SchemeAdapter {
     // it starts 2^N times smaller (at least one pair) and doubles online when a segment is full.
     cfg_.max_resizes = o.max_resizes;
     cfg_.migrate_pairs_per_write = o.resize_pace;
+    cfg_.background_migration = true;  // a resize also advances while no write arrives
     cfg_.buckets_per_node = std::max<uint64_t>(2, (cfg_.buckets_per_node >> o.max_resizes) & ~uint64_t{1});
     cfg_.value_bytes = o.value_bytes;
     cfg_.hash_seed = hash::mix64(o.seed ^ 0xC047ULL);
@@ -421,6 +422,12 @@ class ContinuityAdapter final : public SchemeAdapter {
     for (uint32_t i = 0; i < cfg_.memory_nodes; ++i)
       levels += server_->shard(i).level() + (server_->shard(i).resizing() ? 1 : 0);
     return levels;
+  }
+  std::optional<bool> table_resizing() const override {
+    if (!table_resizes()) return std::nullopt;
+    bool any = false;
+    for (uint32_t i = 0; i < cfg_.memory_nodes; ++i) any = any || server_->shard(i).resizing();
+    return any;
   }
   unsigned key_bits() const override { return 63; }
   uint32_t value_bytes() const override { return cfg_.value_bytes; }

@@ -3,7 +3,10 @@
 #include "rdmahash/continuity.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -606,6 +609,12 @@ ContinuityStats ContinuityShard::stats() const {
 
 struct ContinuityServer::State {
   std::shared_ptr<detail::ShardHost<ContinuityShard>> host;
+  std::atomic<bool> stop{false};
+  std::thread migrator;  // background_migration: advances running resizes one pair at a time
+  ~State() {
+    stop = true;
+    if (migrator.joinable()) migrator.join();
+  }
 };
 
 ContinuityServer::ContinuityServer(Fabric& fabric, const ContinuityConfig& cfg, PersistMode mode, uint16_t rpc_id)
@@ -613,6 +622,15 @@ ContinuityServer::ContinuityServer(Fabric& fabric, const ContinuityConfig& cfg, 
   cfg_.validate();
   state_->host = detail::ShardHost<ContinuityShard>::create(fabric, cfg_, mode, rpc_id, kContinuityRpcFirst, kContinuityRpcLast,
                                                       "continuity", config_tag(cfg_));
+  if (cfg_.background_migration && cfg_.max_resizes > 0)
+    state_->migrator = std::thread([host = state_->host, stop = &state_->stop] {
+      while (!stop->load()) {
+        bool moved = false;
+        host->for_each_shard([&moved](ContinuityShard& s) { moved = s.resize_step() || moved; });
+        if (moved) std::this_thread::yield();  // the mutex is free between pairs: writes go first
+        else std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
 }
 
 ContinuityServer::~ContinuityServer() = default;
