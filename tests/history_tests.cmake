@@ -65,7 +65,12 @@ add_test(NAME history_continuity_resize_local
 add_test(NAME history_continuity_resize_ucx
   COMMAND sh -c "m=\"$1\" b=\"$2\" f=\"$3\"; shift 3; rm -f \"$f\" && $m -n 5 \"$b\" bench --fabric ucx --memory-nodes 1 \"\$@\" --history \"$f\" && \"$b\" check-history --timeout-per-key 120 \"$f\""
           sh "${MPIEXEC_EXECUTABLE} --oversubscribe" $<TARGET_FILE:rdmahash_cli> ${HISTORY_DIR}/continuity_resize_ucx.bin ${HISTORY_RESIZE})
-set_tests_properties(history_continuity_resize_local history_continuity_resize_ucx PROPERTIES
+# The same with the memory node's background migration thread (--resize-pace 1) racing the writes.
+string(REPLACE "--resize-pace 0" "--resize-pace 1" HISTORY_RESIZE_BG "${HISTORY_RESIZE}")
+add_test(NAME history_continuity_resize_bg_local
+  COMMAND sh -c "b=\"$1\" f=\"$2\"; shift 2; rm -f \"$f\" && \"$b\" bench --fabric local --clients 4 \"\$@\" --history \"$f\" && \"$b\" check-history --timeout-per-key 120 \"$f\""
+          sh $<TARGET_FILE:rdmahash_cli> ${HISTORY_DIR}/continuity_resize_bg_local.bin ${HISTORY_RESIZE_BG})
+set_tests_properties(history_continuity_resize_local history_continuity_resize_ucx history_continuity_resize_bg_local PROPERTIES
   PASS_REGULAR_EXPRESSION "linearizable: [0-9][0-9][0-9][0-9][0-9][0-9]+ events" TIMEOUT 600
   ENVIRONMENT "${RDMAHASH_MPI_ENV}" LABELS history)
 

@@ -396,7 +396,9 @@ class ContinuityAdapter final : public SchemeAdapter {
     // it starts 2^N times smaller (at least one pair) and doubles online when a segment is full.
     cfg_.max_resizes = o.max_resizes;
     cfg_.migrate_pairs_per_write = o.resize_pace;
-    cfg_.background_migration = true;  // a resize also advances while no write arrives
+    // A resize also advances while no write arrives, unless --resize-pace 0 asks for a resize
+    // that moves only with the written keys' pairs (tests: kills and histories mid-migration).
+    cfg_.background_migration = o.resize_pace > 0;
     cfg_.buckets_per_node = std::max<uint64_t>(2, (cfg_.buckets_per_node >> o.max_resizes) & ~uint64_t{1});
     cfg_.value_bytes = o.value_bytes;
     cfg_.hash_seed = hash::mix64(o.seed ^ 0xC047ULL);

@@ -44,7 +44,8 @@ void add_table_options(CLI::App& cmd, BenchOptions& o, std::string& distribution
       ->capture_default_str();
   cmd.add_option("--resize-pace", o.resize_pace,
                  "continuity: pairs the memory node migrates per write request during a resize, besides the key's own "
-                 "(0: a resize advances only by the pairs of the keys written)")
+                 "and, unless 0, in a background thread while a resize runs (0: a resize advances only by the pairs of "
+                 "the keys written)")
       ->capture_default_str();
   cmd.add_option("--pm-path", o.pm_path,
                  "continuity: keep the table in this file (pmem_map_file); an existing file is recovered, not loaded; "
