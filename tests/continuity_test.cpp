@@ -713,3 +713,47 @@ TEST(ContinuityResize, BackgroundMigrationFinishesAResizeWithoutWrites) {
 
 }  // namespace
 }  // namespace rdmahash
+
+namespace rdmahash {
+namespace {
+
+// With online resizing the table never reports full until its last level: the load factor at
+// which each resize starts is the load at the first full segment of that level (seed 002 Fig. 10's
+// saw-tooth), and each resize doubles the capacity exactly.
+TEST(ContinuityLoad, OnlineResizesStartAtTheFirstFullSegmentAndDoubleTheCapacity) {
+  for (uint32_t sb : {1u, 3u}) {
+    ContinuityConfig c;
+    c.buckets_per_node = 250;
+    c.sbuckets = sb;
+    c.value_bytes = 0;
+    c.max_resizes = 3;
+    std::vector<std::byte> mem(c.region_bytes() + kCacheLine);
+    const auto mis = reinterpret_cast<uintptr_t>(mem.data()) % kCacheLine;
+    PersistentRegion region({mem.data() + (mis ? kCacheLine - mis : 0), c.region_bytes()}, PersistMode::kVolatile);
+    ContinuityShard shard(c, 0, region);
+    std::mt19937_64 rng(sb * 13);
+    std::string line;
+    uint64_t resizes = 0;
+    for (;;) {
+      const uint64_t before = shard.records(), cap = shard.capacity();
+      const Status s = shard.find_or_put(rng(), {}).status;
+      if (s == Status::kFull) {
+        line += " full at " + std::to_string(static_cast<double>(before) / static_cast<double>(cap)).substr(0, 5);
+        break;
+      }
+      if (shard.stats().resizes > resizes) {
+        ++resizes;
+        ASSERT_EQ(shard.capacity(), 2 * cap);
+        const double lf = static_cast<double>(before) / static_cast<double>(cap);
+        EXPECT_GT(lf, 0.15);  // a segment holds 4 + 4·sb of the pair's 8 + 4·sb slots
+        line += " resize " + std::to_string(resizes) + " at " + std::to_string(lf).substr(0, 5) + ";";
+      }
+    }
+    EXPECT_EQ(resizes, 3u);
+    EXPECT_EQ(shard.level(), 3u);
+    std::printf("continuity sbuckets=%u, 250 buckets, 3 online resizes:%s\n", sb, line.c_str());
+  }
+}
+
+}  // namespace
+}  // namespace rdmahash

@@ -57,9 +57,11 @@
 //   in-flight operation is wholly absent or wholly present — its slot was persisted before the
 //   store was issued; after the persist it is complete and acknowledged. Formatting writes the
 //   magic word last, in its own persist: an image whose formatting was interrupted is refused,
-//   never taken for a table (delete it). Recovery is therefore only a
-//   scan: validate the header, count the valid bits, check each valid slot (checksum, fingerprint,
-//   segment, no key twice); a violation means media corruption and is reported, never "repaired".
+//   never taken for a table (delete it). Recovery is therefore a
+//   scan: validate the header and the geometry word, count the valid bits, check each valid slot
+//   (checksum, fingerprint, segment, no key twice) and the resize marks; a violation means media
+//   corruption and is reported, never "repaired". Its one write: the children of an interrupted
+//   pair migration are reset to UNBORN (see "Online resizing"), after the image was validated.
 //
 // Torn reads (the server writes while clients READ; a READ of more than 8 bytes is not atomic)
 //   The indicator is one aligned word, so it is read whole: (bits, seq = s). A valid slot is
@@ -85,7 +87,9 @@
 // state published by the last indicator store (a half-written slot is invisible); a write whose
 // reply was not received may or may not have happened (its transport request fails); after the
 // node restarts on the same file, recovery yields exactly the state of the last persisted
-// indicator of every pair. A client that dies only loses its own in-flight requests.
+// indicator of every pair. A client that dies only loses its own in-flight requests. While a
+// resize runs, lookups keep following MOVED / UNBORN marks; a resize interrupted by the node's
+// death continues after recovery (the next write or the background thread).
 //
 // Online resizing (log-free; the memory node's CPU; readers and writers keep going)
 //   Table l of N_l buckets grows into table l+1 of 2·N_l. Since h % 2N_l is h % N_l or that + N_l,
