@@ -134,6 +134,8 @@
 //   resize is finished (every pair migrated), the next one started, and the write retried; with
 //   max_resizes levels used the write reports kFull and changes nothing.
 //   Offline: `resize_into` moves every item into another shard (insert-into-new, then erase-here).
+//   Not implemented: added SBuckets for a fraction of the pairs (seed 002 Fig. 10). Indicator bits
+//   pair_slots()..23 and 63 are free for them at sb <= 3.
 //
 // Safety mechanisms (each removed by a mutant of tests/mutants/continuity.json, which the tests must
 // kill: scripts/mutants.sh, docs/testing.md):
