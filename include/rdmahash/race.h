@@ -252,10 +252,10 @@ struct RaceConfig {
 struct RaceNodeHeader {
   uint64_t magic;
   uint64_t global_depth;  // node 0: the directory's depth
-  uint64_t dir_lock;      // node 0: 0, or owner+1 | suffix << 16 | depth << 48 of the split holding it
+  uint64_t split;         // node 0: 0, or owner+1 << 48 | address of the installed split's descriptor
   uint64_t pool_next;     // next free pool byte (memory-node CPU only)
   uint64_t pool_end;
-  uint64_t subtables;     // node 0: subtables created by splits (statistics)
+  uint64_t subtables;     // node 0: subtables created by finished splits (statistics)
   uint64_t config_tag;
   uint64_t pad;
 };
@@ -301,11 +301,10 @@ struct RaceClientStats {
   uint64_t splits = 0;           // splits this client performed
   uint64_t dir_refreshes = 0;    // directory re-reads (stale cache, cache off, splits)
   uint64_t stale_detected = 0;   // headers or directory checks that revealed a stale cache
-  uint64_t waits = 0;            // re-reads spent waiting for a split
-  uint64_t takeovers = 0;        // dead owners' splits / directory locks / tentative copies taken over
-  uint64_t rolled_forward = 0, rolled_back = 0;  // of the splits taken over
+  uint64_t waits = 0;            // re-reads spent waiting for a live writer's lower tentative copy
+  uint64_t takeovers = 0;        // dead writers' tentative copies killed
+  uint64_t helped = 0;           // other clients' splits this client ran (in part or to the end)
   uint64_t chunk_rpcs = 0;
-  uint64_t stranded_dropped = 0;  // stranded tentative copies this client's splits dropped
   std::vector<double> split_load;  // load factor of each subtable this client split, when split
 };
 
