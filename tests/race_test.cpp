@@ -497,6 +497,8 @@ TEST(Race, StaleCacheIsDetectedByHeadersAndRefreshedOnlyThen) {
   const uint64_t stale = a.client.stats().stale_detected;
   for (int i = 0; i < 3000; i += 3) ASSERT_EQ(a.get(key_of(i)), "v" + std::to_string(i)) << i;
   EXPECT_GT(a.client.stats().stale_detected, stale);
+  // SRCDD: found at the bucket READ, by the RETIRED headers of the subtables b's splits replaced.
+  EXPECT_GT(a.client.stats().stale_headers, 0u);
   EXPECT_GT(a.client.cached_depth(), old_depth);
   // Refreshes happen only on detection, not per operation.
   EXPECT_LE(a.client.stats().dir_refreshes - refreshes, a.client.stats().stale_detected - stale);
@@ -662,6 +664,63 @@ TEST(RaceInterleaving, ReadTornByAWholeSplitIsRetried) {
   EXPECT_GT(moved_under_reader, 100);
 }
 
+
+// Runs `hook` once, before the first 8-byte WRITE of a RETIRED header (a split that has published
+// its children and not yet retired the old subtable).
+class HookRetire final : public Transport {
+ public:
+  HookRetire(std::unique_ptr<Transport> inner, std::function<void()> hook) : inner_(std::move(inner)), hook_(std::move(hook)) {}
+  void execute(std::span<Request> batch) override {
+    ++counters_.batches;
+    for (Request& r : batch) {
+      counters_.add(r);
+      uint64_t v = 0;
+      if (r.kind == ReqKind::kWrite && r.len == 8) std::memcpy(&v, r.buf, 8);
+      if (v == ~0ULL && hook_) std::exchange(hook_, nullptr)();
+      inner_->execute(std::span<Request>(&r, 1));
+    }
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  std::function<void()> hook_;
+};
+
+// A's split has published the children of S but not yet retired S (headers still valid, slots
+// frozen with the old values). C updates every key (in the children); then R, whose cache still
+// names S, reads every key: the RT2 directory check must send it to the children — S's frozen
+// contents are no longer current. Repeated over several first splits (hash seeds).
+TEST(RaceInterleaving, ReadOfAPublishedNotYetRetiredSubtableIsRetried) {
+  uint64_t checked = 0;
+  for (uint32_t trial = 0; trial < 8; ++trial) {
+    RaceConfig cfg = small_cfg(1);
+    cfg.hash_seed = 77 + trial;
+    RaceTable t(cfg, 2 << 20);
+    Sync c(*t.fabric, cfg, 3), r(*t.fabric, cfg, 4);
+    std::map<std::string, std::string> oracle;
+    bool hooked = false;
+    auto hook = [&] {
+      hooked = true;
+      for (auto& [k, v] : oracle) {
+        v = "new-" + k;
+        ASSERT_EQ(c.update(k, v).status, Status::kUpdated);
+      }
+      for (const auto& [k, v] : oracle) {
+        ASSERT_EQ(r.get(k), v) << "trial " << trial << ": a read of the published subtable's old copy";
+        ++checked;
+      }
+    };
+    Sync a(std::make_unique<HookRetire>(t.fabric->connect(), hook), cfg, 1);
+    (void)r.get("warm-up");  // R caches the one-subtable directory
+    for (int i = 0; !hooked && i < 100; ++i) {
+      const std::string k = "k" + std::to_string(i);
+      ASSERT_EQ(a.put(k, "v" + k).status, Status::kInserted);
+      if (!hooked) oracle[k] = "v" + k;  // keys present before the split
+    }
+    ASSERT_TRUE(hooked);
+  }
+  EXPECT_GT(checked, 100u);
+}
 
 // Records the address of the first CAS that expects an empty slot (0) and runs `hook` once,
 // before that CAS executes.

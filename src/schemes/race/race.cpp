@@ -652,6 +652,7 @@ struct RaceClient::Impl {
     std::sort(v.slots.begin(), v.slots.end(), [](const SlotRef& x, const SlotRef& y) { return x.addr.offset < y.addr.offset; });
     if (v.headers_ok) co_return Verdict::kOk;
     ++st.stale_detected;
+    ++st.stale_headers;
     co_await refresh();
     if (same_addr(entry_addr(entry_for(c.p.h)), v.sub)) co_return Verdict::kOk;  // mid-split: contents current
     co_return Verdict::kRetry;
