@@ -184,7 +184,8 @@
 //  * the descriptor is installed before anything is frozen, so whoever meets a frozen slot can
 //    finish the split (race-freeze-before-install)
 //  * copy by CAS from RESERVED, doubling by CAS from 0, publication by CAS from S@L: a late runner
-//    changes nothing (race-copy-write, race-double-write, race-publish-write)
+//    changes nothing (race-copy-write, race-copy-idempotency, race-double-write,
+//    race-publish-write)
 //  * KV block checksum: a block whose bytes do not match its checksum is rejected (race-checksum)
 //  * key length bound (1..256 bytes) checked before any request (race-key-bound)
 //  * value length bound (15360 bytes) checked before any request (race-value-bound)
