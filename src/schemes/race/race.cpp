@@ -429,6 +429,7 @@ struct RaceClient::Impl {
     uint32_t L = 0;
     RemoteAddr sub{}, a{}, b{};  // S (depth L), its children A (suffix s) and B (s | 2^L)
   };
+  std::vector<uint64_t> running;  // split words some operation of this client is running
   static const RemoteAddr split_at() { return RemoteAddr{0, offsetof(RaceNodeHeader, split)}; }
   RemoteAddr dir_at(uint64_t i) const { return RemoteAddr{0, cfg.directory_offset() + 8 * i}; }
 
@@ -448,6 +449,23 @@ struct RaceClient::Impl {
   // `only`: do nothing unless the split is of that subtable. Returns false if the descriptor is
   // void (its subtable had been split before it was installed; then nobody touched A or B).
   Task<bool> run_split(uint64_t w, const RemoteAddr* only, bool mine) {
+    // Another operation of this client already runs this split: ride along (one 8-byte READ per
+    // batch) until the word changes, instead of repeating its work. Waiting for our own operation
+    // is not waiting for another client: it progresses at every batch we post.
+    if (std::find(running.begin(), running.end(), w) != running.end()) {
+      for (;;) {
+        uint64_t cur = 0;
+        co_await engine.read(split_at(), &cur, 8);
+        if (cur != w) co_return true;
+      }
+    }
+    struct Running {  // removes w from `running` however this coroutine ends
+      std::vector<uint64_t>& v;
+      uint64_t w;
+      ~Running() { v.erase(std::find(v.begin(), v.end(), w)); }
+    };
+    running.push_back(w);
+    Running guard{running, w};
     std::array<uint64_t, 8> d{};
     co_await engine.read(entry_addr(w), d.data(), 64);
     if (d[0] != kDescMagic || d[7] != block_check(reinterpret_cast<const std::byte*>(d.data()), 7))
