@@ -452,12 +452,11 @@ struct RaceClient::Impl {
     // Another operation of this client already runs this split: ride along (one 8-byte READ per
     // batch) until the word changes, instead of repeating its work. Waiting for our own operation
     // is not waiting for another client: it progresses at every batch we post.
-    if (std::find(running.begin(), running.end(), w) != running.end()) {
-      for (;;) {
-        uint64_t cur = 0;
-        co_await engine.read(split_at(), &cur, 8);
-        if (cur != w) co_return true;
-      }
+    // (If that operation ends without finishing it, e.g. a failed request, we run it ourselves.)
+    while (std::find(running.begin(), running.end(), w) != running.end()) {
+      uint64_t cur = 0;
+      co_await engine.read(split_at(), &cur, 8);
+      if (cur != w) co_return true;
     }
     struct Running {  // removes w from `running` however this coroutine ends
       std::vector<uint64_t>& v;
