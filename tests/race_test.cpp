@@ -722,6 +722,101 @@ TEST(RaceInterleaving, ReadOfAPublishedNotYetRetiredSubtableIsRetried) {
   EXPECT_GT(checked, 100u);
 }
 
+// Runs `hook` once, before the first CAS that installs a split (split word 0 → descriptor).
+class HookInstall final : public Transport {
+ public:
+  HookInstall(std::unique_ptr<Transport> inner, std::function<void()> hook) : inner_(std::move(inner)), hook_(std::move(hook)) {}
+  void execute(std::span<Request> batch) override {
+    ++counters_.batches;
+    for (Request& r : batch) {
+      counters_.add(r);
+      if (r.kind == ReqKind::kCas && r.addr.node == 0 && r.addr.offset == offsetof(RaceNodeHeader, split) && r.compare == 0 &&
+          hook_)
+        std::exchange(hook_, nullptr)();
+      inner_->execute(std::span<Request>(&r, 1));
+    }
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  std::function<void()> hook_;
+};
+
+// Stops for good (every request throws, nothing lands) from the first request `stop` accepts.
+class StopTransport final : public Transport {
+ public:
+  StopTransport(std::unique_ptr<Transport> inner, std::function<bool(const Request&)> stop)
+      : inner_(std::move(inner)), stop_(std::move(stop)) {}
+  bool stopped = false;
+  void execute(std::span<Request> batch) override {
+    ++counters_.batches;
+    for (Request& r : batch) {
+      if (!stopped && stop_(r)) stopped = true;
+      if (stopped) throw FabricError("test: this client stopped");
+      counters_.add(r);
+      inner_->execute(std::span<Request>(&r, 1));
+    }
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  std::function<bool(const Request&)> stop_;
+};
+
+// One split at a time: B has read the split word (0) and is about to install its own split when A
+// installs one, freezes its subtable and stops (before its first copy CAS). B's install must fail
+// and B must finish A's split before anything else (else A's subtable would stay frozen with no
+// descriptor naming it). Then everything agrees with the oracle.
+TEST(RaceInterleaving, ASplitInstalledFirstIsFinishedByTheNextSplitter) {
+  for (uint32_t trial = 0; trial < 6; ++trial) {
+    RaceConfig cfg = small_cfg(1);
+    cfg.initial_depth = 1;
+    cfg.hash_seed = 500 + trial;
+    RaceTable t(cfg, 2 << 20);
+    std::map<std::string, std::string> oracle;
+    auto stop = std::make_unique<StopTransport>(t.fabric->connect(), [](const Request& r) {
+      return r.kind == ReqKind::kCas && r.compare == (1ULL << 47);  // A's first copy CAS
+    });
+    StopTransport* a_tr = stop.get();
+    Sync a(std::move(stop), cfg, 1);
+    std::string a_pending;
+    bool hooked = false;
+    auto hook = [&] {
+      hooked = true;
+      for (int i = 0; !a_tr->stopped; ++i) {
+        const std::string k = "a" + std::to_string(i);
+        try {
+          ASSERT_EQ(a.put(k, "v" + k).status, Status::kInserted);
+          oracle[k] = "v" + k;
+        } catch (const FabricError&) {
+          ASSERT_TRUE(a_tr->stopped);
+          a_pending = k;
+        }
+      }
+      RaceNodeHeader h;
+      std::memcpy(&h, t.fabric->local_region(0).data(), sizeof h);
+      ASSERT_NE(h.split, 0u) << "A stopped inside its installed split";
+      ASSERT_GT(race_inspect(*t.fabric, cfg).frozen, 0u);
+    };
+    Sync b(std::make_unique<HookInstall>(t.fabric->connect(), hook), cfg, 2);
+    for (int i = 0; !hooked; ++i) {
+      const std::string k = "b" + std::to_string(i);
+      ASSERT_EQ(b.put(k, "v" + k).status, Status::kInserted);
+      oracle[k] = "v" + k;
+    }
+    EXPECT_GT(b.client.stats().helped, 0u) << "trial " << trial << ": B did not finish A's installed split";
+    Sync c(*t.fabric, cfg, 3);
+    const auto got = c.get(a_pending);
+    if (got) oracle[a_pending] = *got;
+    for (const auto& [k, v] : oracle) ASSERT_EQ(c.get(k), v) << "trial " << trial << " key " << k;
+    const RaceInspection in = race_inspect(*t.fabric, cfg);
+    EXPECT_EQ(in.frozen, 0u) << "trial " << trial;
+    EXPECT_TRUE(in.locks_clear) << "trial " << trial;
+    EXPECT_EQ(in.committed, oracle.size()) << "trial " << trial;
+    EXPECT_EQ(in.tentative, 0u) << "trial " << trial;
+  }
+}
+
 // Records the address of the first CAS that expects an empty slot (0) and runs `hook` once,
 // before that CAS executes.
 class HookFirstEmptySlotCas final : public Transport {
