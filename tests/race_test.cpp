@@ -722,6 +722,70 @@ TEST(RaceInterleaving, ReadOfAPublishedNotYetRetiredSubtableIsRetried) {
   EXPECT_GT(checked, 100u);
 }
 
+// Executes a batch's directory CASes that expect a nonzero entry (a publication) in reverse
+// order — the fabric contract lets a batch land in any order — and runs `hook` once, after the
+// first of them landed.
+class ReversePublication final : public Transport {
+ public:
+  ReversePublication(std::unique_ptr<Transport> inner, uint64_t dir_end, std::function<void()> hook)
+      : inner_(std::move(inner)), dir_end_(dir_end), hook_(std::move(hook)) {}
+  void execute(std::span<Request> batch) override {
+    ++counters_.batches;
+    std::vector<Request*> pub;
+    for (Request& r : batch) {
+      counters_.add(r);
+      if (r.kind == ReqKind::kCas && r.addr.node == 0 && r.addr.offset >= 64 && r.addr.offset < dir_end_ && r.compare != 0)
+        pub.push_back(&r);
+      else
+        inner_->execute(std::span<Request>(&r, 1));
+    }
+    for (auto it = pub.rbegin(); it != pub.rend(); ++it) {
+      inner_->execute(std::span<Request>(*it, 1));
+      if (hook_) std::exchange(hook_, nullptr)();
+    }
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  uint64_t dir_end_;
+  std::function<void()> hook_;
+};
+
+// The first split doubles the directory and its publication lands upper entry first: between the
+// two, C (fresh directory) updates keys one by one and R, whose cache predates the doubling
+// (depth 0, index 0, still naming S), reads each right after. A key of the upper half was updated
+// in the child while dir[0] still names S: only the global depth check sends R there.
+TEST(RaceInterleaving, PublicationLandingOutOfOrderIsCaughtByTheDepthCheck) {
+  int upper_first = 0;
+  for (uint32_t trial = 0; trial < 12; ++trial) {
+    RaceConfig cfg = small_cfg(1);
+    cfg.hash_seed = 900 + trial;
+    RaceTable t(cfg, 2 << 20);
+    Sync c(*t.fabric, cfg, 3), r(*t.fabric, cfg, 4);
+    std::map<std::string, std::string> oracle;
+    bool hooked = false;
+    auto hook = [&] {
+      hooked = true;
+      const uint64_t helped = c.client.stats().helped;
+      for (auto& [k, v] : oracle) {
+        v = "new-" + k;
+        ASSERT_EQ(c.update(k, v).status, Status::kUpdated);
+        ASSERT_EQ(r.get(k), v) << "trial " << trial << ": R read S's frozen copy of a key updated in a child";
+        if (c.client.stats().helped == helped) ++upper_first;  // dir[0] still named S
+      }
+    };
+    Sync a(std::make_unique<ReversePublication>(t.fabric->connect(), cfg.board_offset(), hook), cfg, 1);
+    (void)r.get("warm-up");  // R caches the one-subtable directory (depth 0)
+    for (int i = 0; !hooked && i < 100; ++i) {
+      const std::string k = "k" + std::to_string(i);
+      ASSERT_EQ(a.put(k, "v" + k).status, Status::kInserted);
+      if (!hooked) oracle[k] = "v" + k;
+    }
+    ASSERT_TRUE(hooked);
+  }
+  EXPECT_GT(upper_first, 5) << "keys must have been updated in the upper child while dir[0] still named S";
+}
+
 // Runs `hook` once, before the first CAS that installs a split (split word 0 → descriptor).
 class HookInstall final : public Transport {
  public:
