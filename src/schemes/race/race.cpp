@@ -436,11 +436,16 @@ struct RaceClient::Impl {
   // A writer met frozen slots in `sub`: S is being split (or was: retired). Help the split of
   // `sub` if it is the one installed (splits run one at a time), then re-read the directory.
   // Never waits: either the split is finished here or it was finished already.
-  Task<void> help_frozen(RemoteAddr sub) {
+  Task<void> help_frozen(const Ctx& c, RemoteAddr sub) {
     uint64_t w = 0;
     co_await engine.read(split_at(), &w, 8);
     if (w != 0) co_await run_split(w, &sub, false);
     co_await refresh();
+    // S's split is finished now (we ran it, or it had been released, which follows publication),
+    // so the fresh directory no longer names S. If it does, S was frozen with no split installed
+    // for it: a broken invariant (race.h), not something to wait for.
+    if (same_addr(entry_addr(entry_for(c.p.h)), sub))
+      throw FabricError("race: a subtable the directory names holds frozen slots, but no installed split is of it");
   }
 
   // Runs the split described by split word `w` to its end (race.h, "Split", steps 4-9). Any
@@ -867,7 +872,7 @@ struct RaceClient::Impl {
       }
       if (rv == Verdict::kRetry) continue;
       if (v.frozen) {  // a split of this subtable is running: help it finish, then read again
-        co_await help_frozen(v.sub);
+        co_await help_frozen(c, v.sub);
         continue;
       }
       // Committed copies need a validated view (dir check); tentative ones do not.
@@ -984,7 +989,7 @@ struct RaceClient::Impl {
         if (s.v & kCommitted) committed = &s;
       if (!committed) co_return OpResult{Status::kNotFound, c.chunks, 0, 0};
       if (committed->v & kFrozen) {  // a split of this subtable is running: help it finish
-        co_await help_frozen(v.sub);
+        co_await help_frozen(c, v.sub);
         continue;
       }
       if (co_await cas(committed->addr, committed->v, 0)) co_return OpResult{Status::kErased, c.chunks, 1, 0};
