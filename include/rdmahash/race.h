@@ -177,6 +177,8 @@
 //  * stale-read validation also compares the global depth: after a doubling the old-index entry
 //    may still name the split subtable (race-dir-depth-check)
 //  * one split at a time: the split word is installed by CAS from 0 (race-split-word-cas)
+//  * a writer that helped and still finds the directory naming a frozen subtable reports the
+//    broken invariant instead of spinning (what makes race-freeze-before-install fail fast)
 //  * split freeze: every slot of the splitting subtable is CASed FROZEN so no write is lost or
 //    applied to a stale copy (race-freeze)
 //  * writers do not act on a view containing frozen slots: they help the split, then re-read
@@ -184,8 +186,7 @@
 //  * the descriptor is installed before anything is frozen, so whoever meets a frozen slot can
 //    finish the split (race-freeze-before-install)
 //  * copy by CAS from RESERVED, doubling by CAS from 0, publication by CAS from S@L: a late runner
-//    changes nothing (race-copy-write, race-copy-idempotency, race-double-write,
-//    race-publish-write)
+//    changes nothing (race-copy-write, race-double-write, race-publish-write)
 //  * KV block checksum: a block whose bytes do not match its checksum is rejected (race-checksum)
 //  * key length bound (1..256 bytes) checked before any request (race-key-bound)
 //  * value length bound (15360 bytes) checked before any request (race-value-bound)
