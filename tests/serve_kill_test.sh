@@ -17,9 +17,9 @@
 # before its payload WRITE for even N, after it for odd N), and the server must recover the lock (LinearLockSweeper): the
 # survivors wait for it, and its log must report the lock rolled back or forward.
 # With RACE_SPLIT_DEATH=1 (race) the victim kills itself at its Nth split step (the same variable,
-# N random in 1..12: its first split, at any of its ~12 steps, holding the split lock,
-# the directory lock and frozen slots as that step does); the server must mark it dead on the
-# death board and the survivors take its split over (include/rdmahash/race.h, Takeover).
+# N random in 1..12: its first split, at any of its ~12 steps, leaving the split installed,
+# partly frozen, copied or published as that step does); the server must mark it dead on the
+# death board, and the survivors finish its split whenever they meet it (include/rdmahash/race.h, Split).
 # KEYS (default 16) sets the contended key count (race: enough new keys that tables split mid-run).
 set -u
 bin=$1 rounds=$2 ops=$3

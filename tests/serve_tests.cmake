@@ -56,9 +56,9 @@ set_tests_properties(serve_kill_linear_inline_lock_death PROPERTIES PASS_REGULAR
   FAIL_REGULAR_EXPRESSION "FAIL" ENVIRONMENT "LOCK_DEATH=1" TIMEOUT 600 LABELS serve)
 # RACE (issue 9/10): 1000 contended keys, half of them new, in subtables of 21 slots, so tables
 # split throughout the run. A victim kill -9'd at a random point, and one that kills itself at a
-# random step of its first split (RACE_SPLIT_DEATH: holding the split lock, the directory lock or
-# frozen slots as that step does); the server marks it dead on the death board after its grace
-# period and the survivors take over (include/rdmahash/race.h, Takeover).
+# random step of its first split (RACE_SPLIT_DEATH: leaving its split installed, partly frozen,
+# copied or published as that step does); survivors that meet the split finish it (no death board
+# needed: include/rdmahash/race.h, Split); the server still marks the client dead after its grace.
 add_test(NAME serve_kill_race
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_kill_test.sh $<TARGET_FILE:rdmahash_cli> 6 20000 --records 1000
           --scheme race --race-groups 1 --value-bytes 16)

@@ -1,6 +1,7 @@
 // rdmahash/race.h — RACE hashing (seed 004): a one-sided, extendible hash table of byte-string
 // keys and values. Every operation is READ/WRITE/CAS after a client's space allocation (one RPC
-// per large chunk); the table grows by splitting subtables while clients run.
+// per large chunk); the table grows by splitting subtables while clients run, and no operation
+// ever waits for a splitter: any client that meets a split finishes it (lock-free splits).
 //
 // Memory layout (every node: [0,64) RaceNodeHeader, [64, 64+8·2^max_depth) directory, then 256
 // bytes of death board (both used on node 0 only; the same layout everywhere keeps offsets
@@ -8,24 +9,28 @@
 // ----------------------------------------------------------------------------------------------
 //  * Directory, on node 0 only (not replicated: one writer path, no replica consistency to argue).
 //    Header word `global_depth` (GD); entries dir[i], i < 2^GD, one 8-byte word each:
-//      bits 0..39 subtable offset/64 | bits 40..45 node | bits 48..53 local depth | bit 63 LOCK |
-//      owner (the lock holder's client id, 11 bits: low 9 in bits 54..62, high 2 in bits 46..47).
+//      bits 0..39 subtable offset/64 | bits 40..45 node | bits 48..53 local depth  (no lock bits).
 //    Key k (64-bit hash H) uses dir[H mod 2^GD]. A subtable of local depth L and suffix s holds
-//    the keys with H mod 2^L == s; dir[s] (s < 2^L) is its *primary* entry and carries its LOCK.
+//    the keys with H mod 2^L == s and is named by every entry i ≡ s (mod 2^L); dir[s] is its
+//    *primary* entry. Entries above 2^GD are 0 until a doubling fills them.
 //  * Subtable: G groups of three 64-byte buckets [main0, overflow, main1] (3·64·G bytes). Main
 //    bucket m ∈ [0, 2G) is side m%2 of group m/2; its *combined bucket* is [main0, overflow]
 //    (group offset 0) or [overflow, main1] (offset 64): one 128-byte READ. Two hash functions of H
 //    give the key's two main buckets; both combined buckets are READ in the same batch.
-//  * Bucket: 8-byte header (bits 0..7 local depth, bits 8..63 suffix) + 7 slots of 8 bytes:
+//  * Bucket: 8-byte header (bits 0..7 local depth, bits 8..63 suffix; all ones = RETIRED) + 7
+//    slots of 8 bytes:
 //      slot = bits 56..63 fingerprint | 48..55 block length in 64-byte units | bit 47 FROZEN |
-//             bit 46 COMMITTED | bits 40..45 node | bits 0..39 block offset/64;  0 = empty.
+//             bit 46 COMMITTED | bits 40..45 node | bits 0..39 block offset/64;  0 = empty;
+//             FROZEN alone (no pointer) = RESERVED: a new subtable's slot the split has not copied.
 //    7 slots (not 8) because the header shares the 64-byte cache line, as in the RACE authors'
 //    code and SMART: one bucket = one line, one combined bucket = two lines.
-//  * Directory lock (node-0 header word dir_lock): 0, or owner+1 | s << 16 | L << 48 naming the
-//    holder and the split (subtable of depth L, primary dir[s]) it serializes.
+//  * Split word (node-0 header word `split`): 0, or owner+1 << 48 | address of a 64-byte *split
+//    descriptor* block [magic, s, L, entry(S, L), entry(A, L+1), entry(B, L+1), owner, checksum],
+//    written before the word names it and never written again. One split is installed at a time.
 //  * Death board (node 0, after the directory): bit i set = client i is dead, for good. Only the
 //    memory node's CPU sets bits (race_mark_dead: serve, after a client's connection closed and
-//    the grace period passed; tests, for a client they stopped). Clients READ it.
+//    the grace period passed; tests, for a client they stopped). Clients READ it. Splits no longer
+//    need it; it serves the one remaining wait (a dead inserter's lowest tentative copy).
 //  * Client ids: 0..2047 (kRaceMaxClientId; RaceClient refuses larger), unique among the table's
 //    clients over its life, never reused (a reused id of a dead client would read as dead).
 //    bench: the client index (in-process, mpirun); --connect: the id memory node 0 gave (refused
@@ -37,18 +42,19 @@
 //    and the key matches (a slot's 8 fingerprint bits only select candidates).
 //  * Pool: the rest of each node. The node's CPU hands out space only through RPC
 //    kRaceRpcAlloc (bump pointer in the node header, under a mutex): KV-block chunks of
-//    `chunk_bytes` to clients, which carve blocks from them, and whole subtables to splitters.
-//    Exhausted → the client's operation answers kFull and has changed nothing visible.
-//    Initial subtables (2^initial_depth) are placed round-robin over the nodes at fixed offsets;
-//    later subtables go to node (new suffix mod K).
+//    `chunk_bytes` to clients, which carve blocks (and split descriptors) from them, and whole
+//    subtables to splitters. Exhausted → the client's operation answers kFull and has changed
+//    nothing visible. Initial subtables (2^initial_depth) are placed round-robin over the nodes at
+//    fixed offsets; a split's children go to nodes (s mod K) and (s|2^L mod K). A split subtable
+//    is retired, not reused (its space is leaked: live subtables plus as many retired ones).
 //
 // Protocol (H, two main buckets, fingerprint from the key's bytes; S = subtable from the cache)
 //  get:    RT1 READ both combined buckets. Every header must carry the key's suffix at its local
-//          depth, else the cache is stale: re-READ the directory (only then) and retry. RT2 READ
-//          the blocks of the COMMITTED slots whose fingerprint matches, and dir[H mod 2^GD] and
-//          GD (8 bytes each) to validate: if the entry no longer names S, or GD grew (after a
-//          doubling the old index's entry keeps naming S even for a moved key), a split moved the
-//          key while we read → retry with the new directory.
+//          depth, else (wrong suffix, or RETIRED) the cache is stale: re-READ the directory (only
+//          then) and retry. RT2 READ the blocks of the COMMITTED slots whose fingerprint matches,
+//          and dir[H mod 2^GD] and GD (8 bytes each) to validate: if the entry no longer names S,
+//          or GD grew (after a doubling the old index's entry may name S for a moment longer),
+//          a split published while we read → retry with the new directory.
 //  insert (find_or_put, put of an absent key):
 //          RT1 WRITE the KV block + READ both combined buckets (+ blocks of matching slots).
 //          RT2 CAS an empty slot of the less loaded combined bucket to our pointer, *tentative*
@@ -69,96 +75,92 @@
 //  update: RT1 WRITE new block + READ buckets; RT2 blocks + dir check; RT3 CAS old slot → new.
 //  erase:  RT1 READ buckets; RT2 blocks + dir check; RT3 CAS slot → 0.
 //  A lost CAS restarts from a fresh READ. Blocks are never reused, so slot CASes have no ABA.
+//  A writer whose view holds a FROZEN slot (its subtable is being split) HELPS: it READs the split
+//  word and, if the installed split is of that subtable, runs it to its end (steps 4-9), then
+//  re-reads the directory and retries. It never waits for the splitter.
 //
-// Split (client whose insert found both combined buckets full; S: depth L, suffix s)
-//   1. re-READ the directory; CAS dir[s] unlocked → LOCK|me, then the directory lock (a word in
-//      the node-0 header) 0 → (me, s, L). Either lost: release what we hold and retry the insert — nothing
-//      has changed yet. The directory lock is held until publication (step 6), so splits are
-//      serialized table-wide: simpler to argue (one publication or doubling at a time, every
-//      splitter sees the depth it publishes against) at the price of split concurrency.
-//   2. RPC: a new subtable S' on node (s | 2^L) mod K. Pool empty → unlock both, kFull.
-//   3. Freeze: CAS every slot of S (empty ones too) v → v|FROZEN. Nobody CASes a frozen slot,
-//      so from here S's contents are fixed and owned by the splitter.
-//   4. READ every block of S; WRITE S' = the slots whose H has bit L set, same positions, headers
-//      (L+1, s|2^L), unfrozen (S' is unreachable until step 6). Stranded tentative slots (key's
-//      H mod 2^L != s, see below) are cleared in step 7 and go nowhere.
-//   5. Headers of S ← (L+1, s): stale caches aimed at S for a moved key now see a wrong suffix.
-//   6. (Directory lock held since step 1.) If L == GD, double: copy entries [0,2^GD) to [2^GD, 2^(GD+1)) (LOCK bits cleared), then
-//      GD+1. Point every entry ≡ s (mod 2^L) at S or S' by bit L, depth L+1 (primary stays
-//      LOCKed): dir[s2] (s2 = s|2^L) first, alone and awaited, then the others, so "dir[s2]
-//      names S'" marks that publication began. Unlock the directory.  ← publication point
-//   7. Unfreeze S: moved slots → 0, the others lose FROZEN. 8. Unlock dir[s].
-// Why each race is safe
-//   * A writer's CAS on S lands before the freeze of that slot (the splitter then sees and carries
-//     the entry) or fails (frozen); a frozen slot is never unfrozen in S for a moved key, only
-//     cleared, and a cleared slot never matches a writer's expected pointer. So no write is lost.
-//   * Reads never wait. Before publication S holds every key of S (frozen or not) unchanged by
-//     the split; after it, a moved key's old copy is stale, and the RT2 directory check rejects
-//     any read of S begun before publication whose key publication moved (the entry changed
-//     before the check was posted). A READ torn by step 5/7 is covered by the same check, since
-//     step 7 comes after publication. A header that disagrees while the fresh directory still
-//     names S means a split between steps 5 and 6: S is frozen, so what was read is current.
-//   * A stale cache is found by the header (wrong suffix), or by the RT2 check: either re-reads
-//     the directory; a cache is never trusted for a result the check did not confirm.
-//   * Writers (insert/update/erase) that meet a frozen slot or a subtable locked by a split, a
-//     held directory lock, or a lower tentative copy of their key wait for it: re-read the
-//     directory and retry. These are the only places an operation waits for another client;
-//     readers never do. A live owner is waited for until `wait_budget` (30 s by default) passes
-//     without progress, then RaceWouldWait names what was waited for: bounded by the owner's
-//     progress, not by a count (a descheduled owner is not a failure). Every `death_check_every`
-//     re-reads the waiter READs the death board; a dead owner is taken over (below).
-// Takeover (a writer that found the owner of what it waits for dead on the death board)
-//   * Tentative copy of a dead writer (owner from the block header): CAS the slot from the value
-//     read to 0. Safe: a tentative copy was never acknowledged (its owner answers only after its
-//     commit CAS), and if that commit CAS landed the slot no longer holds the tentative value, so
-//     the kill fails. Only dead writers' copies are killed: a live lowest copy is waited for (it
-//     is what guarantees that some inserter of the key finishes).
-//   * Split lock dir[s] = LOCK|D|entry with D dead: CAS it to LOCK|me|entry (of several helpers
-//     one wins; the CAS also fails if D's last request changed it). We now own the split and:
-//     (A) the directory lock names (s, L): the split may have begun publication. CAS the lock
-//         word to (me, s, L) (only dir[s]'s holder changes a lock word naming s). If L < GD and
-//         dir[s2] names a subtable S' ≠ S, publication began, and S' was complete before it
-//         (step 4 precedes 5 and 6): roll forward — rewrite every entry ≡ s (mod 2^L) as step 6
-//         does (idempotent), release the directory lock, unfreeze S (CAS each FROZEN slot: to 0
-//         if its key has bit L set or it is a stranded tentative copy, else to itself without
-//         FROZEN), CAS dir[s] unlocked at depth L+1. Otherwise roll back: headers of S back to
-//         (L, s), CAS every FROZEN slot unfrozen, then release the directory lock, CAS dir[s]
-//         unlocked at depth L (S' leaks; a half-copied upper directory half beyond GD is unused
-//         and rewritten by the next doubling).
-//     (B) the directory lock does not name s: D never got it (nothing frozen yet: unlock) or
-//         published and released it (dir[s] has depth L+1): unfreeze as in roll forward with L =
-//         depth−1 (only slots still FROZEN: the others may already be writers'), then unlock.
-//   * The directory lock held by a dead D names the split (s): the waiter takes over dir[s] as
-//     above if dir[s]'s owner is dead too (a live helper holding dir[s] is waited for).
-//   * Why a second death is safe: every step is a CAS from the state read or an idempotent
-//     WRITE of what the step computes from the table alone (never from the dead owner's memory),
-//     and the state a helper leaves when it dies at any request is recognized the same way by the
-//     next one: "dir[s2] names S'" never becomes false again (roll forward), roll back never
-//     writes it, and roll back unfreezes every slot before it releases the directory lock, so
-//     "frozen slots, directory lock not naming s" means published (case B) in every state any
-//     owner leaves. Only FROZEN slots are CASed: a slot unfrozen earlier belongs to writers.
+// Split of S (depth L, suffix s; s2 = s | 2^L) into two NEW subtables A (suffix s) and B (s2)
+//   1. (the client whose insert found both combined buckets full) re-READ the directory; S still
+//      named at depth L < max_depth. READ the split word: a split is installed → help it to its
+//      end (steps 4-9), retry the insert.
+//   2. Allocate A and B (RPCs; kept for this client's next split if they go unused), WRITE their
+//      images — every header (L+1, s) / (L+1, s2), every slot RESERVED — and the descriptor block.
+//      Nothing is visible yet: a client that stops here leaks space and nothing else.
+//   3. Install: CAS the split word 0 → descriptor. Lost: help the installed split, retry the insert.
+//   Steps 4-9 are run by the splitter and by every helper, any number at once, each of which may
+//   stop at any request. Each begins with READ descriptor + dir[s]:
+//      dir[s] == S@L: not published at s; dir[s] == A@L+1: publication began (so did the copy
+//      and the doubling, which precede it in every runner: skip to step 6); anything else: the
+//      descriptor is VOID (S was split before it was installed): CAS the word → 0, touch nothing.
+//   4. Freeze: READ S; CAS each unfrozen slot v → v|FROZEN, again with the new value while a
+//      writer's CAS beat ours. S is never unfrozen (it is retired), so a frozen slot keeps its
+//      value for good and every runner computes the same copy from it.
+//   5. Copy: slot i of S goes to slot i of A or B by bit L of its key's hash (READ its block), the
+//      other child's slot i to 0: CAS RESERVED → value. Slots already copied are skipped.
+//   6. Double if GD == L: each upper entry CAS 0 → its lower twin, then GD CAS L → L+1.
+//   7. Publish: every entry i ≡ s (mod 2^L) below 2^GD: CAS S@L → (bit L of i ? B : A)@L+1.
+//   8. Retire S: WRITE RETIRED into each of its bucket headers.
+//   9. Release: CAS the split word descriptor → 0 (whoever succeeds adds 2 to `subtables`).
+//
+// Why every race is safe (linearizability; "late" = a runner still acting on a split after it
+// was released, e.g. one stalled for a long time)
+//   * No step's change can land twice or late: freeze CASes an unfrozen value of a subtable that is
+//     never unfrozen again; copy CASes from RESERVED, which no one ever writes back; a doubling
+//     CASes upper entries from 0 (they are nonzero before GD grows, and GD grows before any
+//     publication) and GD from L; publication CASes from S@L, and S is never named again once
+//     retired; RETIRED is a constant written into a subtable nobody else writes; the release
+//     CASes from this descriptor's word, and descriptor blocks are never reused. So a late
+//     runner's CASes all fail and its WRITEs rewrite RETIRED. (Mutants race-copy-write,
+//     race-publish-write, race-double-write turn one of these CASes into a WRITE; the late helper
+//     of RaceFault.TwoHelpersAndALateOneAgree then resurrects, reverts or misdirects entries.)
+//   * Every runner computes the same values: the frozen contents of S are fixed, blocks are
+//     immutable, the directory below 2^GD does not change while the descriptor is installed except
+//     by this split's publication, so the lower half a doubling copies is the pre-split one (if
+//     publication had begun, the upper half is already nonzero and the late CASes fail).
+//   * The VOID test is stable: while a descriptor is installed dir[s] moves only from S@L to A@L+1,
+//     by its own publication; a void descriptor's S had been split (retired, every slot frozen),
+//     and its runners stop at the test, so A and B are untouched (the splitter reuses them).
+//   * No write is lost: a writer's CAS on S lands before the freeze of that slot (the copy carries
+//     it) or fails (frozen). A writer acts on A or B only through a directory entry naming them,
+//     i.e. after publication of that entry, i.e. after the copy: RESERVED is never seen through
+//     the directory. An inserter's tentative copy is copied like any slot; its owner's commit CAS
+//     on S fails, and it finds its copy (by block identity) in the child and commits it there.
+//   * Reads never wait. For key k (index i at the reader's GD) S holds k's current state until
+//     dir[i] is CASed to a child: no writer of k acts on the child before that, and S changes only
+//     by freezing (readers ignore FROZEN). After it, the reader's RT2 check sees dir[i] changed (or
+//     GD grew, for a reader with an older GD) and retries. A READ torn by the freeze is covered the
+//     same way. A stale cache naming a retired S is caught by the RETIRED headers (SRCDD) and, had
+//     the READ preceded the retirement, by the RT2 check.
+//   * A stale writer whose READ of S preceded a whole split and whose CAS followed it fails (every
+//     slot of a retired subtable is frozen): no copy is ever stranded in a subtable keys left.
+//   * Lock-free: a split is finished by whoever meets it; a runner only retries a CAS after another
+//     client's CAS on that word succeeded (progress), so some operation always completes. Splits
+//     are serialized (one split word): simpler to argue, at the price of split concurrency.
+// Waits and takeover (the one wait left)
+//   * An inserter that finds a lower tentative copy of its key by another client waits for that
+//     owner to commit or withdraw it (re-reading), for at most `wait_budget` without progress
+//     (then RaceWouldWait). Every `death_check_every` re-reads it READs the death board; a dead
+//     owner's copy is CASed from the value read to 0. Safe: a tentative copy was never
+//     acknowledged (its owner answers only after its commit CAS), and if that commit CAS landed
+//     the slot no longer holds the tentative value, so the kill fails.
 //   * Assumption: a client marked dead issues no request afterwards. serve marks a client only
 //     `recovery_grace` after its connection closed, having served its worker meanwhile (requests
 //     it posted before dying have landed); a client that is merely slow is never marked.
-// What another client sees if a client dies at any instruction
+// What another client sees if a client dies (or stalls) at any instruction
 //   * Before its CAS: an unreferenced KV block (leaked pool space), nothing else.
 //   * Holding a tentative slot: invisible to readers; other inserters of that key kill it (if
 //     theirs is lower, or once the death board marks its writer dead) — until then a dead lowest
 //     tentative makes inserts of that one key wait.
-//   * Mid-split (holding dir[s].LOCK and frozen slots) or holding the directory lock: reads of S
-//     stay correct throughout (frozen contents are current; after publication S' is); writers
-//     aimed at S, and later splits, wait until the death board marks the client dead, then one
-//     of them takes over and finishes or undoes the split (Takeover). Nothing blocks forever once
-//     the memory node marked the death; before that, waiters give up after wait_budget.
-//   * A leaked KV block or chunk is never reclaimed (no garbage collection; the paper has none).
-//   * A writer whose stale READ preceded a whole split and whose CAS followed it leaves a
-//     tentative copy in the old subtable; it notices (header mismatch on its re-read, or another
-//     client's committed copy), withdraws it and inserts again or answers. A copy it cannot
-//     withdraw (frozen by a later split) is dropped by that split: step 4 drops every tentative
-//     slot whose key's hash disagrees with S's suffix (nobody can see or commit it there).
+//   * Splitting, before installing (steps 1-3): leaked A, B and descriptor; nothing visible.
+//   * Splitting or helping, after installing: nothing to wait for. The next writer that meets a
+//     frozen slot of S, or wants to split anything, runs the split to its end; readers never
+//     noticed. A stalled runner that resumes later acts as a late runner (all its changes fail).
+//   * A leaked KV block, chunk or retired subtable is never reclaimed (no garbage collection; the
+//     paper has none).
 //
 // Costs (LocalFabric and UCX, tests/race_test.cpp RoundTripsPerOperation): get 2 round trips
-// (hit or miss); insert 4; update 3; erase 3; a split about 3·G·7 CASes + one READ per entry.
+// (hit or miss); insert 4; update 3; erase 3; a split about 3·G·7 freeze CASes + one READ per
+// entry + 2·3·G·7 copy CASes, in batches of 256.
 //
 // Threads: RaceClient belongs to one Engine; RaceServer's RPC handler is thread-safe.
 //
@@ -168,30 +170,28 @@
 //    answers kFound (race-dup-committed)
 //  * CAS re-check: a new key is inserted tentative and committed only after re-reading both buckets
 //    (race-commit-without-recheck)
-//  * stale-cache detection: a bucket header whose suffix disagrees with the key's hash forces a
-//    directory re-read (race-stale-header)
+//  * stale-cache detection: a bucket header whose suffix disagrees with the key's hash, or that is
+//    RETIRED, forces a directory re-read (race-stale-header, race-retire-headers)
 //  * stale-read validation: results are confirmed by re-reading the key's directory entry after the
 //    bucket READ (race-dir-check)
 //  * stale-read validation also compares the global depth: after a doubling the old-index entry
-//    still names the split subtable (race-dir-depth-check)
-//  * split lock: the LOCK bit of the subtable's primary directory entry (race-split-lock)
-//  * directory lock: one split publishes (and doubles the directory) at a time (race-dir-lock)
+//    may still name the split subtable (race-dir-depth-check)
+//  * one split at a time: the split word is installed by CAS from 0 (race-split-word-cas)
+//  * a writer that helped and still finds the directory naming a frozen subtable reports the
+//    broken invariant instead of spinning (what makes race-freeze-before-install fail fast)
 //  * split freeze: every slot of the splitting subtable is CASed FROZEN so no write is lost or
 //    applied to a stale copy (race-freeze)
-//  * writers do not act on a view containing frozen slots (a split in progress): they wait
+//  * writers do not act on a view containing frozen slots: they help the split, then re-read
 //    (race-frozen-wait)
-//  * stranded copies: an inserter answering from another's committed copy withdraws its stranded
-//    one (race-stranded-not-withdrawn); a split drops stranded tentative slots it freezes
-//    (race-split-keeps-stranded)
+//  * the descriptor is installed before anything is frozen, so whoever meets a frozen slot can
+//    finish the split (race-freeze-before-install)
+//  * copy by CAS from RESERVED, doubling by CAS from 0, publication by CAS from S@L: a late runner
+//    changes nothing (race-copy-write, race-double-write, race-publish-write)
 //  * KV block checksum: a block whose bytes do not match its checksum is rejected (race-checksum)
 //  * key length bound (1..256 bytes) checked before any request (race-key-bound)
 //  * value length bound (15360 bytes) checked before any request (race-value-bound)
-//  * takeover CAS: a dead owner's split lock is taken by CAS from the word read, so one helper of
-//    several takes over (race-takeover-cas)
-//  * death checks: a split lock is taken over, a lower tentative copy killed, only when the death
-//    board marks its owner dead (race-takeover-death-check, race-tentative-death-check)
-//  * roll forward iff dir[s2] names S' (race-takeover-always-back, race-takeover-always-forward)
-//  * roll back unfreezes before releasing the directory lock (race-rollback-unfreeze-before-unlock)
+//  * death check: a lower tentative copy is killed only when the death board marks its writer
+//    dead (race-tentative-death-check)
 //  * client ids above kRaceMaxClientId are refused (race-client-id-bound)
 
 #pragma once
@@ -228,13 +228,14 @@ struct RaceConfig {
   bool dir_cache = true;              // false: READ the directory entry before every operation
   bool resize = true;                 // false: an insert into two full buckets answers kFull
   uint64_t hash_seed = 0x5ACE5ACE12345678ULL;
-  // A writer waiting for another client (a split, the directory lock, a lower tentative copy)
-  // gives up with RaceWouldWait after this long without progress (0: at the first wait).
+  // An inserter waiting for another client's lower tentative copy of its key (the only wait left:
+  // splits are helped, never waited for) gives up with RaceWouldWait after this long without
+  // progress (0: at the first wait).
   std::chrono::milliseconds wait_budget{30000};
   // Re-reads of a wait between two looks at the death board (a dead owner is taken over).
   uint32_t death_check_every = 64;
-  // Tests only (serve kill tests): the client process raise(SIGKILL)s at its Nth split or takeover
-  // step (about 12 a split, counted over its life), holding the locks of that step. 0: never.
+  // Tests only (serve kill tests): the client process raise(SIGKILL)s at its Nth split step
+  // (about 12 a split, counted over its life, helping included), leaving its split installed. 0: never.
   uint64_t test_die_at_step = 0;
 
   void validate() const;  // InvalidArgument naming the field
@@ -252,16 +253,16 @@ struct RaceConfig {
 struct RaceNodeHeader {
   uint64_t magic;
   uint64_t global_depth;  // node 0: the directory's depth
-  uint64_t dir_lock;      // node 0: 0, or owner+1 | suffix << 16 | depth << 48 of the split holding it
+  uint64_t split;         // node 0: 0, or owner+1 << 48 | address of the installed split's descriptor
   uint64_t pool_next;     // next free pool byte (memory-node CPU only)
   uint64_t pool_end;
-  uint64_t subtables;     // node 0: subtables created by splits (statistics)
+  uint64_t subtables;     // node 0: subtables created by finished splits (statistics)
   uint64_t config_tag;
   uint64_t pad;
 };
 static_assert(sizeof(RaceNodeHeader) == 64);
 
-// A writer waited `wait_budget` for a live client's split, directory lock or tentative copy.
+// An inserter waited `wait_budget` for a live client's lower tentative copy of its key.
 class RaceWouldWait : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -301,11 +302,11 @@ struct RaceClientStats {
   uint64_t splits = 0;           // splits this client performed
   uint64_t dir_refreshes = 0;    // directory re-reads (stale cache, cache off, splits)
   uint64_t stale_detected = 0;   // headers or directory checks that revealed a stale cache
-  uint64_t waits = 0;            // re-reads spent waiting for a split
-  uint64_t takeovers = 0;        // dead owners' splits / directory locks / tentative copies taken over
-  uint64_t rolled_forward = 0, rolled_back = 0;  // of the splits taken over
+  uint64_t stale_headers = 0;    // of which by a bucket header (wrong suffix or RETIRED: SRCDD)
+  uint64_t waits = 0;            // re-reads spent waiting for a live writer's lower tentative copy
+  uint64_t takeovers = 0;        // dead writers' tentative copies killed
+  uint64_t helped = 0;           // other clients' splits this client ran (in part or to the end)
   uint64_t chunk_rpcs = 0;
-  uint64_t stranded_dropped = 0;  // stranded tentative copies this client's splits dropped
   std::vector<double> split_load;  // load factor of each subtable this client split, when split
 };
 

@@ -22,17 +22,18 @@ constexpr uint64_t kFrozen = 1ULL << 47;
 constexpr uint64_t kCommitted = 1ULL << 46;
 constexpr uint64_t kOffMask = (1ULL << 40) - 1;
 constexpr uint64_t kPtrMask = (1ULL << 46) - 1;  // node + offset: a block's identity
-constexpr uint64_t kDirLock = 1ULL << 63;
-// A locked entry's owner (client id, 11 bits): bits 54..62 (low 9) and 46..47 (high 2).
-constexpr uint64_t kOwnerMask = (0x1ffULL << 54) | (3ULL << 46);
-constexpr uint64_t kLockMask = kDirLock | kOwnerMask;
-inline uint64_t owner_bits(uint32_t id) { return (uint64_t{id & 0x1ff} << 54) | (uint64_t{id >> 9} << 46); }
-inline uint32_t entry_owner(uint64_t e) { return static_cast<uint32_t>(((e >> 54) & 0x1ff) | (((e >> 46) & 3) << 9)); }
-// The directory lock word: owner+1 | primary suffix << 16 | depth of the subtable split << 48.
-inline uint64_t dl_word(uint32_t id, uint64_t s, uint32_t L) { return uint64_t{id + 1} | (s << 16) | (uint64_t{L} << 48); }
-inline uint32_t dl_owner(uint64_t w) { return static_cast<uint32_t>((w & 0xffff) - 1); }
-inline uint64_t dl_suffix(uint64_t w) { return (w >> 16) & 0xffffffffULL; }
-inline uint32_t dl_depth(uint64_t w) { return static_cast<uint32_t>((w >> 48) & 0xff); }
+// A slot of a new subtable before the split's copy reached it: FROZEN with no pointer. Only the
+// copy CASes it away (to the entry or to 0), so a late helper's copy never lands twice.
+constexpr uint64_t kReserved = kFrozen;
+// Every bucket header of a retired subtable (split: its keys live in its two children): matches
+// no key, so a client whose stale cache names it re-reads the directory (race.h, SRCDD).
+constexpr uint64_t kRetiredHeader = ~0ULL;
+constexpr uint32_t kRetiredDepth = 0xff;
+// The split word (node-0 header): 0, or owner+1 << 48 | the split descriptor block's address.
+inline uint64_t split_word(uint32_t owner, RemoteAddr desc) {
+  return (uint64_t{owner + 1} << 48) | (uint64_t{desc.node} << 40) | (desc.offset / 64);
+}
+constexpr uint64_t kDescMagic = 0x5350494C54524143ULL;  // descriptor block, word 0
 constexpr uint32_t kMaxUnits = 255;  // block length field, 64-byte units
 constexpr uint32_t kBatch = 256;     // requests per batch in split loops
 
@@ -160,7 +161,8 @@ uint64_t RaceConfig::region_bytes_for(uint64_t records, uint32_t value_bytes, ui
   // Subtables split at about half load in the worst case; the pool must also hold every client's
   // partly used chunk on every node.
   const uint64_t subtables = records / (kRaceSlots * 3 * uint64_t{groups_per_subtable} / 3) + 2;
-  const uint64_t per_node = (records * block + subtables * subtable_bytes()) / memory_nodes;
+  // A split retires its subtable (two children replace it): about twice the live subtables.
+  const uint64_t per_node = (records * block + 2 * subtables * subtable_bytes()) / memory_nodes;
   return region_bytes(per_node + per_node / 4 + uint64_t{clients + 1} * chunk_bytes * 2 + subtable_bytes() * 4);
 }
 
@@ -324,12 +326,12 @@ struct RaceClient::Impl {
   };
   // What a writer waits for (race.h, "Takeover").
   struct Blocker {
-    enum Kind : uint8_t { kSplit, kDirLock, kTentative } kind;
+    enum Kind : uint8_t { kTentative } kind;
     RemoteAddr at{};  // kTentative: the lower tentative slot and its value
     uint64_t v = 0;
     uint32_t owner = 0;
     const char* what() const {
-      return kind == kSplit ? "a split of the key's subtable" : kind == kDirLock ? "the directory lock" : "a lower tentative copy of the key";
+      return "a lower tentative copy of the key";
     }
   };
   // The two combined buckets as read.
@@ -388,13 +390,13 @@ struct RaceClient::Impl {
     if (now - c.wait_since >= cfg.wait_budget)
       throw RaceWouldWait("race: a writer waited " + std::to_string(cfg.wait_budget.count()) + " ms (" +
                           std::to_string(c.waits) + " re-reads) for " + b.what() + " held by live client " +
-                          (b.kind == Blocker::kTentative ? std::to_string(b.owner) : std::string("(see the directory)")) +
-                          " that did not finish");
+                          std::to_string(b.owner) + " that did not finish");
     co_await refresh();
-    if (c.waits % cfg.death_check_every == 0 && co_await help(c, b)) c.waits = 0;
+    if (c.waits % cfg.death_check_every != 0) co_return;
+    if (co_await help(c, b)) c.waits = 0;  // (no co_await inside &&: GCC 12 miscompiles it)
   }
 
-  // --- takeover from dead owners (race.h, "Takeover") ------------------------------------------
+  // --- dead inserters' tentative copies (race.h, "Takeover") ------------------------------------
 
   // Tests only (RaceConfig::test_die_at_step): the process kills itself at its Nth split step.
   uint64_t split_steps = 0;
@@ -409,160 +411,221 @@ struct RaceClient::Impl {
     co_return ((w >> (who % 64)) & 1) != 0;
   }
 
-  // True when something was taken over (or the blocker is gone).
-  Task<bool> help(Ctx& c, const Blocker& b) {
-    if (b.kind == Blocker::kTentative) {
-      if (!co_await is_dead(b.owner)) co_return false;
-      // Never acknowledged (its owner answers only after its commit CAS); had that CAS landed,
-      // the slot would not hold b.v and this CAS fails.
-      if (!co_await cas(b.at, b.v, 0)) co_return false;
-      ++st.takeovers;
-      co_return true;
-    }
-    if (b.kind == Blocker::kDirLock) {
-      uint64_t w = 0;
-      co_await engine.read(RemoteAddr{0, offsetof(RaceNodeHeader, dir_lock)}, &w, 8);
-      if (w == 0) co_return true;
-      co_return co_await help_split(dl_suffix(w));
-    }
-    // The subtable the (fresh) cache names for the key; its primary entry holds the split lock.
-    co_return co_await help_split(c.p.h & mask(entry_depth(entry_for(c.p.h))));
-  }
-
-  // dir[s] locked by a dead owner: CAS the lock to ourselves, then finish or undo its split.
-  Task<bool> help_split(uint64_t s) {
-    if (s >= (uint64_t{1} << cfg.max_depth)) co_return false;
-    const RemoteAddr primary{0, cfg.directory_offset() + 8 * s};
-    uint64_t e = 0;
-    co_await engine.read(primary, &e, 8);
-    if (!(e & kDirLock) || !co_await is_dead(entry_owner(e))) co_return false;
-    const uint64_t held = (e & ~kOwnerMask) | owner_bits(id);
-    if (!co_await cas(primary, e, held)) co_return false;  // another helper was first
+  // True when the blocker (a dead writer's lower tentative copy) was killed.
+  Task<bool> help(Ctx&, const Blocker& b) {
+    const bool dead = co_await is_dead(b.owner);
+    if (!dead) co_return false;
+    // Never acknowledged (its owner answers only after its commit CAS); had that CAS landed,
+    // the slot would not hold b.v and this CAS fails.
+    if (!co_await cas(b.at, b.v, 0)) co_return false;
     ++st.takeovers;
-    co_await finish_split(s, held);
-    co_await refresh();
     co_return true;
   }
 
-  // We hold dir[s] (value `held`), taken from a dead owner. Every step is idempotent and leaves a
-  // state the next helper recognizes the same way (race.h).
-  Task<void> finish_split(uint64_t s, uint64_t held) {
-    const RemoteAddr primary{0, cfg.directory_offset() + 8 * s};
-    const RemoteAddr dlock{0, offsetof(RaceNodeHeader, dir_lock)};
-    const RemoteAddr sub = entry_addr(held);
-    std::array<uint64_t, 8> hdr{};
-    co_await engine.read(RemoteAddr{0, 0}, hdr.data(), 64);
-    const uint64_t depth = hdr[1], dl = hdr[2];
-    if (dl != 0 && dl_suffix(dl) == s) {
-      // The split holds the directory lock: publication may have begun. Only the holder of dir[s]
-      // changes a directory lock word naming s, so this CAS fails only if the memory is corrupt.
-      const uint32_t L = dl_depth(dl);
-      const uint64_t dl_mine = dl_word(id, s, L);
-      if (!co_await cas(dlock, dl, dl_mine)) throw FabricError("race: a directory lock changed under its holder");
-      const uint64_t s2 = s | (uint64_t{1} << L);
-      uint64_t e2 = 0;
-      if (L < depth) co_await engine.read(RemoteAddr{0, cfg.directory_offset() + 8 * s2}, &e2, 8);
-      if (L < depth && !same_addr(entry_addr(e2), sub)) {
-        // Publication began (dir[s2] is written first): S' is complete; finish it.
-        co_await publish(s, L, depth, sub, entry_addr(e2));
-        co_await release_dir_lock(dl_mine);
-        die_point();
-        co_await unfreeze(sub, L, s, true);
-        (void)co_await cas(primary, make_entry(sub, L + 1) | kDirLock | owner_bits(id), make_entry(sub, L + 1));
-        ++st.rolled_forward;
-      } else {
-        // Not published: undo (S' leaks). Headers back to (L, s), every slot unfrozen, then the
-        // directory lock: frozen slots without it mean "published" to the next helper.
-        std::vector<Pending> p;
-        const uint64_t h = make_header(L, s);
-        for (uint64_t b = 0; b < 3ULL * cfg.groups_per_subtable; ++b) {
-          p.push_back(engine.write(RemoteAddr{sub.node, sub.offset + b * 64}, &h, 8));
-          if (p.size() == kBatch) co_await post_all(p);
-        }
-        co_await post_all(p);
-        co_await unfreeze(sub, L, s, false);
-        die_point();
-        co_await release_dir_lock(dl_mine);
-        (void)co_await cas(primary, held, held & ~kLockMask);
-        ++st.rolled_back;
-      }
-      co_return;
+  // --- splits, run by anyone (race.h, "Split") -------------------------------------------------
+
+  struct Desc {
+    uint64_t s = 0;
+    uint32_t L = 0;
+    RemoteAddr sub{}, a{}, b{};  // S (depth L), its children A (suffix s) and B (s | 2^L)
+  };
+  std::vector<uint64_t> running;  // split words some operation of this client is running
+  static const RemoteAddr split_at() { return RemoteAddr{0, offsetof(RaceNodeHeader, split)}; }
+  RemoteAddr dir_at(uint64_t i) const { return RemoteAddr{0, cfg.directory_offset() + 8 * i}; }
+
+  // A writer met frozen slots in `sub`: S is being split (or was: retired). Help the split of
+  // `sub` if it is the one installed (splits run one at a time), then re-read the directory.
+  // Never waits: either the split is finished here or it was finished already.
+  Task<void> help_frozen(const Ctx& c, RemoteAddr sub) {
+    uint64_t w = 0;
+    co_await engine.read(split_at(), &w, 8);
+    if (w != 0) co_await run_split(w, &sub, false);
+    co_await refresh();
+    // S's split is finished now (we ran it, or it had been released, which follows publication),
+    // so the fresh directory no longer names S. If it does, S was frozen with no split installed
+    // for it: a broken invariant (race.h), not something to wait for.
+    if (same_addr(entry_addr(entry_for(c.p.h)), sub))
+      throw FabricError("race: a subtable the directory names holds frozen slots, but no installed split is of it");
+  }
+
+  // Runs the split described by split word `w` to its end (race.h, "Split", steps 4-9). Any
+  // number of clients may run it at once, and any may stop at any request: every change is a CAS
+  // from a value that never comes back, or a WRITE of a constant into a retired subtable.
+  // `only`: do nothing unless the split is of that subtable. Returns false if the descriptor is
+  // void (its subtable had been split before it was installed; then nobody touched A or B).
+  Task<bool> run_split(uint64_t w, const RemoteAddr* only, bool mine) {
+    // Another operation of this client already runs this split: ride along (one 8-byte READ per
+    // batch) until the word changes, instead of repeating its work. Waiting for our own operation
+    // is not waiting for another client: it progresses at every batch we post.
+    // (If that operation ends without finishing it, e.g. a failed request, we run it ourselves.)
+    while (std::find(running.begin(), running.end(), w) != running.end()) {
+      uint64_t cur = 0;
+      co_await engine.read(split_at(), &cur, 8);
+      if (cur != w) co_return true;
     }
-    // The split does not hold the directory lock: either it never got it (nothing frozen) or it
-    // published and released it (dir[s] has depth L+1; frozen slots are step 7's leftovers).
-    const uint32_t Ld = entry_depth(held);
-    if (Ld > 0 && co_await unfreeze(sub, Ld - 1, s, true) > 0) ++st.rolled_forward;
-    (void)co_await cas(primary, held, held & ~kLockMask);
-  }
-
-  Task<void> release_dir_lock(uint64_t w) {
-    (void)co_await cas(RemoteAddr{0, offsetof(RaceNodeHeader, dir_lock)}, w, 0);
-  }
-
-  // Step 6 after the doubling: dir[s2] first (alone: "dir[s2] names S'" is the mark that
-  // publication began), then every other entry ≡ s (mod 2^L) below 2^depth; the primary keeps our
-  // lock. Idempotent.
-  Task<void> publish(uint64_t s, uint32_t L, uint64_t depth, RemoteAddr sub, RemoteAddr nsub) {
-    const uint64_t s2 = s | (uint64_t{1} << L);
-    const uint64_t first = make_entry(nsub, L + 1);
-    co_await engine.write(RemoteAddr{0, cfg.directory_offset() + 8 * s2}, &first, 8);
+    struct Running {  // removes w from `running` however this coroutine ends
+      std::vector<uint64_t>& v;
+      uint64_t w;
+      ~Running() { v.erase(std::find(v.begin(), v.end(), w)); }
+    };
+    running.push_back(w);
+    Running guard{running, w};
+    std::array<uint64_t, 8> d{};
+    co_await engine.read(entry_addr(w), d.data(), 64);
+    if (d[0] != kDescMagic || d[7] != block_check(reinterpret_cast<const std::byte*>(d.data()), 7))
+      throw FabricError("race: the split word names a block that is not a valid split descriptor");
+    Desc x{d[1], static_cast<uint32_t>(d[2]), entry_addr(d[3]), entry_addr(d[4]), entry_addr(d[5])};
+    if (only && !same_addr(*only, x.sub)) co_return true;
+    const uint64_t eS = make_entry(x.sub, x.L), eA = make_entry(x.a, x.L + 1);
+    uint64_t ds = 0;
+    co_await engine.read(dir_at(x.s), &ds, 8);
     die_point();
-    std::vector<uint64_t> vals;
-    std::vector<uint64_t> idx;
-    for (uint64_t i = s; i < (uint64_t{1} << depth); i += uint64_t{1} << L) {
-      if (i == s2) continue;
-      idx.push_back(i);
-      vals.push_back(((i >> L) & 1) ? make_entry(nsub, L + 1)
-                                    : make_entry(sub, L + 1) | (i == s ? kDirLock | owner_bits(id) : 0));
+    // While w is installed dir[s] changes only by this split's publication (S@L → A@L+1), so
+    // this test gives the same answer to every helper that reads dir[s] after w was installed.
+    if (ds != eS && ds != eA) {
+      (void)co_await cas(split_at(), w, 0);
+      co_return false;
     }
+    if (!mine) ++st.helped;
+    if (ds == eS) {  // not published at s yet: freeze and copy (a publisher has finished both)
+      std::vector<uint64_t> val;
+      co_await freeze(x.sub, val);
+      if (mine) {
+        const auto used = std::count_if(val.begin(), val.end(), [](uint64_t v) { return v != 0; });
+        st.split_load.push_back(static_cast<double>(used) / static_cast<double>(val.size()));
+      }
+      co_await copy(x, val);
+    }
+    const uint64_t depth = co_await double_dir(x.L);
+    co_await publish(x, depth);
+    die_point();
+    // Retire S: its headers now match no key (stale caches re-read the directory at once).
+    {
+      std::vector<Pending> p;
+      for (uint64_t b = 0; b < 3ULL * cfg.groups_per_subtable; ++b) {
+        p.push_back(engine.write(RemoteAddr{x.sub.node, x.sub.offset + b * 64}, &kRetiredHeader, 8));
+        if (p.size() == kBatch) co_await post_all(p);
+      }
+      co_await post_all(p);
+    }
+    die_point();
+    if (co_await cas(split_at(), w, 0)) {
+      uint64_t ignored = co_await engine.faa(RemoteAddr{0, offsetof(RaceNodeHeader, subtables)}, 2);
+      (void)ignored;
+    }
+    die_point();
+    co_return true;
+  }
+
+  // Step 4: CAS every slot of S v → v|FROZEN until all are frozen. S is retired after the split
+  // and never unfrozen, so a frozen slot holds its value for good: `val` (FROZEN cleared) is the
+  // same for every helper.
+  Task<void> freeze(RemoteAddr sub, std::vector<uint64_t>& val) {
+    std::vector<std::byte> img(cfg.subtable_bytes());
+    co_await engine.read(sub, img.data(), static_cast<uint32_t>(img.size()));
+    die_point();
+    const uint64_t slots = 3ULL * cfg.groups_per_subtable * kRaceSlots;
+    val.assign(slots, 0);
+    std::vector<uint64_t> todo;
+    for (uint64_t i = 0; i < slots; ++i) {
+      const uint64_t v = load64(img.data() + slot_at(i));
+      val[i] = v & ~kFrozen;
+      if (!(v & kFrozen)) todo.push_back(i);
+    }
+    while (!todo.empty()) {
+      std::vector<uint64_t> again;
+      for (size_t from = 0; from < todo.size(); from += kBatch) {
+        const size_t to = std::min(todo.size(), from + kBatch);
+        std::vector<Pending> p;
+        for (size_t j = from; j < to; ++j)
+          p.push_back(engine.cas(RemoteAddr{sub.node, sub.offset + slot_at(todo[j])}, val[todo[j]], val[todo[j]] | kFrozen));
+        for (size_t j = from; j < to; ++j) {
+          Pending& pj = p[j - from];
+          const uint64_t old = co_await pj;
+          if (old == val[todo[j]]) continue;
+          val[todo[j]] = old & ~kFrozen;
+          if (!(old & kFrozen)) again.push_back(todo[j]);  // a writer got there first: freeze what it wrote
+        }
+      }
+      todo.swap(again);
+      die_point();
+    }
+  }
+
+  // Step 5: slot i of S goes to slot i of A or B by bit L of its key's hash; the other child's
+  // slot i becomes empty. Each is a CAS from RESERVED: done once, by whichever helper is first.
+  Task<void> copy(const Desc& x, const std::vector<uint64_t>& val) {
+    std::vector<std::byte> ia(cfg.subtable_bytes()), ib(cfg.subtable_bytes());
+    {
+      auto ra = engine.read(x.a, ia.data(), static_cast<uint32_t>(ia.size()));
+      auto rb = engine.read(x.b, ib.data(), static_cast<uint32_t>(ib.size()));
+      co_await ra;
+      co_await rb;
+    }
+    const uint64_t slots = val.size();
+    for (uint64_t from = 0; from < slots; from += kBatch) {
+      const uint64_t to = std::min(slots, from + kBatch);
+      std::vector<std::vector<std::byte>> bufs(to - from);
+      std::vector<Pending> p;
+      auto open = [&](uint64_t i) { return load64(ia.data() + slot_at(i)) == kReserved || load64(ib.data() + slot_at(i)) == kReserved; };
+      for (uint64_t i = from; i < to; ++i) {
+        if (val[i] == 0 || !open(i)) continue;
+        bufs[i - from].resize(slot_units(val[i]) * 64);
+        p.push_back(engine.read(slot_block(val[i]), bufs[i - from].data(), slot_units(val[i]) * 64));
+      }
+      co_await post_all(p);
+      die_point();
+      for (uint64_t i = from; i < to; ++i) {
+        if (!open(i)) continue;
+        bool to_b = false;
+        if (val[i] != 0) {
+          auto blk = parse_block(bufs[i - from].data(), static_cast<uint32_t>(bufs[i - from].size()));
+          if (!blk) throw FabricError("race: split found a KV block that fails its checksum");
+          to_b = (hash_bytes(blk->key, cfg.hash_seed) >> x.L) & 1;
+        }
+        if (load64(ia.data() + slot_at(i)) == kReserved)
+          p.push_back(engine.cas(RemoteAddr{x.a.node, x.a.offset + slot_at(i)}, kReserved, to_b ? 0 : val[i]));
+        if (load64(ib.data() + slot_at(i)) == kReserved)
+          p.push_back(engine.cas(RemoteAddr{x.b.node, x.b.offset + slot_at(i)}, kReserved, to_b ? val[i] : 0));
+      }
+      co_await post_all(p);
+      die_point();
+    }
+  }
+
+  // Step 6: if L == GD, double: upper half entries CAS 0 → their lower twin, then GD CAS L → L+1
+  // (only after every upper entry is set, so no reader sees a zero entry below 2^GD). Returns GD.
+  Task<uint64_t> double_dir(uint32_t L) {
+    uint64_t depth = 0;
+    co_await engine.read(RemoteAddr{0, offsetof(RaceNodeHeader, global_depth)}, &depth, 8);
+    if (depth != L) co_return depth;
+    std::vector<uint64_t> d(size_t{1} << L);
+    co_await engine.read(dir_at(0), d.data(), static_cast<uint32_t>(8 * d.size()));
     std::vector<Pending> p;
-    for (size_t j = 0; j < idx.size(); ++j) {
-      p.push_back(engine.write(RemoteAddr{0, cfg.directory_offset() + 8 * idx[j]}, &vals[j], 8));
+    for (size_t j = 0; j < d.size(); ++j) {
+      p.push_back(engine.cas(dir_at(d.size() + j), 0, d[j]));
+      if (p.size() == kBatch) co_await post_all(p);
+    }
+    co_await post_all(p);
+    die_point();
+    const uint64_t old = co_await engine.cas(RemoteAddr{0, offsetof(RaceNodeHeader, global_depth)}, L, L + 1);
+    die_point();
+    co_return old == L ? L + 1 : old;
+  }
+
+  // Step 7: every entry ≡ s (mod 2^L) below 2^depth: CAS S@L → A or B (by bit L) at L+1. S is
+  // never named again once retired, so a late helper's CAS fails.
+  Task<void> publish(const Desc& x, uint64_t depth) {
+    const uint64_t eS = make_entry(x.sub, x.L), eA = make_entry(x.a, x.L + 1), eB = make_entry(x.b, x.L + 1);
+    std::vector<Pending> p;
+    for (uint64_t i = x.s; i < (uint64_t{1} << depth); i += uint64_t{1} << x.L) {
+      p.push_back(engine.cas(dir_at(i), eS, ((i >> x.L) & 1) ? eB : eA));
       if (p.size() == kBatch) co_await post_all(p);
     }
     co_await post_all(p);
   }
 
-  // CAS every FROZEN slot of `sub` (depth L, suffix s) unfrozen; with `moving` (published), a slot
-  // whose key has bit L set (it is in S') or a stranded tentative copy is cleared instead. Only
-  // frozen slots are touched: others are writers' since an earlier unfreeze. Returns how many
-  // frozen slots it found.
-  Task<uint64_t> unfreeze(RemoteAddr sub, uint32_t L, uint64_t s, bool moving) {
-    std::vector<std::byte> img(cfg.subtable_bytes());
-    co_await engine.read(sub, img.data(), static_cast<uint32_t>(img.size()));
-    const uint64_t slots = 3ULL * cfg.groups_per_subtable * kRaceSlots;
-    auto slot_at = [&](uint64_t i) { return (i / kRaceSlots) * 64 + 8 + (i % kRaceSlots) * 8; };
-    std::vector<uint64_t> frozen;
-    for (uint64_t i = 0; i < slots; ++i)
-      if (load64(img.data() + slot_at(i)) & kFrozen) frozen.push_back(i);
-    for (size_t from = 0; from < frozen.size(); from += kBatch) {
-      const size_t to = std::min(frozen.size(), from + kBatch);
-      std::vector<std::vector<std::byte>> bufs(to - from);
-      std::vector<Pending> p;
-      for (size_t j = from; j < to; ++j) {
-        const uint64_t w = load64(img.data() + slot_at(frozen[j])) & ~kFrozen;
-        if (!moving || w == 0) continue;
-        bufs[j - from].resize(slot_units(w) * 64);
-        p.push_back(engine.read(slot_block(w), bufs[j - from].data(), slot_units(w) * 64));
-      }
-      co_await post_all(p);
-      for (size_t j = from; j < to; ++j) {
-        const uint64_t v = load64(img.data() + slot_at(frozen[j]));
-        const uint64_t w = v & ~kFrozen;
-        uint64_t next = w;
-        if (moving && w != 0) {
-          auto blk = parse_block(bufs[j - from].data(), static_cast<uint32_t>(bufs[j - from].size()));
-          if (!blk) throw FabricError("race: a frozen slot points to a KV block that fails its checksum");
-          const uint64_t kh = hash_bytes(blk->key, cfg.hash_seed);
-          if (((kh & mask(L)) != s && !(w & kCommitted)) || ((kh >> L) & 1)) next = 0;
-        }
-        p.push_back(engine.cas(RemoteAddr{sub.node, sub.offset + slot_at(frozen[j])}, v, next));
-      }
-      co_await post_all(p);
-    }
-    co_return frozen.size();
-  }
-
+  static uint64_t slot_at(uint64_t i) { return (i / kRaceSlots) * 64 + 8 + (i % kRaceSlots) * 8; }
   // RT: read both combined buckets of the key in the subtable the cache names (cache off: READ
   // the directory entry first). A stale header refreshes the directory; if the fresh entry still
   // names the subtable read, a split is between its header rewrite and publication and the
@@ -598,7 +661,7 @@ struct RaceClient::Impl {
         const std::byte* bucket = v.buf.data() + 128 * i + 64 * b;
         const uint64_t hdr = load64(bucket);
         const uint32_t depth = static_cast<uint32_t>(hdr & 0xff);
-        if ((c.p.h & mask(depth)) != (hdr >> 8)) v.headers_ok = false;
+        if (depth == kRetiredDepth || (c.p.h & mask(depth)) != (hdr >> 8)) v.headers_ok = false;
         for (uint32_t s = 0; s < kRaceSlots; ++s) {
           const RemoteAddr a{cb[i].node, cb[i].offset + 64 * b + 8 + 8 * s};
           const uint64_t w = load64(bucket + 8 + 8 * s);
@@ -611,6 +674,7 @@ struct RaceClient::Impl {
     std::sort(v.slots.begin(), v.slots.end(), [](const SlotRef& x, const SlotRef& y) { return x.addr.offset < y.addr.offset; });
     if (v.headers_ok) co_return Verdict::kOk;
     ++st.stale_detected;
+    ++st.stale_headers;
     co_await refresh();
     if (same_addr(entry_addr(entry_for(c.p.h)), v.sub)) co_return Verdict::kOk;  // mid-split: contents current
     co_return Verdict::kRetry;
@@ -807,8 +871,8 @@ struct RaceClient::Impl {
         rv = co_await read_view(c, v);
       }
       if (rv == Verdict::kRetry) continue;
-      if (v.frozen) {  // a split of this subtable is running: writers wait for it
-        co_await wait(c, Blocker{Blocker::kSplit});
+      if (v.frozen) {  // a split of this subtable is running: help it finish, then read again
+        co_await help_frozen(c, v.sub);
         continue;
       }
       // Committed copies need a validated view (dir check); tentative ones do not.
@@ -924,181 +988,97 @@ struct RaceClient::Impl {
       for (const SlotRef& s : copies)
         if (s.v & kCommitted) committed = &s;
       if (!committed) co_return OpResult{Status::kNotFound, c.chunks, 0, 0};
-      if (committed->v & kFrozen) {
-        co_await wait(c, Blocker{Blocker::kSplit});
+      if (committed->v & kFrozen) {  // a split of this subtable is running: help it finish
+        co_await help_frozen(c, v.sub);
         continue;
       }
       if (co_await cas(committed->addr, committed->v, 0)) co_return OpResult{Status::kErased, c.chunks, 1, 0};
     }
   }
 
-  // --- split (race.h steps 1-8) ----------------------------------------------------------------
+  // --- split (race.h, "Split", steps 1-3; then run_split) ----------------------------------------
 
   Task<void> post_all(std::vector<Pending>& p) {
     for (auto& x : p) co_await x;
     p.clear();
   }
 
-  // kInserted: the subtable was split (or someone else did); retry the insert. kFull: no room.
+  // Two fresh subtables for this client's next split, allocated before anything is published and
+  // kept when the split does not happen (another client's split was installed, or ours was void).
+  std::array<std::optional<RemoteAddr>, 2> spare;
+
+  // kInserted: the subtable was split (by us or someone else); retry the insert. kFull: no room.
   Task<Status> split(Ctx& c, RemoteAddr sub) {
     co_await refresh();
     const uint64_t e = entry_for(c.p.h);
     if (!same_addr(entry_addr(e), sub)) co_return Status::kInserted;  // already split by someone
     const uint32_t L = entry_depth(e);
     if (L >= cfg.max_depth) co_return Status::kFull;
-    const uint64_t s = c.p.h & mask(L);
-    const RemoteAddr primary{0, cfg.directory_offset() + 8 * s};
-    const uint64_t unlocked = dir[s] & ~kLockMask;
-    if (!same_addr(entry_addr(unlocked), sub)) co_return Status::kInserted;
-    // 1. lock the subtable, then the directory (held until publication), each naming us. Either
-    // lost: back off with nothing changed, so a waiting client may give up here (RaceWouldWait)
-    // cleanly, or take over a dead holder.
-    if (!co_await cas(primary, unlocked, unlocked | kDirLock | owner_bits(id))) {
-      co_await wait(c, Blocker{Blocker::kSplit});
+    const uint64_t s = c.p.h & mask(L), s2 = s | (uint64_t{1} << L);
+    // 1. One split runs at a time: if one is installed, help it to its end, then retry.
+    uint64_t cur = 0;
+    co_await engine.read(split_at(), &cur, 8);
+    if (cur != 0) {
+      co_await run_split(cur, nullptr, false);
+      co_await refresh();
       co_return Status::kInserted;
     }
-    if (!co_await cas(RemoteAddr{0, offsetof(RaceNodeHeader, dir_lock)}, 0, dl_word(id, s, L))) {
-      co_await engine.write(primary, &unlocked, 8);
-      co_await wait(c, Blocker{Blocker::kDirLock});
-      co_return Status::kInserted;
-    }
-    die_point();
-    // 2. the new subtable
-    const uint64_t s2 = s | (uint64_t{1} << L);
-    RemoteAddr nsub{};
-    for (uint32_t t = 0; t < cfg.memory_nodes && nsub.offset == 0; ++t) {
-      const uint32_t node = static_cast<uint32_t>((s2 + t) % cfg.memory_nodes);
-      if (const uint64_t got = co_await rpc_alloc(node, cfg.subtable_bytes())) nsub = RemoteAddr{node, got};
-    }
-    if (nsub.offset == 0) {
-      co_await engine.write(RemoteAddr{0, offsetof(RaceNodeHeader, dir_lock)}, &kZero, 8);
-      co_await engine.write(primary, &unlocked, 8);
+    // 2. The children: A (suffix s) and B (s2), every slot RESERVED, and the descriptor block.
+    // Taken out of `spare` before any co_await: this client's other operations may split too.
+    std::array<std::optional<RemoteAddr>, 2> kids{std::exchange(spare[0], std::nullopt), std::exchange(spare[1], std::nullopt)};
+    auto keep = [&] {  // unused (nothing published them): for this client's next split
+      for (int k = 0; k < 2; ++k)
+        if (kids[k] && !spare[k]) spare[k] = kids[k];
+    };
+    for (int k = 0; k < 2; ++k)
+      for (uint32_t t = 0; t < cfg.memory_nodes && !kids[k]; ++t) {
+        const uint32_t node = static_cast<uint32_t>(((k ? s2 : s) + t) % cfg.memory_nodes);
+        if (const uint64_t got = co_await rpc_alloc(node, cfg.subtable_bytes())) kids[k] = RemoteAddr{node, got};
+      }
+    RemoteAddr blk{};
+    bool have_blk = false;  // (no co_await inside && : GCC 12 miscompiles it)
+    if (kids[0] && kids[1]) have_blk = co_await alloc_block(64, blk);
+    if (!have_blk) {
+      keep();
       co_return Status::kFull;
     }
-    const uint64_t buckets = 3ULL * cfg.groups_per_subtable;
-    const uint64_t slots = buckets * kRaceSlots;
-    std::vector<std::byte> img(cfg.subtable_bytes());
-    co_await engine.read(sub, img.data(), static_cast<uint32_t>(img.size()));
-    auto slot_at = [&](uint64_t i) { return (i / kRaceSlots) * 64 + 8 + (i % kRaceSlots) * 8; };
     die_point();
-    // 3. freeze every slot
-    std::vector<uint64_t> val(slots);
-    for (uint64_t i = 0; i < slots; ++i) val[i] = load64(img.data() + slot_at(i));
-    std::vector<uint64_t> todo(slots);
-    for (uint64_t i = 0; i < slots; ++i) todo[i] = i;
-    while (!todo.empty()) {
-      std::vector<uint64_t> again;
-      for (size_t from = 0; from < todo.size(); from += kBatch) {
-        const size_t to = std::min(todo.size(), from + kBatch);
-        std::vector<Pending> p;
-        for (size_t j = from; j < to; ++j) {
-          const uint64_t i = todo[j];
-          p.push_back(engine.cas(RemoteAddr{sub.node, sub.offset + slot_at(i)}, val[i], val[i] | kFrozen));
-        }
-        for (size_t j = from; j < to; ++j) {
-          Pending& pj = p[j - from];
-          const uint64_t old = co_await pj;
-          if (old != val[todo[j]]) {
-            val[todo[j]] = old;  // a writer got there first: freeze what it wrote
-            again.push_back(todo[j]);
-          }
-        }
-      }
-      todo.swap(again);
-      die_point();
-    }
-    // 4. read every block; S' gets the entries whose hash has bit L set, in the same positions
-    std::vector<std::byte> nimg(cfg.subtable_bytes(), std::byte{0});
-    for (uint64_t b = 0; b < buckets; ++b) {
-      store64(nimg.data() + b * 64, make_header(L + 1, s2));
-      store64(img.data() + b * 64, make_header(L + 1, s));
-    }
-    std::vector<bool> moved(slots, false);
-    uint64_t occupied = 0;
-    for (uint64_t from = 0; from < slots; from += kBatch) {
-      const uint64_t to = std::min(slots, from + kBatch);
-      std::vector<std::vector<std::byte>> bufs(to - from);
-      std::vector<Pending> p;
-      for (uint64_t i = from; i < to; ++i) {
-        const uint64_t w = val[i] & ~kFrozen;
-        if (w == 0) continue;
-        bufs[i - from].resize(slot_units(w) * 64);
-        p.push_back(engine.read(slot_block(w), bufs[i - from].data(), slot_units(w) * 64));
-      }
-      co_await post_all(p);
-      for (uint64_t i = from; i < to; ++i) {
-        const uint64_t w = val[i] & ~kFrozen;
-        if (w == 0) continue;
-        ++occupied;
-        auto blk = parse_block(bufs[i - from].data(), static_cast<uint32_t>(bufs[i - from].size()));
-        if (!blk) throw FabricError("race: split found a KV block that fails its checksum");
-        const uint64_t kh = hash_bytes(blk->key, cfg.hash_seed);
-        if ((kh & mask(L)) != s && !(w & kCommitted)) {
-          // A stranded tentative copy (its owner's stale CAS landed after an earlier split had
-          // moved the key away): no reader or inserter of the key can see it here, its owner never
-          // commits it, so it leaves S like a moved entry and goes nowhere.
-          moved[i] = true;
-          ++st.stranded_dropped;
-        } else if ((kh >> L) & 1) {
-          moved[i] = true;
-          store64(nimg.data() + slot_at(i), w);
-        }
+    const RemoteAddr a = *kids[0], b = *kids[1];
+    std::vector<std::byte> ia(cfg.subtable_bytes()), ib(cfg.subtable_bytes());
+    for (uint64_t i = 0; i < 3ULL * cfg.groups_per_subtable; ++i) {
+      store64(ia.data() + 64 * i, make_header(L + 1, s));
+      store64(ib.data() + 64 * i, make_header(L + 1, s2));
+      for (uint32_t j = 0; j < kRaceSlots; ++j) {
+        store64(ia.data() + 64 * i + 8 + 8 * j, kReserved);
+        store64(ib.data() + 64 * i + 8 + 8 * j, kReserved);
       }
     }
-    st.split_load.push_back(static_cast<double>(occupied) / static_cast<double>(slots));
-    co_await engine.write(nsub, nimg.data(), static_cast<uint32_t>(nimg.size()));
-    die_point();
-    // 5. headers of S
+    std::array<uint64_t, 8> d{kDescMagic, s, L, make_entry(sub, L), make_entry(a, L + 1), make_entry(b, L + 1), id, 0};
+    d[7] = block_check(reinterpret_cast<const std::byte*>(d.data()), 7);
     {
-      std::vector<Pending> p;
-      for (uint64_t b = 0; b < buckets; ++b) {
-        p.push_back(engine.write(RemoteAddr{sub.node, sub.offset + b * 64}, img.data() + b * 64, 8));
-        if (p.size() == kBatch) co_await post_all(p);
-      }
-      co_await post_all(p);
+      auto wa = engine.write(a, ia.data(), static_cast<uint32_t>(ia.size()));
+      auto wb = engine.write(b, ib.data(), static_cast<uint32_t>(ib.size()));
+      auto wd = engine.write(blk, d.data(), 64);
+      co_await wa;
+      co_await wb;
+      co_await wd;
     }
     die_point();
-    // 6. publish (the directory lock is ours since step 1)
-    uint64_t depth = 0;
-    co_await engine.read(RemoteAddr{0, offsetof(RaceNodeHeader, global_depth)}, &depth, 8);
-    if (L == depth) {  // (depth < max_depth: L < max_depth was checked)
-      std::vector<uint64_t> d(size_t{1} << depth);
-      co_await engine.read(RemoteAddr{0, cfg.directory_offset()}, d.data(), static_cast<uint32_t>(8 * d.size()));
-      for (auto& x : d) x &= ~kLockMask;
-      co_await engine.write(RemoteAddr{0, cfg.directory_offset() + 8 * d.size()}, d.data(), static_cast<uint32_t>(8 * d.size()));
-      ++depth;
-      co_await engine.write(RemoteAddr{0, offsetof(RaceNodeHeader, global_depth)}, &depth, 8);
-    }
-    co_await publish(s, L, depth, sub, nsub);
-    die_point();
-    {
-      uint64_t ignored = co_await engine.faa(RemoteAddr{0, offsetof(RaceNodeHeader, subtables)}, 1);
-      (void)ignored;
-    }
-    co_await engine.write(RemoteAddr{0, offsetof(RaceNodeHeader, dir_lock)}, &kZero, 8);
-    die_point();
-    // 7. unfreeze S: moved entries leave, the others stay
-    {
-      std::vector<Pending> p;
-      for (uint64_t b = 0; b < buckets; ++b) {
-        for (uint32_t j = 0; j < kRaceSlots; ++j) {
-          const uint64_t i = b * kRaceSlots + j;
-          store64(img.data() + slot_at(i), moved[i] ? 0 : (val[i] & ~kFrozen));
-        }
-        p.push_back(engine.write(RemoteAddr{sub.node, sub.offset + b * 64 + 8}, img.data() + b * 64 + 8, 8 * kRaceSlots));
-        if (p.size() == kBatch) co_await post_all(p);
-      }
-      co_await post_all(p);
+    // 3. Install the descriptor: from here on anyone can finish the split. Lost: help the winner.
+    const uint64_t w = split_word(id, blk);
+    const uint64_t old = co_await engine.cas(split_at(), 0, w);
+    if (old != 0) {
+      keep();  // never published
+      co_await run_split(old, nullptr, false);
+      co_await refresh();
+      co_return Status::kInserted;
     }
     die_point();
-    // 8. unlock
-    const uint64_t done_entry = make_entry(sub, L + 1);
-    co_await engine.write(primary, &done_entry, 8);
-    ++st.splits;
+    if (co_await run_split(w, nullptr, true)) ++st.splits;
+    else keep();  // void (S was split before we installed): nobody wrote A or B
     co_await refresh();
     co_return Status::kInserted;
   }
-  static constexpr uint64_t kZero = 0;
 };
 
 RaceClient::RaceClient(const RaceConfig& cfg, Engine& engine, uint32_t client_id) : cfg_(cfg) {
@@ -1185,11 +1165,10 @@ RaceInspection race_inspect(Fabric& fabric, const RaceConfig& cfg, bool with_key
   auto n0 = fabric.local_region(0);
   if (n0.empty()) throw InvalidArgument("race_inspect: node 0 is not hosted by this process");
   r.global_depth = static_cast<uint32_t>(node_load(n0.data(), offsetof(RaceNodeHeader, global_depth)));
-  if (node_load(n0.data(), offsetof(RaceNodeHeader, dir_lock)) != 0) r.locks_clear = false;
+  if (node_load(n0.data(), offsetof(RaceNodeHeader, split)) != 0) r.locks_clear = false;
   std::vector<uint64_t> seen;
   for (uint64_t i = 0; i < (uint64_t{1} << r.global_depth); ++i) {
     const uint64_t e = node_load(n0.data(), cfg.directory_offset() + 8 * i);
-    if (e & kDirLock) r.locks_clear = false;
     const uint64_t id = e & ((1ULL << 46) - 1);
     if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
     seen.push_back(id);
@@ -1230,3 +1209,4 @@ void race_mark_dead(Fabric& fabric, const RaceConfig& cfg, uint32_t client_id) {
   std::atomic_ref<uint64_t>(*word).fetch_or(uint64_t{1} << (client_id % 64), std::memory_order_acq_rel);
 }
 }  // namespace rdmahash
+
