@@ -146,6 +146,10 @@ struct LevelConfig {
   uint64_t region_bytes() const { return level_offset(levels()); }
 };
 std::string level_config_error(const LevelConfig& cfg);
+// The resizes a table of `cfg` needs to hold `capacity` records (all nodes) at a load factor of at
+// most 0.75 of its two levels in use (level hashing fills ~0.9 before a resize): at least 1, at
+// most 8. The bench sizes --pm-path files and served tables with it (--capacity).
+uint32_t level_resizes_for(const LevelConfig& cfg, uint64_t capacity);
 
 struct LevelHeader {
   uint64_t magic;
@@ -158,6 +162,13 @@ struct LevelHeader {
   uint64_t checksum;  // of the 56 bytes before it
 };
 static_assert(sizeof(LevelHeader) == kLevelHeaderBytes);
+
+// Validates an existing image (a --pm-path file) for node `node` of `cfg` without writing to it:
+// its length covers the header, then magic (another format, e.g. a continuity image, is named by
+// its magic), format version, header checksum, geometry, and a length covering the table. Throws
+// PmemError saying what is wrong. LevelShard's recovery starts with it; the bench calls it before
+// the file is given to a fabric, so that a foreign or truncated file is refused as such.
+void level_check_image(std::span<const std::byte> image, const LevelConfig& cfg, uint32_t node);
 
 struct LevelPlacement {
   uint32_t node;
@@ -207,6 +218,7 @@ class LevelShard {
   uint32_t top_level() const;
   bool recovered() const { return recovered_; }
   uint64_t recovery_repairs() const { return repairs_; }  // duplicate copies cleared, resizes finished
+  bool finished_resize() const { return finished_resize_; }  // recovery finished an interrupted resize
   LevelStats stats() const;
   uint32_t node() const { return node_; }
 
@@ -240,6 +252,7 @@ class LevelShard {
   uint64_t records_ = 0;
   bool recovered_ = false;
   uint64_t repairs_ = 0;
+  bool finished_resize_ = false;
   LevelStats stats_;
 };
 
@@ -256,7 +269,10 @@ class LevelServer {
   bool bulk_insert(uint64_t key, std::span<const std::byte> value);  // false if not hosted here
   uint64_t records() const;
   LevelStats stats() const;
-  bool recovered() const;
+  bool recovered() const;  // every hosted shard was recovered from an existing image
+  // What recovery did on the hosted shards: "top level T[, N duplicate copies cleared][, an
+  // interrupted resize finished]" (one clause per shard, "; "-separated).
+  std::string recovery_summary() const;
   const LevelConfig& config() const { return cfg_; }
 
  private:

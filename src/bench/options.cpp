@@ -103,7 +103,8 @@ std::string BenchOptions::error() const {
   }
   if (direct_access != "on" && direct_access != "off") return "--direct-access must be on or off";
   if (sbuckets < 1 || sbuckets > 4) return "--sbuckets must be in [1, 4] (the indicator word has 24 valid bits)";
-  if (!pm_path.empty() && scheme != "continuity") return "--pm-path applies to --scheme continuity";
+  if (!pm_path.empty() && scheme != "continuity" && scheme != "level")
+    return "--pm-path applies to --scheme continuity or level";
   if (!pm_path.empty() && (memory_nodes != 1 || symmetric))
     return "--pm-path holds one memory node's table: use --memory-nodes 1 (and no --symmetric)";
   if (!pm_path.empty() && load_factors.size() != 1) return "--pm-path holds one table: give one --load-factor";

@@ -49,7 +49,7 @@ struct BenchOptions {
   uint32_t initial_depth = 0;          // race: 2^N subtables at start
   uint32_t race_groups = 64;           // race: bucket groups per subtable
   uint32_t sbuckets = 3;               // continuity: SBuckets per segment pair (1..4)
-  std::string pm_path;                 // continuity: the table lives in this pmem file (reopened if it exists)
+  std::string pm_path;                 // continuity, level: the table lives in this pmem file (reopened if it exists)
   uint32_t memory_nodes = 1;
   bool symmetric = false;
   uint32_t clients = 1;                // local fabric: client threads (ucx: the client ranks)

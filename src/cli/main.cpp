@@ -39,7 +39,7 @@ void add_table_options(CLI::App& cmd, BenchOptions& o, std::string& distribution
   cmd.add_option("--scheme", o.scheme, "hash table scheme: linear, cuckoo, race, continuity or level")->capture_default_str();
   cmd.add_option("--sbuckets", o.sbuckets, "continuity: SBuckets between two numbered buckets (1..4)")->capture_default_str();
   cmd.add_option("--pm-path", o.pm_path,
-                 "continuity: keep the table in this file (pmem_map_file); an existing file is recovered, not loaded; "
+                 "continuity, level: keep the table in this file (pmem_map_file); an existing file is recovered, not loaded; "
                  "reloads between points write back the image as loaded");
   cmd.add_option("--slot-format", o.slot_format, "linear slot format: auto, set (63-bit keys) or inline (records)")
       ->capture_default_str();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <string>
@@ -98,6 +99,54 @@ void LevelConfig::validate() const {
 
 uint32_t LevelConfig::slot_bytes() const { return SlotLayout(*this).bytes; }
 
+uint32_t level_resizes_for(const LevelConfig& c, uint64_t capacity) {
+  uint32_t r = 1;
+  const double per_level_pair = 12.0 * static_cast<double>(c.base_buckets) * c.memory_nodes;
+  while (r < 8 && 0.75 * per_level_pair * static_cast<double>(1ULL << r) < static_cast<double>(capacity)) ++r;
+  return r;
+}
+
+namespace {
+// A magic word as its 8 characters when they are printable ("RDHCONT1": a continuity image).
+std::string magic_text(uint64_t m) {
+  std::string s(8, ' ');
+  std::memcpy(s.data(), &m, 8);
+  for (char ch : s)
+    if (ch < 0x20 || ch > 0x7e) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(m));
+      return buf;
+    }
+  return "\"" + s + "\"";
+}
+}  // namespace
+
+void level_check_image(std::span<const std::byte> image, const LevelConfig& cfg, uint32_t node) {
+  if (image.size() < kLevelHeaderBytes)
+    throw PmemError("image of " + std::to_string(image.size()) + " bytes is shorter than the level header (truncated file?)");
+  LevelHeader h{};
+  std::memcpy(&h, image.data(), sizeof h);
+  if (h.magic != kLevelMagic)
+    throw PmemError("not a level table image (its magic is " + magic_text(h.magic) + ", a level image's " +
+                    magic_text(kLevelMagic) + ")");
+  if (h.format_version != kLevelFormatVersion)
+    throw PmemError("level image of format version " + std::to_string(h.format_version) + ", this build reads " +
+                    std::to_string(kLevelFormatVersion));
+  if (h.checksum != header_checksum(h)) throw PmemError("level image header is corrupt (checksum mismatch)");
+  if (h.header_bytes != kLevelHeaderBytes || h.base_buckets != cfg.base_buckets || h.max_resizes != cfg.max_resizes ||
+      h.value_bytes != cfg.value_bytes || h.hash_seed != cfg.hash_seed || h.node != node ||
+      h.memory_nodes != cfg.memory_nodes || h.region_bytes != cfg.region_bytes())
+    throw PmemError("level image was created with another geometry (" + std::to_string(h.base_buckets) +
+                    " base buckets, " + std::to_string(h.max_resizes) + " resizes, " + std::to_string(h.value_bytes) +
+                    "-byte values, node " + std::to_string(h.node) + " of " + std::to_string(h.memory_nodes) +
+                    ") than requested (" + std::to_string(cfg.base_buckets) + ", " +
+                    std::to_string(cfg.max_resizes) + ", " + std::to_string(cfg.value_bytes) + ", node " +
+                    std::to_string(node) + " of " + std::to_string(cfg.memory_nodes) + ")");
+  if (image.size() < cfg.region_bytes())
+    throw PmemError("level image is " + std::to_string(image.size()) + " bytes, its header says " +
+                    std::to_string(cfg.region_bytes()) + " (truncated file?)");
+}
+
 LevelPlacement level_place(const LevelConfig& c, uint64_t key) {
   const uint64_t h = hash::mix64(key ^ c.hash_seed);
   LevelPlacement p;
@@ -172,25 +221,7 @@ void LevelShard::format() {
 }
 
 void LevelShard::recover() {
-  LevelHeader h{};
-  std::memcpy(&h, region_.bytes().data(), sizeof h);
-  if (h.magic != kLevelMagic) throw PmemError("not a level table image (wrong magic)");
-  if (h.format_version != kLevelFormatVersion)
-    throw PmemError("level image of format version " + std::to_string(h.format_version) + ", this build reads " +
-                    std::to_string(kLevelFormatVersion));
-  if (h.checksum != header_checksum(h)) throw PmemError("level image header is corrupt (checksum mismatch)");
-  if (h.header_bytes != kLevelHeaderBytes || h.base_buckets != cfg_.base_buckets || h.max_resizes != cfg_.max_resizes ||
-      h.value_bytes != cfg_.value_bytes || h.hash_seed != cfg_.hash_seed || h.node != node_ ||
-      h.memory_nodes != cfg_.memory_nodes || h.region_bytes != cfg_.region_bytes())
-    throw PmemError("level image was created with another geometry (" + std::to_string(h.base_buckets) +
-                    " base buckets, " + std::to_string(h.max_resizes) + " resizes, " + std::to_string(h.value_bytes) +
-                    "-byte values, node " + std::to_string(h.node) + " of " + std::to_string(h.memory_nodes) +
-                    ") than requested (" + std::to_string(cfg_.base_buckets) + ", " +
-                    std::to_string(cfg_.max_resizes) + ", " + std::to_string(cfg_.value_bytes) + ", node " +
-                    std::to_string(node_) + " of " + std::to_string(cfg_.memory_nodes) + ")");
-  if (region_.bytes().size() < cfg_.region_bytes())
-    throw PmemError("level image is " + std::to_string(region_.bytes().size()) + " bytes, its header says " +
-                    std::to_string(cfg_.region_bytes()) + " (truncated file?)");
+  level_check_image(region_.bytes(), cfg_, node_);
   const LevelWord w = LevelWord::decode(region_.load(kLevelWordOffset));
   if (w.top < 1 || w.top + (w.resizing ? 1 : 0) >= cfg_.levels() ||
       (region_.load(kLevelWordOffset) & ~(0xFFULL | kResizingBit | (kVersionMask << kSeqShift))))
@@ -242,6 +273,7 @@ void LevelShard::recover() {
       }
     }
   }
+  // Only now, with every check passed, is the image written to: a refused image stays untouched.
   for (const Loc& r : redundant) clear_bit(r);
   repairs_ = redundant.size();
   records_ = seen.size();
@@ -251,6 +283,7 @@ void LevelShard::recover() {
     region_.store(kLevelWordOffset, LevelWord{w.top + 1, false, w.seq + 1}.encode());
     region_.persist(kLevelWordOffset, 8);
     ++repairs_;
+    finished_resize_ = true;
   }
 }
 
@@ -588,6 +621,18 @@ bool LevelServer::bulk_insert(uint64_t key, std::span<const std::byte> value) {
 uint64_t LevelServer::records() const { return state_->host->records(); }
 
 bool LevelServer::recovered() const { return state_->host->recovered(); }
+
+std::string LevelServer::recovery_summary() const {
+  std::string out;
+  state_->host->for_each_shard([&out](const LevelShard& s) {
+    if (!out.empty()) out += "; ";
+    out += "top level " + std::to_string(s.top_level());
+    const uint64_t dup = s.recovery_repairs() - (s.finished_resize() ? 1 : 0);
+    if (dup) out += ", " + std::to_string(dup) + " duplicate cop" + (dup == 1 ? "y" : "ies") + " cleared";
+    if (s.finished_resize()) out += ", an interrupted resize finished";
+  });
+  return out;
+}
 
 LevelStats LevelServer::stats() const {
   LevelStats t;
