@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <string>
 
 #include "schemes/hash.h"
@@ -229,13 +228,35 @@ void LevelShard::recover() {
   const auto in_use = levels_in_use();
   const SlotLayout l(cfg_);
   std::vector<std::byte> rec(l.bytes);
-  // key -> (location, value) of its first copy; later copies are duplicates of an interrupted
-  // movement or rehash (cleared below) or corruption (two values).
-  std::map<uint64_t, std::pair<Loc, std::vector<std::byte>>> seen;
+  // A key's copies can only be in its candidate buckets of the levels in use, so duplicates are
+  // found there (no table of every key: recovery is one pass, O(1) per item, no allocation).
+  // Two copies are an interrupted movement or rehash (one value) or an interrupted update that
+  // moved its key to another bucket (two values: either is a state the update may leave). The copy
+  // kept is the one in the highest level (a rehash copies upwards), then the first in scan order
+  // (bucket, slot); every other copy is redundant, cleared once the whole image has been checked.
   std::vector<Loc> redundant;
+  uint64_t valid = 0;
+  auto beaten = [&](uint64_t key, const LevelPlacement& p, const Loc& here) {
+    for (uint32_t lv : in_use) {
+      const uint64_t n = cfg_.level_buckets(lv);
+      const uint64_t cand[2] = {p.h1 % n, p.h2 % n};
+      for (uint32_t c = 0; c < (cand[0] == cand[1] ? 1u : 2u); ++c) {
+        const uint64_t bk = cand[c];
+        for (uint64_t x = region_.load(bucket_off(lv, bk)) & kTokenBits; x; x &= x - 1) {
+          const auto s2 = static_cast<uint32_t>(std::countr_zero(x));
+          if (lv == here.level && bk == here.bucket && s2 == here.slot) continue;
+          if (region_.load(slot_off(lv, bk, s2) + 8) != key) continue;
+          if (lv > here.level || (lv == here.level && (bk < here.bucket || (bk == here.bucket && s2 < here.slot))))
+            return true;
+        }
+      }
+    }
+    return false;
+  };
   for (uint32_t level = 0; level < cfg_.levels(); ++level) {
     const bool used = std::find(in_use.begin(), in_use.end(), level) != in_use.end();
-    for (uint64_t b = 0; b < cfg_.level_buckets(level); ++b) {
+    const uint64_t nb = cfg_.level_buckets(level);
+    for (uint64_t b = 0; b < nb; ++b) {
       const uint64_t tok = region_.load(bucket_off(level, b));
       const uint64_t bits = tok & 0xffffffffULL;
       if (bits == 0) continue;
@@ -250,33 +271,22 @@ void LevelShard::recover() {
         const uint64_t key = l.key(rec.data());
         const LevelPlacement p = level_place(cfg_, key);
         const uint64_t ctrl = load64(rec.data());
-        const auto cand = candidates(cfg_, p, level);
         const bool ok = (ctrl & kOcc) && l.consistent(rec.data()) && not_after(version_of(ctrl), seq_of(tok)) &&
                         static_cast<uint32_t>(ctrl) == p.kbits && p.node == node_ &&
-                        std::find(cand.begin(), cand.end(), b) != cand.end();
+                        (p.h1 % nb == b || p.h2 % nb == b);
         if (!ok)
           throw PmemError("corrupt image: level " + std::to_string(level) + " bucket " + std::to_string(b) + " slot " +
                           std::to_string(s) + " is valid but does not hold a consistent item of that bucket");
-        std::vector<std::byte> value(rec.begin() + l.val_off, rec.begin() + l.val_off + cfg_.value_bytes);
+        ++valid;
         const Loc here{level, b, s};
-        auto [it, fresh] = seen.emplace(key, std::make_pair(here, value));
-        if (fresh) continue;
-        // Two copies: an interrupted movement or rehash (one value) or an interrupted update that
-        // moved its key to another bucket (two values: either is a state the update may leave).
-        // Keep the copy in the higher level (a rehash copies upwards), else the first one.
-        if (level > it->second.first.level) {
-          redundant.push_back(it->second.first);
-          it->second.first = here;
-        } else {
-          redundant.push_back(here);
-        }
+        if (beaten(key, p, here)) redundant.push_back(here);
       }
     }
   }
   // Only now, with every check passed, is the image written to: a refused image stays untouched.
   for (const Loc& r : redundant) clear_bit(r);
   repairs_ = redundant.size();
-  records_ = seen.size();
+  records_ = valid - redundant.size();
   recovered_ = true;
   if (w.resizing) {  // finish the interrupted resize (resuming skips items already moved)
     rehash_bottom(w.top - 1, w.top + 1);
