@@ -15,8 +15,9 @@ sizes=("$@")
 restarts=${RESTARTS:-2}
 CONT_LF=${CONT_LF:-0.3} LEVEL_LF=${LEVEL_LF:-0.5}
 dir=$(mktemp -d /dev/shm/rdmahash-rec.XXXXXX)
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'kill -9 $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
 life() {  # life SCHEME N LF LOG: one server life on $dir/t.pm, kill -9'd once listening
+  rm -f "$dir/out" "$4"  # the previous life's "listening" must not count
   "$BIN" serve --scheme "$1" --pm-path "$dir/t.pm" --records "$2" --load-factor "$3" --value-bytes 16 \
     --listen 127.0.0.1:0 --no-progress > "$dir/out" 2> "$4" &
   local pid=$!
