@@ -505,29 +505,12 @@ class ContinuityAdapter final : public SchemeAdapter {
   std::vector<std::byte> image_;       // --pm-path without --keep-table: the file after the first load
 };
 
-// Writes `saved` (a --pm-path image as a first load left it) back into the file mapping `img`,
-// crash-safely: the magic word (offset 0) cleared and persisted, the rest copied and persisted, the
-// magic word restored and persisted. An interrupted restore is refused on reopen (no magic), never
-// taken for a table. (ContinuityAdapter::restore_image does the same for continuity.)
-void restore_pm_image(std::span<std::byte> img, const std::vector<std::byte>& saved, PersistMode mode) {
-  if (saved.size() != img.size() || img.size() < 8) throw std::logic_error("no loaded image to restore (--keep-table?)");
-  PersistentRegion region(img, mode);
-  uint64_t magic = 0;
-  std::memcpy(&magic, saved.data(), sizeof magic);
-  region.store(0, 0);
-  region.persist(0, 8);
-  std::memcpy(img.data() + 8, saved.data() + 8, img.size() - 8);
-  region.persist(8, img.size() - 8);
-  region.store(0, magic);
-  region.persist(0, 8);
-}
-
 // Level hashing (OSDI'18), the seed 002 baseline. Volatile, or with --pm-path on a pmem file
 // mapping exactly as ContinuityAdapter: a new file is formatted and bulk-loaded, an existing one is
 // validated (level_check_image: before the fabric sees it, so that a foreign, truncated or corrupt
 // file is refused untouched) and recovered — recovery finishes an interrupted top-level resize and
 // clears the duplicate copy of an interrupted movement — never bulk-loaded. Reloads between points
-// restore the image as the first load left it (restore_pm_image); --keep-table: no reload, no copy.
+// restore the image as the first load left it (restore_image, pmem.h); --keep-table: no reload, no copy.
 // The table has room for the resizes its capacity needs (level_resizes_for: --capacity of `serve`,
 // else the records plus the points' writes), so a small table grows while clients insert.
 class LevelAdapter final : public SchemeAdapter {
@@ -578,7 +561,8 @@ class LevelAdapter final : public SchemeAdapter {
     const bool reload = server_ != nullptr;
     server_.reset();  // no client is running: the old server's handler is replaced below
     if (reload && file_) {
-      restore_pm_image(persistent_region(), image_, mode);
+      PersistentRegion region(persistent_region(), mode);
+      restore_image(region, image_);  // magic cleared first, restored last (pmem.h)
       open_server(fabric, mode);
       if (progress) progress(keys.records());
       return;
