@@ -122,8 +122,8 @@
 //    (level-pm-reload-restores-image)
 //  * recovery finishes an interrupted top-level resize (level-recovery-finish-resize)
 //  * recovery clears the redundant copy of a key left twice (level-recovery-keep-duplicates)
-//  Not a mutant: a reload clears the magic word before rewriting the file and restores it last
-//  (an interrupted reload is refused on reopen), as continuity's; no test interrupts a reload.
+//  * a reload (restore_image, pmem.h) clears the magic word before rewriting the file and restores
+//    it last: an interrupted reload is refused on reopen, never read as a mix (pmem-restore-magic-last)
 //
 // Thread safety: LevelClient belongs to one Engine; LevelShard and the RPC handler are
 // thread-safe (one mutex per shard); readers never lock.
