@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"poll", "event"}))->capture_default_str();
   serve->add_option("--node", serve_cfg.node, "this server is memory node N of --memory-nodes")->capture_default_str();
   serve->add_option("--capacity", serve_cfg.capacity,
-                    "records the table may come to hold (sizes race's directory and linear heaps; default: records + "
+                    "records the table may come to hold (sizes race's directory, linear heaps and level's resizes; default: records + "
                     "max(records, 100000))");
   serve->add_flag("!--no-progress", serve_opts.progress, "no progress bar while loading");
   rdmahash::cli::ModelCommand model_cmd(app);
