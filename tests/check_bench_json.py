@@ -153,8 +153,26 @@ def main():
             # Seed 002: a lookup is one READ of the segment; insert/update persist twice, delete once.
             if "persists_per_op" not in r or r.get("persistence") not in ("volatile", "pmem", "msync"):
                 fail("continuity runs report persistence and persists_per_op")
-            if w == "get" and (abs(r["round_trips_per_op"] - 1) > 1e-9 or abs(r["requests_per_op"]["read"] - 1) > 1e-9):
-                fail("a continuity lookup is one READ in one round trip")
+            if r.get("max_resizes", 0) == 0:
+                if w == "get" and (abs(r["round_trips_per_op"] - 1) > 1e-9 or abs(r["requests_per_op"]["read"] - 1) > 1e-9):
+                    fail("a continuity lookup is one READ in one round trip")
+            elif w == "get" and (r.get("resizing_start") is not False or r.get("resizing_end") is not False):
+                # A resize in progress (or unknown): a lookup is one READ, or two across a MOVED or
+                # UNBORN mark, plus learning the levels.
+                if r["requests_per_op"]["read"] > 2 + r["clients"] * r["depth"] * r["memory_nodes"] * r["max_resizes"] / ops:
+                    fail(f"continuity get during a resize: {r['requests_per_op']['read']} READs per lookup")
+            elif w == "get":
+                # No resize is in progress (and a get point starts none): one READ per lookup, plus
+                # the READs that teach each client the level: each of its first `depth` lookups per
+                # memory node (issued before any learned it) follows one MOVED per level.
+                extra = r["requests_per_op"]["read"] * ops - ops
+                bound = r["clients"] * r["depth"] * r["memory_nodes"] * r["max_resizes"]
+                if extra < -1e-6 or extra > bound + 1e-6:
+                    fail(f"continuity get with resizes: {r['requests_per_op']['read']} READs per lookup: "
+                         f"{extra:.0f} extra READs, more than the {bound} needed to learn the level")
+                if r["fabric"] == "local" and not (0 < r.get("resizes", -1) <= r["max_resizes"]):
+                    fail(f"continuity with --max-resizes {r['max_resizes']}: resizes {r.get('resizes')} not reported "
+                         f"or out of range")
             if w in ("find-or-put", "mixed", "ycsb-load"):
                 if abs(r["persists_per_op"] * ops - 2 * o["inserted"]) > 1e-6:
                     fail(f"continuity inserts persist twice: {r['persists_per_op']} per op, {o['inserted']} inserted")

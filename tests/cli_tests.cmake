@@ -186,6 +186,12 @@ add_test(NAME cli_level_key_bytes COMMAND ${EXPECT_FAIL} "scheme level stores 8-
 add_test(NAME bench_local_continuity COMMAND python3 ${CHECK_JSON} --
   ${RDMAHASH_BIN} bench --fabric local --scheme continuity --clients 2 --records 20000 --load-factor 0.2
   --value-bytes 8 --workload get,find-or-put,mixed --ops 2000 --depth 8)
+# Growing online: starts 32 times smaller; the bulk load grows it three times, the find-or-put point
+# once more (online, while the clients run). The get points (no resize in progress) are one READ
+# per lookup plus the few that teach each client the level (check_bench_json.py).
+add_test(NAME bench_local_continuity_grow COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --fabric local --scheme continuity --clients 2 --records 20000 --load-factor 0.1
+  --max-resizes 5 --value-bytes 8 --workload get,find-or-put,get --keep-table --ops 8000 --depth 8)
 add_test(NAME bench_ucx_continuity COMMAND python3 ${CHECK_JSON} --
   ${RDMAHASH_MPIRUN} -n 3 ${RDMAHASH_BIN} bench --fabric ucx --scheme continuity --memory-nodes 1 --records 20000
   --load-factor 0.2 --value-bytes 8 --workload get,find-or-put --ops 1000 --depth 8)

@@ -71,6 +71,7 @@ struct CrashChecker {
   const State& start;
   uint64_t checked = 0;
   std::string first_failure;
+  bool finish_after = false;  // also finish the recovered shard's resize and require the same items
 
   void run(uint64_t seed) {
     std::mt19937_64 rng(seed);
@@ -120,6 +121,12 @@ struct CrashChecker {
       if (got != *acked && !(next && got == *next))
         why = "recovered " + std::to_string(got.size()) + " items, acknowledged state has " +
               std::to_string(acked->size()) + (next ? " (in-flight op: " + std::to_string(next->size()) + ")" : "");
+      if (why.empty() && finish_after) {
+        PersistentRegion region(image, PersistMode::kVolatile);
+        ContinuityShard shard(cfg, 0, region);
+        shard.finish_resize();
+        if (recovered_state(cfg, image) != got) why = "finishing the recovered resize changed the items";
+      }
     } catch (const std::exception& ex) {
       why = std::string("recovery failed: ") + ex.what();
     }
@@ -181,6 +188,79 @@ TEST(ContinuityCrash, EveryCrashPointRecoversTheAcknowledgedOperations) {
               steps.size(), static_cast<unsigned long>(kinds[0]), static_cast<unsigned long>(kinds[1]),
               static_cast<unsigned long>(kinds[2]), static_cast<unsigned long>(kinds[3]), rec.log.size(),
               static_cast<unsigned long>(persists), static_cast<unsigned long>(check.checked));
+  EXPECT_GT(check.checked, rec.log.size());
+}
+
+// Online resizing (continuity.h "Online resizing"): the table starts with 4 buckets and doubles
+// three times while writes go on; each write migrates only its own pair, so inserts,
+// updates and erases land between migrated pairs; extra resize steps are interleaved as
+// operations of their own. Every crash point must recover to the acknowledged state, and the
+// recovered shard must then finish its resize (and take writes) with every item still present.
+TEST(ContinuityCrash, EveryCrashPointOfAnOnlineResizeWithWritesRecovers) {
+  ContinuityConfig c;
+  c.buckets_per_node = 4;
+  c.sbuckets = 3;
+  c.value_bytes = 16;
+  c.max_resizes = 3;
+  c.migrate_pairs_per_write = 0;  // a write migrates its own pair only: resizes stay in progress
+  AlignedImage live(c.region_bytes());
+  PersistentRegion region(live.bytes, PersistMode::kVolatile);
+  ContinuityShard shard(c, 0, region);
+  std::vector<std::byte> initial(live.bytes.begin(), live.bytes.end());
+  Recorder rec;
+  region.set_observer(&rec);
+  std::mt19937_64 rng(77);
+  std::vector<uint64_t> universe;
+  for (int i = 0; i < 260; ++i) universe.push_back(rng());
+  State state;
+  std::vector<Step> steps;
+  uint64_t kinds[4] = {0, 0, 0, 0}, during = 0, steps_alone = 0;
+  for (int i = 0; i < 1400; ++i) {
+    const size_t begin = rec.log.size();
+    const bool was_resizing = shard.resizing();
+    const uint64_t x = rng() % 20;
+    if (x == 0) {  // a migration step on its own (the node's CPU between requests)
+      shard.resize_step();
+      ++steps_alone;
+      steps.push_back({begin, rec.log.size(), state});
+      continue;
+    }
+    // Inserts dominate early so that the table fills and grows; later a balanced mix.
+    const uint64_t k = universe[rng() % (i < 700 ? universe.size() : 200)];
+    const auto v = value_for(k, static_cast<uint32_t>(i), c.value_bytes);
+    ContinuityResult r;
+    if (x < 11) r = shard.find_or_put(k, v);
+    else if (x < 15) r = shard.put(k, v);
+    else if (x < 18) r = shard.update(k, v);
+    else r = shard.erase(k);
+    if (r.status == Status::kInserted) state[k] = v, ++kinds[0];
+    else if (r.status == Status::kUpdated) state[k] = v, ++kinds[1];
+    else if (r.status == Status::kErased) state.erase(k), ++kinds[2];
+    else if (r.status == Status::kFull) ++kinds[3];
+    during += was_resizing && r.status != Status::kFound && r.status != Status::kNotFound;
+    steps.push_back({begin, rec.log.size(), state});
+  }
+  region.set_observer(nullptr);
+  const ContinuityStats st = shard.stats();
+  ASSERT_EQ(st.resizes, 3u) << "the workload should grow the table to its last level";
+  ASSERT_GE(st.migrated_pairs, 2u + 4u + 1u);  // tables 0 and 1 wholly, table 2 begun
+  ASSERT_GT(during, 20u) << "writes should land while a resize is in progress";
+  ASSERT_GT(kinds[2], 50u);
+  ASSERT_EQ(recovered_state(c, live.bytes), state);
+
+  const State empty;
+  CrashChecker check{c, initial, rec.log, steps, empty, 0, {}};
+  check.finish_after = true;
+  check.run(13);
+  EXPECT_EQ(check.first_failure, "");
+  std::printf("continuity online-resize crash test: %zu ops (%lu inserts, %lu updates, %lu erases, %lu full, %lu "
+              "writes during a resize, %lu lone steps), %lu resizes, %lu pairs migrated, %zu events, %lu crash "
+              "images checked\n",
+              steps.size(), static_cast<unsigned long>(kinds[0]), static_cast<unsigned long>(kinds[1]),
+              static_cast<unsigned long>(kinds[2]), static_cast<unsigned long>(kinds[3]),
+              static_cast<unsigned long>(during), static_cast<unsigned long>(steps_alone),
+              static_cast<unsigned long>(st.resizes), static_cast<unsigned long>(st.migrated_pairs), rec.log.size(),
+              static_cast<unsigned long>(check.checked));
   EXPECT_GT(check.checked, rec.log.size());
 }
 
@@ -381,6 +461,13 @@ TEST(ContinuityFile, CorruptOrForeignImagesAreRefusedUntouched) {
     write(bad);
     expect_refused(path, c, "header bit " + std::to_string(bit));
   }
+  // Every single-bit flip of the geometry word (level, RESIZING, check).
+  for (size_t bit = 0; bit < 64; ++bit) {
+    auto bad = good;
+    bad[kContinuityGeometryOffset + bit / 8] = static_cast<char>(bad[kContinuityGeometryOffset + bit / 8] ^ (1 << (bit % 8)));
+    write(bad);
+    expect_refused(path, c, "geometry bit " + std::to_string(bit));
+  }
   // Truncations: inside the header, and of the table.
   for (size_t len : {size_t{1}, size_t{40}, size_t{64}, good.size() / 2, good.size() - 8}) {
     write(std::vector<char>(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(len)));
@@ -404,7 +491,7 @@ TEST(ContinuityFile, CorruptOrForeignImagesAreRefusedUntouched) {
   auto bad = good;
   bool flipped = false;
   for (uint64_t pair = 0; pair < c.buckets_per_node / 2 && !flipped; ++pair) {
-    const uint64_t ind_off = kContinuityHeaderBytes + pair * c.pair_bytes() + c.bucket_bytes();
+    const uint64_t ind_off = c.table_offset(0) + pair * c.pair_bytes() + c.bucket_bytes();
     uint64_t ind;
     std::memcpy(&ind, good.data() + ind_off, 8);
     if (ind & (1ULL << 4)) {  // first SBucket slot is valid: flip a value bit
@@ -420,7 +507,7 @@ TEST(ContinuityFile, CorruptOrForeignImagesAreRefusedUntouched) {
   bad = good;
   flipped = false;
   for (uint64_t pair = 0; pair < c.buckets_per_node / 2 && !flipped; ++pair) {
-    const uint64_t ind_off = kContinuityHeaderBytes + pair * c.pair_bytes() + c.bucket_bytes();
+    const uint64_t ind_off = c.table_offset(0) + pair * c.pair_bytes() + c.bucket_bytes();
     uint64_t ind;
     std::memcpy(&ind, good.data() + ind_off, 8);
     for (uint32_t slot = 0; slot < 4 && !flipped; ++slot)

@@ -52,6 +52,28 @@ foreach(entry IN LISTS HISTORY_SCHEMES)
     ENVIRONMENT "${RDMAHASH_MPI_ENV}" LABELS history)
 endforeach()
 
+# Continuity while its table grows online: 8000 keys of which the 2000 bulk-loaded ones are present
+# at start; the table starts 64 times smaller than 2000 records at 0.1 need, the bulk load grows
+# it to level 4 and the clients' inserts to level 6, with --resize-pace 0 (a resize advances by the
+# pairs the clients write, so it is in progress during most of the run): reads cross MOVED and
+# UNBORN marks while writes migrate pairs, and the history must stay linearizable.
+set(HISTORY_RESIZE --scheme continuity --value-bytes 16 --max-resizes 6 --resize-pace 0 --records 2000
+    --load-factor 0.1 --workload kv-mix --keys 8000 --depth 4 --ops 25000 --no-progress --quiet)
+add_test(NAME history_continuity_resize_local
+  COMMAND sh -c "b=\"$1\" f=\"$2\"; shift 2; rm -f \"$f\" && \"$b\" bench --fabric local --clients 4 \"\$@\" --history \"$f\" && \"$b\" check-history --timeout-per-key 120 \"$f\""
+          sh $<TARGET_FILE:rdmahash_cli> ${HISTORY_DIR}/continuity_resize_local.bin ${HISTORY_RESIZE})
+add_test(NAME history_continuity_resize_ucx
+  COMMAND sh -c "m=\"$1\" b=\"$2\" f=\"$3\"; shift 3; rm -f \"$f\" && $m -n 5 \"$b\" bench --fabric ucx --memory-nodes 1 \"\$@\" --history \"$f\" && \"$b\" check-history --timeout-per-key 120 \"$f\""
+          sh "${MPIEXEC_EXECUTABLE} --oversubscribe" $<TARGET_FILE:rdmahash_cli> ${HISTORY_DIR}/continuity_resize_ucx.bin ${HISTORY_RESIZE})
+# The same with the memory node's background migration thread (--resize-pace 1) racing the writes.
+string(REPLACE "--resize-pace 0" "--resize-pace 1" HISTORY_RESIZE_BG "${HISTORY_RESIZE}")
+add_test(NAME history_continuity_resize_bg_local
+  COMMAND sh -c "b=\"$1\" f=\"$2\"; shift 2; rm -f \"$f\" && \"$b\" bench --fabric local --clients 4 \"\$@\" --history \"$f\" && \"$b\" check-history --timeout-per-key 120 \"$f\""
+          sh $<TARGET_FILE:rdmahash_cli> ${HISTORY_DIR}/continuity_resize_bg_local.bin ${HISTORY_RESIZE_BG})
+set_tests_properties(history_continuity_resize_local history_continuity_resize_ucx history_continuity_resize_bg_local PROPERTIES
+  PASS_REGULAR_EXPRESSION "linearizable: [0-9][0-9][0-9][0-9][0-9][0-9]+ events" TIMEOUT 600
+  ENVIRONMENT "${RDMAHASH_MPI_ENV}" LABELS history)
+
 # The checker catches broken histories: each takes the linear inline history and breaks one op.
 foreach(mode stale-read torn-read lost-insert)
   add_test(NAME history_catches_${mode}

@@ -5,7 +5,7 @@ usage: mpirun_listen_test.py MPIRUN RDMAHASH
 
 Runs `mpirun -n 2 RDMAHASH bench --fabric ucx ...` with UCX_TLS=tcp (so UCX opens TCP listeners
 in every rank) and, while it runs, collects every listening TCP socket of the rdmahash processes
-that this mpirun started (/proc/PID/fd and /proc/net/tcp, as serve_handshake_test.py does). All
+that this mpirun started (/proc/PID/fd and /proc/net/tcp, as serve_util.py does). All
 must be bound to 127.0.0.0/8: every rank is on this host, so UcxFabric restricts UCX to "lo".
 What this checks: the sockets held by the rdmahash ranks. Open MPI's own sockets are MPI's
 configuration: mpirun is told to keep them on shared memory and the loopback (btl self,vader,
@@ -18,7 +18,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_handshake_test import listening_sockets  # noqa: E402
+from serve_util import listening_sockets  # noqa: E402
 
 
 def fail(msg):

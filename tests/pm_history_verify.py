@@ -3,10 +3,11 @@
 
     pm_history_verify.py [--self-test] TABLE HISTORY
 
-TABLE is a continuity --pm-path file (include/rdmahash/continuity.h: 64-byte header, then segment
-pairs [bucket 2i][indicator][SBuckets][bucket 2i+1]) or a level one (include/rdmahash/level.h:
-64-byte header, the level word at 64, levels of [token][4 slots] buckets from 128; the levels in use
-are the top t and t-1, and a recovered image is not mid-resize), told apart by the magic; HISTORY is the `bench --connect --history` file
+TABLE is a continuity --pm-path file (include/rdmahash/continuity.h, format 2: 64-byte header, the
+geometry word, then the tables of segment pairs [bucket 2i][indicator][SBuckets][bucket 2i+1]) or a
+level one (include/rdmahash/level.h: 64-byte header, the level word at 64, levels of [token][4
+slots] buckets from 128; the levels in use are the top t and t-1, and a recovered image is not
+mid-resize), told apart by the magic; HISTORY is the `bench --connect --history` file
 (src/check/history.h: 32-byte header, 48-byte events) of ONE client that ran at --depth 1, so its
 operations are sequential and at most its last one is pending (in flight when the memory node died).
 
@@ -59,29 +60,55 @@ def read_history(path):
     return [struct.unpack_from("<QQQQQIBBH", data, 32 + 48 * i) for i in range(count)]
 
 
+GEOMETRY = {}  # of the last image read: table level, resizing
+
+
 def read_continuity(path):
-    """Every valid item of the image: {key: value digest}; raises on a key stored twice."""
+    """Every valid item of the image: {key: value digest}; raises on a key stored twice.
+
+    Format 2 (continuity.h): the geometry word at 64 (level, RESIZING), table l of N·2^l buckets at
+    128 + (2^l - 1)·(N/2)·pair_bytes. Items live in the not-MOVED pairs of table `level` and, while
+    resizing, in the born (not UNBORN) pairs of table level+1 whose parent is MOVED (a born pair
+    under a not-MOVED parent holds copies that recovery discards)."""
     data = open(path, "rb").read()
-    if len(data) < 64:
+    if len(data) < 128:
         raise ValueError(f"{path}: shorter than the continuity header")
-    magic, _ver, _hb, buckets, sb, vb, _seed, _node, _nodes, region = struct.unpack_from("<QIIQIIQIIQ", data, 0)
-    if magic != CONT_MAGIC or region > len(data):
-        raise ValueError(f"{path}: not a continuity image")
+    magic, ver, _hb, buckets, sb, vb, _seed, _node, _nodes, region = struct.unpack_from("<QIIQIIQIIQ", data, 0)
+    if magic != CONT_MAGIC or ver != 2 or region > len(data):
+        raise ValueError(f"{path}: not a continuity image of format 2")
+    geo = int.from_bytes(data[64:72], "little")
+    level, resizing = geo & 0xFF, (geo >> 8) & 1
+    GEOMETRY.update(level=level, resizing=resizing)
     slot = 16 + (vb + 7) // 8 * 8 + 8
     pair_slots = 8 + 4 * sb
     pair_bytes = pair_slots * slot + 8
+    moved_bit, unborn_bit = 1 << 61, 1 << 62
+
+    def table(lv):
+        return 128 + ((1 << lv) - 1) * (buckets // 2) * pair_bytes
+
+    def indicator(lv, p):
+        off = table(lv) + p * pair_bytes + 4 * slot
+        return int.from_bytes(data[off:off + 8], "little")
+
     items = {}
-    for p in range(buckets // 2):
-        base = 64 + p * pair_bytes
-        ind = int.from_bytes(data[base + 4 * slot:base + 4 * slot + 8], "little")
-        for bit in range(pair_slots):
-            if not (ind >> bit) & 1:
+    old_pairs = (buckets << level) // 2
+    for lv in [level] + ([level + 1] if resizing else []):
+        for p in range((buckets << lv) // 2):
+            ind = indicator(lv, p)
+            if ind & (moved_bit | unborn_bit):
                 continue
-            off = base + bit * slot + (8 if bit >= 4 else 0)  # slots after bucket 2i follow the indicator
-            key = int.from_bytes(data[off + 8:off + 16], "little")
-            if key in items:
-                raise ValueError(f"{path}: key {key:#x} is valid in two slots")
-            items[key] = value_digest(data[off + 16:off + 16 + vb])
+            if lv > level and not indicator(level, p % old_pairs) & moved_bit:
+                continue  # an interrupted migration's copies
+            base = table(lv) + p * pair_bytes
+            for bit in range(pair_slots):
+                if not (ind >> bit) & 1:
+                    continue
+                off = base + bit * slot + (8 if bit >= 4 else 0)  # slots after bucket 2i follow the indicator
+                key = int.from_bytes(data[off + 8:off + 16], "little")
+                if key in items:
+                    raise ValueError(f"{path}: key {key:#x} is valid in two slots")
+                items[key] = value_digest(data[off + 16:off + 16 + vb])
     return items
 
 
@@ -96,6 +123,7 @@ def read_level(path):
         raise ValueError(f"{path}: not a level image")
     word = int.from_bytes(data[64:72], "little")
     top, resizing = word & 0xFF, (word >> 8) & 1
+    GEOMETRY.update(level=top, resizing=resizing)
     if resizing:
         raise ValueError(f"{path}: the image is mid-resize (restart the server on it: recovery finishes the resize)")
     if top < 1 or top >= resizes + 2:
@@ -209,7 +237,7 @@ def main(argv):
     ops = sum(1 for e in events if e[6] != K_INIT)
     print(f"{len(state)} keys, {ops} operations ({acked_inserts} acknowledged inserts, {pending} pending): "
           f"{len(state) - len(bad)} keys as acknowledged, {len(bad)} not; {present} present in the image "
-          f"of {len(table)} items")
+          f"of {len(table)} items (table level {GEOMETRY['level']}{', resizing' if GEOMETRY['resizing'] else ''})")
     for line in bad[:20]:
         print("  " + line)
     if not bad and self_test:

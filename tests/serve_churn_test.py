@@ -21,6 +21,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_util import fail, start_server  # noqa: E402
+
 CONCURRENT = 4
 WARMUP = 8
 RSS_SLACK_KIB = 4096
@@ -30,11 +33,6 @@ RSS_SLACK_KIB = 4096
 # distinct only below that within one server life; and Porcupine's memory grows faster than
 # linearly with a key's operations (5 M events on 16 keys took 24 GB and the OOM killer).
 MAX_CLIENTS = 250
-
-
-def fail(msg):
-    print("FAIL:", msg)
-    sys.exit(1)
 
 
 def fds(pid):
@@ -65,17 +63,12 @@ def main():
     tok = os.path.join(work, "token")
     logpath = os.path.join(work, "serve.log")
     log = open(logpath, "w+")
-    server = subprocess.Popen([rdmahash, "serve", "--listen", "127.0.0.1:0", "--records", "1000", "--slot-format", "set",
-                               "--no-progress", "--token-file", tok], stdout=subprocess.PIPE, stderr=log, text=True)
+    server, host, port = start_server(rdmahash, ["--records", "1000", "--slot-format", "set", "--token-file", tok], log)
     started = 0
     killed_names = set()
     histories = []
     try:
-        line = server.stdout.readline()
-        m = re.search(r"listening on (127\.0\.0\.1:\d+)$", line.strip())
-        if not m:
-            fail(f"no 'listening on' line: {line!r}")
-        addr = m.group(1)
+        addr = f"{host}:{port}"
         run = [rdmahash, "bench", "--connect", addr, "--workload", "kv-mix", "--keys", "64", "--depth", "4", "--quiet",
                "--token-file", tok]
 

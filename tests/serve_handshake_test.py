@@ -15,7 +15,6 @@ Starts a server on 127.0.0.1:0, then:
   - stops the server with SIGTERM: exit 0 and "stopped by SIGTERM".
 """
 import os
-import re
 import signal
 import socket
 import struct
@@ -24,56 +23,18 @@ import sys
 import tempfile
 import time
 
-
-def fail(msg):
-    print("FAIL:", msg)
-    sys.exit(1)
-
-
-def listening_sockets(pid):
-    """(address, port) of every listening TCP socket owned by `pid`."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        m = re.match(r"socket:\[(\d+)\]", target)
-        if m:
-            inodes.add(m.group(1))
-    out = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            next(f)
-            for line in f:
-                fields = line.split()
-                local, state, inode = fields[1], fields[3], fields[9]
-                if state != "0A" or inode not in inodes:  # 0A: LISTEN
-                    continue
-                addr, port = local.split(":")
-                if len(addr) == 8:
-                    ip = socket.inet_ntop(socket.AF_INET, struct.pack("<I", int(addr, 16)))
-                else:
-                    ip = "ipv6:" + addr
-                out.append((ip, int(port, 16)))
-    return out
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_util import fail, listening_sockets, start_server  # noqa: E402
 
 
 def main():
     rdmahash = sys.argv[1]
     work = tempfile.mkdtemp(prefix="rdmahash-hs.")
     log = open(os.path.join(work, "serve.log"), "w+")
-    server = subprocess.Popen([rdmahash, "serve", "--listen", "127.0.0.1:0", "--records", "1000", "--slot-format",
-                               "inline", "--value-bytes", "16", "--no-progress"],
-                              stdout=subprocess.PIPE, stderr=log, text=True)
+    server, host, port = start_server(rdmahash, ["--records", "1000", "--slot-format", "inline", "--value-bytes", "16"],
+                                      log)
     try:
-        line = server.stdout.readline()
-        m = re.search(r"listening on (127\.0\.0\.1):(\d+)$", line.strip())
-        if not m:
-            fail(f"no 'listening on' line: {line!r}")
-        host, port = m.group(1), int(m.group(2))
         addr = f"{host}:{port}"
-        print(line.strip())
 
         socks = listening_sockets(server.pid)
         print("listening sockets:", socks)

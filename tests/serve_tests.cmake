@@ -24,6 +24,16 @@ add_test(NAME serve_pm_kill_level
 set_tests_properties(serve_pm_kill_level PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
   ENVIRONMENT "SCHEME=level;LOAD_FACTOR=0.8;RESIZE_KILLS=1" TIMEOUT 300 LABELS serve)
 
+# The same while the table grows online (--max-resizes 5: it starts 32 times smaller; the bulk load
+# grows it to level 4 and the client's inserts to level 5). --resize-pace 0: the last resize
+# advances only by the pairs the client writes, so it is in progress for most of the run and the
+# kill lands mid-migration (the verifier prints "resizing").
+add_test(NAME serve_pm_kill_continuity_resize
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_pm_kill_test.sh $<TARGET_FILE:rdmahash_cli> 3 100000 --max-resizes 5
+          --resize-pace 0)
+set_tests_properties(serve_pm_kill_continuity_resize PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
+  TIMEOUT 300 LABELS serve)
+
 if(NOT RDMAHASH_GO)
   message(WARNING "Go not found: the serve tests (which check histories) are skipped")
   return()

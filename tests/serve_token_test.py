@@ -28,39 +28,9 @@ import sys
 import tempfile
 import time
 
-LABEL = b"rdmahash handshake v2: client proof"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_util import LABEL, fail, hello, listening_sockets, read_reply, start_server  # noqa: E402
 
-
-def fail(msg):
-    print("FAIL:", msg)
-    sys.exit(1)
-
-
-def recv_exact(s, n):
-    out = b""
-    while len(out) < n:
-        chunk = s.recv(n - len(out))
-        if not chunk:
-            return None
-        out += chunk
-    return out
-
-
-def read_reply(s):
-    head = recv_exact(s, 16)
-    if head is None:
-        return None
-    if head[:8] != b"RDMAHASH":
-        fail(f"a reply without the magic: {head!r}")
-    status, n = struct.unpack("<II", head[8:])
-    body = recv_exact(s, n)
-    if body is None:
-        fail("a truncated reply")
-    return status, body
-
-
-def hello(nonce):
-    return b"RDMAHASH" + struct.pack("<II", 2, 0) + nonce
 
 
 def main():
@@ -68,15 +38,9 @@ def main():
     work = tempfile.mkdtemp(prefix="rdmahash-token.")
     tok = os.path.join(work, "token")
     log = open(os.path.join(work, "serve.log"), "w+")
-    server = subprocess.Popen([rdmahash, "serve", "--listen", "127.0.0.1:0", "--records", "1000", "--slot-format", "set",
-                               "--no-progress", "--token-file", tok], stdout=subprocess.PIPE, stderr=log, text=True)
+    server, host, port = start_server(rdmahash, ["--records", "1000", "--slot-format", "set", "--token-file", tok], log)
     expected_refusals = 0
     try:
-        line = server.stdout.readline()
-        m = re.search(r"listening on (127\.0\.0\.1):(\d+)$", line.strip())
-        if not m:
-            fail(f"no 'listening on' line: {line!r}")
-        host, port = m.group(1), int(m.group(2))
         addr = f"{host}:{port}"
         st = os.stat(tok)
         if stat.S_IMODE(st.st_mode) != 0o600:
@@ -234,21 +198,15 @@ def public_address(rdmahash, work, tok):
         print("no non-loopback IPv4 address on this machine: the public-address part is skipped")
         return
     ip = ips[0]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from serve_handshake_test import listening_sockets
     log = open(os.path.join(work, "public.log"), "w+")
-    server = subprocess.Popen([rdmahash, "serve", "--listen", f"{ip}:0", "--records", "1000", "--slot-format", "set",
-                               "--no-progress", "--token-file", tok], stdout=subprocess.PIPE, stderr=log, text=True)
+    server, _, port = start_server(rdmahash, ["--records", "1000", "--slot-format", "set", "--token-file", tok], log,
+                                   listen=f"{ip}:0")
     try:
-        line = server.stdout.readline()
-        m = re.search(r"listening on (\S+):(\d+)$", line.strip())
-        if not m or m.group(1) != ip:
-            fail(f"no 'listening on {ip}:PORT' line: {line!r}")
         socks = listening_sockets(server.pid)
         print(f"serve --listen {ip}:0: listening sockets {socks}")
-        if (ip, int(m.group(2))) not in socks or any(s[0] != ip for s in socks):
+        if (ip, port) not in socks or any(s[0] != ip for s in socks):
             fail(f"a server on {ip} listens elsewhere: {socks}")
-        r = subprocess.run([rdmahash, "bench", "--connect", f"{ip}:{m.group(2)}", "--workload", "kv-mix", "--keys", "16",
+        r = subprocess.run([rdmahash, "bench", "--connect", f"{ip}:{port}", "--workload", "kv-mix", "--keys", "16",
                             "--ops", "2000", "--quiet", "--token-file", tok], capture_output=True, text=True)
         if r.returncode != 0:
             fail(f"a client with the token against {ip} failed: {r.stderr}")

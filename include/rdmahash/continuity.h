@@ -2,15 +2,20 @@
 // Lookups are ONE one-sided READ; writes are two-sided requests applied by the memory node's CPU,
 // log-free: every write becomes visible and durable with one 8-byte indicator store.
 //
-// Memory layout of a shard (one memory node; all offsets 8-byte aligned, the table 64-aligned)
+// Memory layout of a shard (one memory node; all offsets 8-byte aligned, the tables 64-aligned)
 // -----------------------------------------------------------------------------------------
 //   [0, 64)    ContinuityHeader: magic, format version, geometry, node, checksum of the header
-//   [64, ...)  N/2 segment pairs of pair_bytes() each. Pair i:
+//   [64, 72)   the geometry word (own cache line, up to 128): level L (bits 0..7), RESIZING (bit 8),
+//              check (bits 32..63, a hash of the low half). Changed only by one 8-byte store + persist.
+//   [128, ...) tables 0 .. max_resizes, table l of N_l = N·2^l numbered buckets (N_l/2 segment pairs)
+//              at table_offset(l) = 128 + (2^l - 1)·(N/2)·pair_bytes() (cumulative: a table's
+//              memory is never reused, so a reader with any older geometry still finds MOVED marks).
+//              Pair i of a table:
 //                [bucket 2i: 4 slots][indicator: 8][SBuckets: 4·sb slots][bucket 2i+1: 4 slots]
 //   A *segment* is a numbered bucket plus the SBuckets beside it: segment 2i = bucket 2i, the
 //   indicator and the SBuckets; segment 2i+1 = the indicator, the SBuckets and bucket 2i+1. The two
-//   segments of a pair overlap on the indicator and the SBuckets. With N numbered buckets, key k has
-//   bucket b = h(k) % N (eq. 1) and its segment starts, relative to the table, at
+//   segments of a pair overlap on the indicator and the SBuckets. In table l key k has bucket
+//   b = h(k) % N_l (eq. 1) and its segment starts, relative to the table, at
 //       b even:  b/2 · (size_se + size_bu)                (eq. 2)
 //       b odd:   (b-1)/2 · (size_se + size_bu) + size_bu  (eq. 3)
 //   where size_se + size_bu = pair_bytes(). A lookup READs segment_bytes() there: every slot the key
@@ -24,7 +29,9 @@
 //     pair (bit j: slots 0-3 bucket 2i, 4..4+4sb-1 the SBuckets, then bucket 2i+1); bits 24..31 =
 //     the 2-bit generation of each slot of bucket 2i, bumped each time that slot is written;
 //     bits 32..60 = seq, the pair's publication counter (29 bits, wraps), bumped by every indicator
-//     store. pair_slots() = 8 + 4·sb ≤ 24, so sb ≤ 4 (seed 002: 3, a 20-bit indicator).
+//     store; bit 61 = MOVED (this pair of table l was migrated to table l+1: no valid bits);
+//     bit 62 = UNBORN (this pair of table l+1 has not received its items from table l yet: no
+//     valid bits). pair_slots() = 8 + 4·sb ≤ 24, so sb ≤ 4 (seed 002: 3, a 20-bit indicator).
 //
 // Write protocol (the memory node's CPU, one mutex per shard; every store and persist goes through
 // PersistentRegion, the persist choke point; "persist" = flush the lines + fence)
@@ -50,9 +57,11 @@
 //   in-flight operation is wholly absent or wholly present — its slot was persisted before the
 //   store was issued; after the persist it is complete and acknowledged. Formatting writes the
 //   magic word last, in its own persist: an image whose formatting was interrupted is refused,
-//   never taken for a table (delete it). Recovery is therefore only a
-//   scan: validate the header, count the valid bits, check each valid slot (checksum, fingerprint,
-//   segment, no key twice); a violation means media corruption and is reported, never "repaired".
+//   never taken for a table (delete it). Recovery is therefore a
+//   scan: validate the header and the geometry word, count the valid bits, check each valid slot
+//   (checksum, fingerprint, segment, no key twice) and the resize marks; a violation means media
+//   corruption and is reported, never "repaired". Its one write: the children of an interrupted
+//   pair migration are reset to UNBORN (see "Online resizing"), after the image was validated.
 //
 // Torn reads (the server writes while clients READ; a READ of more than 8 bytes is not atomic)
 //   The indicator is one aligned word, so it is read whole: (bits, seq = s). A valid slot is
@@ -78,12 +87,55 @@
 // state published by the last indicator store (a half-written slot is invisible); a write whose
 // reply was not received may or may not have happened (its transport request fails); after the
 // node restarts on the same file, recovery yields exactly the state of the last persisted
-// indicator of every pair. A client that dies only loses its own in-flight requests.
+// indicator of every pair. A client that dies only loses its own in-flight requests. While a
+// resize runs, lookups keep following MOVED / UNBORN marks; a resize interrupted by the node's
+// death continues after recovery (the next write or the background thread).
 //
-// Resizing is offline (`resize_into`: no client may use the tables meanwhile): log-free, by
-// insert-into-new then erase-from-old, resumable after a crash. Not implemented yet (see
-// docs/results.md): resizing while clients read and write (a full segment reports kFull) and
-// added SBuckets (seed 002 Fig. 10).
+// Online resizing (log-free; the memory node's CPU; readers and writers keep going)
+//   Table l of N_l buckets grows into table l+1 of 2·N_l. Since h % 2N_l is h % N_l or that + N_l,
+//   the items of pair P of table l go to pairs P and P + N_l/2 of table l+1, and nothing else goes
+//   there: those two pairs are *P's children*, and they hold at most P's 20 items with every
+//   segment within its 16 slots, so a migration never finds a full segment.
+//   start (a write found its segment full and max_resizes allows another level, or start_resize):
+//     every indicator of table l+1 ← UNBORN (seq 0); persist table l+1; geometry ← (l, RESIZING);
+//     persist. A crash before the geometry store leaves table l alone in charge (table l+1 is junk
+//     nobody reads).
+//   migrate pair P (one critical section of the shard's mutex; writes are served between pairs):
+//     for each valid item of P: write it into a free slot of its child (home bucket first, pub =
+//     seq+1), persist it; then each child's indicator ← its bits (UNBORN cleared), persist;
+//     INSERT-BEFORE-ERASE: only then P's indicator ← MOVED with no valid bits — the clear of P's
+//     bits and the MOVED mark are ONE 8-byte store — persist. Each write request first migrates
+//     its key's pair (if not yet MOVED), then `migrate_pairs_per_write` more pairs in order, then
+//     applies itself in table l+1: while P is not MOVED, its children receive nothing but P's own
+//     items, all in P's critical section.
+//   With background_migration, a ContinuityServer thread also migrates one pair at a time (taking
+//   the shard's mutex per pair, so writes interleave) while a resize is in progress: a resize
+//   finishes even if the writes stop, and lookups return to one READ.
+//   finish (every pair of table l MOVED): geometry ← (l+1, not RESIZING); persist. Table l stays
+//     (all MOVED) for readers with an older geometry.
+//   Where a key is (the server): in table l unless its pair there is MOVED, then in table l+1.
+//   Reader (one-sided): caches a level per node (starts at 0, only grows). It READs the key's
+//   segment in its level; MOVED → the pair's items are in the next table: cached level + 1, READ
+//   there; UNBORN → the pair was not migrated yet: READ the previous table (level - 1, the cache
+//   stays). A segment neither MOVED nor UNBORN is authoritative at the instant its indicator was
+//   read: a not-MOVED pair of table l holds every item of its keys (writes to them go to table l+1
+//   only after the MOVED store), and a born pair of table l+1 holds either the items of a MOVED
+//   parent or, inside the parent's migration, exact copies of the parent's (no write in between).
+//   So 1 READ when no resize is in progress and the cache is current; 2 (MOVED then the new
+//   table, or UNBORN then the old one) for a pair moved since the reader last learned the level,
+//   or for a not-yet-migrated pair once the reader has learned the new level.
+//   Crash during a migration: recovery sees geometry (l, RESIZING); a pair of table l+1 that is
+//   born while its parent is not MOVED is the leftover of the interrupted migration (copies of
+//   items still valid in the parent): recovery resets it to UNBORN (one 8-byte store + persist,
+//   after the whole image was validated) and the migration restarts at that pair on the next
+//   write or resize_step. Nothing else is repaired; every acknowledged write is in exactly one
+//   of: a not-MOVED pair of table l, a born pair of table l+1 under a MOVED parent.
+//   A write whose segment is full in the newest table: if another level is allowed, the running
+//   resize is finished (every pair migrated), the next one started, and the write retried; with
+//   max_resizes levels used the write reports kFull and changes nothing.
+//   Offline: `resize_into` moves every item into another shard (insert-into-new, then erase-here).
+//   Not implemented: added SBuckets for a fraction of the pairs (seed 002 Fig. 10). Indicator bits
+//   pair_slots()..23 and 63 are free for them at sb <= 3.
 //
 // Safety mechanisms (each removed by a mutant of tests/mutants/continuity.json, which the tests must
 // kill: scripts/mutants.sh, docs/testing.md):
@@ -106,6 +158,18 @@
 //    (continuity-recovery-skip-generation)
 //  * a resize inserts an item into the new table before erasing it from the old one (log-free
 //    resizing) (continuity-resize-erase-before-insert)
+//  * online migration publishes the children's indicators before the parent's MOVED store
+//    (continuity-migrate-moved-before-children)
+//  * the parent's bits are cleared and MOVED set in one 8-byte store (continuity-migrate-two-stores)
+//  * a write migrates its key's pair before applying itself in the new table
+//    (continuity-write-skips-own-pair)
+//  * a reader follows MOVED to the next table (continuity-reader-ignores-moved) and UNBORN to the
+//    previous one (continuity-reader-ignores-unborn)
+//  * recovery resets a born child whose parent is not MOVED (continuity-recovery-keeps-leftover)
+//  * an image whose geometry word fails its check is refused (continuity-geometry-skip-check)
+//  (Not a safety mechanism: writing the new table's UNBORN marks before the geometry word. A
+//  crash image with RESIZING and an all-zero new table is healed by the leftover reset, and no
+//  reader goes to the new table before some pair of the old one is MOVED.)
 //
 // Thread safety: ContinuityClient belongs to one Engine; ContinuityShard and the RPC handler are
 // thread-safe (one mutex per shard), readers never lock.
@@ -130,8 +194,10 @@ namespace rdmahash {
 inline constexpr uint16_t kContinuityRpcFirst = 0x0D00;  // RPC ids reserved for continuity tables
 inline constexpr uint16_t kContinuityRpcLast = 0x0D0F;
 inline constexpr uint64_t kContinuityMagic = 0x31544e4f43484452ULL;  // "RDHCONT1"
-inline constexpr uint32_t kContinuityFormatVersion = 1;
+inline constexpr uint32_t kContinuityFormatVersion = 2;  // 2: geometry word, growing tables
 inline constexpr uint64_t kContinuityHeaderBytes = 64;
+inline constexpr uint64_t kContinuityGeometryOffset = 64;  // the geometry word
+inline constexpr uint64_t kContinuityTableBase = 128;      // table 0
 
 struct ContinuityConfig {
   uint32_t memory_nodes = 1;
@@ -139,6 +205,9 @@ struct ContinuityConfig {
   uint32_t sbuckets = 3;           // SBuckets per segment pair, 1..4
   uint32_t value_bytes = 8;        // 0..120
   uint64_t hash_seed = 0xC0417157A5EEDULL;
+  uint32_t max_resizes = 0;        // online doublings allowed (0: a full segment reports kFull), <= 16
+  uint32_t migrate_pairs_per_write = 2;  // memory node only (not part of the clients' config tag)
+  bool background_migration = false;     // memory node only: ContinuityServer runs a migration thread
 
   // Buckets for `records` at `load_factor` (records / all slots, SBuckets included).
   static ContinuityConfig for_records(uint64_t records, double load_factor, uint32_t memory_nodes,
@@ -149,8 +218,13 @@ struct ContinuityConfig {
   uint32_t pair_slots() const { return 8 + 4 * sbuckets; }
   uint64_t pair_bytes() const { return uint64_t{pair_slots()} * slot_bytes() + 8; }
   uint32_t segment_bytes() const { return (4 + 4 * sbuckets) * slot_bytes() + 8; }
-  uint64_t slots_per_node() const { return buckets_per_node / 2 * pair_slots(); }
-  uint64_t region_bytes() const { return kContinuityHeaderBytes + buckets_per_node / 2 * pair_bytes(); }
+  uint64_t buckets_at(uint32_t level) const { return buckets_per_node << level; }
+  uint64_t table_offset(uint32_t level) const {
+    return kContinuityTableBase + ((uint64_t{1} << level) - 1) * (buckets_per_node / 2) * pair_bytes();
+  }
+  uint64_t slots_per_node() const { return buckets_per_node / 2 * pair_slots(); }  // table 0
+  uint64_t slots_at(uint32_t level) const { return slots_per_node() << level; }
+  uint64_t region_bytes() const { return table_offset(max_resizes + 1); }
 };
 std::string continuity_config_error(const ContinuityConfig& cfg);
 
@@ -175,8 +249,10 @@ struct ContinuityPlacement {
   uint32_t first_bit;       // the segment's slots are bits first_bit .. first_bit + 4 + 4sb - 1
   uint32_t indicator_pos;   // the indicator's byte offset inside the segment
   uint32_t kbits;
+  uint32_t level;
 };
-ContinuityPlacement continuity_place(const ContinuityConfig& cfg, uint64_t key);
+// In table `level` (0: the initial one).
+ContinuityPlacement continuity_place(const ContinuityConfig& cfg, uint64_t key, uint32_t level = 0);
 
 struct ContinuityResult {
   Status status;
@@ -186,6 +262,8 @@ struct ContinuityResult {
 struct ContinuityStats {
   uint64_t inserts = 0, updates = 0, erases = 0, full = 0;
   uint64_t insert_persists = 0, update_persists = 0, erase_persists = 0;
+  uint64_t resizes = 0, migrated_pairs = 0, migrated_items = 0, migrate_persists = 0;
+  uint64_t cleaned_leftovers = 0;  // born children of a not-MOVED parent reset by recovery
 };
 
 // Memory-node side: one shard on a PersistentRegion. A region whose header is all zero is
@@ -213,28 +291,46 @@ class ContinuityShard {
   // empty.
   uint64_t resize_into(ContinuityShard& dst);
 
+  // Online resizing (see the top of this file). start_resize: false if a resize is running or
+  // max_resizes levels are used. resize_step: migrates the next not-MOVED pair, or finishes the
+  // resize; false once no resize is running. finish_resize: steps until done.
+  bool start_resize();
+  bool resize_step();
+  void finish_resize();
+  uint32_t level() const;  // the table in charge (the old one while resizing)
+  bool resizing() const;
+
   bool owns(uint64_t key) const;
   std::optional<std::vector<std::byte>> find(uint64_t key) const;
   std::vector<std::pair<uint64_t, std::vector<std::byte>>> items() const;  // every valid item
   uint64_t records() const;
-  uint64_t capacity() const { return cfg_.slots_per_node(); }
+  uint64_t capacity() const;  // slots of the newest table
   bool recovered() const { return recovered_; }
   ContinuityStats stats() const;
   uint32_t node() const { return node_; }
 
  private:
   struct Loc { uint64_t pair; uint32_t bit; };
+  enum class Kind { kFindOrPut, kPut, kUpdate, kErase };
   void format();
   void recover();
-  uint64_t indicator_off(uint64_t pair) const;
-  uint64_t slot_off(uint64_t pair, uint32_t bit) const;
+  uint64_t indicator_off(uint32_t level, uint64_t pair) const;
+  uint64_t slot_off(uint32_t level, uint64_t pair, uint32_t bit) const;
   std::optional<Loc> locate(uint64_t key, const ContinuityPlacement& p) const;
-  int free_bit(const ContinuityPlacement& p) const;
-  // Writes and persists the item into free slot `bit` (pub = seq(ind)+1); returns the low half
-  // (valid bits | generations) of the indicator that publishes it.
-  uint64_t write_slot(uint64_t pair, uint32_t bit, uint64_t key, const ContinuityPlacement& p, uint64_t ind,
-                      std::span<const std::byte> value);
-  void set_indicator(uint64_t pair, uint64_t bits);
+  int free_bit(const ContinuityPlacement& p, uint64_t bits) const;
+  // Writes and persists the item into free slot `bit` of (level, pair) with publication number
+  // `pub`; `low` = valid bits | generations of the indicator to come; returns it with the slot's
+  // bit set (and its generation bumped for bucket 2i).
+  uint64_t write_slot(uint32_t level, uint64_t pair, uint32_t bit, uint64_t key, uint32_t kbits, uint64_t pub,
+                      uint64_t low, std::span<const std::byte> value);
+  void set_indicator(uint32_t level, uint64_t pair, uint64_t bits, uint64_t flags = 0);
+  void store_geometry(uint32_t level, bool resizing);
+  uint32_t write_level() const { return resizing_ ? level_ + 1 : level_; }
+  ContinuityResult write(Kind kind, uint64_t key, std::span<const std::byte> value);
+  void migrate_pair(uint64_t pair);  // of table level_, into level_ + 1 (no-op if MOVED)
+  bool start_locked();
+  bool step_locked();
+  bool grow_locked(uint64_t key);
   void check_kv(uint64_t key, std::span<const std::byte> value, bool exact) const;
   ContinuityResult insert_new(uint64_t key, const ContinuityPlacement& p, std::span<const std::byte> value);
   ContinuityResult replace(const Loc& at, uint64_t key, const ContinuityPlacement& p, std::span<const std::byte> value);
@@ -245,6 +341,9 @@ class ContinuityShard {
   mutable std::mutex mu_;
   uint64_t records_ = 0;
   bool recovered_ = false;
+  uint32_t level_ = 0;
+  bool resizing_ = false;
+  uint64_t cursor_ = 0;  // resizing: pairs of table level_ below it are MOVED
   ContinuityStats stats_;
 };
 
@@ -285,6 +384,7 @@ class ContinuityClient final : public KvClient {
   Task<ContinuityHeader> read_header(uint32_t node);
   const ContinuityConfig& config() const { return cfg_; }
   uint64_t persists() const { return persists_; }  // persists the server reported for this client's writes
+  uint32_t cached_level(uint32_t node) const { return levels_.at(node); }  // the table this client READs first
 
  private:
   Task<OpResult> remote(uint8_t op, uint64_t key, std::span<const std::byte> value);
@@ -294,6 +394,7 @@ class ContinuityClient final : public KvClient {
   uint16_t rpc_id_;
   uint32_t cfg_tag_;
   uint64_t persists_ = 0;
+  std::vector<uint32_t> levels_;  // per node: the newest table this client knows of
 };
 
 }  // namespace rdmahash

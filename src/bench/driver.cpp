@@ -463,6 +463,7 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
       const uint64_t ip = insert_point;
       if (pt.workload != Workload::kYcsbLoad && pt.workload != Workload::kYcsbRun && writes(pt.workload)) ++insert_point;
       const uint64_t slots_start = adapter->slots_in(b.fabric());
+      const std::optional<bool> resizing_start = adapter->table_resizing();
       const auto total = b.run([&](Engine& e, uint32_t c) {
         check::HistoryBuffer* h = history.empty() ? nullptr : &history[c];
         if (h && h->events().empty()) h->reserve(o.ops * o.repeat);
@@ -493,6 +494,9 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
       info.table_bytes = adapter->region_bytes() * b.memory_nodes();
       info.llc_bytes = llc;
       info.persistence = adapter->persistence();
+      info.table_resizes = adapter->table_resizes();
+      info.resizing_start = resizing_start;
+      info.resizing_end = adapter->table_resizing();
       reporter->report(info, *total);
     }
     if (!history.empty()) b.write_history(keys, adapter->value_bytes(), history);

@@ -103,6 +103,9 @@ std::string BenchOptions::error() const {
   }
   if (direct_access != "on" && direct_access != "off") return "--direct-access must be on or off";
   if (sbuckets < 1 || sbuckets > 4) return "--sbuckets must be in [1, 4] (the indicator word has 24 valid bits)";
+  if (max_resizes > 16) return "--max-resizes must be at most 16";
+  if (resize_pace > 1000000) return "--resize-pace must be at most 1000000";
+  if (max_resizes > 0 && scheme != "continuity") return "--max-resizes applies to --scheme continuity";
   if (!pm_path.empty() && scheme != "continuity" && scheme != "level")
     return "--pm-path applies to --scheme continuity or level";
   if (!pm_path.empty() && (memory_nodes != 1 || symmetric))
@@ -191,6 +194,7 @@ std::string table_spec(const BenchOptions& o) {
   add("initial_depth", std::to_string(o.initial_depth));
   add("race_groups", std::to_string(o.race_groups));
   add("sbuckets", std::to_string(o.sbuckets));
+  add("max_resizes", std::to_string(o.max_resizes));
   add("memory_nodes", std::to_string(o.memory_nodes));
   add("records", std::to_string(o.records));
   add("load_factor", double_text(o.load_factors.at(0)));
@@ -241,6 +245,7 @@ void apply_table_spec(BenchOptions& o, const std::string& spec) {
     else if (k == "initial_depth") o.initial_depth = u32();
     else if (k == "race_groups") o.race_groups = u32();
     else if (k == "sbuckets") o.sbuckets = u32();
+    else if (k == "max_resizes") o.max_resizes = u32();
     else if (k == "memory_nodes") o.memory_nodes = u32();
     else if (k == "records") o.records = u64();
     else if (k == "load_factor") o.load_factors = {dbl()};
@@ -253,12 +258,12 @@ void apply_table_spec(BenchOptions& o, const std::string& spec) {
     else if (k == "table_capacity") o.table_capacity = u64();
     else throw InvalidArgument("table spec from the memory node: unknown option '" + k + "' (a newer server?)");
   }
-  if (seen != 17) throw InvalidArgument("table spec from the memory node: " + std::to_string(seen) + " of 17 options");
+  if (seen != 18) throw InvalidArgument("table spec from the memory node: " + std::to_string(seen) + " of 18 options");
 }
 
 const std::vector<std::string>& table_option_names() {
   static const std::vector<std::string> names{
-      "--scheme",      "--sbuckets",      "--pm-path",   "--slot-format", "--storage",   "--slots-per-bucket",
+      "--scheme",      "--sbuckets",      "--max-resizes", "--resize-pace", "--pm-path",   "--slot-format", "--storage",   "--slots-per-bucket",
       "--memory-nodes", "--records",      "--load-factor", "--key-bytes", "--value-bytes", "--initial-depth",
       "--race-groups", "--tail-slots",    "--seed",      "--distribution"};
   return names;

@@ -49,6 +49,8 @@ struct BenchOptions {
   uint32_t initial_depth = 0;          // race: 2^N subtables at start
   uint32_t race_groups = 64;           // race: bucket groups per subtable
   uint32_t sbuckets = 3;               // continuity: SBuckets per segment pair (1..4)
+  uint32_t max_resizes = 0;            // continuity: starts 2^N times smaller, doubles online up to N times
+  uint32_t resize_pace = 2;            // continuity (memory node): pairs migrated per write besides the key's own
   std::string pm_path;                 // continuity, level: the table lives in this pmem file (reopened if it exists)
   uint32_t memory_nodes = 1;
   bool symmetric = false;

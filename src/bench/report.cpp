@@ -197,6 +197,12 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
     j["race_dir_cache"] = o.race_dir_cache;
     j["initial_depth"] = o.initial_depth;
   }
+  if (p.scheme == "continuity") {
+    j["max_resizes"] = o.max_resizes;
+    if (p.table_resizes) j["resizes"] = *p.table_resizes;  // since the table was created
+    if (p.resizing_start) j["resizing_start"] = *p.resizing_start;  // a resize in progress when the point began
+    if (p.resizing_end) j["resizing_end"] = *p.resizing_end;
+  }
   j["chunks_per_op"] = d.chunks;
   if (!p.persistence.empty()) {
     j["persistence"] = p.persistence;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <span>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,8 @@ struct PointInfo {
   uint64_t table_bytes = 0;   // all shards' regions
   uint64_t llc_bytes = 0;     // last-level cache of this machine (0: unknown)
   std::string persistence;  // persistent schemes: volatile, pmem or msync (empty: not persistent)
+  std::optional<uint64_t> table_resizes;  // continuity: online resizes so far (where known)
+  std::optional<bool> resizing_start, resizing_end;  // continuity: a resize in progress then
 };
 
 std::string to_json_line(const BenchOptions& o, const PointInfo& p, const ClientResult& total);

@@ -392,12 +392,45 @@ class ContinuityAdapter final : public SchemeAdapter {
   ContinuityAdapter(const BenchOptions& o, double load_factor) : pm_path_(o.pm_path), keep_table_(o.keep_table) {
     if (o.key_bytes != 8) throw InvalidArgument("--scheme continuity stores 8-byte keys: use --key-bytes 8");
     cfg_ = ContinuityConfig::for_records(o.records, load_factor, o.memory_nodes, o.sbuckets);
+    // --max-resizes N: the table of the last level is the one --records/--load-factor ask for;
+    // it starts 2^N times smaller (at least one pair) and doubles online when a segment is full.
+    cfg_.max_resizes = o.max_resizes;
+    cfg_.migrate_pairs_per_write = o.resize_pace;
+    // A resize also advances while no write arrives, unless --resize-pace 0 asks for a resize
+    // that moves only with the written keys' pairs (tests: kills and histories mid-migration).
+    cfg_.background_migration = o.resize_pace > 0;
+    cfg_.buckets_per_node = std::max<uint64_t>(2, (cfg_.buckets_per_node >> o.max_resizes) & ~uint64_t{1});
     cfg_.value_bytes = o.value_bytes;
     cfg_.hash_seed = hash::mix64(o.seed ^ 0xC047ULL);
     cfg_.validate();
   }
   uint64_t region_bytes() const override { return cfg_.region_bytes(); }
-  uint64_t slots() const override { return cfg_.slots_per_node() * cfg_.memory_nodes; }
+  uint64_t slots() const override { return cfg_.slots_at(cfg_.max_resizes) * cfg_.memory_nodes; }
+  // Slots of the newest table of every shard hosted here (all of them, or 0: cannot tell).
+  uint64_t slots_in(Fabric&) const override {
+    if (!server_) return 0;
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < cfg_.memory_nodes; ++i) {
+      if (!server_->hosts(i)) return 0;
+      n += server_->shard(i).capacity();
+    }
+    return n;
+  }
+  std::optional<uint64_t> table_resizes() const override {
+    if (!server_) return std::nullopt;
+    for (uint32_t i = 0; i < cfg_.memory_nodes; ++i)
+      if (!server_->hosts(i)) return std::nullopt;
+    uint64_t levels = 0;  // levels reached (a recovered image's resizes included)
+    for (uint32_t i = 0; i < cfg_.memory_nodes; ++i)
+      levels += server_->shard(i).level() + (server_->shard(i).resizing() ? 1 : 0);
+    return levels;
+  }
+  std::optional<bool> table_resizing() const override {
+    if (!table_resizes()) return std::nullopt;
+    bool any = false;
+    for (uint32_t i = 0; i < cfg_.memory_nodes; ++i) any = any || server_->shard(i).resizing();
+    return any;
+  }
   unsigned key_bits() const override { return 63; }
   uint32_t value_bytes() const override { return cfg_.value_bytes; }
 
@@ -450,6 +483,10 @@ class ContinuityAdapter final : public SchemeAdapter {
         server_->bulk_insert(k, value);
         if ((i & 0xFFFF) == 0 && progress) progress(i);
       }
+      // A bulk load that grew the table leaves no resize half done: the run starts settled
+      // (clients learn the level with one extra READ per node; writes of the run grow it online).
+      for (uint32_t n = 0; n < cfg_.memory_nodes; ++n)
+        if (server_->hosts(n)) server_->shard(n).finish_resize();
       if (progress) progress(keys.records());
     }
     if (file_ && !keep_table_) {  // the loaded state a reload writes back
@@ -465,7 +502,10 @@ class ContinuityAdapter final : public SchemeAdapter {
   }
 
   std::string describe() const override {
-    return "continuity sb=" + std::to_string(cfg_.sbuckets) + " seg=" + std::to_string(cfg_.segment_bytes()) + "B";
+    return "continuity sb=" + std::to_string(cfg_.sbuckets) + " seg=" + std::to_string(cfg_.segment_bytes()) + "B" +
+           (cfg_.max_resizes ? " N0=" + std::to_string(cfg_.buckets_per_node) + " max_resizes=" +
+                                   std::to_string(cfg_.max_resizes)
+                             : "");
   }
   std::string persistence() const override {
     return to_string(file_ ? file_->mode() : PersistMode::kVolatile);

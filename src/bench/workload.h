@@ -128,6 +128,11 @@ class SchemeAdapter {
   // After load: the records of an existing persistent image that was recovered instead of
   // bulk-loaded (on the memory node hosting it); nothing if the table was loaded from the keys.
   virtual std::optional<uint64_t> recovered_records() const { return std::nullopt; }
+  // Online resizes the table has made so far (over every shard), where this process can tell
+  // (continuity: hosts every shard); nothing otherwise.
+  virtual std::optional<uint64_t> table_resizes() const { return std::nullopt; }
+  // Whether a resize is in progress now (same condition).
+  virtual std::optional<bool> table_resizing() const { return std::nullopt; }
   // `rdmahash serve`: what to repair after a client died (null: nothing to repair). Memory-node side.
   virtual std::unique_ptr<ClientLossHandler> loss_handler(Fabric&) const { return nullptr; }
 };

@@ -38,6 +38,15 @@ using rdmahash::bench::BenchOptions;
 void add_table_options(CLI::App& cmd, BenchOptions& o, std::string& distribution) {
   cmd.add_option("--scheme", o.scheme, "hash table scheme: linear, cuckoo, race, continuity or level")->capture_default_str();
   cmd.add_option("--sbuckets", o.sbuckets, "continuity: SBuckets between two numbered buckets (1..4)")->capture_default_str();
+  cmd.add_option("--max-resizes", o.max_resizes,
+                 "continuity: the table starts 2^N times smaller than --records/--load-factor ask and doubles online "
+                 "(the memory node migrates it while clients read and write) up to N times, when a segment is full")
+      ->capture_default_str();
+  cmd.add_option("--resize-pace", o.resize_pace,
+                 "continuity: pairs the memory node migrates per write request during a resize, besides the key's own "
+                 "and, unless 0, in a background thread while a resize runs (0: a resize advances only by the pairs of "
+                 "the keys written)")
+      ->capture_default_str();
   cmd.add_option("--pm-path", o.pm_path,
                  "continuity, level: keep the table in this file (pmem_map_file); an existing file is recovered, not loaded; "
                  "reloads between points write back the image as loaded");

@@ -3,7 +3,10 @@
 #include "rdmahash/continuity.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -40,6 +43,15 @@ struct SlotLayout : record::Layout {
   explicit SlotLayout(const ContinuityConfig& c) : record::Layout(8, c.value_bytes, 0xC047ULL) {}
 };
 
+// Indicator flags (bits 61, 62; continuity.h "Online resizing").
+constexpr uint64_t kMoved = 1ULL << 61;
+constexpr uint64_t kUnborn = 1ULL << 62;
+// The geometry word: level, RESIZING, and a check of both.
+constexpr uint64_t kResizingBit = 1ULL << 8;
+uint64_t geometry_word(uint32_t level, bool resizing) {
+  const uint64_t low = uint64_t{level} | (resizing ? kResizingBit : 0);
+  return low | (hash::mix64(low ^ 0x47454F4D45545259ULL) << 32);
+}
 uint64_t seq_of(uint64_t ind) { return (ind >> kSeqShift) & kVersionMask; }
 uint64_t make_indicator(uint64_t bits, uint64_t seq) { return (bits & kBitsMask) | ((seq & kVersionMask) << kSeqShift); }
 // pub ≤ s in the wrapping 29-bit sequence space.
@@ -58,7 +70,8 @@ uint64_t header_checksum(const ContinuityHeader& h) {
 
 uint32_t config_tag(const ContinuityConfig& c) {
   uint64_t h = hash::mix64(c.hash_seed ^ kContinuityMagic);
-  for (uint64_t f : {uint64_t{c.memory_nodes}, c.buckets_per_node, uint64_t{c.sbuckets}, uint64_t{c.value_bytes}})
+  for (uint64_t f : {uint64_t{c.memory_nodes}, c.buckets_per_node, uint64_t{c.sbuckets}, uint64_t{c.value_bytes},
+                     uint64_t{c.max_resizes}})
     h = hash::mix64(h ^ f);
   return static_cast<uint32_t>(h);
 }
@@ -85,7 +98,9 @@ std::string continuity_config_error(const ContinuityConfig& c) {
   if (c.memory_nodes == 0) return "memory nodes must be at least 1";
   if (c.buckets_per_node < 2 || c.buckets_per_node % 2 != 0)
     return "numbered buckets per node must be even and at least 2, got " + std::to_string(c.buckets_per_node);
-  if (c.buckets_per_node > (1ULL << 36)) return "numbered buckets per node must be at most 2^36";
+  if (c.max_resizes > 16) return "max resizes must be at most 16, got " + std::to_string(c.max_resizes);
+  if (c.buckets_per_node > (1ULL << 36) >> c.max_resizes)
+    return "numbered buckets per node, doubled max_resizes times, must be at most 2^36";
   if (c.sbuckets < 1 || c.sbuckets > 4)
     return "SBuckets per segment pair must be in [1, 4] (the indicator has 24 valid bits), got " +
            std::to_string(c.sbuckets);
@@ -99,20 +114,22 @@ void ContinuityConfig::validate() const {
 
 uint32_t ContinuityConfig::slot_bytes() const { return SlotLayout(*this).bytes; }
 
-ContinuityPlacement continuity_place(const ContinuityConfig& c, uint64_t key) {
+ContinuityPlacement continuity_place(const ContinuityConfig& c, uint64_t key, uint32_t level) {
   const uint64_t h = hash::mix64(key ^ c.hash_seed);
   ContinuityPlacement p;
   p.node = static_cast<uint32_t>(hash::range(h, c.memory_nodes));
   const uint64_t hk = hash::mix64(h ^ 0xA0761D6478BD642FULL);
-  p.bucket = hk % c.buckets_per_node;  // eq. (1)
+  p.level = level;
+  p.bucket = hk % c.buckets_at(level);  // eq. (1)
   p.pair = p.bucket / 2;
   const uint64_t pair_bytes = c.pair_bytes();  // size_se + size_bu
+  const uint64_t table = c.table_offset(level);
   if (p.bucket % 2 == 0) {
-    p.segment_offset = kContinuityHeaderBytes + p.bucket / 2 * pair_bytes;  // eq. (2)
+    p.segment_offset = table + p.bucket / 2 * pair_bytes;  // eq. (2)
     p.first_bit = 0;
     p.indicator_pos = c.bucket_bytes();
   } else {
-    p.segment_offset = kContinuityHeaderBytes + (p.bucket - 1) / 2 * pair_bytes + c.bucket_bytes();  // eq. (3)
+    p.segment_offset = table + (p.bucket - 1) / 2 * pair_bytes + c.bucket_bytes();  // eq. (3)
     p.first_bit = 4;
     p.indicator_pos = 0;
   }
@@ -144,12 +161,12 @@ ContinuityShard::ContinuityShard(const ContinuityConfig& cfg, uint32_t node, Per
   }
 }
 
-uint64_t ContinuityShard::indicator_off(uint64_t pair) const {
-  return kContinuityHeaderBytes + pair * cfg_.pair_bytes() + cfg_.bucket_bytes();
+uint64_t ContinuityShard::indicator_off(uint32_t level, uint64_t pair) const {
+  return cfg_.table_offset(level) + pair * cfg_.pair_bytes() + cfg_.bucket_bytes();
 }
 
-uint64_t ContinuityShard::slot_off(uint64_t pair, uint32_t bit) const {
-  const uint64_t base = kContinuityHeaderBytes + pair * cfg_.pair_bytes();
+uint64_t ContinuityShard::slot_off(uint32_t level, uint64_t pair, uint32_t bit) const {
+  const uint64_t base = cfg_.table_offset(level) + pair * cfg_.pair_bytes();
   const uint32_t sb = cfg_.slot_bytes();
   if (bit < 4) return base + uint64_t{bit} * sb;
   return base + cfg_.bucket_bytes() + 8 + uint64_t{bit - 4} * sb;  // SBuckets, then bucket 2i+1
@@ -159,8 +176,9 @@ void ContinuityShard::format() {
   // Only the indicators need a value: a slot whose bit is clear is never read.
   const uint64_t pairs = cfg_.buckets_per_node / 2;
   for (uint64_t i = 0; i < pairs; ++i)
-    if (region_.load(indicator_off(i)) != 0) region_.store(indicator_off(i), 0);
-  region_.persist(kContinuityHeaderBytes, cfg_.region_bytes() - kContinuityHeaderBytes);
+    if (region_.load(indicator_off(0, i)) != 0) region_.store(indicator_off(0, i), 0);
+  region_.store(kContinuityGeometryOffset, geometry_word(0, false));
+  region_.persist(kContinuityHeaderBytes, cfg_.table_offset(1) - kContinuityHeaderBytes);
   ContinuityHeader h{};
   h.magic = kContinuityMagic;
   h.format_version = kContinuityFormatVersion;
@@ -203,38 +221,81 @@ void ContinuityShard::recover() {
   if (region_.bytes().size() < cfg_.region_bytes())
     throw PmemError("continuity image is " + std::to_string(region_.bytes().size()) + " bytes, its header says " +
                     std::to_string(cfg_.region_bytes()) + " (truncated file?)");
+  const uint64_t geo = region_.load(kContinuityGeometryOffset);
+  const auto geo_level = static_cast<uint32_t>(geo & 0xff);
+  const bool geo_resizing = (geo & kResizingBit) != 0;
+  if (geo != geometry_word(geo_level, geo_resizing) || geo_level + (geo_resizing ? 1u : 0u) > cfg_.max_resizes)
+    throw PmemError("corrupt image: the geometry word " + std::to_string(geo) + " is not a valid level (max resizes " +
+                    std::to_string(cfg_.max_resizes) + ")");
   // The scan: every valid slot must be a consistent item of its own segment, no key twice (I1, I2).
+  // While resizing: MOVED pairs of the old table and UNBORN pairs of the new one hold no valid bit;
+  // a born pair of the new table under a not-MOVED parent is a leftover (reset below).
   const SlotLayout l(cfg_);
-  const uint64_t pairs = cfg_.buckets_per_node / 2;
   std::vector<std::byte> rec(l.bytes);
   uint64_t n = 0;
   std::vector<uint64_t> seen;  // keys of this pair: a key can only be valid in its own pair
-  for (uint64_t i = 0; i < pairs; ++i) {
-    seen.clear();
-    const uint64_t ind = region_.load(indicator_off(i));
-    const uint64_t bits = ind & kBitsMask & ~kGenMask;
-    if (bits >> cfg_.pair_slots())
-      throw PmemError("corrupt image: pair " + std::to_string(i) + " has valid bits beyond its slots");
-    for (uint64_t b = bits; b; b &= b - 1) {
-      const uint32_t bit = static_cast<uint32_t>(std::countr_zero(b));
-      const uint64_t off = slot_off(i, bit);
-      for (uint32_t w = 0; w < l.bytes; w += 8) store64(rec.data() + w, region_.load(off + w));
-      const uint64_t key = l.key(rec.data());
-      const ContinuityPlacement p = continuity_place(cfg_, key);
-      const uint64_t ctrl = load64(rec.data());
-      const bool ok = (ctrl & kOcc) && l.consistent(rec.data()) && not_after(version_of(ctrl), seq_of(ind)) &&
-                      static_cast<uint32_t>(ctrl) == p.kbits && p.node == node_ && p.pair == i &&
-                      (bit >= 4 || gen_of_ctrl(ctrl) == gen_of_indicator(ind, bit)) &&
-                      (segment_mask(cfg_, p.first_bit) >> bit & 1);
-      if (!ok)
-        throw PmemError("corrupt image: pair " + std::to_string(i) + " slot " + std::to_string(bit) +
-                        " is valid but does not hold a consistent item of that segment");
-      if (std::find(seen.begin(), seen.end(), key) != seen.end())
-        throw PmemError("corrupt image: key " + std::to_string(key) + " is valid twice");
-      seen.push_back(key);
-      ++n;
+  const uint64_t old_pairs = cfg_.buckets_at(geo_level) / 2;
+  std::vector<bool> moved(old_pairs, false);
+  std::vector<uint64_t> leftovers;
+  auto bad = [](uint32_t level, uint64_t i, const std::string& what) {
+    return PmemError("corrupt image: table " + std::to_string(level) + " pair " + std::to_string(i) + " " + what);
+  };
+  for (uint32_t level = geo_level; level <= geo_level + (geo_resizing ? 1u : 0u); ++level) {
+    const bool newer = level > geo_level;
+    for (uint64_t i = 0; i < cfg_.buckets_at(level) / 2; ++i) {
+      seen.clear();
+      const uint64_t ind = region_.load(indicator_off(level, i));
+      const uint64_t bits = ind & kBitsMask & ~kGenMask;
+      if (ind >> 63) throw bad(level, i, "has an unknown indicator flag");
+      if (ind & kMoved) {
+        if (newer || !geo_resizing || bits) throw bad(level, i, "is MOVED out of place");
+        moved[i] = true;
+        continue;
+      }
+      if (ind & kUnborn) {
+        if (!newer || bits || moved[i % old_pairs]) throw bad(level, i, "is UNBORN out of place");
+        continue;
+      }
+      if (newer && !moved[i % old_pairs]) {  // an interrupted migration's copies: the parent holds them
+        leftovers.push_back(i);
+        continue;
+      }
+      if (bits >> cfg_.pair_slots()) throw bad(level, i, "has valid bits beyond its slots");
+      for (uint64_t b = bits; b; b &= b - 1) {
+        const uint32_t bit = static_cast<uint32_t>(std::countr_zero(b));
+        const uint64_t off = slot_off(level, i, bit);
+        for (uint32_t w = 0; w < l.bytes; w += 8) store64(rec.data() + w, region_.load(off + w));
+        const uint64_t key = l.key(rec.data());
+        const ContinuityPlacement p = continuity_place(cfg_, key, level);
+        const uint64_t ctrl = load64(rec.data());
+        const bool ok = (ctrl & kOcc) && l.consistent(rec.data()) && not_after(version_of(ctrl), seq_of(ind)) &&
+                        static_cast<uint32_t>(ctrl) == p.kbits && p.node == node_ && p.pair == i &&
+                        (bit >= 4 || gen_of_ctrl(ctrl) == gen_of_indicator(ind, bit)) &&
+                        (segment_mask(cfg_, p.first_bit) >> bit & 1);
+        if (!ok)
+          throw PmemError("corrupt image: pair " + std::to_string(i) + " slot " + std::to_string(bit) +
+                          " is valid but does not hold a consistent item of that segment");
+        if (std::find(seen.begin(), seen.end(), key) != seen.end())
+          throw PmemError("corrupt image: key " + std::to_string(key) + " is valid twice");
+        seen.push_back(key);
+        ++n;
+      }
     }
   }
+  if (geo_resizing)  // a moved parent's children are both born
+    for (uint64_t i = 0; i < old_pairs; ++i)
+      if (moved[i])
+        for (uint64_t child : {i, i + old_pairs})
+          if (region_.load(indicator_off(geo_level + 1, child)) & kUnborn)
+            throw bad(geo_level, i, "is MOVED but its items are not in the new table");
+  // The image is valid: only now write (a refused image is left untouched).
+  for (uint64_t i : leftovers) {  // back to UNBORN: readers go to the parent, which holds the items
+    set_indicator(geo_level + 1, i, region_.load(indicator_off(geo_level + 1, i)) & kGenMask, kUnborn);
+    ++stats_.cleaned_leftovers;
+  }
+  level_ = geo_level;
+  resizing_ = geo_resizing;
+  cursor_ = 0;
   records_ = n;
   recovered_ = true;
 }
@@ -250,17 +311,16 @@ void ContinuityShard::check_kv(uint64_t key, std::span<const std::byte> value, b
 }
 
 std::optional<ContinuityShard::Loc> ContinuityShard::locate(uint64_t key, const ContinuityPlacement& p) const {
-  const uint64_t bits = region_.load(indicator_off(p.pair)) & segment_mask(cfg_, p.first_bit);
+  const uint64_t bits = region_.load(indicator_off(p.level, p.pair)) & segment_mask(cfg_, p.first_bit);
   for (uint64_t b = bits; b; b &= b - 1) {
     const uint32_t bit = static_cast<uint32_t>(std::countr_zero(b));
-    const uint64_t off = slot_off(p.pair, bit);
+    const uint64_t off = slot_off(p.level, p.pair, bit);
     if (static_cast<uint32_t>(region_.load(off)) == p.kbits && region_.load(off + 8) == key) return Loc{p.pair, bit};
   }
   return std::nullopt;
 }
 
-int ContinuityShard::free_bit(const ContinuityPlacement& p) const {
-  const uint64_t bits = region_.load(indicator_off(p.pair));
+int ContinuityShard::free_bit(const ContinuityPlacement& p, uint64_t bits) const {
   // Home bucket first (bits first_bit.. for even, the last four for odd), then the SBuckets.
   const uint32_t home = p.first_bit == 0 ? 0 : 4 + 4 * cfg_.sbuckets;
   for (uint32_t j = home; j < home + 4; ++j)
@@ -270,43 +330,45 @@ int ContinuityShard::free_bit(const ContinuityPlacement& p) const {
   return -1;
 }
 
-uint64_t ContinuityShard::write_slot(uint64_t pair, uint32_t bit, uint64_t key, const ContinuityPlacement& p,
-                                     uint64_t ind, std::span<const std::byte> value) {
+uint64_t ContinuityShard::write_slot(uint32_t level, uint64_t pair, uint32_t bit, uint64_t key, uint32_t kbits,
+                                     uint64_t pub, uint64_t low, std::span<const std::byte> value) {
   const SlotLayout l(cfg_);
   std::vector<std::byte> rec(l.bytes);
-  const uint64_t pub = seq_of(ind) + 1;
-  uint64_t low = ind & kBitsMask;  // valid bits and generations of the next indicator
-  uint64_t ctrl = make_ctrl(pub, p.kbits);
+  low &= kBitsMask;  // valid bits and generations of the next indicator
+  uint64_t ctrl = make_ctrl(pub, kbits);
   if (bit < 4) {  // a reuse of a bucket-2i slot: next generation, in the slot and in the indicator
-    const uint64_t g = (gen_of_indicator(ind, bit) + 1) & 3;
+    const uint64_t g = (gen_of_indicator(low, bit) + 1) & 3;
     low = (low & ~(3ULL << (kGenShift + 2 * bit))) | (g << (kGenShift + 2 * bit));
     ctrl |= g << kCtrlGenShift;
   }
   store64(rec.data(), ctrl);
   l.build(key, pub, value, rec.data());
-  const uint64_t off = slot_off(pair, bit);
+  const uint64_t off = slot_off(level, pair, bit);
   for (uint32_t w = 0; w < l.bytes; w += 8) region_.store(off + w, load64(rec.data() + w));
   region_.persist(off, l.bytes);  // I2: the item is durable before any indicator can publish it
   return low | (1ULL << bit);
 }
 
-void ContinuityShard::set_indicator(uint64_t pair, uint64_t bits) {
-  const uint64_t off = indicator_off(pair);
+void ContinuityShard::set_indicator(uint32_t level, uint64_t pair, uint64_t bits, uint64_t flags) {
+  const uint64_t off = indicator_off(level, pair);
   const uint64_t seq = seq_of(region_.load(off)) + 1;
-  region_.store(off, make_indicator(bits, seq));  // the one 8-byte store that commits the operation
+  region_.store(off, make_indicator(bits, seq) | flags);  // the one 8-byte store that commits the operation
   region_.persist(off, 8);                        // I3: durable before the reply
+}
+
+void ContinuityShard::store_geometry(uint32_t level, bool resizing) {
+  region_.store(kContinuityGeometryOffset, geometry_word(level, resizing));
+  region_.persist(kContinuityGeometryOffset, 8);
 }
 
 ContinuityResult ContinuityShard::insert_new(uint64_t key, const ContinuityPlacement& p,
                                              std::span<const std::byte> value) {
-  const int bit = free_bit(p);
-  if (bit < 0) {
-    ++stats_.full;
-    return {Status::kFull, 0};
-  }
+  const uint64_t ind = region_.load(indicator_off(p.level, p.pair));
+  const int bit = free_bit(p, ind);
+  if (bit < 0) return {Status::kFull, 0};
   const uint64_t before = region_.persists();
-  const uint64_t ind = region_.load(indicator_off(p.pair));
-  set_indicator(p.pair, write_slot(p.pair, static_cast<uint32_t>(bit), key, p, ind, value));
+  set_indicator(p.level, p.pair,
+                write_slot(p.level, p.pair, static_cast<uint32_t>(bit), key, p.kbits, seq_of(ind) + 1, ind, value));
   ++records_;
   ++stats_.inserts;
   const auto n = static_cast<uint32_t>(region_.persists() - before);
@@ -316,58 +378,169 @@ ContinuityResult ContinuityShard::insert_new(uint64_t key, const ContinuityPlace
 
 ContinuityResult ContinuityShard::replace(const Loc& at, uint64_t key, const ContinuityPlacement& p,
                                           std::span<const std::byte> value) {
-  const int bit = free_bit(p);
-  if (bit < 0) {
-    ++stats_.full;
-    return {Status::kFull, 0};  // out of place needs a free slot in the segment; nothing changed
-  }
+  const uint64_t ind = region_.load(indicator_off(p.level, p.pair));
+  const int bit = free_bit(p, ind);
+  if (bit < 0) return {Status::kFull, 0};  // out of place needs a free slot in the segment; nothing changed
   const uint64_t before = region_.persists();
-  const uint64_t ind = region_.load(indicator_off(p.pair));
-  const uint64_t low = write_slot(p.pair, static_cast<uint32_t>(bit), key, p, ind, value);
-  set_indicator(p.pair, low & ~(1ULL << at.bit));  // both bits flip in one store
+  const uint64_t low = write_slot(p.level, p.pair, static_cast<uint32_t>(bit), key, p.kbits, seq_of(ind) + 1, ind, value);
+  set_indicator(p.level, p.pair, low & ~(1ULL << at.bit));  // both bits flip in one store
   ++stats_.updates;
   const auto n = static_cast<uint32_t>(region_.persists() - before);
   stats_.update_persists += n;
   return {Status::kUpdated, n};
 }
 
+ContinuityResult ContinuityShard::write(Kind kind, uint64_t key, std::span<const std::byte> value) {
+  check_kv(key, value, kind == Kind::kPut || kind == Kind::kUpdate);
+  std::lock_guard lock(mu_);
+  if (resizing_) {
+    // The key's own pair first: from now on its items are written in the new table only.
+    migrate_pair(continuity_place(cfg_, key, level_).pair);
+    for (uint32_t i = 0; i < cfg_.migrate_pairs_per_write && step_locked(); ++i) {
+    }
+  }
+  for (;;) {
+    const ContinuityPlacement p = continuity_place(cfg_, key, write_level());
+    const auto at = locate(key, p);
+    ContinuityResult r;
+    switch (kind) {
+      case Kind::kFindOrPut:
+        if (at) return {Status::kFound, 0};
+        r = insert_new(key, p, value);
+        break;
+      case Kind::kPut: r = at ? replace(*at, key, p, value) : insert_new(key, p, value); break;
+      case Kind::kUpdate:
+        if (!at) return {Status::kNotFound, 0};
+        r = replace(*at, key, p, value);
+        break;
+      case Kind::kErase: {
+        if (!at) return {Status::kNotFound, 0};
+        const uint64_t before = region_.persists();
+        set_indicator(p.level, p.pair, (region_.load(indicator_off(p.level, p.pair)) & kBitsMask) & ~(1ULL << at->bit));
+        --records_;
+        ++stats_.erases;
+        const auto n = static_cast<uint32_t>(region_.persists() - before);
+        stats_.erase_persists += n;
+        return {Status::kErased, n};
+      }
+    }
+    if (r.status != Status::kFull) return r;
+    if (!grow_locked(key)) {
+      ++stats_.full;
+      return r;
+    }
+  }
+}
+
 ContinuityResult ContinuityShard::find_or_put(uint64_t key, std::span<const std::byte> value) {
-  check_kv(key, value, false);
-  const ContinuityPlacement p = continuity_place(cfg_, key);
-  std::lock_guard lock(mu_);
-  if (locate(key, p)) return {Status::kFound, 0};
-  return insert_new(key, p, value);
+  return write(Kind::kFindOrPut, key, value);
 }
-
 ContinuityResult ContinuityShard::put(uint64_t key, std::span<const std::byte> value) {
-  check_kv(key, value, true);
-  const ContinuityPlacement p = continuity_place(cfg_, key);
-  std::lock_guard lock(mu_);
-  if (auto at = locate(key, p)) return replace(*at, key, p, value);
-  return insert_new(key, p, value);
+  return write(Kind::kPut, key, value);
 }
-
 ContinuityResult ContinuityShard::update(uint64_t key, std::span<const std::byte> value) {
-  check_kv(key, value, true);
-  const ContinuityPlacement p = continuity_place(cfg_, key);
-  std::lock_guard lock(mu_);
-  if (auto at = locate(key, p)) return replace(*at, key, p, value);
-  return {Status::kNotFound, 0};
+  return write(Kind::kUpdate, key, value);
+}
+ContinuityResult ContinuityShard::erase(uint64_t key) { return write(Kind::kErase, key, {}); }
+
+// --- online resizing ------------------------------------------------------------------------------
+
+bool ContinuityShard::start_locked() {
+  if (resizing_ || level_ >= cfg_.max_resizes) return false;
+  const uint32_t next = level_ + 1;
+  const uint64_t pairs = cfg_.buckets_at(next) / 2;
+  for (uint64_t i = 0; i < pairs; ++i) region_.store(indicator_off(next, i), kUnborn);
+  // Every pair of the new table is UNBORN on the media before the geometry names the table.
+  region_.persist(cfg_.table_offset(next), cfg_.table_offset(next + 1) - cfg_.table_offset(next));
+  store_geometry(level_, true);
+  resizing_ = true;
+  cursor_ = 0;
+  ++stats_.resizes;
+  return true;
 }
 
-ContinuityResult ContinuityShard::erase(uint64_t key) {
-  check_kv(key, {}, false);
-  const ContinuityPlacement p = continuity_place(cfg_, key);
-  std::lock_guard lock(mu_);
-  auto at = locate(key, p);
-  if (!at) return {Status::kNotFound, 0};
+void ContinuityShard::migrate_pair(uint64_t pair) {
+  const uint64_t ind = region_.load(indicator_off(level_, pair));
+  if (ind & kMoved) return;
   const uint64_t before = region_.persists();
-  set_indicator(p.pair, (region_.load(indicator_off(p.pair)) & kBitsMask) & ~(1ULL << at->bit));
-  --records_;
-  ++stats_.erases;
-  const auto n = static_cast<uint32_t>(region_.persists() - before);
-  stats_.erase_persists += n;
-  return {Status::kErased, n};
+  const uint32_t next = level_ + 1;
+  const uint64_t child[2] = {pair, pair + cfg_.buckets_at(level_) / 2};
+  uint64_t cind[2], low[2];
+  for (int c = 0; c < 2; ++c) {
+    cind[c] = region_.load(indicator_off(next, child[c]));
+    if (!(cind[c] & kUnborn))
+      throw std::logic_error("continuity: a child of a not-MOVED pair is born (recovery resets these)");
+    low[c] = cind[c] & kGenMask;
+  }
+  const SlotLayout l(cfg_);
+  std::vector<std::byte> rec(l.bytes);
+  for (uint64_t b = ind & kBitsMask & ~kGenMask; b; b &= b - 1) {
+    const uint64_t off = slot_off(level_, pair, static_cast<uint32_t>(std::countr_zero(b)));
+    for (uint32_t w = 0; w < l.bytes; w += 8) store64(rec.data() + w, region_.load(off + w));
+    const uint64_t key = l.key(rec.data());
+    const ContinuityPlacement p = continuity_place(cfg_, key, next);
+    const int c = p.pair == child[0] ? 0 : 1;
+    const int bit = free_bit(p, low[c]);
+    if (bit < 0 || p.pair != child[c]) throw std::logic_error("continuity: a migrated segment overflowed");
+    low[c] = write_slot(next, p.pair, static_cast<uint32_t>(bit), key, p.kbits, seq_of(cind[c]) + 1, low[c],
+                        std::span<const std::byte>(rec.data() + l.val_off, cfg_.value_bytes));
+    ++stats_.migrated_items;
+  }
+  // Insert before erase: the children are published (UNBORN cleared) before the parent lets go.
+  set_indicator(next, child[0], low[0]);
+  set_indicator(next, child[1], low[1]);
+  set_indicator(level_, pair, ind & kGenMask, kMoved);  // bits cleared and MOVED set in one store
+  ++stats_.migrated_pairs;
+  stats_.migrate_persists += region_.persists() - before;
+}
+
+bool ContinuityShard::step_locked() {
+  if (!resizing_) return false;
+  const uint64_t pairs = cfg_.buckets_at(level_) / 2;
+  while (cursor_ < pairs && (region_.load(indicator_off(level_, cursor_)) & kMoved)) ++cursor_;
+  if (cursor_ < pairs) {
+    migrate_pair(cursor_++);
+    return true;
+  }
+  store_geometry(level_ + 1, false);  // every pair MOVED: the new table is in charge
+  ++level_;
+  resizing_ = false;
+  return false;
+}
+
+bool ContinuityShard::grow_locked(uint64_t key) {
+  if (write_level() >= cfg_.max_resizes) return false;
+  while (step_locked()) {
+  }
+  start_locked();
+  migrate_pair(continuity_place(cfg_, key, level_).pair);
+  return true;
+}
+
+bool ContinuityShard::start_resize() {
+  std::lock_guard lock(mu_);
+  return start_locked();
+}
+bool ContinuityShard::resize_step() {
+  std::lock_guard lock(mu_);
+  return step_locked();
+}
+void ContinuityShard::finish_resize() {
+  std::lock_guard lock(mu_);
+  while (step_locked()) {
+  }
+}
+uint32_t ContinuityShard::level() const {
+  std::lock_guard lock(mu_);
+  return level_;
+}
+bool ContinuityShard::resizing() const {
+  std::lock_guard lock(mu_);
+  return resizing_;
+}
+uint64_t ContinuityShard::capacity() const {
+  std::lock_guard lock(mu_);
+  return cfg_.slots_at(write_level());
 }
 
 uint64_t ContinuityShard::resize_into(ContinuityShard& dst) {
@@ -390,13 +563,14 @@ uint64_t ContinuityShard::resize_into(ContinuityShard& dst) {
 
 std::optional<std::vector<std::byte>> ContinuityShard::find(uint64_t key) const {
   if (!owns(key)) return std::nullopt;
-  const ContinuityPlacement p = continuity_place(cfg_, key);
   std::lock_guard lock(mu_);
+  ContinuityPlacement p = continuity_place(cfg_, key, level_);
+  if (region_.load(indicator_off(level_, p.pair)) & kMoved) p = continuity_place(cfg_, key, level_ + 1);
   auto at = locate(key, p);
   if (!at) return std::nullopt;
   const SlotLayout l(cfg_);
   std::vector<std::byte> rec(l.bytes);
-  const uint64_t off = slot_off(at->pair, at->bit);
+  const uint64_t off = slot_off(p.level, at->pair, at->bit);
   for (uint32_t w = 0; w < l.bytes; w += 8) store64(rec.data() + w, region_.load(off + w));
   return std::vector<std::byte>(rec.begin() + l.val_off, rec.begin() + l.val_off + cfg_.value_bytes);
 }
@@ -406,12 +580,17 @@ std::vector<std::pair<uint64_t, std::vector<std::byte>>> ContinuityShard::items(
   std::lock_guard lock(mu_);
   std::vector<std::pair<uint64_t, std::vector<std::byte>>> out;
   std::vector<std::byte> rec(l.bytes);
-  for (uint64_t i = 0; i < cfg_.buckets_per_node / 2; ++i)
-    for (uint64_t b = region_.load(indicator_off(i)) & kBitsMask & ~kGenMask; b; b &= b - 1) {
-      const uint64_t off = slot_off(i, static_cast<uint32_t>(std::countr_zero(b)));
-      for (uint32_t w = 0; w < l.bytes; w += 8) store64(rec.data() + w, region_.load(off + w));
-      out.emplace_back(l.key(rec.data()),
-                       std::vector<std::byte>(rec.begin() + l.val_off, rec.begin() + l.val_off + cfg_.value_bytes));
+  // Not-MOVED pairs of the table in charge, and (resizing) the born pairs of the new one.
+  for (uint32_t level = level_; level <= write_level(); ++level)
+    for (uint64_t i = 0; i < cfg_.buckets_at(level) / 2; ++i) {
+      const uint64_t ind = region_.load(indicator_off(level, i));
+      if (ind & (kMoved | kUnborn)) continue;
+      for (uint64_t b = ind & kBitsMask & ~kGenMask; b; b &= b - 1) {
+        const uint64_t off = slot_off(level, i, static_cast<uint32_t>(std::countr_zero(b)));
+        for (uint32_t w = 0; w < l.bytes; w += 8) store64(rec.data() + w, region_.load(off + w));
+        out.emplace_back(l.key(rec.data()),
+                         std::vector<std::byte>(rec.begin() + l.val_off, rec.begin() + l.val_off + cfg_.value_bytes));
+      }
     }
   return out;
 }
@@ -430,6 +609,12 @@ ContinuityStats ContinuityShard::stats() const {
 
 struct ContinuityServer::State {
   std::shared_ptr<detail::ShardHost<ContinuityShard>> host;
+  std::atomic<bool> stop{false};
+  std::thread migrator;  // background_migration: advances running resizes one pair at a time
+  ~State() {
+    stop = true;
+    if (migrator.joinable()) migrator.join();
+  }
 };
 
 ContinuityServer::ContinuityServer(Fabric& fabric, const ContinuityConfig& cfg, PersistMode mode, uint16_t rpc_id)
@@ -437,6 +622,15 @@ ContinuityServer::ContinuityServer(Fabric& fabric, const ContinuityConfig& cfg, 
   cfg_.validate();
   state_->host = detail::ShardHost<ContinuityShard>::create(fabric, cfg_, mode, rpc_id, kContinuityRpcFirst, kContinuityRpcLast,
                                                       "continuity", config_tag(cfg_));
+  if (cfg_.background_migration && cfg_.max_resizes > 0)
+    state_->migrator = std::thread([host = state_->host, stop = &state_->stop] {
+      while (!stop->load()) {
+        bool moved = false;
+        host->for_each_shard([&moved](ContinuityShard& s) { moved = s.resize_step() || moved; });
+        if (moved) std::this_thread::yield();  // the mutex is free between pairs: writes go first
+        else std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
 }
 
 ContinuityServer::~ContinuityServer() = default;
@@ -453,7 +647,7 @@ bool ContinuityServer::bulk_insert(uint64_t key, std::span<const std::byte> valu
     throw InvalidArgument("continuity shard " + std::to_string(node) + ": the segment of key " + std::to_string(key) +
                           " is full at " + std::to_string(state_->host->shard(node).records()) + " of " +
                           std::to_string(state_->host->shard(node).capacity()) +
-                          " slots: use a lower load factor or more SBuckets");
+                          " slots: use a lower load factor, more SBuckets or more resizes");
   return true;
 }
 
@@ -472,6 +666,11 @@ ContinuityStats ContinuityServer::stats() const {
     t.insert_persists += x.insert_persists;
     t.update_persists += x.update_persists;
     t.erase_persists += x.erase_persists;
+    t.resizes += x.resizes;
+    t.migrated_pairs += x.migrated_pairs;
+    t.migrated_items += x.migrated_items;
+    t.migrate_persists += x.migrate_persists;
+    t.cleaned_leftovers += x.cleaned_leftovers;
   });
   return t;
 }
@@ -481,6 +680,7 @@ ContinuityStats ContinuityServer::stats() const {
 ContinuityClient::ContinuityClient(const ContinuityConfig& cfg, Engine& engine, uint16_t rpc_id)
     : cfg_(cfg), engine_(engine), rpc_id_(rpc_id), cfg_tag_(config_tag(cfg)) {
   cfg_.validate();
+  levels_.assign(cfg_.memory_nodes, 0);
   if (rpc_id < kContinuityRpcFirst || rpc_id > kContinuityRpcLast)
     throw InvalidArgument("continuity rpc id must be in [0x0D00, 0x0D0F], got " + std::to_string(rpc_id));
 }
@@ -492,15 +692,28 @@ void ContinuityClient::check_value(std::span<const std::byte> value, bool exact)
 }
 
 Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_out) {
-  const ContinuityPlacement p = continuity_place(cfg_, key);
+  const uint32_t node = continuity_place(cfg_, key).node;
+  uint32_t level = levels_[node];
   const SlotLayout l(cfg_);
   const uint32_t len = cfg_.segment_bytes();
   std::vector<std::byte> seg(len);
   OpResult r;
+  ContinuityPlacement p;
   for (uint32_t attempt = 0; attempt < kMaxRetries; ++attempt) {
+    p = continuity_place(cfg_, key, level);
     co_await engine_.read(RemoteAddr{p.node, p.segment_offset}, seg.data(), len);  // the one READ
     ++r.chunks;
     const uint64_t ind = load64(seg.data() + p.indicator_pos);
+    if (ind & kMoved) {  // the pair's items are in the next table, and so is the table in charge
+      if (level >= cfg_.max_resizes) break;
+      levels_[node] = std::max(levels_[node], ++level);
+      continue;
+    }
+    if (ind & kUnborn) {  // not migrated yet: its items are still in the previous table
+      if (level == 0) break;
+      --level;
+      continue;
+    }
     const uint64_t s = seq_of(ind);
     const uint64_t bits = ind & segment_mask(cfg_, p.first_bit);
     bool stable = true;
@@ -531,7 +744,8 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
     co_return r;
   }
   throw FabricError("continuity: segment at offset " + std::to_string(p.segment_offset) + " on node " +
-                    std::to_string(p.node) + " stayed inconsistent (did the memory node die mid-write?)");
+                    std::to_string(p.node) + " stayed inconsistent or carries a resize mark its table cannot have " +
+                    "(did the memory node die mid-write, or is the geometry another?)");
 }
 
 Task<OpResult> ContinuityClient::remote(uint8_t op, uint64_t key, std::span<const std::byte> value) {
