@@ -3,21 +3,33 @@
 # linear probing on YCSB A, B, C, F, same run, 16-byte values (-p fieldcount=1 -p fieldlength=16),
 # 8-byte keys; each point is a load phase (the clients insert the records) then the run. Continuity
 # and level write through the memory node's CPU (RPCs, persists counted: JSON persists_per_op) and
-# look up with one-sided READs; RACE and linear write one-sided. Volatile tables (no --pm-path) so
-# that every scheme runs on the same memory. 1 memory node + 1 client over UCX shared memory.
-# Output: results/ycsb_pm/. Env: RDMAHASH_BUILD, YCSB_RECORDS (default 100 000), OPS, DEPTHS,
-# WORKLOADS.
+# look up with one-sided READs; RACE and linear write one-sided. By default volatile tables (no
+# --pm-path) so that every scheme runs on the same memory; PM_DIR=DIR puts the continuity and level
+# tables in files DIR/<scheme>-<workload>-<depth>.pm (--pm-path, a new file per run; JSON
+# persistence says pmem or msync: on an ordinary file system every persist is an msync, and over
+# UCX the file mapping is not one-sided here: docs/results.md). 1 memory node + 1 client over UCX
+# shared memory. Output: results/ycsb_pm/. Env: RDMAHASH_BUILD, YCSB_RECORDS (default 100 000), OPS,
+# DEPTHS, WORKLOADS, PM_DIR.
 source "$(dirname "$0")/fig_lib.sh" ycsb_pm
 RECORDS=${YCSB_RECORDS:-100000}
 OPS=${OPS:-100000}
 WORKLOADS=${WORKLOADS:-a b c f}
 DEPTHS=${DEPTHS:-16}
+PM_DIR=${PM_DIR:-}
+pm() {  # pm SCHEME W D: the --pm-path options of a persistent scheme's run (none without PM_DIR)
+  [ -n "$PM_DIR" ] || return 0
+  mkdir -p "$PM_DIR"
+  rm -f "$PM_DIR/$1-$2-$3.pm"  # a new table: an existing file would be recovered, not loaded
+  echo "--pm-path $PM_DIR/$1-$2-$3.pm"
+}
 for d in $DEPTHS; do
   for w in $WORKLOADS; do
     common=(--ycsb tests/data/ycsb/workload"$w" -p recordcount="$RECORDS" -p operationcount="$OPS"
             -p fieldcount=1 -p fieldlength=16 --depth "$d")
-    bench --scheme continuity --load-factor 0.25 "${common[@]}"
-    bench --scheme level --load-factor 0.5 "${common[@]}"
+    # shellcheck disable=SC2046  # pm prints two words or none
+    bench --scheme continuity --load-factor 0.25 "${common[@]}" $(pm continuity "$w" "$d")
+    # shellcheck disable=SC2046
+    bench --scheme level --load-factor 0.5 "${common[@]}" $(pm level "$w" "$d")
     bench --scheme race --key-bytes 8 --initial-depth 0 "${common[@]}"
     bench --scheme linear --key-bytes 8 --slot-format inline --load-factor 0.8 "${common[@]}"
   done

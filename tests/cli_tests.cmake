@@ -202,12 +202,24 @@ add_test(NAME bench_continuity_pm_reopen
 set_tests_properties(bench_continuity_pm_reopen PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
 add_test(NAME cli_continuity_bad_sbuckets COMMAND ${EXPECT_FAIL} "sbuckets must be in"
   ${RDMAHASH_BIN} bench --scheme continuity --sbuckets 7)
-add_test(NAME cli_pm_path_needs_continuity COMMAND ${EXPECT_FAIL} "pm-path applies to --scheme continuity"
+add_test(NAME cli_pm_path_needs_continuity COMMAND ${EXPECT_FAIL} "pm-path applies to --scheme continuity or level"
   ${RDMAHASH_BIN} bench --scheme linear --pm-path /tmp/x.pm)
 add_test(NAME cli_continuity_full_fails_cleanly COMMAND ${EXPECT_FAIL} "is full at [0-9]+ of [0-9]+ slots"
   ${RDMAHASH_BIN} bench --scheme continuity --records 20000 --load-factor 0.9 --ops 10)
 add_test(NAME cli_continuity_pm_path_directory COMMAND ${EXPECT_FAIL} "pm-path: .*not a regular file"
   ${RDMAHASH_BIN} bench --scheme continuity --records 100 --load-factor 0.2 --ops 10 --pm-path /tmp)
+# Level hashing on a --pm-path file: reopen-and-recover over both fabrics, reloads, and the refused
+# images (another geometry, a continuity image, truncated, a flipped header bit: exit 2, untouched).
+add_test(NAME bench_level_pm_reopen
+  COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/level_pm_reopen.sh ${RDMAHASH_BIN} ${CMAKE_CURRENT_BINARY_DIR}/level_pm_reopen
+          ${CHECK_JSON} "${MPIEXEC_EXECUTABLE}")
+set_tests_properties(bench_level_pm_reopen PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
+add_test(NAME cli_level_pm_path_directory COMMAND ${EXPECT_FAIL} "pm-path: .*not a regular file"
+  ${RDMAHASH_BIN} bench --scheme level --records 100 --load-factor 0.2 --ops 10 --pm-path /tmp)
+add_test(NAME cli_level_pm_path_two_nodes COMMAND ${EXPECT_FAIL} "pm-path holds one memory node's table"
+  ${RDMAHASH_BIN} bench --scheme level --memory-nodes 2 --records 100 --load-factor 0.2 --ops 10 --pm-path /tmp/x.pm)
+add_test(NAME cli_serve_level_pm_path_device COMMAND ${EXPECT_FAIL} "pm-path: /dev/null: not a regular file"
+  ${RDMAHASH_BIN} serve --scheme level --records 100 --load-factor 0.2 --pm-path /dev/null --listen 127.0.0.1:0)
 
 # --direct-access takes on or off.
 add_test(NAME cli_bad_direct_access COMMAND ${EXPECT_FAIL} "--direct-access: maybe not in"

@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""Checks a recovered continuity image against a client's history (issue 11: kill -9 of the memory node).
+"""Checks a recovered continuity or level image against a client's history (issue 11: kill -9 of the memory node).
 
     pm_history_verify.py [--self-test] TABLE HISTORY
 
 TABLE is a continuity --pm-path file (include/rdmahash/continuity.h, format 2: 64-byte header, the
-geometry word, then the tables of segment pairs [bucket 2i][indicator][SBuckets][bucket 2i+1]); HISTORY is the `bench --connect --history` file
+geometry word, then the tables of segment pairs [bucket 2i][indicator][SBuckets][bucket 2i+1]) or a
+level one (include/rdmahash/level.h: 64-byte header, the level word at 64, levels of [token][4
+slots] buckets from 128; the levels in use are the top t and t-1, and a recovered image is not
+mid-resize), told apart by the magic; HISTORY is the `bench --connect --history` file
 (src/check/history.h: 32-byte header, 48-byte events) of ONE client that ran at --depth 1, so its
 operations are sequential and at most its last one is pending (in flight when the memory node died).
 
@@ -24,6 +27,7 @@ K_INIT, K_GET, K_PUT, K_UPDATE, K_ERASE, K_FOP = 0, 1, 2, 3, 4, 5
 FOUND, INSERTED, FULL, NOTFOUND, UPDATED, ERASED = 0, 1, 2, 3, 4, 5
 PENDING = 0xFF
 CONT_MAGIC = 0x31544E4F43484452  # "RDHCONT1"
+LEVEL_MAGIC = 0x314C56454C484452  # "RDHLEVL1"
 
 
 def mix64(x):
@@ -108,6 +112,53 @@ def read_continuity(path):
     return items
 
 
+def read_level(path):
+    """Every valid item of a level image: {key: value digest}; raises on a key stored twice, valid
+    bits in a level not in use, or an image left mid-resize (recover it first)."""
+    data = open(path, "rb").read()
+    if len(data) < 128:
+        raise ValueError(f"{path}: shorter than the level header")
+    magic, _ver, _hb, base, resizes, vb, _seed, _node, _nodes, region = struct.unpack_from("<QIIQIIQIIQ", data, 0)
+    if magic != LEVEL_MAGIC or region > len(data):
+        raise ValueError(f"{path}: not a level image")
+    word = int.from_bytes(data[64:72], "little")
+    top, resizing = word & 0xFF, (word >> 8) & 1
+    GEOMETRY.update(level=top, resizing=resizing)
+    if resizing:
+        raise ValueError(f"{path}: the image is mid-resize (restart the server on it: recovery finishes the resize)")
+    if top < 1 or top >= resizes + 2:
+        raise ValueError(f"{path}: level word names top level {top}")
+    slot = 16 + (vb + 7) // 8 * 8 + 8
+    bucket = 8 + 4 * slot
+    items = {}
+    for level in range(resizes + 2):
+        start = 128 + ((1 << level) - 1) * base * bucket
+        for b in range(base << level):
+            off = start + b * bucket
+            bits = data[off] & 0xF  # the token's valid bits (little endian: the first byte)
+            if not bits:
+                continue
+            if level not in (top, top - 1):
+                raise ValueError(f"{path}: level {level} is not in use but bucket {b} has valid slots")
+            for s in range(4):
+                if not (bits >> s) & 1:
+                    continue
+                so = off + 8 + s * slot
+                key = int.from_bytes(data[so + 8:so + 16], "little")
+                if key in items:
+                    raise ValueError(f"{path}: key {key:#x} is valid in two slots")
+                items[key] = value_digest(data[so + 16:so + 16 + vb])
+    return items
+
+
+def read_table(path):
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if len(head) == 8 and int.from_bytes(head, "little") == LEVEL_MAGIC:
+        return read_level(path)
+    return read_continuity(path)
+
+
 def apply(op, status, written, state):
     """The state after an operation that completed with `status` (None = absent)."""
     if op == K_PUT and status in (INSERTED, UPDATED):
@@ -142,7 +193,7 @@ def main(argv):
         return 2
     try:
         events = read_history(argv[2])
-        table = read_continuity(argv[1])
+        table = read_table(argv[1])
     except (OSError, ValueError) as e:
         print(f"pm_history_verify: error: {e}", file=sys.stderr)
         return 2

@@ -15,6 +15,14 @@ add_test(NAME serve_pm_kill_continuity
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_pm_kill_test.sh $<TARGET_FILE:rdmahash_cli> 5 100000)
 set_tests_properties(serve_pm_kill_continuity PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
   TIMEOUT 300 LABELS serve)
+# The same for level hashing (--scheme level --pm-path), 3 rounds: the table starts at load factor
+# 0.8 with room for 3 resizes (serve's --capacity), so the client's inserts resize its top level
+# during the load; two rounds kill at a random point, the last one while the image says RESIZING
+# (recovery must finish the interrupted resize, and every acknowledged write is still there).
+add_test(NAME serve_pm_kill_level
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_pm_kill_test.sh $<TARGET_FILE:rdmahash_cli> 3 100000)
+set_tests_properties(serve_pm_kill_level PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
+  ENVIRONMENT "SCHEME=level;LOAD_FACTOR=0.8;RESIZE_KILLS=1" TIMEOUT 300 LABELS serve)
 
 # The same while the table grows online (--max-resizes 5: it starts 32 times smaller; the bulk load
 # grows it to level 4 and the client's inserts to level 5). --resize-pace 0: the last resize

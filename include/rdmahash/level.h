@@ -58,10 +58,27 @@
 //   a token store is one aligned 8-byte word, so it is wholly in or out; an interrupted movement
 //   or rehash leaves two valid copies of one item (I2) and nothing lost; an interrupted moved
 //   update leaves the old and the new value, either of which the unacknowledged update may leave.
-//   Recovery: validate the header; scan the levels in use; refuse (PmemError) any valid slot that
-//   breaks I1 or valid bits in a level not in use; clear the redundant copy of a duplicated key
-//   (the one in the lower level, else the later in scan order: 1 persist each);
-//   finish an interrupted resize (the level word says RESIZING). Formatting writes the magic last.
+//   Recovery: validate the header (level_check_image: length, magic, version, checksum, geometry);
+//   scan every level; refuse (PmemError) any valid slot that breaks I1 or valid bits in a level not
+//   in use — all before the first write, so a refused image is left untouched; clear the redundant
+//   copy of a duplicated key (found by sorting the valid keys, its copies looked up among its
+//   candidate buckets: the copy kept is the one in the higher level, else the first in scan order;
+//   1 persist each); finish an interrupted
+//   resize (the level word says RESIZING). Formatting writes the magic last, so an interrupted
+//   format is refused (no magic), never taken for a table.
+//
+// On a file (`--pm-path FILE`, bench and serve; include/rdmahash/pmem.h): the region is FILE mapped
+//   with pmem_map_file, persists are pmem_persist on real PM and pmem_msync elsewhere (JSON
+//   `persistence`: pmem / msync). A new file is formatted and bulk-loaded; an existing one is
+//   checked before any fabric maps it (a continuity image, a truncated or corrupt file, another
+//   geometry: exit 2, nothing written) and recovered as above, never bulk-loaded. The geometry is
+//   --records / --load-factor / --value-bytes / --seed plus the resizes the table's capacity needs
+//   (level_resizes_for; serve: --capacity), so a restart must repeat the same options.
+//   What clients see when the memory node dies: their requests fail (the connection closes); a
+//   write whose reply was not received may or may not have happened. Restarted on the same FILE,
+//   the node recovers exactly the state of the last persisted token of every bucket (an in-flight
+//   movement or rehash: one copy kept; an interrupted resize: finished) and every acknowledged
+//   write is there (tests/serve_pm_kill_test.sh, ctest serve_pm_kill_level).
 //
 // Reads (clients, one-sided, while the node writes)
 //   A lookup READs, in one batch (one round trip), the level word and the key's candidate buckets
@@ -97,6 +114,16 @@
 //  * recovery refuses a valid slot that is not a consistent item of its bucket
 //    (level-recovery-skip-slot-check)
 //  * an image whose header checksum does not match is refused (level-header-skip-checksum)
+//  * an image of another format is refused as such, by its magic (level-pm-refuse-foreign-magic)
+//  * bench/serve check an existing --pm-path file's header before a fabric maps it
+//    (level-pm-check-before-fabric)
+//  * an existing --pm-path image is recovered, never bulk-loaded over (level-pm-recover-not-bulk-load)
+//  * a reload between points writes the image as loaded back into the file
+//    (level-pm-reload-restores-image)
+//  * recovery finishes an interrupted top-level resize (level-recovery-finish-resize)
+//  * recovery clears the redundant copy of a key left twice (level-recovery-keep-duplicates)
+//  * a reload (restore_image, pmem.h) clears the magic word before rewriting the file and restores
+//    it last: an interrupted reload is refused on reopen, never read as a mix (pmem-restore-magic-last)
 //
 // Thread safety: LevelClient belongs to one Engine; LevelShard and the RPC handler are
 // thread-safe (one mutex per shard); readers never lock.
@@ -146,6 +173,10 @@ struct LevelConfig {
   uint64_t region_bytes() const { return level_offset(levels()); }
 };
 std::string level_config_error(const LevelConfig& cfg);
+// The resizes a table of `cfg` needs to hold `capacity` records (all nodes) at a load factor of at
+// most 0.75 of its two levels in use (level hashing fills ~0.9 before a resize): at least 1, at
+// most 8. The bench sizes --pm-path files and served tables with it (--capacity).
+uint32_t level_resizes_for(const LevelConfig& cfg, uint64_t capacity);
 
 struct LevelHeader {
   uint64_t magic;
@@ -158,6 +189,13 @@ struct LevelHeader {
   uint64_t checksum;  // of the 56 bytes before it
 };
 static_assert(sizeof(LevelHeader) == kLevelHeaderBytes);
+
+// Validates an existing image (a --pm-path file) for node `node` of `cfg` without writing to it:
+// its length covers the header, then magic (another format, e.g. a continuity image, is named by
+// its magic), format version, header checksum, geometry, and a length covering the table. Throws
+// PmemError saying what is wrong. LevelShard's recovery starts with it; the bench calls it before
+// the file is given to a fabric, so that a foreign or truncated file is refused as such.
+void level_check_image(std::span<const std::byte> image, const LevelConfig& cfg, uint32_t node);
 
 struct LevelPlacement {
   uint32_t node;
@@ -207,6 +245,7 @@ class LevelShard {
   uint32_t top_level() const;
   bool recovered() const { return recovered_; }
   uint64_t recovery_repairs() const { return repairs_; }  // duplicate copies cleared, resizes finished
+  bool finished_resize() const { return finished_resize_; }  // recovery finished an interrupted resize
   LevelStats stats() const;
   uint32_t node() const { return node_; }
 
@@ -240,6 +279,7 @@ class LevelShard {
   uint64_t records_ = 0;
   bool recovered_ = false;
   uint64_t repairs_ = 0;
+  bool finished_resize_ = false;
   LevelStats stats_;
 };
 
@@ -256,7 +296,10 @@ class LevelServer {
   bool bulk_insert(uint64_t key, std::span<const std::byte> value);  // false if not hosted here
   uint64_t records() const;
   LevelStats stats() const;
-  bool recovered() const;
+  bool recovered() const;  // every hosted shard was recovered from an existing image
+  // What recovery did on the hosted shards: "top level T[, N duplicate copies cleared][, an
+  // interrupted resize finished]" (one clause per shard, "; "-separated).
+  std::string recovery_summary() const;
   const LevelConfig& config() const { return cfg_; }
 
  private:

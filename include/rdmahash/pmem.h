@@ -65,6 +65,13 @@ class PersistentRegion {
   PersistObserver* observer_ = nullptr;
 };
 
+// Writes `saved` (an earlier copy of the whole region, same size) back into `region`, for an image
+// whose first 8-byte word is its magic (continuity, level): the magic word is cleared and persisted
+// first, every other word stored and persisted, the magic restored and persisted last. A crash at
+// any point leaves the image as it was, or without its magic (refused on reopen, never taken for a
+// table), or as saved. (Bench reloads between points: --pm-path without --keep-table.)
+void restore_image(PersistentRegion& region, std::span<const std::byte> saved);
+
 // A file mapped with pmem_map_file. `open` maps an existing file at its size, or creates one of
 // `create_bytes` bytes (zero-filled) when none exists. The mapping is 4 KiB aligned.
 class PmemFile {

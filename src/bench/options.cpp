@@ -106,7 +106,8 @@ std::string BenchOptions::error() const {
   if (max_resizes > 16) return "--max-resizes must be at most 16";
   if (resize_pace > 1000000) return "--resize-pace must be at most 1000000";
   if (max_resizes > 0 && scheme != "continuity") return "--max-resizes applies to --scheme continuity";
-  if (!pm_path.empty() && scheme != "continuity") return "--pm-path applies to --scheme continuity";
+  if (!pm_path.empty() && scheme != "continuity" && scheme != "level")
+    return "--pm-path applies to --scheme continuity or level";
   if (!pm_path.empty() && (memory_nodes != 1 || symmetric))
     return "--pm-path holds one memory node's table: use --memory-nodes 1 (and no --symmetric)";
   if (!pm_path.empty() && load_factors.size() != 1) return "--pm-path holds one table: give one --load-factor";

@@ -545,15 +545,22 @@ class ContinuityAdapter final : public SchemeAdapter {
   std::vector<std::byte> image_;       // --pm-path without --keep-table: the file after the first load
 };
 
-// Level hashing (OSDI'18), the seed 002 baseline: volatile (the persist choke point counts and
-// fences, no file). Reloading between points reformats and bulk-loads again.
+// Level hashing (OSDI'18), the seed 002 baseline. Volatile, or with --pm-path on a pmem file
+// mapping exactly as ContinuityAdapter: a new file is formatted and bulk-loaded, an existing one is
+// validated (level_check_image: before the fabric sees it, so that a foreign, truncated or corrupt
+// file is refused untouched) and recovered — recovery finishes an interrupted top-level resize and
+// clears the duplicate copy of an interrupted movement — never bulk-loaded. Reloads between points
+// restore the image as the first load left it (restore_image, pmem.h); --keep-table: no reload, no copy.
+// The table has room for the resizes its capacity needs (level_resizes_for: --capacity of `serve`,
+// else the records plus the points' writes), so a small table grows while clients insert.
 class LevelAdapter final : public SchemeAdapter {
  public:
-  LevelAdapter(const BenchOptions& o, double load_factor) {
+  LevelAdapter(const BenchOptions& o, double load_factor) : pm_path_(o.pm_path), keep_table_(o.keep_table) {
     if (o.key_bytes != 8) throw InvalidArgument("--scheme level stores 8-byte keys: use --key-bytes 8");
     cfg_ = LevelConfig::for_records(o.records, load_factor, o.memory_nodes, 1);
     cfg_.value_bytes = o.value_bytes;
     cfg_.hash_seed = hash::mix64(o.seed ^ 0x1E7EULL);
+    cfg_.max_resizes = level_resizes_for(cfg_, o.table_capacity ? o.table_capacity : o.records + o.table_writes);
     cfg_.validate();
   }
   uint64_t region_bytes() const override { return cfg_.region_bytes(); }
@@ -562,22 +569,73 @@ class LevelAdapter final : public SchemeAdapter {
   unsigned key_bits() const override { return 63; }
   uint32_t value_bytes() const override { return cfg_.value_bytes; }
 
+  std::span<std::byte> persistent_region() override {
+    if (pm_path_.empty()) return {};
+    if (!file_) {
+      try {
+        file_ = std::make_unique<PmemFile>(PmemFile::open(pm_path_, cfg_.region_bytes()));
+      } catch (const PmemError& e) {
+        throw InvalidArgument(std::string("--pm-path: ") + e.what());
+      }
+      try {
+        // An existing file whose header area is not all zero must be this table's image (an all-zero
+        // one is formatted, as a new file is).
+        const auto img = file_->bytes();
+        const bool zero = img.size() >= kLevelAreaOffset &&
+                          std::all_of(img.begin(), img.begin() + kLevelAreaOffset, [](std::byte x) { return x == std::byte{0}; });
+        if (!file_->created() && !zero) level_check_image(img, cfg_, 0);
+      } catch (const PmemError& e) {
+        file_.reset();
+        throw InvalidArgument("--pm-path " + pm_path_ + ": " + e.what() + " (nothing was changed)");
+      }
+      if (file_->bytes().size() < cfg_.region_bytes())
+        throw InvalidArgument("--pm-path " + pm_path_ + ": the file has " + std::to_string(file_->bytes().size()) +
+                              " bytes, this table needs " + std::to_string(cfg_.region_bytes()) +
+                              " (a truncated image; nothing was changed)");
+    }
+    return file_->bytes().first(cfg_.region_bytes());
+  }
+
   void load(Fabric& fabric, const KeySpace& keys, const std::function<void(uint64_t)>& progress) override {
+    const PersistMode mode = file_ ? file_->mode() : PersistMode::kVolatile;
+    const bool reload = server_ != nullptr;
     server_.reset();  // no client is running: the old server's handler is replaced below
-    for (uint32_t n = 0; n < cfg_.memory_nodes; ++n) {  // a zero header makes the shard format itself
-      auto region = fabric.local_region(n);
-      if (!region.empty()) std::memset(region.data(), 0, std::min<size_t>(region.size(), kLevelAreaOffset));
+    if (reload && file_) {
+      PersistentRegion region(persistent_region(), mode);
+      restore_image(region, image_);  // magic cleared first, restored last (pmem.h)
+      open_server(fabric, mode);
+      if (progress) progress(keys.records());
+      return;
     }
-    server_ = std::make_unique<LevelServer>(fabric, cfg_, PersistMode::kVolatile);
-    std::vector<std::byte> value(cfg_.value_bytes);
-    RecordStream records(keys);
-    for (uint64_t i = 0; i < keys.records(); ++i) {
-      const uint64_t k = records.next();
-      fill_value(k, value);
-      server_->bulk_insert(k, value);
-      if ((i & 0xFFFF) == 0 && progress) progress(i);
+    if (!file_)  // volatile: a zero header makes the shard format itself
+      for (uint32_t n = 0; n < cfg_.memory_nodes; ++n) {
+        auto region = fabric.local_region(n);
+        if (!region.empty()) std::memset(region.data(), 0, std::min<size_t>(region.size(), kLevelAreaOffset));
+      }
+    const auto t0 = std::chrono::steady_clock::now();
+    open_server(fabric, mode);
+    if (server_->recovered()) {  // an existing image: recovered, not bulk-loaded
+      const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      recovered_ = server_->records();
+      std::fprintf(stderr, "rdmahash bench: recovered %llu records from %s (%llu bytes) in %.3f s (level: %s)\n",
+                   static_cast<unsigned long long>(*recovered_), pm_path_.c_str(),
+                   static_cast<unsigned long long>(cfg_.region_bytes()), sec, server_->recovery_summary().c_str());
+      if (progress) progress(keys.records());
+    } else {
+      std::vector<std::byte> value(cfg_.value_bytes);
+      RecordStream records(keys);
+      for (uint64_t i = 0; i < keys.records(); ++i) {
+        const uint64_t k = records.next();
+        fill_value(k, value);
+        server_->bulk_insert(k, value);
+        if ((i & 0xFFFF) == 0 && progress) progress(i);
+      }
+      if (progress) progress(keys.records());
     }
-    if (progress) progress(keys.records());
+    if (file_ && !keep_table_) {  // the loaded state a reload writes back
+      const auto img = persistent_region();
+      image_.assign(img.begin(), img.end());
+    }
   }
 
   ClientSetup make_client(Engine& engine, const ReadSizeSpec& spec, const BenchOptions&) const override {
@@ -586,13 +644,28 @@ class LevelAdapter final : public SchemeAdapter {
     return {std::make_unique<LevelClient>(cfg_, engine), 8};
   }
   std::string describe() const override {
-    return "level N=" + std::to_string(cfg_.base_buckets) + " bucket=" + std::to_string(cfg_.bucket_bytes()) + "B";
+    return "level N=" + std::to_string(cfg_.base_buckets) + " bucket=" + std::to_string(cfg_.bucket_bytes()) +
+           "B resizes<=" + std::to_string(cfg_.max_resizes);
   }
-  std::string persistence() const override { return to_string(PersistMode::kVolatile); }
+  std::string persistence() const override { return to_string(file_ ? file_->mode() : PersistMode::kVolatile); }
+  std::optional<uint64_t> recovered_records() const override { return recovered_; }
 
  private:
+  void open_server(Fabric& fabric, PersistMode mode) {
+    try {
+      server_ = std::make_unique<LevelServer>(fabric, cfg_, mode);
+    } catch (const PmemError& e) {
+      throw InvalidArgument("--pm-path " + pm_path_ + ": " + e.what() + " (nothing was changed)");
+    }
+  }
+
   LevelConfig cfg_;
+  std::string pm_path_;
+  bool keep_table_;
+  std::unique_ptr<PmemFile> file_;
   std::unique_ptr<LevelServer> server_;
+  std::optional<uint64_t> recovered_;  // records of the image recovered by the first load
+  std::vector<std::byte> image_;       // --pm-path without --keep-table: the file after the first load
 };
 
 }  // namespace

@@ -48,7 +48,7 @@ void add_table_options(CLI::App& cmd, BenchOptions& o, std::string& distribution
                  "the keys written)")
       ->capture_default_str();
   cmd.add_option("--pm-path", o.pm_path,
-                 "continuity: keep the table in this file (pmem_map_file); an existing file is recovered, not loaded; "
+                 "continuity, level: keep the table in this file (pmem_map_file); an existing file is recovered, not loaded; "
                  "reloads between points write back the image as loaded");
   cmd.add_option("--slot-format", o.slot_format, "linear slot format: auto, set (63-bit keys) or inline (records)")
       ->capture_default_str();
@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"poll", "event"}))->capture_default_str();
   serve->add_option("--node", serve_cfg.node, "this server is memory node N of --memory-nodes")->capture_default_str();
   serve->add_option("--capacity", serve_cfg.capacity,
-                    "records the table may come to hold (sizes race's directory and linear heaps; default: records + "
+                    "records the table may come to hold (sizes race's directory, linear heaps and level's resizes; default: records + "
                     "max(records, 100000))");
   serve->add_flag("!--no-progress", serve_opts.progress, "no progress bar while loading");
   rdmahash::cli::ModelCommand model_cmd(app);

@@ -51,6 +51,25 @@ void PersistentRegion::persist(uint64_t offset, uint64_t len) {
   }
 }
 
+void restore_image(PersistentRegion& region, std::span<const std::byte> saved) {
+  const auto img = region.bytes();
+  if (saved.size() != img.size() || img.size() < 8 || img.size() % 8 != 0)
+    throw std::logic_error("restore_image: the saved image has " + std::to_string(saved.size()) + " bytes, the region " +
+                           std::to_string(img.size()));
+  region.store(0, 0);  // no magic: an image caught between two states is refused, never read
+  region.persist(0, 8);
+  for (uint64_t off = 8; off < img.size(); off += 8) {
+    uint64_t w;
+    std::memcpy(&w, saved.data() + off, 8);
+    if (region.load(off) != w) region.store(off, w);
+  }
+  region.persist(8, img.size() - 8);
+  uint64_t magic;
+  std::memcpy(&magic, saved.data(), 8);
+  region.store(0, magic);  // only once everything else is durable
+  region.persist(0, 8);
+}
+
 PmemFile PmemFile::open(const std::string& path, uint64_t create_bytes) {
   if (path.empty()) throw PmemError("--pm-path: empty path");
   PmemFile f;
