@@ -122,6 +122,60 @@ TEST_P(LinearOracle, PipelinedCallsMatchSynchronousOnes) {
   EXPECT_LT(batches, keys.size() / 16);
 }
 
+// What a lookup costs, against a closed form: a get reads the windows of R slots from its home up
+// to the one holding its key (hit) or its first empty slot (miss), each exactly once, one round
+// trip each — whether get answers from the first window itself or hands it on to the general scan
+// (issue 12's fast path must not read it twice). Oracle: sequential linear probing, no wrap.
+TEST_P(LinearOracle, LookupsReadEachWindowOnce) {
+  LinearConfig c = config(256, 1);
+  c.tail_slots = 64;
+  LocalTable t(c);
+  constexpr uint32_t R = 4;
+  Client client(*t.fabric, t.cfg, test::probe(8, 128, R));
+  const uint32_t vb = t.cfg.format == SlotFormat::kSet ? 0 : t.cfg.value_bytes;
+  std::vector<uint64_t> slots(c.total_slots(), 0);  // key + 1 in each occupied slot
+  std::unordered_map<uint64_t, uint64_t> where;
+  std::mt19937_64 rng(11);
+  while (where.size() < 230) {  // load 0.9: long clusters, many lookups past the first window
+    const uint64_t k = rng() & key_mask();
+    if (where.count(k)) continue;
+    uint64_t s = linear_place(c, k).home;
+    while (slots[s]) ++s;
+    slots[s] = k + 1;
+    where[k] = s;
+    ASSERT_EQ(client.find_or_put(k, value_for(k, 0, vb)).status, Status::kInserted);
+  }
+  auto expect_windows = [&](uint64_t k, uint64_t end, Status want) {
+    const uint64_t home = linear_place(c, k).home;
+    const uint64_t windows = (end - home) / R + 1;
+    std::vector<std::byte> out(vb);
+    const OpResult r = client.get(k, out);
+    ASSERT_EQ(r.status, want) << k;
+    EXPECT_EQ(r.chunks, windows) << k;
+    EXPECT_EQ(client.last_stats().reads, windows) << k;
+    EXPECT_EQ(client.last_stats().round_trips, windows) << k;
+    uint64_t bytes = 0;
+    for (uint64_t w = 0; w < windows; ++w) bytes += std::min<uint64_t>(R, c.total_slots() - (home + w * R)) * c.slot_bytes();
+    EXPECT_EQ(client.last_stats().bytes, bytes) << k;
+    if (want == Status::kFound) {
+      EXPECT_EQ(out, value_for(k, 0, vb)) << k;
+    }
+  };
+  uint64_t multi = 0;
+  for (const auto& [k, s] : where) {
+    expect_windows(k, s, Status::kFound);
+    multi += s - linear_place(c, k).home >= R;
+  }
+  EXPECT_GT(multi, 20u);  // the scan past the first window is exercised
+  for (int i = 0; i < 200; ++i) {
+    const uint64_t k = rng() & key_mask();
+    if (where.count(k)) continue;
+    uint64_t e = linear_place(c, k).home;
+    while (slots[e]) ++e;
+    expect_windows(k, e, Status::kNotFound);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, LinearOracle,
                          testing::Values(Format{SlotFormat::kSet, 8, 0}, Format{SlotFormat::kInline, 4, 0},
                                          Format{SlotFormat::kInline, 4, 4}, Format{SlotFormat::kInline, 8, 32},

@@ -414,7 +414,12 @@ class LinearClient final : public KvClient {
   struct Located;
   void check_value(std::span<const std::byte> value, bool required) const;
   RemoteAddr slot_addr(uint32_t node, uint64_t slot) const;
-  Task<Located> locate(uint64_t key, const LinearPlacement& p, std::span<std::byte> value_out, uint32_t& reads);
+  enum class Probe : uint8_t;
+  Probe scan(uint64_t key, const LinearPlacement& p, const std::byte* data, uint64_t n, uint64_t& j) const;
+  uint64_t window(uint32_t node, uint64_t slot) const;
+  // `first`: the first window (at the home slot) when the caller has read it already (get).
+  Task<Located> locate(uint64_t key, const LinearPlacement& p, std::span<std::byte> value_out, uint32_t& reads,
+                       std::span<const std::byte> first = {});
   Task<bool> read_stable(uint32_t node, uint64_t slot, std::byte* dst);
   uint32_t read_slots(uint32_t node, uint64_t slot) const;
   void observe_clusters(uint32_t node, uint64_t start, const std::byte* slots, uint64_t n, uint64_t& run_start) const;

@@ -18,13 +18,18 @@
 
 namespace rdmahash::bench {
 
+KeySpace::KeySpace(uint64_t records, unsigned bits, uint64_t seed, double zipf_theta)
+    : records_(records), bits_(bits), seed_(seed), theta_(zipf_theta) {
+  uint64_t s = seed_;
+  for (uint64_t& r : rounds_) r = s = hash::mix64(s + 0x9E3779B97F4A7C15ULL);
+}
+
 uint64_t KeySpace::key(uint64_t i) const {
-  // Each step is a bijection on [0, 2^bits): add, xor-shift, multiply by an odd constant.
+  // Each step is a bijection on [0, 2^bits): add, xor-shift, multiply by an odd constant. The
+  // round constants depend on the seed only (computed once: key() runs for every operation).
   const uint64_t mask = bits_ >= 64 ? ~0ULL : (1ULL << bits_) - 1;
   uint64_t x = i & mask;
-  uint64_t s = seed_;
-  for (int round = 0; round < 3; ++round) {
-    s = hash::mix64(s + 0x9E3779B97F4A7C15ULL);
+  for (const uint64_t s : rounds_) {
     x = (x + s) & mask;
     x ^= x >> (bits_ / 2 + 1);
     x = (x * ((s << 1) | 1)) & mask;
@@ -38,6 +43,21 @@ void fill_value(uint64_t key, std::span<std::byte> out) {
     s = hash::mix64(s + 0x2545F4914F6CDD1DULL);
     std::memcpy(out.data() + i, &s, std::min<size_t>(8, out.size() - i));
   }
+}
+
+bool value_matches(uint64_t key, std::span<const std::byte> value) {
+  uint64_t s = key;
+  for (size_t i = 0; i < value.size(); i += 8) {
+    s = hash::mix64(s + 0x2545F4914F6CDD1DULL);
+    if (value.size() - i >= 8) {
+      uint64_t w;
+      std::memcpy(&w, value.data() + i, 8);
+      if (w != s) return false;
+    } else if (std::memcmp(value.data() + i, &s, value.size() - i) != 0) {
+      return false;
+    }
+  }
+  return true;
 }
 
 struct RecordStream::Zipf {

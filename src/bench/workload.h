@@ -26,8 +26,7 @@ namespace rdmahash::bench {
 // the same way (seed 000 §5.8).
 class KeySpace {
  public:
-  KeySpace(uint64_t records, unsigned bits, uint64_t seed, double zipf_theta = 0)
-      : records_(records), bits_(bits), seed_(seed), theta_(zipf_theta) {}
+  KeySpace(uint64_t records, unsigned bits, uint64_t seed, double zipf_theta = 0);
   uint64_t key(uint64_t i) const;
   uint64_t records() const { return records_; }
   double zipf_theta() const { return theta_; }
@@ -38,6 +37,7 @@ class KeySpace {
   unsigned bits_;
   uint64_t seed_;
   double theta_;
+  uint64_t rounds_[3];  // key()'s round constants, from the seed
 };
 
 // The keys of the loaded records, in load order; every rank generates the same sequence.
@@ -56,6 +56,8 @@ class RecordStream {
 
 // The value stored with `key` (deterministic, so readers can verify what they got).
 void fill_value(uint64_t key, std::span<std::byte> out);
+// True if `value` is what fill_value(key, ...) writes (compared without a buffer).
+bool value_matches(uint64_t key, std::span<const std::byte> value);
 
 enum class OpKind : uint8_t { kGet, kGetAll, kFindOrPut, kRawRead };
 struct Op {

@@ -45,7 +45,10 @@
 //   xpmem) — is reached with the CPU (fabric/direct_access.h): READ/WRITE are word-wise loads and
 //   stores executed inside execute(), no UCX request, no progress. A batch that mixes them with
 //   UCX requests to other nodes is still one execute(): the direct ones run while the others are
-//   posted, and counters count both alike (RT/op figures do not depend on the path).
+//   posted, and counters count both alike (RT/op figures do not depend on the path). A batch whose
+//   requests all go direct (every batch of a same-host job once atomics go direct) skips the
+//   posting machinery altogether (slots, flush bookkeeping, completion loop): execute() performs
+//   it in batch order and returns — the same order, fences and statuses post() would give.
 //   CAS/FAA go direct only when every atomic any process of the job issues on that memory is a CPU
 //   atomic, because CPU atomics are not atomic with respect to a NIC's (device) atomics:
 //     - MPI jobs whose ranks all run on this host (same boot id and host name), and every rank's
@@ -201,6 +204,9 @@ class UcxTransport final : public Transport {
 
  private:
   void validate(const Request& r) const;
+  // The request may be performed by this CPU on the node's mapped region (direct access): a READ
+  // or WRITE, or a CAS/FAA where CPU atomics are atomic with every other accessor's (see above).
+  bool goes_direct(const Request& r) const;
   void post(Slot& s);
   void post_flush(Slot& s);
   void settle(Slot& s, ucs_status_ptr_t sp);
@@ -1063,6 +1069,11 @@ void UcxTransport::settle(Slot& s, ucs_status_ptr_t sp) {
   // Otherwise in flight: the callback completes it.
 }
 
+inline bool UcxTransport::goes_direct(const Request& r) const {
+  return fabric_.direct(r.addr.node) != nullptr &&
+         (r.kind == ReqKind::kRead || r.kind == ReqKind::kWrite || (r.kind != ReqKind::kRpc && fabric_.direct_atomics()));
+}
+
 void UcxTransport::post(Slot& s) {
   Request& r = *s.req;
   if (r.status == ReqStatus::kFailed) return;  // failed validation: never posted
@@ -1091,10 +1102,8 @@ void UcxTransport::post(Slot& s) {
   // thread fence publishes them before what follows). Earlier UCX requests to the node may still be
   // in flight: then the fenced request goes through UCX too, after ucp_worker_fence.
   if (r.fence) std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (std::byte* base = fabric_.direct(node);
-      base != nullptr && !(r.fence && posted_[node]) &&
-      (r.kind == ReqKind::kRead || r.kind == ReqKind::kWrite || (r.kind != ReqKind::kRpc && fabric_.direct_atomics()))) {
-    detail::direct_execute(r, base + r.addr.offset);  // validate() checked bounds and alignment
+  if (goes_direct(r) && !(r.fence && posted_[node])) {
+    detail::direct_execute(r, fabric_.direct(node) + r.addr.offset);  // validate() checked bounds and alignment
     complete_unit(s, UCS_OK);
     return;
   }
@@ -1174,6 +1183,35 @@ void UcxTransport::execute(std::span<Request> batch) {
   if (valid == 0 && !error.empty()) throw FabricError(error);  // nothing to post: not a batch
   ++counters_.batches;
   if (batch.empty()) return;
+  // Over shared memory a dead memory node's READs, WRITEs and atomics still "succeed" on the
+  // segment this process maps: look every 1024 batches (at most every 200 ms) too.
+  if ((++batches_ & 1023) == 0 && fabric_.has_liveness()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_batch_look_ >= std::chrono::milliseconds(200)) {
+      last_batch_look_ = now;
+      if (std::string dead = fabric_.dead_node(); !dead.empty()) {
+        fabric_.set_broken();
+        throw MemoryNodeLost("ucx fabric: " + dead);
+      }
+    }
+  }
+  // A batch whose every request goes direct (the same-host fast path's common case) is performed
+  // right here, in batch order, exactly as post() would perform each one — without slots, UCX
+  // calls or the completion loop. Anything else (a request to a peer UCX cannot map, an atomic
+  // that must stay a UCX atomic, an RPC, a request that failed validation) takes the loop below.
+  if (error.empty() && std::all_of(batch.begin(), batch.end(), [&](const Request& r) { return goes_direct(r); })) {
+    for (const Request& r : batch)
+      if (r.kind == ReqKind::kRead) detail::prefetch(fabric_.direct(r.addr.node) + r.addr.offset, r.len);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    for (Request& r : batch) {
+      if (r.fence) std::atomic_thread_fence(std::memory_order_seq_cst);  // as in post()
+      detail::direct_execute(r, fabric_.direct(r.addr.node) + r.addr.offset);  // validate() checked bounds
+      r.status = ReqStatus::kOk;
+      counters_.add(r);
+    }
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    return;
+  }
 
   const uint32_t k = fabric_.memory_nodes();
   slots_.assign(batch.size(), Slot{});  // never resized while requests are in flight
@@ -1197,18 +1235,6 @@ void UcxTransport::execute(std::span<Request> batch) {
   ucp_worker_h worker = fabric_.worker();
   uint64_t spins = 0;
   std::chrono::steady_clock::time_point last_look{};  // set at the first look of a long wait
-  // Over shared memory a dead memory node's READs, WRITEs and atomics still "succeed" on the
-  // segment this process maps: look every 1024 batches (at most every 200 ms) too.
-  if ((++batches_ & 1023) == 0 && fabric_.has_liveness()) {
-    const auto now = std::chrono::steady_clock::now();
-    if (now - last_batch_look_ >= std::chrono::milliseconds(200)) {
-      last_batch_look_ = now;
-      if (std::string dead = fabric_.dead_node(); !dead.empty()) {
-        fabric_.set_broken();
-        throw MemoryNodeLost("ucx fabric: " + dead);
-      }
-    }
-  }
   for (;;) {
     // A failed request does not stop the others: each request's outcome is its own (fabric.h).
     while (next < batch.size() && outstanding_ < kMaxInFlight) post(slots_[next++]);

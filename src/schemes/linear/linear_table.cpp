@@ -52,7 +52,7 @@ class Scratch {
 
  private:
   size_t n_;
-  alignas(8) std::byte small_[384];
+  alignas(8) std::byte small_[512];  // find_or_put's double buffer of 2 chunks of 8 slots of 32 B
   std::vector<std::byte> big_;
 };
 
@@ -506,44 +506,74 @@ Task<bool> LinearClient::read_stable(uint32_t node, uint64_t slot, std::byte* ds
                             std::to_string(deadline.attempts()) + " reads, longer than the retry budget (a writer died mid-update?)");
 }
 
+// Scans slots [j, n) of a lookup window `data` for `key` and stops at the first answer: kHit at
+// slot j (the set word, or an unlocked inline record of the key whose check word matches), kUnstable
+// at slot j (its ctrl names the key's bits but it is locked or fails its check: re-read it),
+// kMiss (an empty slot ends the probe, seed 000 §4.3) or kMore (no answer: read the next window).
+enum class LinearClient::Probe : uint8_t { kHit, kUnstable, kMiss, kMore };
+LinearClient::Probe LinearClient::scan(uint64_t key, const LinearPlacement& p, const std::byte* data, uint64_t n,
+                                       uint64_t& j) const {
+  const bool set = cfg_.format == SlotFormat::kSet;
+  const InlineLayout l(cfg_);
+  for (; j < n; ++j) {
+    const std::byte* sl = data + j * slot_bytes_;
+    const uint64_t w = load64(sl);
+    if (w == 0) return Probe::kMiss;
+    if (set) {
+      if (w == (kOcc | key)) return Probe::kHit;
+      continue;
+    }
+    if ((w & kDel) || static_cast<uint32_t>(w) != p.kbits) continue;
+    if ((w & kLock) || !inline_consistent(cfg_, l, sl)) return Probe::kUnstable;
+    if (cfg_.key_bytes == 8 && load64(sl + l.key_off) != key) continue;
+    return Probe::kHit;
+  }
+  return Probe::kMore;
+}
+
+// Slots a lookup READ at `slot` fetches: the read size, never past the last tail slot.
+uint64_t LinearClient::window(uint32_t node, uint64_t slot) const {
+  return std::min<uint64_t>(read_slots(node, slot), cfg_.total_slots() - slot);
+}
+
 Task<LinearClient::Located> LinearClient::locate(uint64_t key, const LinearPlacement& p,
-                                                 std::span<std::byte> value_out, uint32_t& reads) {
+                                                 std::span<std::byte> value_out, uint32_t& reads,
+                                                 std::span<const std::byte> first) {
   const uint64_t total = cfg_.total_slots();
   const InlineLayout l(cfg_);
   std::vector<std::byte> big;
   Scratch buf(0);
   std::vector<std::byte> one;
-  const bool set = cfg_.format == SlotFormat::kSet;
   uint64_t run_start = p.home;
   for (uint64_t s = p.home; s < total;) {
-    const uint64_t n = std::min<uint64_t>(read_slots(p.node, s), total - s);
-    std::byte* data = buf.data();
-    if (n * slot_bytes_ > buf.size()) {
-      big.resize(n * slot_bytes_);
-      data = big.data();
-    }
-    co_await engine_.read(slot_addr(p.node, s), data, static_cast<uint32_t>(n * slot_bytes_));
-    ++reads;
-    observe_clusters(p.node, s, data, n, run_start);
-    for (uint64_t j = 0; j < n; ++j) {
-      const std::byte* sl = data + j * slot_bytes_;
-      uint64_t w = load64(sl);
-      if (w == 0) co_return Located{};
-      if (set) {
-        if (w == (kOcc | key)) co_return Located{true, s + j, w};
-        continue;
+    const std::byte* data = first.data();
+    uint64_t n = first.size() / slot_bytes_;
+    if (s != p.home || first.empty()) {
+      n = window(p.node, s);
+      std::byte* dst = buf.data();
+      if (n * slot_bytes_ > buf.size()) {
+        big.resize(n * slot_bytes_);
+        dst = big.data();
       }
-      if ((w & kDel) || static_cast<uint32_t>(w) != p.kbits) continue;
-      if ((w & kLock) || !inline_consistent(cfg_, l, sl)) {
+      co_await engine_.read(slot_addr(p.node, s), dst, static_cast<uint32_t>(n * slot_bytes_));
+      ++reads;
+      data = dst;
+    }
+    observe_clusters(p.node, s, data, n, run_start);
+    for (uint64_t j = 0;; ++j) {
+      const Probe found = scan(key, p, data, n, j);
+      if (found == Probe::kMiss) co_return Located{};
+      if (found == Probe::kMore) break;
+      const std::byte* sl = data + j * slot_bytes_;
+      if (found == Probe::kUnstable) {
         one.resize(slot_bytes_);
         if (!co_await read_stable(p.node, s + j, one.data())) continue;
         sl = one.data();
-        w = load64(sl);
+        if (cfg_.key_bytes == 8 && load64(sl + l.key_off) != key) continue;
       }
-      if (cfg_.key_bytes == 8 && load64(sl + l.key_off) != key) continue;
       if (!value_out.empty())
         std::memcpy(value_out.data(), sl + l.val_off, std::min<size_t>(value_out.size(), cfg_.value_bytes));
-      co_return Located{true, s + j, w};
+      co_return Located{true, s + j, load64(sl)};
     }
     s += n;
   }
@@ -587,7 +617,7 @@ Task<OpResult> LinearClient::get_all(uint64_t key, std::vector<std::byte>* value
   std::vector<std::byte> one(slot_bytes_);
   uint64_t run_start = p.home;
   for (uint64_t s = p.home; s < total;) {
-    const uint64_t n = std::min<uint64_t>(read_slots(p.node, s), total - s);
+    const uint64_t n = window(p.node, s);
     buf.resize(n * slot_bytes_);
     co_await engine_.read(slot_addr(p.node, s), buf.data(), static_cast<uint32_t>(n * slot_bytes_));
     ++r.chunks;
@@ -693,7 +723,32 @@ Task<OpResult> LinearClient::get(uint64_t key, std::span<std::byte> value_out) {
     r.matches = loc.found ? 1 : 0;
     co_return r;
   }
-  const Located loc = co_await locate(key, p, value_out, r.chunks);
+  // The first window is read and scanned in this frame (no locate() coroutine for the common
+  // lookup); one that needs more — a further window, a re-read of a locked or torn slot — goes on
+  // in locate(), handed this window so that it is not read again: the requests are locate()'s.
+  Scratch first(0);
+  std::vector<std::byte> big;
+  const uint64_t n = window(p.node, p.home);
+  std::byte* data = first.data();
+  if (n * slot_bytes_ > first.size()) {
+    big.resize(n * slot_bytes_);
+    data = big.data();
+  }
+  co_await engine_.read(slot_addr(p.node, p.home), data, static_cast<uint32_t>(n * slot_bytes_));
+  ++r.chunks;
+  uint64_t j = 0;
+  const Probe found = scan(key, p, data, n, j);
+  if (found == Probe::kHit || found == Probe::kMiss) {
+    uint64_t run_start = p.home;
+    observe_clusters(p.node, p.home, data, n, run_start);
+    if (found == Probe::kHit && !value_out.empty())
+      std::memcpy(value_out.data(), data + j * slot_bytes_ + InlineLayout(cfg_).val_off,
+                  std::min<size_t>(value_out.size(), cfg_.value_bytes));
+    r.status = found == Probe::kHit ? Status::kFound : Status::kNotFound;
+    r.matches = found == Probe::kHit ? 1 : 0;
+    co_return r;
+  }
+  const Located loc = co_await locate(key, p, value_out, r.chunks, {data, n * slot_bytes_});
   r.status = loc.found ? Status::kFound : Status::kNotFound;
   r.matches = loc.found ? 1 : 0;
   co_return r;
@@ -781,7 +836,10 @@ Task<OpResult> LinearClient::insert(uint64_t key, std::span<const std::byte> val
         if (co_await is_mine(w, slot, nullptr)) { r.status = Status::kFound; r.matches = 1; co_return r; }
         continue;
       }
-      if (co_await is_mine(w, slot, sl)) { r.status = Status::kFound; r.matches = 1; co_return r; }
+      // Only a slot whose word names the key (set word, or ctrl's key bits) costs the is_mine
+      // coroutine; is_mine itself repeats these tests.
+      const bool may_be_mine = set ? w == (kOcc | key) : !(w & kDel) && static_cast<uint32_t>(w) == p.kbits;
+      if (may_be_mine && co_await is_mine(w, slot, sl)) { r.status = Status::kFound; r.matches = 1; co_return r; }
     }
     if (!next) break;
     cur.emplace(std::move(*next));
