@@ -59,6 +59,8 @@ struct PointInfo {
   uint64_t table_bytes = 0;   // all shards' regions
   uint64_t llc_bytes = 0;     // last-level cache of this machine (0: unknown)
   std::string persistence;  // persistent schemes: volatile, pmem or msync (empty: not persistent)
+  // ucx (mpirun): rank 0's serve mode as resolved (ServeMode) and its UCX context's transports.
+  std::string serve_mode, ucx_transports;
 };
 
 std::string to_json_line(const BenchOptions& o, const PointInfo& p, const ClientResult& total);
