@@ -2,6 +2,10 @@
 # A memory node over TCP against UCX's own benchmark, all in one script (issue 12, item 4):
 # UCX_TLS=tcp on the loopback, 1 memory node, depth 16, 64-byte reads. Per round, interleaved:
 #   perftest  ucx_perftest -t ucp_get -s 64 -O 16 (package ucx-utils): server + client processes
+#   ref       scripts/ucp_get_ref.c (built here): the same GETs with the target spinning on
+#             ucp_worker_progress (ref-spin) or sleeping on its event fd (ref-event). Needed because
+#             ucx_perftest's passive side progresses only between poll(..., 1 ms) calls of its
+#             socket barrier, which over TCP (the target executes every GET) bounds its rate.
 #   mpirun    mpirun -n 2 rdmahash bench --fabric ucx (rank 0 the memory node, rank 1 the client)
 #   serve     rdmahash serve + one bench --connect client
 #   serve x2  rdmahash serve + two bench --connect clients at once (3 processes on the cores)
@@ -32,6 +36,8 @@ EVENTS=task-clock,context-switches,raw_syscalls:sys_enter,syscalls:sys_enter_epo
 PORT=13377
 
 uptime | tee "$DIR/uptime_start.txt"
+REF=$(dirname "$BIN")/ucp_get_ref
+cc -O2 -o "$REF" scripts/ucp_get_ref.c -lucp -lucs
 
 # Starts `rdmahash serve` (under perf stat into $1 unless empty) with the remaining arguments;
 # sets SERVER_PID (perf's or the server's) and ADDR.
@@ -100,6 +106,13 @@ perftest() {
     >> "$DIR/perftest.jsonl"
   echo "round $round perftest: $out" >&2
 }
+ref_run() {
+  local round=$1 mode=$2 out
+  out=$(timeout 300 "$REF" "$mode" 64 16 "$OPS" || true)
+  echo "$out" | awk -v r="$round" 'NF == 8 {printf "{\"round\": %d, \"mode\": \"%s\", \"throughput_ops_per_s\": %s, \"p50\": %s, \"p99\": %s}\n", r, $1, $6, $7, $8}' \
+    >> "$DIR/ref.jsonl"
+  echo "round $round ucp_get_ref $mode: $out" >&2
+}
 mpirun_run() {
   local round=$1 mode=$2 tag=mpirun.$1.$2
   mpirun --oversubscribe -n 1 perf stat -x, -o "$DIR/$tag.stat" -e "$EVENTS" "$BIN" bench --fabric ucx "${TABLE[@]}" "${RUN[@]}" \
@@ -118,6 +131,8 @@ serve_run() {
 }
 for round in $(seq "$ROUNDS"); do
   perftest "$round"
+  ref_run "$round" spin
+  ref_run "$round" event
   for mode in $MODES; do
     echo "round $round: $mode" >&2
     mpirun_run "$round" "$mode"
@@ -170,7 +185,14 @@ for tag_path in sorted(glob.glob(f"{d}/*.stat")):
             "srv_us": per_req.get("task-clock", float("nan")) * 1e3,  # task-clock is in ms
             "mode_seen": sel[0].get("serve_mode", ""),
         })
+refs = [json.loads(l) for l in open(f"{d}/ref.jsonl")] if os.path.exists(f"{d}/ref.jsonl") else []
 print(f"\nperftest ucp_get 64 B -O 16, k msg/s per round: " + ", ".join(f"{v/1e3:.1f}" for _, v in sorted(perf.items())))
+for m in ("spin", "event"):
+    rs = [r for r in refs if r["mode"] == m]
+    if rs:
+        print(f"ucp_get_ref {m:5} (target {'spins' if m == 'spin' else 'sleeps on its event fd'}), k GETs/s per round: "
+              + ", ".join(f"{r['throughput_ops_per_s']/1e3:.1f}" for r in rs)
+              + f"; median p50 {med(r['p50'] for r in rs):.1f} us, p99 {med(r['p99'] for r in rs):.1f} us")
 print("medians over rounds; ratio = rate / the same round's perftest; p50/p99 of the slowest client; "
       "server columns per request the memory node served (whole run, perf stat)")
 print(f"{'launch':8} {'mode':7} {'workload':9} {'k ops/s':>8} {'ratio':>6} {'p50 us':>8} {'p99 us':>8} {'RT/op':>6} "
