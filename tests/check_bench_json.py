@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs an `rdmahash bench` command with --json and checks every line it appends.
 
-usage: check_bench_json.py [--same-keys] -- COMMAND...
+usage: check_bench_json.py [--same-keys] [--expect FIELD=VALUE]... -- COMMAND...
 
 Checks the documented fields exist and that the numbers are consistent with what each
 workload must do (the bench loads keys 0..records-1 and inserts new keys beyond them), that every
@@ -29,7 +29,10 @@ def fail(msg):
 
 def main():
     args = sys.argv[1:]
-    same_keys = "--same-keys" in args[: args.index("--")]
+    opts = args[: args.index("--")]
+    same_keys = "--same-keys" in opts
+    # --expect FIELD=VALUE: every row's FIELD (a top-level string field) is VALUE.
+    expect = [opts[i + 1].split("=", 1) for i, a in enumerate(opts) if a == "--expect"]
     cmd = args[args.index("--") + 1:]
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "out.jsonl")
@@ -53,6 +56,9 @@ def main():
         for k in ["read", "write", "cas", "faa", "rpc"]:
             if k not in r["requests_per_op"]:
                 fail(f"missing requests_per_op.{k}")
+        for field, value in expect:
+            if str(r.get(field)) != value:
+                fail(f"{field} is {r.get(field)!r}, expected {value!r}")
         w, ops, o = r["workload"], r["ops"], r["outcomes"]
         # The table state the row states: the end is the start plus what the point inserted.
         # (race grows: `slots` is the count at the end and load_factor_start used the count at the start)

@@ -36,6 +36,23 @@ add_test(NAME bench_ucx_same_keys COMMAND python3 ${CHECK_JSON} --same-keys --
   --workload find-or-put --ops 3000 --depth 4 --same-keys --key-bytes 8 --value-bytes 8)
 set_tests_properties(bench_ucx_1mem_2clients bench_ucx_symmetric bench_ucx_same_keys PROPERTIES
   ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
+# How the memory node waits (--serve-mode, rdmahash::ServeMode): over TCP (every one-sided
+# operation is an active message the memory node executes) in each mode, with the JSON's outcome
+# checks; auto resolves to hybrid when UCX may use TCP only and to event when shared memory is there.
+foreach(entry "tcp_auto|tcp|auto|hybrid" "tcp_event|tcp|event|event" "tcp_hybrid|tcp|hybrid|hybrid"
+              "tcp_poll|tcp|poll|poll" "shm_auto|self,sm|auto|event")
+  string(REPLACE "|" ";" parts "${entry}")
+  list(GET parts 0 name)
+  list(GET parts 1 tls)
+  list(GET parts 2 mode)
+  list(GET parts 3 resolved)
+  add_test(NAME bench_ucx_serve_mode_${name} COMMAND python3 ${CHECK_JSON} --expect serve_mode=${resolved} --
+    ${RDMAHASH_MPIRUN} -n 2 ${RDMAHASH_BIN} bench --fabric ucx --memory-nodes 1 --records 5000 --slot-format inline
+    --value-bytes 16 --workload raw-read,get,find-or-put --ops 1000 --depth 16 --serve-mode ${mode} --serve-spin-us 20)
+  set(env ${RDMAHASH_MPI_ENV})
+  list(FILTER env EXCLUDE REGEX "^UCX_TLS=")
+  set_tests_properties(bench_ucx_serve_mode_${name} PROPERTIES ENVIRONMENT "${env};UCX_TLS=${tls}" TIMEOUT 300)
+endforeach()
 
 # Every point starts from a stated table state (issue 14): repetitions of an insert workload and an
 # insert workload after another one report the same outcomes as a first point would.

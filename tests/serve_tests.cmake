@@ -83,12 +83,32 @@ set_tests_properties(serve_kill_race_split_death PROPERTIES PASS_REGULAR_EXPRESS
 # in ucp_request_send, whatever the endpoints' error mode; 1 of 5 kills here). See ucx_service.h.
 add_test(NAME serve_linear_set_tcp
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_kill_test.sh $<TARGET_FILE:rdmahash_cli> 3 3000 --records 1000 --slot-format set)
-# The same with the server in poll mode (--serve-mode poll: a bounded spin before it sleeps).
+# The same with the server in the other wait modes (--serve-mode: event sleeps whenever idle, poll
+# never sleeps, hybrid spins --serve-spin-us before it sleeps; the default over TCP is hybrid).
 add_test(NAME serve_linear_set_tcp_poll
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_kill_test.sh $<TARGET_FILE:rdmahash_cli> 1 2000 --records 1000 --slot-format set
           --serve-mode poll)
-set_tests_properties(serve_linear_set_tcp serve_linear_set_tcp_poll PROPERTIES PASS_REGULAR_EXPRESSION "PASS"
-  FAIL_REGULAR_EXPRESSION "FAIL" ENVIRONMENT "UCX_TLS=tcp;NO_KILL=1" TIMEOUT 600 LABELS serve)
+add_test(NAME serve_linear_set_tcp_event
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_kill_test.sh $<TARGET_FILE:rdmahash_cli> 1 2000 --records 1000 --slot-format set
+          --serve-mode event)
+add_test(NAME serve_linear_set_tcp_hybrid
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_kill_test.sh $<TARGET_FILE:rdmahash_cli> 1 2000 --records 1000 --slot-format set
+          --serve-mode hybrid --serve-spin-us 5)
+set_tests_properties(serve_linear_set_tcp serve_linear_set_tcp_poll serve_linear_set_tcp_event serve_linear_set_tcp_hybrid
+  PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL" ENVIRONMENT "UCX_TLS=tcp;NO_KILL=1"
+  TIMEOUT 600 LABELS serve)
+# Kills with the server in hybrid mode over shared memory (clients' one-sided traffic needs no
+# server CPU; loss handling, RPCs and the sockets still go through the spin-then-sleep loop).
+add_test(NAME serve_kill_linear_inline_lock_death_hybrid
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_kill_test.sh $<TARGET_FILE:rdmahash_cli> 2 20000 --records 1000
+          --slot-format inline --value-bytes 16 --serve-mode hybrid)
+add_test(NAME serve_kill_cuckoo_hybrid
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_kill_test.sh $<TARGET_FILE:rdmahash_cli> 3 20000 --records 1000
+          --scheme cuckoo --value-bytes 16 --serve-mode hybrid)
+set_tests_properties(serve_kill_linear_inline_lock_death_hybrid PROPERTIES PASS_REGULAR_EXPRESSION "PASS"
+  FAIL_REGULAR_EXPRESSION "FAIL" ENVIRONMENT "LOCK_DEATH=1" TIMEOUT 600 LABELS serve)
+set_tests_properties(serve_kill_cuckoo_hybrid PROPERTIES PASS_REGULAR_EXPRESSION "PASS"
+  FAIL_REGULAR_EXPRESSION "FAIL" TIMEOUT 600 LABELS serve)
 
 # Bad handshakes (garbage, truncated, empty, wrong version, one byte per second) are dropped while
 # a client runs; the server listens on the loopback only; SIGTERM stops it cleanly.
@@ -118,11 +138,22 @@ add_test(NAME serve_two_load_factors COMMAND ${EF} "one --load-factor"
   $<TARGET_FILE:rdmahash_cli> serve --load-factor 0.5,0.8 --records 10)
 add_test(NAME serve_small_capacity COMMAND ${EF} "--capacity must be at least --records"
   $<TARGET_FILE:rdmahash_cli> serve --records 100 --capacity 10)
-add_test(NAME serve_bad_serve_mode COMMAND ${EF} "--serve-mode"
+add_test(NAME serve_bad_serve_mode COMMAND ${EF} "--serve-mode: spin not in \\{auto,event,hybrid,poll\\}"
   $<TARGET_FILE:rdmahash_cli> serve --records 100 --serve-mode spin)
+add_test(NAME serve_bad_spin_zero COMMAND ${EF} "--serve-spin-us: Value 0 not in range 1 to 100000"
+  $<TARGET_FILE:rdmahash_cli> serve --records 100 --serve-mode hybrid --serve-spin-us 0)
+add_test(NAME serve_bad_spin_text COMMAND ${EF} "--serve-spin-us"
+  $<TARGET_FILE:rdmahash_cli> serve --records 100 --serve-spin-us 20us)
+add_test(NAME bench_bad_spin_large COMMAND ${EF} "--serve-spin-us: Value 100001 not in range"
+  $<TARGET_FILE:rdmahash_cli> bench --fabric ucx --records 100 --serve-spin-us 100001)
+add_test(NAME serve_connect_serve_mode COMMAND ${EF} "--serve-mode and --serve-spin-us tell memory nodes how to wait"
+  $<TARGET_FILE:rdmahash_cli> bench --connect 127.0.0.1:1 --serve-mode hybrid)
+add_test(NAME bench_local_serve_mode COMMAND ${EF} "apply to --fabric ucx"
+  $<TARGET_FILE:rdmahash_cli> bench --fabric local --records 100 --serve-spin-us 10)
 set_tests_properties(serve_connect_nobody serve_connect_bad_address serve_connect_table_option serve_connect_clients
   serve_connect_local_fabric serve_bad_listen serve_foreign_address serve_bad_node serve_two_load_factors
-  serve_small_capacity serve_bad_serve_mode PROPERTIES LABELS serve TIMEOUT 60)
+  serve_small_capacity serve_bad_serve_mode serve_bad_spin_zero serve_bad_spin_text bench_bad_spin_large
+  serve_connect_serve_mode bench_local_serve_mode PROPERTIES LABELS serve TIMEOUT 60)
 
 # A memory node killed under a running client: the client stops with exit 1 and a clear message
 # (MemoryNodeLost), both for one-sided traffic (linear set: it would go on "succeeding" on the

@@ -6,16 +6,18 @@
 // without the target's CPU. MPI is used only to exchange worker addresses and packed rkeys, for
 // barriers, and to gather results; the data path is UCP (get/put/atomic_nbx, active messages).
 //
-// Memory nodes never busy-poll: `serve()` arms the worker and blocks in epoll on its event fd,
-// progressing only when woken (TCP needs target-side progress; shared memory does not). Clients
-// progress their worker while they wait for a batch, which also serves RPCs sent to them when they
-// host a shard (symmetric mode).
+// How memory nodes wait for work is UcxFabricConfig::serve_mode (ServeMode below): by default
+// they sleep on the worker's event fd where one-sided operations need no target CPU (shared
+// memory, RDMA) and spin for a bounded time before sleeping where the target CPU executes every
+// one-sided operation (TCP). Clients progress their worker while they wait for a batch, which
+// also serves RPCs sent to them when they host a shard (symmetric mode).
 //
 // Lifecycle (every rank): create() [collective] → load shards → barrier() → clients run, then call
 // client_done() → memory nodes call serve() (returns when every client rank has called
 // client_done()) → barrier() → destroy.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -25,6 +27,29 @@
 #include "rdmahash/fabric.h"
 
 namespace rdmahash {
+
+// How a memory node (UcxFabric::serve(), `rdmahash serve`) waits for UCX work.
+//   kEvent:  progress until idle, arm the worker (ucp_worker_arm), sleep in poll() on its event fd.
+//            No CPU while idle, but every wakeup costs the request that caused it a scheduler
+//            wakeup and a few system calls (poll, epoll_wait, arm) before UCX sees it.
+//   kHybrid: after the last event, keep calling ucp_worker_progress until `serve_spin` passes
+//            without one, then as kEvent. Back-to-back requests (a client at depth 16) are then
+//            answered by a spinning worker; an idle memory node sleeps after `serve_spin`.
+//   kPoll:   never sleep: progress continuously (other fds are looked at without blocking about
+//            every millisecond). Takes a core for good: for a memory node with a core of its own.
+//   kAuto:   kHybrid when every transport the UCX context may use to reach another process is
+//            TCP (UCX then emulates READ/WRITE/CAS/FAA with active messages that this node's CPU
+//            executes: its progress latency is on the critical path of every operation), else
+//            kEvent (shared memory and RDMA complete one-sided operations without this CPU; only
+//            RPCs and wireup wake it). See resolve_serve_mode() and docs/results.md for the numbers.
+enum class ServeMode { kAuto, kEvent, kHybrid, kPoll };
+const char* serve_mode_name(ServeMode mode);
+// The spin of kHybrid: long enough to cover the gap between two batches of one client at depth 16
+// over TCP on the loopback (a few µs to tens of µs), short enough that an idle node gives its core back.
+constexpr std::chrono::microseconds kDefaultServeSpin{50};
+// kAuto's choice given the transports (UCX names, e.g. "tcp", "posix", "rc_mlx5"; "self" is
+// ignored) of the context; other modes are returned unchanged.
+ServeMode resolve_serve_mode(ServeMode mode, const std::vector<std::string>& transports);
 
 struct UcxFabricConfig {
   uint32_t memory_nodes = 1;   // K: ranks 0..K-1 host a region (ignored when symmetric)
@@ -44,6 +69,10 @@ struct UcxFabricConfig {
   // and no progress. Counters (batches, requests, bytes) are the same either way. false: every
   // request goes through UCX (`bench --direct-access off`).
   bool direct_access = true;
+  // Memory nodes: how serve() waits for work (see ServeMode); kAuto is resolved by create() from
+  // the transports of the UCX context.
+  ServeMode serve_mode = ServeMode::kAuto;
+  std::chrono::microseconds serve_spin = kDefaultServeSpin;
 };
 
 class UcxFabric : public Fabric {
@@ -60,9 +89,13 @@ class UcxFabric : public Fabric {
   virtual void barrier() = 0;
   // Client side: tell every memory node this rank's client is finished. Call once.
   virtual void client_done() = 0;
-  // Memory node side: serve one-sided progress and RPCs, blocking on the worker's event fd, until
+  // Memory node side: serve one-sided progress and RPCs, waiting as config.serve_mode says, until
   // every client rank has called client_done(). No-op on ranks that host nothing.
   virtual void serve() = 0;
+  // The serve mode in effect (kAuto resolved) and the UCX transports of this process's context
+  // ("tcp/lo,self/memory0", from ucp_context_print_info): what `bench` reports in its JSON.
+  virtual ServeMode serve_mode() const = 0;
+  virtual std::string transports() const = 0;
   // Gathers each rank's bytes at rank 0 (index = rank); other ranks get an empty vector.
   virtual std::vector<std::vector<std::byte>> gather(std::span<const std::byte> mine) = 0;
 

@@ -78,6 +78,7 @@
 #include <vector>
 
 #include "rdmahash/fabric.h"
+#include "rdmahash/ucx_fabric.h"
 
 namespace rdmahash {
 
@@ -107,17 +108,15 @@ struct UcxServerConfig {
   // The shared secret clients must prove they hold (load_token_file); empty: none, which only a
   // loopback `listen` allows (create() throws std::invalid_argument otherwise).
   std::string token;
-  // How the server waits for UCX work. kEvent: progress until idle, arm the worker, sleep in
-  // poll() on its event fd (right where one-sided operations need no target CPU: shared memory).
-  // kPoll: first keep progressing while work arrives, until `spin` passes without any (at most
-  // 2 ms at a time, so the TCP sockets are still looked at), then as kEvent — over TCP every READ
-  // is an active message the server must progress, and waking from poll() costs each one a sleep.
-  // The default stays kEvent: on this 2-core machine, shared with other work, poll mode was slower
-  // over TCP (the spin takes the core the client needs; docs/results.md), so it is opt-in.
-  enum class ServeMode { kPoll, kEvent };
-  ServeMode serve_mode = ServeMode::kEvent;
-  std::chrono::microseconds spin{200};
-};
+  // How the server waits for UCX work (ServeMode, rdmahash/ucx_fabric.h): kEvent sleeps in poll()
+  // on the worker's event fd whenever idle; kHybrid first spins on ucp_worker_progress until
+  // `spin` passes without an event; kPoll never sleeps; kAuto (the default) is kHybrid when the
+  // server's UCX transports are TCP only (every READ is then an active message this server must
+  // progress: a sleep costs each request a wakeup), else kEvent (shared memory / RDMA need no
+  // server CPU for one-sided operations). The server logs the mode it resolved and the transports.
+  using ServeMode = rdmahash::ServeMode;
+  ServeMode serve_mode = ServeMode::kAuto;
+  std::chrono::microseconds spin = kDefaultServeSpin;};
 
 class UcxServer {
  public:
@@ -139,10 +138,13 @@ class UcxServer {
     uint64_t dropped = 0;    // connections dropped during the handshake (bad input, deadline)
     uint64_t live = 0;       // connected now
     uint64_t repairs = 0;    // ClientLossHandler::repair() passes run
+    uint64_t sleeps = 0;     // poll() calls made with the worker armed (each may sleep: a wakeup)
+    uint64_t spin_pauses = 0;  // hybrid: spins that were preempted (then 100 ms of event mode)
   };
   virtual Stats stats() const = 0;
-  // Serves clients, blocking in poll() on the listening socket, the clients' sockets and the UCX
-  // worker's event fd (never busy-polls), until stop() or (handle_signals) SIGTERM / SIGINT.
+  // Serves clients, waiting in poll() on the listening socket, the clients' sockets and the UCX
+  // worker's event fd (after a spin in hybrid mode; never blocking in poll mode), until stop() or
+  // (handle_signals) SIGTERM / SIGINT.
   // Returns the signal number, or 0 after stop(). One line per client event goes to `log`.
   virtual int run(std::FILE* log) = 0;
   // Makes run() return; callable from any thread.

@@ -577,6 +577,9 @@ class UcxBackend final : public Backend {
     p.ranks = static_cast<uint32_t>(fabric_.size());
     p.memory_nodes = fabric_.memory_nodes();
     p.clients = fabric_.client_count();
+    // Memory node 0's (this process, rank 0, unless symmetric: then every rank serves and is a client).
+    p.serve_mode = serve_mode_name(fabric_.serve_mode());
+    p.ucx_transports = fabric_.transports();
     return p;
   }
   std::shared_ptr<SchemeAdapter> adapter(const BenchOptions& o, double load_factor) override {
@@ -765,6 +768,8 @@ int run_ucx_ranks(const BenchOptions& o_in, uint64_t region) {
   fc.symmetric = o.symmetric;
   fc.region_bytes = region;
   fc.direct_access = o.direct_access == "on";
+  fc.serve_mode = parse_serve_mode(o.serve_mode);
+  fc.serve_spin = std::chrono::microseconds(o.serve_spin_us);
   // --pm-path: the memory node (rank 0) exposes the file mapping as its region; the adapter owning
   // the mapping outlives the fabric that registered it.
   int my_rank = 0;
@@ -784,6 +789,14 @@ int run_ucx_ranks(const BenchOptions& o_in, uint64_t region) {
   }
   fabric->barrier();
   return 0;
+}
+
+ServeMode parse_serve_mode(const std::string& mode) {
+  if (mode == "auto") return ServeMode::kAuto;
+  if (mode == "event") return ServeMode::kEvent;
+  if (mode == "hybrid") return ServeMode::kHybrid;
+  if (mode == "poll") return ServeMode::kPoll;
+  throw InvalidArgument("--serve-mode must be auto, event, hybrid or poll, got '" + mode + "'");
 }
 
 int run_connect(const BenchOptions& o_in) {
@@ -847,7 +860,8 @@ int run_serve(const BenchOptions& o_in, const ServeOptions& s) {
       throw InvalidArgument(e.what());
     }
   }
-  sc.serve_mode = s.serve_mode == "poll" ? UcxServerConfig::ServeMode::kPoll : UcxServerConfig::ServeMode::kEvent;
+  sc.serve_mode = parse_serve_mode(o.serve_mode);
+  sc.spin = std::chrono::microseconds(o.serve_spin_us);
   std::unique_ptr<UcxServer> server;
   try {
     server = UcxServer::create(sc);
@@ -866,10 +880,12 @@ int run_serve(const BenchOptions& o_in, const ServeOptions& s) {
   std::fflush(stdout);
   const int sig = server->run(stderr);
   const auto st = server->stats();
-  std::printf("rdmahash serve: stopped by %s: %llu clients served (%llu finished, %llu lost), %llu connections dropped\n",
+  std::printf("rdmahash serve: stopped by %s: %llu clients served (%llu finished, %llu lost), %llu connections dropped, "
+              "%llu armed waits, %llu spin pauses\n",
               sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "request", static_cast<unsigned long long>(st.connected),
               static_cast<unsigned long long>(st.finished), static_cast<unsigned long long>(st.lost),
-              static_cast<unsigned long long>(st.dropped));
+              static_cast<unsigned long long>(st.dropped), static_cast<unsigned long long>(st.sleeps),
+              static_cast<unsigned long long>(st.spin_pauses));
   std::fflush(stdout);
   return 0;
 }

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "bench/options.h"
+#include "rdmahash/ucx_fabric.h"
 
 namespace rdmahash::bench {
 
@@ -46,8 +47,9 @@ struct ServeOptions {
   uint32_t node = 0;
   uint64_t capacity = 0;
   std::string token_file;  // created if missing; required for a non-loopback --listen
-  std::string serve_mode = "event";  // poll | event (UcxServerConfig::ServeMode)
 };
 int run_serve(const BenchOptions& o, const ServeOptions& s);
+// --serve-mode's value (BenchOptions::serve_mode, checked by BenchOptions::error()).
+ServeMode parse_serve_mode(const std::string& mode);
 
 }  // namespace rdmahash::bench

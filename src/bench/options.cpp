@@ -102,6 +102,9 @@ std::string BenchOptions::error() const {
              "--memory-nodes 1 (not --symmetric), or --ycsb (the clients insert the records)";
   }
   if (direct_access != "on" && direct_access != "off") return "--direct-access must be on or off";
+  if (serve_mode != "auto" && serve_mode != "event" && serve_mode != "hybrid" && serve_mode != "poll")
+    return "--serve-mode must be auto, event, hybrid or poll, got '" + serve_mode + "'";
+  if (serve_spin_us < 1 || serve_spin_us > 100000) return "--serve-spin-us must be in [1, 100000] (microseconds)";
   if (sbuckets < 1 || sbuckets > 4) return "--sbuckets must be in [1, 4] (the indicator word has 24 valid bits)";
   if (max_resizes > 16) return "--max-resizes must be at most 16";
   if (resize_pace > 1000000) return "--resize-pace must be at most 1000000";

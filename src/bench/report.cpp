@@ -140,6 +140,8 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   j["fabric"] = p.fabric;
   if (const char* tls = std::getenv("UCX_TLS"); tls && p.fabric == "ucx") j["ucx_tls"] = tls;
   if (p.fabric == "ucx") j["direct_access"] = o.direct_access;
+  if (!p.serve_mode.empty()) j["serve_mode"] = p.serve_mode;
+  if (!p.ucx_transports.empty()) j["ucx_transports"] = p.ucx_transports;
   j["ranks"] = p.ranks;
   j["memory_nodes"] = p.memory_nodes;
   j["clients"] = p.clients;

@@ -62,6 +62,8 @@ struct PointInfo {
   std::string persistence;  // persistent schemes: volatile, pmem or msync (empty: not persistent)
   std::optional<uint64_t> table_resizes;  // continuity: online resizes so far (where known)
   std::optional<bool> resizing_start, resizing_end;  // continuity: a resize in progress then
+  // ucx (mpirun): rank 0's serve mode as resolved (ServeMode) and its UCX context's transports.
+  std::string serve_mode, ucx_transports;
 };
 
 std::string to_json_line(const BenchOptions& o, const PointInfo& p, const ClientResult& total);

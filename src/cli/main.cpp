@@ -70,6 +70,19 @@ void add_table_options(CLI::App& cmd, BenchOptions& o, std::string& distribution
   cmd.add_option("--seed", o.seed, "seed of keys, hashing and operation streams")->capture_default_str();
 }
 
+// How memory nodes wait for work (rdmahash::ServeMode): `serve`, and the memory-node ranks of an
+// mpirun `bench --fabric ucx`.
+void add_serve_wait_options(CLI::App& cmd, BenchOptions& o) {
+  cmd.add_option("--serve-mode", o.serve_mode,
+                 "how a memory node waits for UCX work: event (sleep on the worker's event fd whenever idle), hybrid "
+                 "(spin --serve-spin-us after the last event, then sleep), poll (never sleep: takes a core) or auto "
+                 "(hybrid when UCX can only use TCP, which makes the memory node execute every one-sided operation; "
+                 "else event)")
+      ->check(CLI::IsMember({"auto", "event", "hybrid", "poll"}))->capture_default_str();
+  cmd.add_option("--serve-spin-us", o.serve_spin_us, "hybrid mode: microseconds without an event before the memory node sleeps")
+      ->check(CLI::Range(1u, 100000u))->capture_default_str();
+}
+
 void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>& workloads,
                        std::vector<std::string>& read_sizes, std::string& distribution,
                        std::vector<std::string>& ycsb_props) {
@@ -133,6 +146,7 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
   cmd.add_option("--json", o.json_path, "append one JSON object per point to FILE (JSON Lines)");
   cmd.add_flag("!--no-progress", o.progress, "no progress bar while loading");
   cmd.add_flag("--quiet", o.quiet, "no summary table on stdout");
+  add_serve_wait_options(cmd, o);
 
 }
 
@@ -189,10 +203,7 @@ int main(int argc, char** argv) {
   serve->add_option("--token-file", serve_cfg.token_file,
                     "shared secret clients must prove they hold (challenge-response; never sent); created with mode "
                     "0600 if missing; required when --listen is not a loopback address (see docs/security.md)");
-  serve->add_option("--serve-mode", serve_cfg.serve_mode,
-                    "how the server waits for UCX work: poll (progress while requests keep coming, 200 us without "
-                    "any, then sleep) or event (sleep on the worker's event fd whenever idle)")
-      ->check(CLI::IsMember({"poll", "event"}))->capture_default_str();
+  add_serve_wait_options(*serve, serve_opts);
   serve->add_option("--node", serve_cfg.node, "this server is memory node N of --memory-nodes")->capture_default_str();
   serve->add_option("--capacity", serve_cfg.capacity,
                     "records the table may come to hold (sizes race's directory, linear heaps and level's resizes; default: records + "
@@ -275,6 +286,8 @@ int main(int argc, char** argv) {
       conflict += " describes the table, which `rdmahash serve` defines: drop it with --connect";
     else if (bench->count("--fabric") > 0 && opts.fabric != "ucx")
       conflict = "--connect runs over UCX: drop --fabric " + opts.fabric;
+    else if (bench->count("--serve-mode") > 0 || bench->count("--serve-spin-us") > 0)
+      conflict = "--serve-mode and --serve-spin-us tell memory nodes how to wait: give them to `rdmahash serve`, not to a --connect client";
     else if (!opts.ycsb_path.empty())
       conflict = "--ycsb starts from an empty table, which a served table is not: drop it with --connect";
     else if (opts.symmetric || bench->count("--clients") > 0)
@@ -295,6 +308,10 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (opts.fabric == "local" && (bench->count("--serve-mode") > 0 || bench->count("--serve-spin-us") > 0)) {
+    std::fprintf(stderr, "rdmahash bench: error: --serve-mode and --serve-spin-us apply to --fabric ucx (the local fabric has no memory node processes)\n");
+    return 2;
+  }
   if (opts.fabric == "local") {
     try {
       return rdmahash::bench::run_local(opts);

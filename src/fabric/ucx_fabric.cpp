@@ -27,11 +27,16 @@
 //   ends with ucp_ep_flush_nbx on that node's endpoint: when execute() returns, the writes are
 //   visible to every other client. CSWAP follows the UCP 1.13 convention: `buffer` holds the
 //   compare value, `reply_buffer` holds the swap value on input and receives the old value.
-// * serve() never busy-polls: it drains the worker with ucp_worker_progress, arms it
-//   (ucp_worker_arm; UCS_ERR_BUSY means "progress again") and sleeps in poll() on the worker's
-//   event fd (ucp_worker_get_efd) until an event arrives. It returns when a "done" active message
-//   from every client rank of this round has been counted (a rank that is both client and memory
-//   node counts its own message too, delivered through the self endpoint).
+// * serve() waits as config.serve_mode says (ServeMode, ucx_fabric.h; serve_step() below): in
+//   event mode it drains the worker with ucp_worker_progress, arms it (ucp_worker_arm;
+//   UCS_ERR_BUSY means "progress again") and sleeps in poll() on the worker's event fd
+//   (ucp_worker_get_efd) until an event arrives; hybrid mode first spins on ucp_worker_progress
+//   until serve_spin passes without an event; poll mode never sleeps. kAuto is resolved in
+//   init_local() from the context's transports (ucp_context_print_info's resource lines: UCX
+//   1.13 has no query API for them): hybrid when every transport but "self" is tcp. serve()
+//   returns when a "done" active message from every client rank of this round has been counted
+//   (a rank that is both client and memory node counts its own message too, delivered through
+//   the self endpoint). `rdmahash serve` runs the same serve_step() in its own poll loop.
 // * RPCs are active messages (ucp_am_send_nbx with UCP_AM_SEND_FLAG_REPLY). The memory node runs
 //   the registered RpcHandler inside the AM callback (progress context) and answers with another
 //   active message on the reply endpoint (posting a non-blocking send from an AM callback is
@@ -88,6 +93,8 @@
 #include <mpi.h>
 #include <cstdlib>
 #include <poll.h>
+#include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <ucp/api/ucp.h>
 
@@ -236,6 +243,11 @@ class UcxFabricImpl final : public UcxFabric {
   void connect_service_nodes(const std::vector<detail::UcxRemoteNode>& nodes);
   int event_fd();
   bool drain_and_arm();
+  // One step of a memory node's wait (ServeMode): progresses the worker as the mode says and
+  // returns true when it is armed (the caller may sleep in poll() on event_fd()), false when the
+  // caller should look at its other fds without sleeping and call again (poll mode, or hybrid
+  // mode while events keep coming: at most ~1 ms per step).
+  bool serve_step();
   bool ep_failed() const { return ep_failed_; }
   void set_ep_failed() { ep_failed_ = true; }
   void set_liveness(std::function<std::string()> f) { liveness_ = std::move(f); }
@@ -278,6 +290,9 @@ class UcxFabricImpl final : public UcxFabric {
   void barrier() override { mpi_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
   void client_done() override;
   void serve() override;
+  ServeMode serve_mode() const override { return serve_mode_; }
+  std::string transports() const override { return transports_; }
+  uint64_t spin_pauses() const { return spin_pauses_; }
   std::vector<std::vector<std::byte>> gather(std::span<const std::byte> mine) override;
 
   // Used by transports and callbacks.
@@ -302,6 +317,8 @@ class UcxFabricImpl final : public UcxFabric {
   static void on_reply_sent(void* request, ucs_status_t status, void* user_data);
 
   void init_local();
+  // Fills transports_ and resolves serve_mode_ (kAuto) from the context's resources.
+  void query_transports();
   void connect_peers(const std::vector<std::vector<std::byte>>& addresses);
   void exchange_rkeys();
   // Memory node n's region_export(): base address, size (must be config_.region_bytes), rkey
@@ -349,6 +366,12 @@ class UcxFabricImpl final : public UcxFabric {
   std::unordered_map<uint64_t, Slot*> rpc_waiting_;  // request id -> RPC awaiting its reply
   uint64_t next_req_id_ = 1;
   uint64_t done_received_ = 0;  // "done" messages not yet consumed by serve()
+  ServeMode serve_mode_ = ServeMode::kEvent;  // config_.serve_mode, kAuto resolved
+  // Hybrid mode: no spinning until then (the last spin was preempted), and how often that happened.
+  static constexpr std::chrono::milliseconds kSpinPause{100};
+  std::chrono::steady_clock::time_point spin_paused_until_{};
+  uint64_t spin_pauses_ = 0;
+  std::string transports_;                    // "tl/dev,..." of the context
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -483,6 +506,48 @@ bool UcxFabricImpl::drain_and_arm() {
   return true;
 }
 
+bool UcxFabricImpl::serve_step() {
+  using clock = std::chrono::steady_clock;
+  // Bound on one spinning step: the caller's other fds (sockets, signals) are looked at this often.
+  constexpr auto kLookEvery = std::chrono::milliseconds(1);
+  if (serve_mode_ == ServeMode::kPoll) {
+    const auto start = clock::now();
+    do {
+      for (int i = 0; i < 64; ++i) ucp_worker_progress(worker_);
+    } while (clock::now() - start < kLookEvery);
+    return false;
+  }
+  if (serve_mode_ == ServeMode::kHybrid && clock::now() >= spin_paused_until_) {
+    // A spin pays only while this process has a CPU to itself: when another runnable process
+    // wants it (a client on a machine with fewer cores than busy processes), every request then
+    // waits for the scheduler to give the spinner its turn again (milliseconds), whereas a process
+    // that sleeps and is woken runs at once. So a spin during which this thread was switched out
+    // involuntarily (getrusage) turns the spin off for kSpinPause: event mode meanwhile.
+    rusage before{};
+    ::getrusage(RUSAGE_THREAD, &before);
+    const auto start = clock::now();
+    auto last = start;
+    for (auto now = start; now - last < config_.serve_spin; now = clock::now()) {
+      if (ucp_worker_progress(worker_) != 0) {
+        last = now;
+      } else {
+        // Nothing this time: let a runnable process of this CPU (a client, on a machine with
+        // fewer cores than spinning processes) run first; without one this returns at once.
+        sched_yield();
+      }
+      if (now - start >= kLookEvery) break;  // still busy: look at the other fds, come back
+    }
+    rusage after{};
+    ::getrusage(RUSAGE_THREAD, &after);
+    if (after.ru_nivcsw != before.ru_nivcsw) {
+      spin_paused_until_ = clock::now() + kSpinPause;
+      ++spin_pauses_;
+    }
+    if (clock::now() - start >= kLookEvery) return false;
+  }
+  return drain_and_arm();
+}
+
 void UcxFabricImpl::init() {
   one_host_ = all_ranks_on_this_host();
   std::string error;
@@ -561,6 +626,8 @@ void UcxFabricImpl::init_local() {
     throw FabricError(ucx_error("ucp_init", st));
   }
 
+  query_transports();
+
   ucp_worker_params_t wparams{};
   wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
@@ -593,6 +660,33 @@ void UcxFabricImpl::init_local() {
     region_ = static_cast<std::byte*>(ma.address);
     if (!config_.region_address) std::memset(region_, 0, config_.region_bytes);
   }
+}
+
+void UcxFabricImpl::query_transports() {
+  char* text = nullptr;
+  size_t len = 0;
+  std::FILE* f = ::open_memstream(&text, &len);
+  if (f == nullptr) throw FabricError(std::string("ucx fabric: open_memstream: ") + std::strerror(errno));
+  ucp_context_print_info(context_, f);
+  std::fclose(f);
+  const std::string info(text, len);
+  std::free(text);
+  // Lines "#      resource 1  :  md 1  dev 1  flags -- tcp/lo".
+  std::vector<std::string> tls;
+  transports_.clear();
+  for (size_t pos = 0; pos < info.size();) {
+    size_t end = info.find('\n', pos);
+    if (end == std::string::npos) end = info.size();
+    const std::string line = info.substr(pos, end - pos);
+    pos = end + 1;
+    const size_t flags = line.find(" -- ");
+    if (line.find("resource") == std::string::npos || flags == std::string::npos) continue;
+    std::string tl_dev = line.substr(flags + 4);
+    while (!tl_dev.empty() && (tl_dev.back() == ' ' || tl_dev.back() == '\r')) tl_dev.pop_back();
+    transports_ += (transports_.empty() ? "" : ",") + tl_dev;
+    tls.push_back(tl_dev.substr(0, tl_dev.find('/')));
+  }
+  serve_mode_ = resolve_serve_mode(config_.serve_mode, tls);
 }
 
 void UcxFabricImpl::set_am_handler(uint16_t id, ucp_am_recv_callback_t cb) {
@@ -837,14 +931,10 @@ void UcxFabricImpl::client_done() {
 void UcxFabricImpl::serve() {
   if (!is_memory_node()) return;
   const uint64_t expected = client_count();
-  int fd = -1;
-  ucs_status_t st = ucp_worker_get_efd(worker_, &fd);
-  if (st != UCS_OK) throw FabricError(ucx_error("ucp_worker_get_efd", st));
+  const int fd = event_fd();
   while (done_received_ < expected) {
-    if (ucp_worker_progress(worker_) != 0) continue;  // drain every pending event first
-    st = ucp_worker_arm(worker_);
-    if (st == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress again
-    if (st != UCS_OK) throw FabricError(ucx_error("ucp_worker_arm", st));
+    if (!serve_step()) continue;  // not armed: progress again
+    if (done_received_ >= expected) break;
     pollfd pfd{fd, POLLIN, 0};
     if (::poll(&pfd, 1, -1) < 0 && errno != EINTR)
       throw FabricError(std::string("ucx fabric: poll on the worker event fd: ") + std::strerror(errno));
@@ -1297,6 +1387,27 @@ void UcxTransport::execute(std::span<Request> batch) {
 
 }  // namespace
 
+const char* serve_mode_name(ServeMode mode) {
+  switch (mode) {
+    case ServeMode::kAuto: return "auto";
+    case ServeMode::kEvent: return "event";
+    case ServeMode::kHybrid: return "hybrid";
+    case ServeMode::kPoll: return "poll";
+  }
+  return "?";
+}
+
+ServeMode resolve_serve_mode(ServeMode mode, const std::vector<std::string>& transports) {
+  if (mode != ServeMode::kAuto) return mode;
+  bool any = false;
+  for (const auto& tl : transports) {
+    if (tl == "self") continue;  // this process only
+    if (tl != "tcp") return ServeMode::kEvent;  // shared memory or RDMA: one-sided without our CPU
+    any = true;
+  }
+  return any ? ServeMode::kHybrid : ServeMode::kEvent;
+}
+
 UcxFabric::~UcxFabric() = default;
 
 std::unique_ptr<UcxFabric> UcxFabric::create(const UcxFabricConfig& config) {
@@ -1317,8 +1428,10 @@ class ServiceNode final : public UcxServiceNode {
   std::vector<std::byte> worker_address() override { return f_.worker_address_bytes(); }
   std::vector<std::byte> region_export() override { return f_.region_export(); }
   int event_fd() override { return f_.event_fd(); }
-  bool drain_and_arm() override { return f_.drain_and_arm(); }
-  unsigned progress() override { return ucp_worker_progress(f_.worker()); }
+  bool serve_step() override { return f_.serve_step(); }
+  ServeMode serve_mode() const override { return f_.serve_mode(); }
+  std::string transports() const override { return f_.transports(); }
+  uint64_t spin_pauses() const override { return f_.spin_pauses(); }
 
  private:
   UcxFabricImpl f_;

@@ -24,11 +24,13 @@ class UcxServiceNode {
   // u64 base address, u64 region bytes, packed rkey: what a client needs to reach the region.
   virtual std::vector<std::byte> region_export() = 0;
   virtual int event_fd() = 0;
-  // Progresses the worker until idle and arms its event fd. False: events arrived meanwhile, call
-  // again; true: safe to sleep in poll() on event_fd().
-  virtual bool drain_and_arm() = 0;
-  // One ucp_worker_progress: the number of events it handled (poll mode's spin).
-  virtual unsigned progress() = 0;
+  // Progresses the worker as the serve mode says (UcxFabricConfig::serve_mode). True: the worker
+  // is armed, safe to sleep in poll() on event_fd(); false: look at the other fds without
+  // sleeping and call again.
+  virtual bool serve_step() = 0;
+  virtual ServeMode serve_mode() const = 0;   // kAuto resolved
+  virtual std::string transports() const = 0;  // "tcp/lo,..." of the UCX context
+  virtual uint64_t spin_pauses() const = 0;     // hybrid: spins cut short because the CPU was contended
 };
 
 std::unique_ptr<UcxServiceNode> make_ucx_service_node(const UcxFabricConfig& config, uint32_t node, uint32_t nodes);

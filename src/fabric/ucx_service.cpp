@@ -290,6 +290,8 @@ class Server final : public UcxServer {
     fc.region_bytes = c.region_bytes;
     fc.region_address = c.region_address;
     fc.net_devices = net_devices_for(ep.addr);
+    fc.serve_mode = c.serve_mode;
+    fc.serve_spin = c.spin;
     // Whoever completes the handshake gets the rkey of the whole region: beyond this host's
     // loopback, only clients that hold the token.
     if (!is_loopback(ep.addr) && c.token.empty())
@@ -337,6 +339,7 @@ class Server final : public UcxServer {
   void set_loss_handler(std::unique_ptr<ClientLossHandler> h) override { loss_ = std::move(h); }
   Stats stats() const override {
     Stats s = stats_;
+    s.spin_pauses = node_->spin_pauses();
     s.live = 0;
     for (const auto& c : conns_) s.live += c.connected ? 1 : 0;
     return s;
@@ -560,19 +563,17 @@ int Server::run(std::FILE* log) {
   int signal = 0;
   bool stopping = false;
   std::vector<pollfd> fds;
-  const bool poll_mode = config_.serve_mode == UcxServerConfig::ServeMode::kPoll;
-  if (log) std::fprintf(log, "rdmahash serve: serve mode %s\n", poll_mode ? "poll" : "event");
+  if (log)
+    std::fprintf(log, "rdmahash serve: serve mode %s%s (spin %lld us), UCX transports %s\n",
+                 serve_mode_name(node_->serve_mode()), config_.serve_mode == ServeMode::kAuto ? " (auto)" : "",
+                 static_cast<long long>(config_.spin.count()), node_->transports().c_str());
+  auto last_look = std::chrono::steady_clock::now();
   while (!stopping) {
-    if (poll_mode) {
-      // Bounded spin: progress while work keeps arriving (a quiet `spin` ends it, and so does
-      // 2 ms in all, so that the sockets below are looked at), then arm and sleep as in event mode.
-      const auto start = std::chrono::steady_clock::now();
-      auto last = start;
-      for (auto now = start; now - last < config_.spin && now - start < std::chrono::milliseconds(2);
-           now = std::chrono::steady_clock::now())
-        if (node_->progress() != 0) last = now;
-    }
-    if (!node_->drain_and_arm()) continue;  // UCX events arrived meanwhile: progress again
+    // Not armed (poll mode, hybrid while busy, or events arrived while arming): look at the other
+    // fds without sleeping, but only about every millisecond (each look is a poll() system call).
+    const bool armed = node_->serve_step();
+    if (!armed && std::chrono::steady_clock::now() - last_look < std::chrono::milliseconds(1)) continue;
+    last_look = std::chrono::steady_clock::now();
     fds.clear();
     fds.push_back({listen_.get(), POLLIN, 0});
     fds.push_back({efd, POLLIN, 0});
@@ -593,6 +594,8 @@ int Server::run(std::FILE* log) {
       const int t = static_cast<int>(std::max<int64_t>(0, ms) + 1);
       timeout = timeout < 0 ? t : std::min(timeout, t);
     }
+    if (!armed) timeout = 0;
+    else ++stats_.sleeps;  // counted as a blocking wait even when something is already ready
     const int rc = ::poll(fds.data(), fds.size(), timeout);
     if (rc < 0 && errno != EINTR) throw FabricError(errno_text("ucx service: poll"));
     if (rc < 0) continue;
