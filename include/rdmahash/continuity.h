@@ -194,7 +194,7 @@ namespace rdmahash {
 inline constexpr uint16_t kContinuityRpcFirst = 0x0D00;  // RPC ids reserved for continuity tables
 inline constexpr uint16_t kContinuityRpcLast = 0x0D0F;
 inline constexpr uint64_t kContinuityMagic = 0x31544e4f43484452ULL;  // "RDHCONT1"
-inline constexpr uint32_t kContinuityFormatVersion = 2;  // 2: geometry word, growing tables
+inline constexpr uint32_t kContinuityFormatVersion = 3;  // 2: geometry word, growing tables; 3: added SBuckets
 inline constexpr uint64_t kContinuityHeaderBytes = 64;
 inline constexpr uint64_t kContinuityGeometryOffset = 64;  // the geometry word
 inline constexpr uint64_t kContinuityTableBase = 128;      // table 0
@@ -208,6 +208,9 @@ struct ContinuityConfig {
   uint32_t max_resizes = 0;        // online doublings allowed (0: a full segment reports kFull), <= 16
   uint32_t migrate_pairs_per_write = 2;  // memory node only (not part of the clients' config tag)
   bool background_migration = false;     // memory node only: ContinuityServer runs a migration thread
+  // Added SBuckets (seed 002 Fig. 10): one added group of added_slots() slots per this many segment
+  // pairs, shared by them (0: none). Seed 002's choice is 1/10 of the pairs: 10. <= 65535.
+  uint32_t added_group_pairs = 0;
 
   // Buckets for `records` at `load_factor` (records / all slots, SBuckets included).
   static ContinuityConfig for_records(uint64_t records, double load_factor, uint32_t memory_nodes,
@@ -219,10 +222,31 @@ struct ContinuityConfig {
   uint64_t pair_bytes() const { return uint64_t{pair_slots()} * slot_bytes() + 8; }
   uint32_t segment_bytes() const { return (4 + 4 * sbuckets) * slot_bytes() + 8; }
   uint64_t buckets_at(uint32_t level) const { return buckets_per_node << level; }
-  uint64_t table_offset(uint32_t level) const {
-    return kContinuityTableBase + ((uint64_t{1} << level) - 1) * (buckets_per_node / 2) * pair_bytes();
+  // Added groups: added_slots() slots each (one SBucket group of the pair's size, at most 3 SBuckets:
+  // the indicator has 12 claim bits), groups_at(level) of them after the pairs of table `level`.
+  uint32_t added_slots() const { return added_group_pairs ? 4 * (sbuckets < 3 ? sbuckets : 3) : 0; }
+  uint64_t group_bytes() const { return uint64_t{added_slots()} * slot_bytes(); }
+  uint64_t groups_at(uint32_t level) const {
+    return added_group_pairs ? ((buckets_per_node / 2 + added_group_pairs - 1) / added_group_pairs) << level : 0;
   }
-  uint64_t slots_per_node() const { return buckets_per_node / 2 * pair_slots(); }  // table 0
+  // The added group of pair `pair` (of any table): pairs r + P0·t (P0 = pairs of table 0, r < P0)
+  // share group (r mod M0) + M0·t, M0 = groups_at(0). So a pair's children (P and P + pairs_l) use
+  // groups g and g + M_l of the next table, and each group there is fed by one group here.
+  uint64_t group_of(uint64_t pair) const {
+    const uint64_t p0 = buckets_per_node / 2, m0 = groups_at(0);
+    return (pair % p0) % m0 + m0 * (pair / p0);
+  }
+  uint64_t table_bytes(uint32_t level) const {
+    return (buckets_at(level) / 2) * pair_bytes() + groups_at(level) * group_bytes();
+  }
+  uint64_t table_offset(uint32_t level) const {
+    return kContinuityTableBase + ((uint64_t{1} << level) - 1) * table_bytes(0);
+  }
+  uint64_t group_offset(uint32_t level, uint64_t group) const {
+    return table_offset(level) + (buckets_at(level) / 2) * pair_bytes() + group * group_bytes();
+  }
+  // Slots of table 0, added ones included (they are storage: the load factor counts them).
+  uint64_t slots_per_node() const { return buckets_per_node / 2 * pair_slots() + groups_at(0) * added_slots(); }
   uint64_t slots_at(uint32_t level) const { return slots_per_node() << level; }
   uint64_t region_bytes() const { return table_offset(max_resizes + 1); }
 };
@@ -230,7 +254,8 @@ std::string continuity_config_error(const ContinuityConfig& cfg);
 
 struct ContinuityHeader {
   uint64_t magic;
-  uint32_t format_version, header_bytes;
+  uint32_t format_version;
+  uint16_t header_bytes, added_group_pairs;
   uint64_t buckets;
   uint32_t sbuckets, value_bytes;
   uint64_t hash_seed;
@@ -264,6 +289,7 @@ struct ContinuityStats {
   uint64_t insert_persists = 0, update_persists = 0, erase_persists = 0;
   uint64_t resizes = 0, migrated_pairs = 0, migrated_items = 0, migrate_persists = 0;
   uint64_t cleaned_leftovers = 0;  // born children of a not-MOVED parent reset by recovery
+  uint64_t added_writes = 0;       // inserts / updates / migrated items placed in an added slot
 };
 
 // Memory-node side: one shard on a PersistentRegion. A region whose header is all zero is
@@ -317,7 +343,11 @@ class ContinuityShard {
   uint64_t indicator_off(uint32_t level, uint64_t pair) const;
   uint64_t slot_off(uint32_t level, uint64_t pair, uint32_t bit) const;
   std::optional<Loc> locate(uint64_t key, const ContinuityPlacement& p) const;
-  int free_bit(const ContinuityPlacement& p, uint64_t bits) const;
+  // A free slot for a key of `p` given the pair's next indicator bits `low`: its home bucket, then
+  // the SBuckets, then (with_added) a slot of the pair's added group no pair's indicator claims.
+  int free_bit(const ContinuityPlacement& p, uint64_t low, bool with_added) const;
+  uint64_t group_claims(uint32_t level, uint64_t pair, uint64_t low) const;
+  bool added_allowed() const { return cfg_.added_group_pairs != 0 && !resizing_; }
   // Writes and persists the item into free slot `bit` of (level, pair) with publication number
   // `pub`; `low` = valid bits | generations of the indicator to come; returns it with the slot's
   // bit set (and its generation bumped for bucket 2i).

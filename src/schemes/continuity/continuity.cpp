@@ -26,8 +26,15 @@ using record::make_ctrl;
 using record::store64;
 using record::version_of;
 
-constexpr uint64_t kSeqShift = 32;
-constexpr uint64_t kBitsMask = 0xffffffffULL;
+// Indicator word (continuity.h): own valid bits 0..23, generations 24..31, added-slot claims
+// 32..43, seq 44..60 (17 bits), MOVED 61, UNBORN 62.
+constexpr uint64_t kOwnMask = 0xffffffULL;
+constexpr uint32_t kAddShift = 32;
+constexpr uint64_t kAddMask = 0xfffULL << kAddShift;
+constexpr uint64_t kValidMask = kOwnMask | kAddMask;  // every slot bit (own and added)
+constexpr uint64_t kSeqShift = 44;
+constexpr uint64_t kBitsMask = (1ULL << kSeqShift) - 1;  // valid bits, generations, claims
+constexpr uint64_t kSeqMask = (1ULL << 17) - 1;
 // Generations of the four slots of bucket 2i (the slots a READ of an even segment observes before
 // the indicator): 2 bits each in indicator bits 24..31 and in bits 61..62 of the slot's ctrl.
 constexpr uint32_t kGenShift = 24;
@@ -52,10 +59,10 @@ uint64_t geometry_word(uint32_t level, bool resizing) {
   const uint64_t low = uint64_t{level} | (resizing ? kResizingBit : 0);
   return low | (hash::mix64(low ^ 0x47454F4D45545259ULL) << 32);
 }
-uint64_t seq_of(uint64_t ind) { return (ind >> kSeqShift) & kVersionMask; }
-uint64_t make_indicator(uint64_t bits, uint64_t seq) { return (bits & kBitsMask) | ((seq & kVersionMask) << kSeqShift); }
-// pub ≤ s in the wrapping 29-bit sequence space.
-bool not_after(uint64_t pub, uint64_t s) { return ((s - pub) & kVersionMask) < (1ULL << 28); }
+uint64_t seq_of(uint64_t ind) { return (ind >> kSeqShift) & kSeqMask; }
+uint64_t make_indicator(uint64_t bits, uint64_t seq) { return (bits & kBitsMask) | ((seq & kSeqMask) << kSeqShift); }
+// pub ≤ s in the wrapping 17-bit sequence space (continuity.h: why 17 bits suffice).
+bool not_after(uint64_t pub, uint64_t s) { return ((s - pub) & kSeqMask) < (1ULL << 16); }
 uint64_t segment_mask(const ContinuityConfig& c, uint32_t first_bit) {
   return ((1ULL << (4 + 4 * c.sbuckets)) - 1) << first_bit;
 }
@@ -71,7 +78,7 @@ uint64_t header_checksum(const ContinuityHeader& h) {
 uint32_t config_tag(const ContinuityConfig& c) {
   uint64_t h = hash::mix64(c.hash_seed ^ kContinuityMagic);
   for (uint64_t f : {uint64_t{c.memory_nodes}, c.buckets_per_node, uint64_t{c.sbuckets}, uint64_t{c.value_bytes},
-                     uint64_t{c.max_resizes}})
+                     uint64_t{c.max_resizes}, uint64_t{c.added_group_pairs}})
     h = hash::mix64(h ^ f);
   return static_cast<uint32_t>(h);
 }
@@ -105,6 +112,8 @@ std::string continuity_config_error(const ContinuityConfig& c) {
     return "SBuckets per segment pair must be in [1, 4] (the indicator has 24 valid bits), got " +
            std::to_string(c.sbuckets);
   if (c.value_bytes > 120) return "value bytes must be at most 120, got " + std::to_string(c.value_bytes);
+  if (c.added_group_pairs > 65535)
+    return "added SBuckets: one group per at most 65535 segment pairs, got " + std::to_string(c.added_group_pairs);
   return {};
 }
 
@@ -168,6 +177,7 @@ uint64_t ContinuityShard::indicator_off(uint32_t level, uint64_t pair) const {
 uint64_t ContinuityShard::slot_off(uint32_t level, uint64_t pair, uint32_t bit) const {
   const uint64_t base = cfg_.table_offset(level) + pair * cfg_.pair_bytes();
   const uint32_t sb = cfg_.slot_bytes();
+  if (bit >= kAddShift) return cfg_.group_offset(level, cfg_.group_of(pair)) + uint64_t{bit - kAddShift} * sb;
   if (bit < 4) return base + uint64_t{bit} * sb;
   return base + cfg_.bucket_bytes() + 8 + uint64_t{bit - 4} * sb;  // SBuckets, then bucket 2i+1
 }
@@ -183,6 +193,7 @@ void ContinuityShard::format() {
   h.magic = kContinuityMagic;
   h.format_version = kContinuityFormatVersion;
   h.header_bytes = kContinuityHeaderBytes;
+  h.added_group_pairs = static_cast<uint16_t>(cfg_.added_group_pairs);
   h.buckets = cfg_.buckets_per_node;
   h.sbuckets = cfg_.sbuckets;
   h.value_bytes = cfg_.value_bytes;
@@ -209,6 +220,11 @@ void ContinuityShard::recover() {
     throw PmemError("continuity image of format version " + std::to_string(h.format_version) + ", this build reads " +
                     std::to_string(kContinuityFormatVersion));
   if (h.checksum != header_checksum(h)) throw PmemError("continuity image header is corrupt (checksum mismatch)");
+  if (h.added_group_pairs != cfg_.added_group_pairs)
+    throw PmemError("continuity image was created with added SBuckets for " +
+                    (h.added_group_pairs ? "1/" + std::to_string(h.added_group_pairs) : std::string("none")) +
+                    " of the segment pairs, requested " +
+                    (cfg_.added_group_pairs ? "1/" + std::to_string(cfg_.added_group_pairs) : std::string("none")));
   if (h.header_bytes != kContinuityHeaderBytes || h.buckets != cfg_.buckets_per_node || h.sbuckets != cfg_.sbuckets ||
       h.value_bytes != cfg_.value_bytes || h.hash_seed != cfg_.hash_seed || h.node != node_ ||
       h.memory_nodes != cfg_.memory_nodes || h.region_bytes != cfg_.region_bytes())
@@ -242,10 +258,11 @@ void ContinuityShard::recover() {
   };
   for (uint32_t level = geo_level; level <= geo_level + (geo_resizing ? 1u : 0u); ++level) {
     const bool newer = level > geo_level;
+    std::vector<uint64_t> group_claimed(cfg_.groups_at(level), 0);  // claims seen per added group
     for (uint64_t i = 0; i < cfg_.buckets_at(level) / 2; ++i) {
       seen.clear();
       const uint64_t ind = region_.load(indicator_off(level, i));
-      const uint64_t bits = ind & kBitsMask & ~kGenMask;
+      const uint64_t bits = ind & kValidMask;
       if (ind >> 63) throw bad(level, i, "has an unknown indicator flag");
       if (ind & kMoved) {
         if (newer || !geo_resizing || bits) throw bad(level, i, "is MOVED out of place");
@@ -260,7 +277,13 @@ void ContinuityShard::recover() {
         leftovers.push_back(i);
         continue;
       }
-      if (bits >> cfg_.pair_slots()) throw bad(level, i, "has valid bits beyond its slots");
+      if ((bits & kOwnMask) >> cfg_.pair_slots() || (bits & kAddMask) >> (kAddShift + cfg_.added_slots()))
+        throw bad(level, i, "has valid bits beyond its slots");
+      if (const uint64_t claims = bits & kAddMask) {  // an added slot belongs to one pair at a time
+        uint64_t& g = group_claimed[cfg_.group_of(i)];
+        if (g & claims) throw bad(level, i, "claims an added slot another pair claims");
+        g |= claims;
+      }
       for (uint64_t b = bits; b; b &= b - 1) {
         const uint32_t bit = static_cast<uint32_t>(std::countr_zero(b));
         const uint64_t off = slot_off(level, i, bit);
@@ -271,7 +294,7 @@ void ContinuityShard::recover() {
         const bool ok = (ctrl & kOcc) && l.consistent(rec.data()) && not_after(version_of(ctrl), seq_of(ind)) &&
                         static_cast<uint32_t>(ctrl) == p.kbits && p.node == node_ && p.pair == i &&
                         (bit >= 4 || gen_of_ctrl(ctrl) == gen_of_indicator(ind, bit)) &&
-                        (segment_mask(cfg_, p.first_bit) >> bit & 1);
+                        (bit >= kAddShift || (segment_mask(cfg_, p.first_bit) >> bit & 1));
         if (!ok)
           throw PmemError("corrupt image: pair " + std::to_string(i) + " slot " + std::to_string(bit) +
                           " is valid but does not hold a consistent item of that segment");
@@ -311,7 +334,8 @@ void ContinuityShard::check_kv(uint64_t key, std::span<const std::byte> value, b
 }
 
 std::optional<ContinuityShard::Loc> ContinuityShard::locate(uint64_t key, const ContinuityPlacement& p) const {
-  const uint64_t bits = region_.load(indicator_off(p.level, p.pair)) & segment_mask(cfg_, p.first_bit);
+  // The segment's own slots and the pair's added slots (either segment's keys may be there).
+  const uint64_t bits = region_.load(indicator_off(p.level, p.pair)) & (segment_mask(cfg_, p.first_bit) | kAddMask);
   for (uint64_t b = bits; b; b &= b - 1) {
     const uint32_t bit = static_cast<uint32_t>(std::countr_zero(b));
     const uint64_t off = slot_off(p.level, p.pair, bit);
@@ -320,14 +344,29 @@ std::optional<ContinuityShard::Loc> ContinuityShard::locate(uint64_t key, const 
   return std::nullopt;
 }
 
-int ContinuityShard::free_bit(const ContinuityPlacement& p, uint64_t bits) const {
+int ContinuityShard::free_bit(const ContinuityPlacement& p, uint64_t bits, bool with_added) const {
   // Home bucket first (bits first_bit.. for even, the last four for odd), then the SBuckets.
   const uint32_t home = p.first_bit == 0 ? 0 : 4 + 4 * cfg_.sbuckets;
   for (uint32_t j = home; j < home + 4; ++j)
     if (!(bits >> j & 1)) return static_cast<int>(j);
   for (uint32_t j = 4; j < 4 + 4 * cfg_.sbuckets; ++j)
     if (!(bits >> j & 1)) return static_cast<int>(j);
+  if (!with_added) return -1;
+  const uint64_t taken = group_claims(p.level, p.pair, bits);
+  for (uint32_t x = 0; x < cfg_.added_slots(); ++x)
+    if (!(taken >> (kAddShift + x) & 1)) return static_cast<int>(kAddShift + x);
   return -1;
+}
+
+uint64_t ContinuityShard::group_claims(uint32_t level, uint64_t pair, uint64_t low) const {
+  // Every pair sharing `pair`'s group: r + P0·t with r ≡ pair (mod M0), r < P0, same t. `pair`
+  // itself counts with `low` (its indicator to come, which may claim more than its stored one).
+  const uint64_t p0 = cfg_.buckets_per_node / 2, m0 = cfg_.groups_at(0);
+  const uint64_t t = pair / p0;
+  uint64_t taken = low & kAddMask;
+  for (uint64_t r = pair % p0 % m0; r < p0; r += m0)
+    if (r + p0 * t != pair) taken |= region_.load(indicator_off(level, r + p0 * t)) & kAddMask;
+  return taken;
 }
 
 uint64_t ContinuityShard::write_slot(uint32_t level, uint64_t pair, uint32_t bit, uint64_t key, uint32_t kbits,
@@ -364,8 +403,9 @@ void ContinuityShard::store_geometry(uint32_t level, bool resizing) {
 ContinuityResult ContinuityShard::insert_new(uint64_t key, const ContinuityPlacement& p,
                                              std::span<const std::byte> value) {
   const uint64_t ind = region_.load(indicator_off(p.level, p.pair));
-  const int bit = free_bit(p, ind);
+  const int bit = free_bit(p, ind, added_allowed());
   if (bit < 0) return {Status::kFull, 0};
+  stats_.added_writes += bit >= static_cast<int>(kAddShift);
   const uint64_t before = region_.persists();
   set_indicator(p.level, p.pair,
                 write_slot(p.level, p.pair, static_cast<uint32_t>(bit), key, p.kbits, seq_of(ind) + 1, ind, value));
@@ -379,7 +419,8 @@ ContinuityResult ContinuityShard::insert_new(uint64_t key, const ContinuityPlace
 ContinuityResult ContinuityShard::replace(const Loc& at, uint64_t key, const ContinuityPlacement& p,
                                           std::span<const std::byte> value) {
   const uint64_t ind = region_.load(indicator_off(p.level, p.pair));
-  const int bit = free_bit(p, ind);
+  const int bit = free_bit(p, ind, added_allowed());
+  stats_.added_writes += bit >= static_cast<int>(kAddShift);
   if (bit < 0) return {Status::kFull, 0};  // out of place needs a free slot in the segment; nothing changed
   const uint64_t before = region_.persists();
   const uint64_t low = write_slot(p.level, p.pair, static_cast<uint32_t>(bit), key, p.kbits, seq_of(ind) + 1, ind, value);
@@ -425,6 +466,13 @@ ContinuityResult ContinuityShard::write(Kind kind, uint64_t key, std::span<const
       }
     }
     if (r.status != Status::kFull) return r;
+    if (resizing_ && cfg_.added_group_pairs) {
+      // Added slots of the new table are not given to writes during a resize (they are kept for
+      // the migration, see continuity.h): finish it, then retry with them.
+      while (step_locked()) {
+      }
+      continue;
+    }
     if (!grow_locked(key)) {
       ++stats_.full;
       return r;
@@ -474,14 +522,17 @@ void ContinuityShard::migrate_pair(uint64_t pair) {
   }
   const SlotLayout l(cfg_);
   std::vector<std::byte> rec(l.bytes);
-  for (uint64_t b = ind & kBitsMask & ~kGenMask; b; b &= b - 1) {
+  // Own slots first (bits 0..23), then the added ones (32..): the own items always fit the
+  // children's own slots, so at most the parent's added items go to the children's groups.
+  for (uint64_t b = ind & kValidMask; b; b &= b - 1) {
     const uint64_t off = slot_off(level_, pair, static_cast<uint32_t>(std::countr_zero(b)));
     for (uint32_t w = 0; w < l.bytes; w += 8) store64(rec.data() + w, region_.load(off + w));
     const uint64_t key = l.key(rec.data());
     const ContinuityPlacement p = continuity_place(cfg_, key, next);
     const int c = p.pair == child[0] ? 0 : 1;
-    const int bit = free_bit(p, low[c]);
+    const int bit = free_bit(p, low[c], cfg_.added_group_pairs != 0);
     if (bit < 0 || p.pair != child[c]) throw std::logic_error("continuity: a migrated segment overflowed");
+    stats_.added_writes += bit >= static_cast<int>(kAddShift);
     low[c] = write_slot(next, p.pair, static_cast<uint32_t>(bit), key, p.kbits, seq_of(cind[c]) + 1, low[c],
                         std::span<const std::byte>(rec.data() + l.val_off, cfg_.value_bytes));
     ++stats_.migrated_items;
@@ -585,7 +636,7 @@ std::vector<std::pair<uint64_t, std::vector<std::byte>>> ContinuityShard::items(
     for (uint64_t i = 0; i < cfg_.buckets_at(level) / 2; ++i) {
       const uint64_t ind = region_.load(indicator_off(level, i));
       if (ind & (kMoved | kUnborn)) continue;
-      for (uint64_t b = ind & kBitsMask & ~kGenMask; b; b &= b - 1) {
+      for (uint64_t b = ind & kValidMask; b; b &= b - 1) {
         const uint64_t off = slot_off(level, i, static_cast<uint32_t>(std::countr_zero(b)));
         for (uint32_t w = 0; w < l.bytes; w += 8) store64(rec.data() + w, region_.load(off + w));
         out.emplace_back(l.key(rec.data()),
@@ -671,6 +722,7 @@ ContinuityStats ContinuityServer::stats() const {
     t.migrated_items += x.migrated_items;
     t.migrate_persists += x.migrate_persists;
     t.cleaned_leftovers += x.cleaned_leftovers;
+    t.added_writes += x.added_writes;
   });
   return t;
 }
@@ -696,7 +748,7 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
   uint32_t level = levels_[node];
   const SlotLayout l(cfg_);
   const uint32_t len = cfg_.segment_bytes();
-  std::vector<std::byte> seg(len);
+  std::vector<std::byte> seg(len), grp(cfg_.group_bytes());
   OpResult r;
   ContinuityPlacement p;
   for (uint32_t attempt = 0; attempt < kMaxRetries; ++attempt) {
@@ -734,6 +786,31 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
       if (static_cast<uint32_t>(ctrl) == p.kbits && l.key(rec) == key) hit = rec;
     }
     if (!stable) continue;
+    if (const uint64_t claims = (ind & kAddMask) >> kAddShift; !hit && claims) {
+      // The pair has added slots: READ its group (after the segment READ completed, so every word
+      // of it is observed after the indicator). A claimed slot is taken only if it holds a whole
+      // item of this pair published no later than the indicator (pub <= s); anything else — torn,
+      // republished by this pair (pub > s), or reused by another pair of the group after the
+      // indicator was read (its key is not this pair's) — is unstable: READ again, never a miss.
+      co_await engine_.read(RemoteAddr{p.node, cfg_.group_offset(level, cfg_.group_of(p.pair))}, grp.data(),
+                            static_cast<uint32_t>(grp.size()));
+      ++r.chunks;
+      for (uint64_t b = claims; b; b &= b - 1) {
+        const std::byte* rec = grp.data() + uint64_t{static_cast<uint32_t>(std::countr_zero(b))} * l.bytes;
+        const uint64_t ctrl = load64(rec);
+        if (!(ctrl & kOcc) || !l.consistent(rec) || !not_after(version_of(ctrl), s)) {
+          stable = false;
+          break;
+        }
+        const ContinuityPlacement q = continuity_place(cfg_, l.key(rec), level);
+        if (q.pair != p.pair || q.node != p.node || static_cast<uint32_t>(ctrl) != q.kbits) {
+          stable = false;  // another pair's item: the slot was freed and reused after our indicator
+          break;
+        }
+        if (l.key(rec) == key) hit = rec;
+      }
+      if (!stable) continue;
+    }
     if (hit) {
       if (!value_out.empty()) std::memcpy(value_out.data(), hit + l.val_off, std::min<size_t>(value_out.size(), cfg_.value_bytes));
       r.status = Status::kFound;
