@@ -224,24 +224,21 @@ struct ContinuityConfig {
   uint64_t buckets_at(uint32_t level) const { return buckets_per_node << level; }
   // Added groups: added_slots() slots each (one SBucket group of the pair's size, at most 3 SBuckets:
   // the indicator has 12 claim bits), groups_at(level) of them after the pairs of table `level`.
+  // Table 0 has ceil(P0 / added_group_pairs) groups (P0 = its pairs); table l+1 keeps table l's
+  // number of groups while that leaves at most added_group_pairs pairs per group, else doubles it.
   uint32_t added_slots() const { return added_group_pairs ? 4 * (sbuckets < 3 ? sbuckets : 3) : 0; }
   uint64_t group_bytes() const { return uint64_t{added_slots()} * slot_bytes(); }
-  uint64_t groups_at(uint32_t level) const {
-    return added_group_pairs ? ((buckets_per_node / 2 + added_group_pairs - 1) / added_group_pairs) << level : 0;
-  }
-  // The added group of pair `pair` (of any table): pairs r + P0·t (P0 = pairs of table 0, r < P0)
-  // share group (r mod M0) + M0·t, M0 = groups_at(0). So a pair's children (P and P + pairs_l) use
-  // groups g and g + M_l of the next table, and each group there is fed by one group here.
-  uint64_t group_of(uint64_t pair) const {
-    const uint64_t p0 = buckets_per_node / 2, m0 = groups_at(0);
-    return (pair % p0) % m0 + m0 * (pair / p0);
-  }
+  uint64_t groups_at(uint32_t level) const;
+  // The added group of pair `pair` of table `level`. Pair r + P0·t (r < P0) of table l is in group
+  // (r mod M0) + the sum of M_{i-1} over the levels i <= l that doubled the groups and whose bit
+  // i-1 of t is set. So a pair P of table l and its children P and P + P_l in table l+1 are in
+  // groups g, and g (no doubling) or g + M_l (doubling): every group of table l+1 is shared by
+  // children of the pairs of ONE group of table l (the migration argument in the header comment).
+  uint64_t group_of(uint32_t level, uint64_t pair) const;
   uint64_t table_bytes(uint32_t level) const {
     return (buckets_at(level) / 2) * pair_bytes() + groups_at(level) * group_bytes();
   }
-  uint64_t table_offset(uint32_t level) const {
-    return kContinuityTableBase + ((uint64_t{1} << level) - 1) * table_bytes(0);
-  }
+  uint64_t table_offset(uint32_t level) const;
   uint64_t group_offset(uint32_t level, uint64_t group) const {
     return table_offset(level) + (buckets_at(level) / 2) * pair_bytes() + group * group_bytes();
   }
@@ -290,6 +287,8 @@ struct ContinuityStats {
   uint64_t resizes = 0, migrated_pairs = 0, migrated_items = 0, migrate_persists = 0;
   uint64_t cleaned_leftovers = 0;  // born children of a not-MOVED parent reset by recovery
   uint64_t added_writes = 0;       // inserts / updates / migrated items placed in an added slot
+  uint64_t added_vacated = 0;      // updates / erases that freed an added slot
+  uint64_t migrated_added_items = 0;  // items migrated out of an added slot
 };
 
 // Memory-node side: one shard on a PersistentRegion. A region whose header is all zero is

@@ -123,6 +123,47 @@ void ContinuityConfig::validate() const {
 
 uint32_t ContinuityConfig::slot_bytes() const { return SlotLayout(*this).bytes; }
 
+namespace {
+// Bit i-1 of the result is set iff table i (1 <= i <= level) doubled the number of added groups.
+uint64_t doubling_levels(const ContinuityConfig& c, uint32_t level, uint64_t* groups) {
+  const uint64_t p0 = c.buckets_per_node / 2, d = c.added_group_pairs;
+  uint64_t m = (p0 + d - 1) / d, mask = 0;
+  for (uint32_t i = 1; i <= level; ++i)
+    if ((p0 << i) > m * d) {
+      m *= 2;
+      mask |= uint64_t{1} << (i - 1);
+    }
+  *groups = m;
+  return mask;
+}
+}  // namespace
+
+uint64_t ContinuityConfig::groups_at(uint32_t level) const {
+  if (!added_group_pairs) return 0;
+  uint64_t m = 0;
+  doubling_levels(*this, level, &m);
+  return m;
+}
+
+uint64_t ContinuityConfig::group_of(uint32_t level, uint64_t pair) const {
+  const uint64_t p0 = buckets_per_node / 2, d = added_group_pairs;
+  uint64_t m = (p0 + d - 1) / d;
+  uint64_t g = pair % p0 % m;
+  const uint64_t t = pair / p0;
+  for (uint32_t i = 1; i <= level; ++i)
+    if ((p0 << i) > m * d) {
+      if (t >> (i - 1) & 1) g += m;
+      m *= 2;
+    }
+  return g;
+}
+
+uint64_t ContinuityConfig::table_offset(uint32_t level) const {
+  uint64_t off = kContinuityTableBase;
+  for (uint32_t i = 0; i < level; ++i) off += table_bytes(i);
+  return off;
+}
+
 ContinuityPlacement continuity_place(const ContinuityConfig& c, uint64_t key, uint32_t level) {
   const uint64_t h = hash::mix64(key ^ c.hash_seed);
   ContinuityPlacement p;
@@ -177,7 +218,7 @@ uint64_t ContinuityShard::indicator_off(uint32_t level, uint64_t pair) const {
 uint64_t ContinuityShard::slot_off(uint32_t level, uint64_t pair, uint32_t bit) const {
   const uint64_t base = cfg_.table_offset(level) + pair * cfg_.pair_bytes();
   const uint32_t sb = cfg_.slot_bytes();
-  if (bit >= kAddShift) return cfg_.group_offset(level, cfg_.group_of(pair)) + uint64_t{bit - kAddShift} * sb;
+  if (bit >= kAddShift) return cfg_.group_offset(level, cfg_.group_of(level, pair)) + uint64_t{bit - kAddShift} * sb;
   if (bit < 4) return base + uint64_t{bit} * sb;
   return base + cfg_.bucket_bytes() + 8 + uint64_t{bit - 4} * sb;  // SBuckets, then bucket 2i+1
 }
@@ -280,7 +321,7 @@ void ContinuityShard::recover() {
       if ((bits & kOwnMask) >> cfg_.pair_slots() || (bits & kAddMask) >> (kAddShift + cfg_.added_slots()))
         throw bad(level, i, "has valid bits beyond its slots");
       if (const uint64_t claims = bits & kAddMask) {  // an added slot belongs to one pair at a time
-        uint64_t& g = group_claimed[cfg_.group_of(i)];
+        uint64_t& g = group_claimed[cfg_.group_of(level, i)];
         if (g & claims) throw bad(level, i, "claims an added slot another pair claims");
         g |= claims;
       }
@@ -359,13 +400,20 @@ int ContinuityShard::free_bit(const ContinuityPlacement& p, uint64_t bits, bool 
 }
 
 uint64_t ContinuityShard::group_claims(uint32_t level, uint64_t pair, uint64_t low) const {
-  // Every pair sharing `pair`'s group: r + P0·t with r ≡ pair (mod M0), r < P0, same t. `pair`
+  // Every pair sharing `pair`'s group (ContinuityConfig::group_of): r + P0·t with r ≡ pair (mod
+  // M0), r < P0, and t equal to pair's t on the bits of the levels that doubled the groups. `pair`
   // itself counts with `low` (its indicator to come, which may claim more than its stored one).
   const uint64_t p0 = cfg_.buckets_per_node / 2, m0 = cfg_.groups_at(0);
-  const uint64_t t = pair / p0;
+  uint64_t m = 0;
+  const uint64_t doubled = doubling_levels(cfg_, level, &m);
+  const uint64_t free_bits = ((uint64_t{1} << level) - 1) & ~doubled;
+  const uint64_t t0 = (pair / p0) & ~free_bits;
   uint64_t taken = low & kAddMask;
-  for (uint64_t r = pair % p0 % m0; r < p0; r += m0)
-    if (r + p0 * t != pair) taken |= region_.load(indicator_off(level, r + p0 * t)) & kAddMask;
+  for (uint64_t sub = free_bits;; sub = (sub - 1) & free_bits) {
+    for (uint64_t r = pair % p0 % m0; r < p0; r += m0)
+      if (const uint64_t q = r + p0 * (t0 | sub); q != pair) taken |= region_.load(indicator_off(level, q)) & kAddMask;
+    if (sub == 0) break;
+  }
   return taken;
 }
 
@@ -425,6 +473,7 @@ ContinuityResult ContinuityShard::replace(const Loc& at, uint64_t key, const Con
   const uint64_t before = region_.persists();
   const uint64_t low = write_slot(p.level, p.pair, static_cast<uint32_t>(bit), key, p.kbits, seq_of(ind) + 1, ind, value);
   set_indicator(p.level, p.pair, low & ~(1ULL << at.bit));  // both bits flip in one store
+  stats_.added_vacated += at.bit >= kAddShift;
   ++stats_.updates;
   const auto n = static_cast<uint32_t>(region_.persists() - before);
   stats_.update_persists += n;
@@ -460,6 +509,7 @@ ContinuityResult ContinuityShard::write(Kind kind, uint64_t key, std::span<const
         set_indicator(p.level, p.pair, (region_.load(indicator_off(p.level, p.pair)) & kBitsMask) & ~(1ULL << at->bit));
         --records_;
         ++stats_.erases;
+        stats_.added_vacated += at->bit >= kAddShift;
         const auto n = static_cast<uint32_t>(region_.persists() - before);
         stats_.erase_persists += n;
         return {Status::kErased, n};
@@ -529,6 +579,7 @@ void ContinuityShard::migrate_pair(uint64_t pair) {
     for (uint32_t w = 0; w < l.bytes; w += 8) store64(rec.data() + w, region_.load(off + w));
     const uint64_t key = l.key(rec.data());
     const ContinuityPlacement p = continuity_place(cfg_, key, next);
+    stats_.migrated_added_items += std::countr_zero(b) >= static_cast<int>(kAddShift);
     const int c = p.pair == child[0] ? 0 : 1;
     const int bit = free_bit(p, low[c], cfg_.added_group_pairs != 0);
     if (bit < 0 || p.pair != child[c]) throw std::logic_error("continuity: a migrated segment overflowed");
@@ -723,6 +774,8 @@ ContinuityStats ContinuityServer::stats() const {
     t.migrate_persists += x.migrate_persists;
     t.cleaned_leftovers += x.cleaned_leftovers;
     t.added_writes += x.added_writes;
+    t.added_vacated += x.added_vacated;
+    t.migrated_added_items += x.migrated_added_items;
   });
   return t;
 }
@@ -792,7 +845,7 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
       // item of this pair published no later than the indicator (pub <= s); anything else — torn,
       // republished by this pair (pub > s), or reused by another pair of the group after the
       // indicator was read (its key is not this pair's) — is unstable: READ again, never a miss.
-      co_await engine_.read(RemoteAddr{p.node, cfg_.group_offset(level, cfg_.group_of(p.pair))}, grp.data(),
+      co_await engine_.read(RemoteAddr{p.node, cfg_.group_offset(level, cfg_.group_of(level, p.pair))}, grp.data(),
                             static_cast<uint32_t>(grp.size()));
       ++r.chunks;
       for (uint64_t b = claims; b; b &= b - 1) {
