@@ -572,8 +572,9 @@ void ContinuityShard::migrate_pair(uint64_t pair) {
   }
   const SlotLayout l(cfg_);
   std::vector<std::byte> rec(l.bytes);
-  // Own slots first (bits 0..23), then the added ones (32..): the own items always fit the
-  // children's own slots, so at most the parent's added items go to the children's groups.
+  // Own and added items alike: each takes its home bucket, then the SBuckets, then the child's
+  // group. The parent's own items alone always fit the children's own slots, and how many items
+  // reach a group does not depend on the order, so at most the parent's added items go there.
   for (uint64_t b = ind & kValidMask; b; b &= b - 1) {
     const uint64_t off = slot_off(level_, pair, static_cast<uint32_t>(std::countr_zero(b)));
     for (uint32_t w = 0; w < l.bytes; w += 8) store64(rec.data() + w, region_.load(off + w));
