@@ -750,7 +750,7 @@ bool ContinuityServer::bulk_insert(uint64_t key, std::span<const std::byte> valu
     throw InvalidArgument("continuity shard " + std::to_string(node) + ": the segment of key " + std::to_string(key) +
                           " is full at " + std::to_string(state_->host->shard(node).records()) + " of " +
                           std::to_string(state_->host->shard(node).capacity()) +
-                          " slots: use a lower load factor, more SBuckets or more resizes");
+                          " slots: use a lower load factor, more SBuckets, added SBuckets or more resizes");
   return true;
 }
 
