@@ -858,16 +858,28 @@ TEST_P(ContinuityAddedOracle, RandomOperationsNearFullMatchUnorderedMap) {
 INSTANTIATE_TEST_SUITE_P(Groups, ContinuityAddedOracle,
                          testing::Combine(testing::Values(1u, 3u, 4u), testing::Values(1u, 3u, 10u)));
 
-// A transport that runs `before(i)` before the i-th READ it executes (0-based), whole.
+// A transport that runs `before(i)` before the i-th READ it executes (0-based) — or, for READ 1
+// when split_words > 0, after its first split_words words (the rest is read after the hook).
 class BeforeReadTransport final : public Transport {
  public:
-  BeforeReadTransport(std::unique_ptr<Transport> inner, std::function<void(uint64_t)> before)
-      : inner_(std::move(inner)), before_(std::move(before)) {}
+  BeforeReadTransport(std::unique_ptr<Transport> inner, std::function<void(uint64_t)> before, uint32_t split_words = 0)
+      : inner_(std::move(inner)), before_(std::move(before)), split_(split_words * 8) {}
   void execute(std::span<Request> batch) override {
     ++counters_.batches;
     for (Request& r : batch) {
-      if (r.kind == ReqKind::kRead) before_(reads_++);
-      inner_->execute(std::span<Request>(&r, 1));
+      if (r.kind == ReqKind::kRead && reads_ == 1 && split_ > 0 && split_ < r.len) {
+        Request head = r, tail = r;
+        head.len = split_;
+        tail.addr.offset += split_;
+        tail.buf = static_cast<std::byte*>(r.buf) + split_;
+        tail.len = r.len - split_;
+        inner_->execute(std::span<Request>(&head, 1));
+        before_(reads_++);
+        inner_->execute(std::span<Request>(&tail, 1));
+      } else {
+        if (r.kind == ReqKind::kRead) before_(reads_++);
+        inner_->execute(std::span<Request>(&r, 1));
+      }
       counters_.add(r);
     }
   }
@@ -875,6 +887,7 @@ class BeforeReadTransport final : public Transport {
  private:
   std::unique_ptr<Transport> inner_;
   std::function<void(uint64_t)> before_;
+  uint32_t split_;
   uint64_t reads_ = 0;
 };
 
@@ -888,9 +901,10 @@ struct StoreLog final : PersistObserver {
 // holds k); then the node erases a key of k's segment, updates k (k moves from x to the freed own
 // slot, x released in the same indicator store) and gives x to another item — of the other pair
 // of the group (scenario 0) or of k's own pair (scenario 1); only then does the reader READ the
-// group. For every prefix of those stores between the two READs, the lookup must find k with its
-// old or new value: x holding another pair's item (0) or a later publication of its own pair (1)
-// is unstable and READ again, never a miss.
+// group. For every prefix of those stores between the two READs — and inside the group READ,
+// after each of the first three words of slot x — the lookup must find k with its old or new
+// value: x holding another pair's item (0), a later publication of its own pair (1), or a torn
+// mix of two publications is unstable and READ again, never a miss or a wrong value.
 TEST(ContinuityAdded, GroupReadSeparatedFromSegmentReadByEachStoreNeverMisses) {
   ContinuityConfig c;
   c.buckets_per_node = 4;  // 2 pairs sharing one added group of 12 slots
@@ -930,21 +944,24 @@ TEST(ContinuityAdded, GroupReadSeparatedFromSegmentReadByEachStoreNeverMisses) {
     }
     ASSERT_GE(log.stores.size(), 11u);
     uint64_t retried = 0;
+    for (uint32_t split = 0; split < 4; ++split)
     for (size_t n = 0; n <= log.stores.size(); ++n) {
       ContTable t(c);
       build(t.server->shard(0));
       PersistentRegion& region = t.server->region(0);
       auto transport = std::make_unique<BeforeReadTransport>(t.fabric->connect(), [&](uint64_t i) {
-        if (i == 1)  // between the segment READ and the group READ: the first n stores
+        if (i == 1)  // between the segment READ and the group READ (or inside it): the first n stores
           for (size_t j = 0; j < n; ++j) region.store(log.stores[j].first, log.stores[j].second);
-      });
+      }, split);
       Engine engine(*transport);
       ContinuityClient client(c, engine);
       std::vector<std::byte> out(8);
       OpStats st;
       const OpResult r = engine.run(client.get(k, out), &st);
-      ASSERT_EQ(r.status, Status::kFound) << "scenario " << scenario << ", " << n << " stores between the READs";
-      ASSERT_TRUE(out == value_for(k, 0, 8) || out == value_for(k, 1, 8));
+      ASSERT_EQ(r.status, Status::kFound) << "scenario " << scenario << ", " << n << " stores after word " << split
+                                          << " of the group READ";
+      ASSERT_TRUE(out == value_for(k, 0, 8) || out == value_for(k, 1, 8))
+          << "scenario " << scenario << ", " << n << " stores after word " << split << " of the group READ";
       ASSERT_GE(st.reads, 2u);
       retried += st.reads > 2;
     }
