@@ -374,7 +374,7 @@ TEST(ContinuityCrash, RecoveryRefusesBrokenAddedSlots) {
   const std::vector<std::byte> base(good.bytes.begin(), good.bytes.end());
   const int owner = claims[0] ? 0 : 1, other = 1 - owner;
   const uint32_t x = static_cast<uint32_t>(std::countr_zero(claims[owner]));
-  {  // the other pair also claims slot x (its copy of the indicator with x's bit set)
+  {  // the other pair also claims slot x (refused: x's key is not the other pair's)
     auto bad = base;
     const uint64_t w = ind[other] | (uint64_t{1} << (32 + x));
     std::memcpy(bad.data() + ind_off[other], &w, 8);
@@ -386,9 +386,12 @@ TEST(ContinuityCrash, RecoveryRefusesBrokenAddedSlots) {
     bad[slot + 16] ^= std::byte{1};
     refused(bad, c, "a torn added slot");
   }
-  {  // x handed to the other pair: the item's key belongs to the claiming pair, so move the claim
+  {  // x handed to the other pair (with the owner's seq, so the item's pub passes): only the check
+     // that a claimed slot's key belongs to the claiming pair catches it
     auto bad = base;
-    const uint64_t w0 = ind[owner] & ~(uint64_t{1} << (32 + x)), w1 = ind[other] | (uint64_t{1} << (32 + x));
+    const uint64_t seq_bits = ((uint64_t{1} << 17) - 1) << 44;
+    const uint64_t w0 = ind[owner] & ~(uint64_t{1} << (32 + x));
+    const uint64_t w1 = (ind[other] & ~seq_bits) | (ind[owner] & seq_bits) | (uint64_t{1} << (32 + x));
     std::memcpy(bad.data() + ind_off[owner], &w0, 8);
     std::memcpy(bad.data() + ind_off[other], &w1, 8);
     refused(bad, c, "a claimed slot holding another pair's item");

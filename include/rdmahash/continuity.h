@@ -189,8 +189,8 @@
 //     most A — a migration never finds a full group. A resize starts only when a segment AND its
 //     group are full (seed 002 Fig. 10: the load at each resize rises from ~0.5 to ~0.7).
 //   recovery: each claimed slot is checked like any other (valid item, checksum, pub ≤ seq,
-//     fingerprint, its key's pair is this pair, no key twice in the pair), and no slot may be
-//     claimed by two pairs of its group; the leftover reset clears a leftover child's claims.
+//     fingerprint, its key's pair is this pair, no key twice in the pair); so no slot is claimed
+//     by two pairs (its one key has one pair). The leftover reset clears a leftover child's claims.
 //   The header records D (format version 3; images of version 2 are refused by their version).
 //
 // Safety mechanisms (each removed by a mutant of tests/mutants/continuity.json, which the tests must
@@ -234,8 +234,8 @@
 //    (continuity-added-resize-writes-take-new-groups); a write whose segment is full during a
 //    resize finishes it and retries with them (continuity-added-full-during-resize-finishes-it)
 //  * a migration moves the parent's added items (continuity-added-migrate-skips-added-items)
-//  * recovery refuses a slot claimed twice (continuity-added-recovery-skip-double-claim) and a
-//    claimed slot holding another pair's item (continuity-added-recovery-skip-pair-check)
+//  * recovery refuses a claimed slot holding another pair's item, and so a slot claimed by two
+//    pairs (continuity-added-recovery-skip-pair-check)
 //  (Not a safety mechanism: writing the new table's UNBORN marks before the geometry word. A
 //  crash image with RESIZING and an all-zero new table is healed by the leftover reset, and no
 //  reader goes to the new table before some pair of the old one is MOVED.)

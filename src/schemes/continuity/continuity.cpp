@@ -299,7 +299,6 @@ void ContinuityShard::recover() {
   };
   for (uint32_t level = geo_level; level <= geo_level + (geo_resizing ? 1u : 0u); ++level) {
     const bool newer = level > geo_level;
-    std::vector<uint64_t> group_claimed(cfg_.groups_at(level), 0);  // claims seen per added group
     for (uint64_t i = 0; i < cfg_.buckets_at(level) / 2; ++i) {
       seen.clear();
       const uint64_t ind = region_.load(indicator_off(level, i));
@@ -320,11 +319,8 @@ void ContinuityShard::recover() {
       }
       if ((bits & kOwnMask) >> cfg_.pair_slots() || (bits & kAddMask) >> (kAddShift + cfg_.added_slots()))
         throw bad(level, i, "has valid bits beyond its slots");
-      if (const uint64_t claims = bits & kAddMask) {  // an added slot belongs to one pair at a time
-        uint64_t& g = group_claimed[cfg_.group_of(level, i)];
-        if (g & claims) throw bad(level, i, "claims an added slot another pair claims");
-        g |= claims;
-      }
+      // (A slot claimed by two pairs is refused below: its one key belongs to one pair, so the
+      // other claim fails the pair check.)
       for (uint64_t b = bits; b; b &= b - 1) {
         const uint32_t bit = static_cast<uint32_t>(std::countr_zero(b));
         const uint64_t off = slot_off(level, i, bit);
