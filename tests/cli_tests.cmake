@@ -197,6 +197,10 @@ add_test(NAME bench_local_continuity_grow COMMAND python3 ${CHECK_JSON} --
 add_test(NAME bench_local_continuity_added COMMAND python3 ${CHECK_JSON} --
   ${RDMAHASH_BIN} bench --fabric local --scheme continuity --clients 2 --records 20000 --load-factor 0.65
   --added-sbuckets 1/10 --value-bytes 8 --workload get,mixed --ops 2000 --depth 8)
+add_test(NAME bench_ucx_continuity_added COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_MPIRUN} -n 3 ${RDMAHASH_BIN} bench --fabric ucx --scheme continuity --memory-nodes 1 --records 20000
+  --load-factor 0.65 --added-sbuckets 1/10 --value-bytes 8 --workload get,find-or-put,mixed --ops 1000 --depth 8)
+set_tests_properties(bench_ucx_continuity_added PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
 add_test(NAME cli_continuity_bad_added_sbuckets COMMAND ${EXPECT_FAIL} "added-sbuckets must be 0 or 1/D"
   ${RDMAHASH_BIN} bench --scheme continuity --added-sbuckets 2/10)
 add_test(NAME bench_ucx_continuity COMMAND python3 ${CHECK_JSON} --
