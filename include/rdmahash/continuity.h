@@ -313,7 +313,9 @@ struct ContinuityConfig {
   }
   // Slots of table 0, added ones included (they are storage: the load factor counts them).
   uint64_t slots_per_node() const { return buckets_per_node / 2 * pair_slots() + groups_at(0) * added_slots(); }
-  uint64_t slots_at(uint32_t level) const { return slots_per_node() << level; }
+  uint64_t slots_at(uint32_t level) const {  // table `level` (its groups need not double)
+    return (buckets_at(level) / 2) * pair_slots() + groups_at(level) * added_slots();
+  }
   uint64_t region_bytes() const { return table_offset(max_resizes + 1); }
 };
 std::string continuity_config_error(const ContinuityConfig& cfg);
