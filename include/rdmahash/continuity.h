@@ -24,7 +24,7 @@
 //   can occupy and the indicator that says which slots are valid.
 //
 //   Slot (the record format of schemes/record.h, 8-byte keys):
-//     [ctrl:8 = OCC | gen (2 bits) << 61 | pub (29 bits) << 32 | 32-bit key fingerprint][key:8]
+//     [ctrl:8 = OCC | gen (2 bits) << 61 | pub (the 17-bit seq, in a 29-bit field) << 32 | 32-bit key fingerprint][key:8]
 //     [value, padded to 8][check:8], check = hash(pub, key, value). `pub` is the indicator sequence
 //     number that published the slot; `gen` is used by the slots of bucket 2i only (below).
 //   Indicator (one aligned 8-byte word): bits 0..pair_slots()-1 = valid bit of each slot of the
@@ -78,7 +78,7 @@
 // Torn reads (the server writes while clients READ; a READ of more than 8 bytes is not atomic)
 //   The indicator is one aligned word, so it is read whole: (bits, seq = s). A valid slot is
 //   accepted only if its ctrl is OCC, `check` matches its pub, key and value, and pub ≤ s (mod
-//   2^29). Then:
+//   2^17). Then:
 //   * a slot torn across two writes fails the check (each write has its own pub, and check covers
 //     it); a slot rewritten after the indicator was read carries pub > s (its publication needs a
 //     later indicator store): both are "unstable" and the lookup READs the segment again;
