@@ -521,17 +521,26 @@ struct StoreBaton final : PersistObserver {
 };
 
 TEST(ContinuityInterleaving, EveryStoreOfAMigrationInsideAReadNeverHidesOrTearsAnItem) {
+  uint64_t added_migrated = 0;
   for (uint64_t round = 0; round < 8; ++round) {  // 8 tables, other keys and schedules
     ContinuityConfig c;
     c.buckets_per_node = 8;
     c.value_bytes = 16;
     c.max_resizes = 3;
     c.migrate_pairs_per_write = 0;
+    c.added_group_pairs = round % 2 ? 2 : 0;  // odd rounds: added groups, their items migrated too
     ContTable t(c);
     ContinuityShard& shard = t.server->shard(0);
     const auto all = distinct_keys(160, 61 + round);
-    std::vector<uint64_t> stable(all.begin(), all.begin() + 40), churn(all.begin() + 40, all.end());
-    for (uint64_t k : stable) ASSERT_EQ(shard.put(k, stamped(k, 0, 16)).status, Status::kInserted);
+    // With added groups, 72 stable keys in 80 + 24 slots: overflowing segments put some of them in
+    // the groups, and the first resize's migrations move them.
+    const size_t n_stable = c.added_group_pairs ? 72 : 40;
+    std::vector<uint64_t> stable, churn;
+    for (uint64_t k : all) {
+      if (stable.size() < n_stable && shard.put(k, stamped(k, 0, 16)).status == Status::kInserted) stable.push_back(k);
+      else churn.push_back(k);
+    }
+    ASSERT_EQ(stable.size(), n_stable);
     StoreBaton baton;
     t.server->region(0).set_observer(&baton);
     std::atomic<uint64_t> versions_written{0};
@@ -594,10 +603,15 @@ TEST(ContinuityInterleaving, EveryStoreOfAMigrationInsideAReadNeverHidesOrTearsA
     EXPECT_EQ(client.cached_level(0), 3u);
     EXPECT_GT(two, 0u);
     EXPECT_GT(baton.stores, 600u);
-    std::printf("continuity lock-step resize: %lu stores, %lu lookups (%lu of 2+ READs), %lu node writes\n",
-                static_cast<unsigned long>(baton.stores), static_cast<unsigned long>(lookups),
-                static_cast<unsigned long>(two), static_cast<unsigned long>(versions_written.load()));
+    added_migrated += shard.stats().migrated_added_items;
+    std::printf("continuity lock-step resize%s: %lu stores, %lu lookups (%lu of 2+ READs), %lu node writes, %lu "
+                "added items migrated\n",
+                c.added_group_pairs ? " (added groups)" : "", static_cast<unsigned long>(baton.stores),
+                static_cast<unsigned long>(lookups), static_cast<unsigned long>(two),
+                static_cast<unsigned long>(versions_written.load()),
+                static_cast<unsigned long>(shard.stats().migrated_added_items));
   }
+  EXPECT_GT(added_migrated, 3u) << "the rounds with added groups should migrate items out of added slots";
 }
 
 // Real threads: two writer clients update stable keys (each owns one parity, so versions per key
