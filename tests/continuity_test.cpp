@@ -210,6 +210,11 @@ TEST(Continuity, BadInputFailsBeforeAnyRequest) {
   SyncClient wrong(*t.fabric, other);
   EXPECT_THROW(wrong.run(wrong.client.find_or_put(1, std::vector<std::byte>(8))), InvalidArgument);
   EXPECT_THROW(wrong.engine.run(wrong.client.read_header(0)), InvalidArgument);
+  ContinuityConfig added = c;  // another added-SBuckets setting: another layout
+  added.added_group_pairs = 10;
+  SyncClient wrong_added(*t.fabric, added);
+  EXPECT_THROW(wrong_added.run(wrong_added.client.find_or_put(1, std::vector<std::byte>(8))), InvalidArgument);
+  EXPECT_THROW(wrong_added.engine.run(wrong_added.client.read_header(0)), InvalidArgument);
   EXPECT_EQ(t.server->records(), 0u);
 }
 

@@ -911,7 +911,7 @@ Task<ContinuityHeader> ContinuityClient::read_header(uint32_t node) {
   if (h.magic != kContinuityMagic || h.checksum != header_checksum(h))
     throw FabricError("node " + std::to_string(node) + " holds no valid continuity table");
   if (h.buckets != cfg_.buckets_per_node || h.sbuckets != cfg_.sbuckets || h.value_bytes != cfg_.value_bytes ||
-      h.hash_seed != cfg_.hash_seed || h.memory_nodes != cfg_.memory_nodes)
+      h.hash_seed != cfg_.hash_seed || h.memory_nodes != cfg_.memory_nodes || h.added_group_pairs != cfg_.added_group_pairs)
     throw InvalidArgument("continuity shard " + std::to_string(node) + " was built with a different configuration");
   co_return h;
 }
