@@ -209,6 +209,22 @@ add_test(NAME bench_local_continuity COMMAND python3 ${CHECK_JSON} --
 add_test(NAME bench_local_continuity_grow COMMAND python3 ${CHECK_JSON} --
   ${RDMAHASH_BIN} bench --fabric local --scheme continuity --clients 2 --records 20000 --load-factor 0.1
   --max-resizes 5 --value-bytes 8 --workload get,find-or-put,get --keep-table --ops 8000 --depth 8)
+# Added SBuckets for 1/10 of the pairs: a table loaded to 0.65 (without them its first segment
+# overflows near 0.45) loads; lookups take one READ, or two when the pair claims added slots.
+add_test(NAME bench_local_continuity_added COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --fabric local --scheme continuity --clients 2 --records 20000 --load-factor 0.65
+  --added-sbuckets 1/10 --value-bytes 8 --workload get,mixed --ops 2000 --depth 8)
+# Added SBuckets with online growth: the bulk load grows the table (each resize once a segment and
+# its group are full), the find-or-put point once more while the clients run.
+add_test(NAME bench_local_continuity_added_grow COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --fabric local --scheme continuity --clients 2 --records 20000 --load-factor 0.3
+  --max-resizes 3 --added-sbuckets 1/10 --value-bytes 8 --workload get,find-or-put,get --keep-table --ops 8000 --depth 8)
+add_test(NAME bench_ucx_continuity_added COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_MPIRUN} -n 3 ${RDMAHASH_BIN} bench --fabric ucx --scheme continuity --memory-nodes 1 --records 20000
+  --load-factor 0.65 --added-sbuckets 1/10 --value-bytes 8 --workload get,find-or-put,mixed --ops 1000 --depth 8)
+set_tests_properties(bench_ucx_continuity_added PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
+add_test(NAME cli_continuity_bad_added_sbuckets COMMAND ${EXPECT_FAIL} "added-sbuckets must be 0 or 1/D"
+  ${RDMAHASH_BIN} bench --scheme continuity --added-sbuckets 2/10)
 add_test(NAME bench_ucx_continuity COMMAND python3 ${CHECK_JSON} --
   ${RDMAHASH_MPIRUN} -n 3 ${RDMAHASH_BIN} bench --fabric ucx --scheme continuity --memory-nodes 1 --records 20000
   --load-factor 0.2 --value-bytes 8 --workload get,find-or-put --ops 1000 --depth 8)

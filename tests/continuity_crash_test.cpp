@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -262,6 +263,148 @@ TEST(ContinuityCrash, EveryCrashPointOfAnOnlineResizeWithWritesRecovers) {
               static_cast<unsigned long>(st.resizes), static_cast<unsigned long>(st.migrated_pairs), rec.log.size(),
               static_cast<unsigned long>(check.checked));
   EXPECT_GT(check.checked, rec.log.size());
+}
+
+// Added SBuckets (continuity.h): a near-full table of 2 pairs sharing one added group, growing
+// online twice; inserts that overflow into the group, updates into and out of added slots,
+// erases of added items, group slots changing hands between the pairs, and resizes that migrate
+// added items (to children's own slots and to their groups). Every crash point recovers to the
+// acknowledged state (recovery checks each claimed added slot and that no slot is claimed twice),
+// and the recovered shard finishes its resize with every item present.
+TEST(ContinuityCrash, EveryCrashPointWithAddedSBucketsRecovers) {
+  ContinuityConfig c;
+  c.buckets_per_node = 4;
+  c.sbuckets = 3;
+  c.value_bytes = 8;
+  c.added_group_pairs = 2;
+  c.max_resizes = 2;
+  c.migrate_pairs_per_write = 0;
+  AlignedImage live(c.region_bytes());
+  PersistentRegion region(live.bytes, PersistMode::kVolatile);
+  ContinuityShard shard(c, 0, region);
+  std::vector<std::byte> initial(live.bytes.begin(), live.bytes.end());
+  Recorder rec;
+  region.set_observer(&rec);
+  std::mt19937_64 rng(4242);
+  std::vector<uint64_t> universe;
+  for (int i = 0; i < 400; ++i) universe.push_back(rng());
+  State state;
+  std::vector<Step> steps;
+  uint64_t kinds[4] = {0, 0, 0, 0};
+  ContinuityStats at_first_resize{};
+  for (int i = 0; i < 1600; ++i) {
+    const size_t begin = rec.log.size();
+    const uint64_t x = rng() % 20;
+    if (x == 0) {
+      shard.resize_step();
+      steps.push_back({begin, rec.log.size(), state});
+      continue;
+    }
+    // A near-full table of 52 slots churns for a while (added slots change hands), then it grows.
+    const size_t range = i < 700 ? 70 : (i < 1100 ? 200 : universe.size());
+    const uint64_t k = universe[rng() % range];
+    const auto v = value_for(k, static_cast<uint32_t>(i), c.value_bytes);
+    ContinuityResult r;
+    if (x < 9) r = shard.find_or_put(k, v);
+    else if (x < 13) r = shard.put(k, v);
+    else if (x < (i < 700 ? 14u : 17u)) r = shard.update(k, v);
+    else r = shard.erase(k);  // more erases while the table churns near full
+    if (r.status == Status::kInserted) state[k] = v, ++kinds[0];
+    else if (r.status == Status::kUpdated) state[k] = v, ++kinds[1];
+    else if (r.status == Status::kErased) state.erase(k), ++kinds[2];
+    else if (r.status == Status::kFull) ++kinds[3];
+    steps.push_back({begin, rec.log.size(), state});
+    if (shard.stats().resizes == 0) at_first_resize = shard.stats();
+  }
+  region.set_observer(nullptr);
+  const ContinuityStats st = shard.stats();
+  ASSERT_EQ(st.resizes, 2u);
+  std::printf("before the first resize: %lu writes into added slots, %lu out\n",
+              static_cast<unsigned long>(at_first_resize.added_writes),
+              static_cast<unsigned long>(at_first_resize.added_vacated));
+  ASSERT_GT(at_first_resize.added_writes, 30u) << "inserts and updates into added slots before any resize";
+  ASSERT_GT(at_first_resize.added_vacated, 30u) << "updates out of and erases of added items";
+  ASSERT_GT(st.migrated_added_items, 5u) << "a resize should migrate added items";
+  ASSERT_GT(kinds[2], 50u);
+  ASSERT_EQ(recovered_state(c, live.bytes), state);
+
+  const State empty;
+  CrashChecker check{c, initial, rec.log, steps, empty, 0, {}};
+  check.finish_after = true;
+  check.run(21);
+  EXPECT_EQ(check.first_failure, "");
+  std::printf("continuity added-SBuckets crash test: %zu ops (%lu inserts, %lu updates, %lu erases, %lu full), %lu "
+              "writes into and %lu out of added slots, %lu resizes migrating %lu added items, %zu events, %lu crash "
+              "images checked\n",
+              steps.size(), static_cast<unsigned long>(kinds[0]), static_cast<unsigned long>(kinds[1]),
+              static_cast<unsigned long>(kinds[2]), static_cast<unsigned long>(kinds[3]),
+              static_cast<unsigned long>(st.added_writes), static_cast<unsigned long>(st.added_vacated),
+              static_cast<unsigned long>(st.resizes), static_cast<unsigned long>(st.migrated_added_items),
+              rec.log.size(), static_cast<unsigned long>(check.checked));
+  EXPECT_GT(check.checked, rec.log.size());
+}
+
+// Recovery with added SBuckets refuses (and leaves untouched) an image whose added slots break
+// the invariants: a slot claimed by both pairs of its group, a claimed slot whose item is torn,
+// a claimed slot holding the other pair's item; and an image of another added-group setting.
+TEST(ContinuityCrash, RecoveryRefusesBrokenAddedSlots) {
+  ContinuityConfig c;
+  c.buckets_per_node = 4;
+  c.value_bytes = 8;
+  c.added_group_pairs = 2;
+  AlignedImage good(c.region_bytes());
+  {
+    PersistentRegion region(good.bytes, PersistMode::kVolatile);
+    ContinuityShard shard(c, 0, region);
+    std::mt19937_64 rng(3);
+    while (shard.stats().added_writes < 4) (void)shard.find_or_put(rng(), test::value_for(1, 1, 8));
+  }
+  const uint64_t ind_off[2] = {c.table_offset(0) + c.bucket_bytes(), c.table_offset(0) + c.pair_bytes() + c.bucket_bytes()};
+  uint64_t ind[2];
+  for (int i = 0; i < 2; ++i) std::memcpy(&ind[i], good.bytes.data() + ind_off[i], 8);
+  const uint64_t claims[2] = {(ind[0] >> 32) & 0xfff, (ind[1] >> 32) & 0xfff};
+  ASSERT_NE(claims[0] | claims[1], 0u);
+  ASSERT_NO_THROW(recovered_state(c, good.bytes));
+  auto refused = [&](const std::vector<std::byte>& bytes, const ContinuityConfig& cfg, const std::string& what) {
+    AlignedImage img(bytes.size());
+    std::memcpy(img.bytes.data(), bytes.data(), bytes.size());
+    EXPECT_THROW(recovered_state(cfg, img.bytes), PmemError) << what;
+    EXPECT_EQ(0, std::memcmp(img.bytes.data(), bytes.data(), bytes.size())) << what << ": the image was modified";
+  };
+  const std::vector<std::byte> base(good.bytes.begin(), good.bytes.end());
+  const int owner = claims[0] ? 0 : 1, other = 1 - owner;
+  const uint32_t x = static_cast<uint32_t>(std::countr_zero(claims[owner]));
+  {  // the other pair also claims slot x (refused: x's key is not the other pair's)
+    auto bad = base;
+    const uint64_t w = ind[other] | (uint64_t{1} << (32 + x));
+    std::memcpy(bad.data() + ind_off[other], &w, 8);
+    refused(bad, c, "a slot claimed twice");
+  }
+  const uint64_t slot = c.group_offset(0, 0) + uint64_t{x} * c.slot_bytes();
+  {  // a torn value in the claimed slot
+    auto bad = base;
+    bad[slot + 16] ^= std::byte{1};
+    refused(bad, c, "a torn added slot");
+  }
+  {  // x handed to the other pair (with the owner's seq, so the item's pub passes): only the check
+     // that a claimed slot's key belongs to the claiming pair catches it
+    auto bad = base;
+    const uint64_t seq_bits = ((uint64_t{1} << 17) - 1) << 44;
+    const uint64_t w0 = ind[owner] & ~(uint64_t{1} << (32 + x));
+    const uint64_t w1 = (ind[other] & ~seq_bits) | (ind[owner] & seq_bits) | (uint64_t{1} << (32 + x));
+    std::memcpy(bad.data() + ind_off[owner], &w0, 8);
+    std::memcpy(bad.data() + ind_off[other], &w1, 8);
+    refused(bad, c, "a claimed slot holding another pair's item");
+  }
+  ContinuityConfig off = c;
+  off.added_group_pairs = 0;
+  refused(base, off, "another added-group setting");
+  {  // the header records the format (3) and the setting (every header bit flip is refused, below)
+    ContinuityHeader h;
+    std::memcpy(&h, base.data(), sizeof h);
+    EXPECT_EQ(h.format_version, 3u);
+    EXPECT_EQ(h.added_group_pairs, 2u);
+  }
 }
 
 // Resizing: the move of every item into a table of twice the buckets, recorded on both regions

@@ -210,6 +210,11 @@ TEST(Continuity, BadInputFailsBeforeAnyRequest) {
   SyncClient wrong(*t.fabric, other);
   EXPECT_THROW(wrong.run(wrong.client.find_or_put(1, std::vector<std::byte>(8))), InvalidArgument);
   EXPECT_THROW(wrong.engine.run(wrong.client.read_header(0)), InvalidArgument);
+  ContinuityConfig added = c;  // another added-SBuckets setting: another layout
+  added.added_group_pairs = 10;
+  SyncClient wrong_added(*t.fabric, added);
+  EXPECT_THROW(wrong_added.run(wrong_added.client.find_or_put(1, std::vector<std::byte>(8))), InvalidArgument);
+  EXPECT_THROW(wrong_added.engine.run(wrong_added.client.read_header(0)), InvalidArgument);
   EXPECT_EQ(t.server->records(), 0u);
 }
 
@@ -521,17 +526,26 @@ struct StoreBaton final : PersistObserver {
 };
 
 TEST(ContinuityInterleaving, EveryStoreOfAMigrationInsideAReadNeverHidesOrTearsAnItem) {
+  uint64_t added_migrated = 0;
   for (uint64_t round = 0; round < 8; ++round) {  // 8 tables, other keys and schedules
     ContinuityConfig c;
     c.buckets_per_node = 8;
     c.value_bytes = 16;
     c.max_resizes = 3;
     c.migrate_pairs_per_write = 0;
+    c.added_group_pairs = round % 2 ? 2 : 0;  // odd rounds: added groups, their items migrated too
     ContTable t(c);
     ContinuityShard& shard = t.server->shard(0);
     const auto all = distinct_keys(160, 61 + round);
-    std::vector<uint64_t> stable(all.begin(), all.begin() + 40), churn(all.begin() + 40, all.end());
-    for (uint64_t k : stable) ASSERT_EQ(shard.put(k, stamped(k, 0, 16)).status, Status::kInserted);
+    // With added groups, 72 stable keys in 80 + 24 slots: overflowing segments put some of them in
+    // the groups, and the first resize's migrations move them.
+    const size_t n_stable = c.added_group_pairs ? 72 : 40;
+    std::vector<uint64_t> stable, churn;
+    for (uint64_t k : all) {
+      if (stable.size() < n_stable && shard.put(k, stamped(k, 0, 16)).status == Status::kInserted) stable.push_back(k);
+      else churn.push_back(k);
+    }
+    ASSERT_EQ(stable.size(), n_stable);
     StoreBaton baton;
     t.server->region(0).set_observer(&baton);
     std::atomic<uint64_t> versions_written{0};
@@ -594,10 +608,15 @@ TEST(ContinuityInterleaving, EveryStoreOfAMigrationInsideAReadNeverHidesOrTearsA
     EXPECT_EQ(client.cached_level(0), 3u);
     EXPECT_GT(two, 0u);
     EXPECT_GT(baton.stores, 600u);
-    std::printf("continuity lock-step resize: %lu stores, %lu lookups (%lu of 2+ READs), %lu node writes\n",
-                static_cast<unsigned long>(baton.stores), static_cast<unsigned long>(lookups),
-                static_cast<unsigned long>(two), static_cast<unsigned long>(versions_written.load()));
+    added_migrated += shard.stats().migrated_added_items;
+    std::printf("continuity lock-step resize%s: %lu stores, %lu lookups (%lu of 2+ READs), %lu node writes, %lu "
+                "added items migrated\n",
+                c.added_group_pairs ? " (added groups)" : "", static_cast<unsigned long>(baton.stores),
+                static_cast<unsigned long>(lookups), static_cast<unsigned long>(two),
+                static_cast<unsigned long>(versions_written.load()),
+                static_cast<unsigned long>(shard.stats().migrated_added_items));
   }
+  EXPECT_GT(added_migrated, 3u) << "the rounds with added groups should migrate items out of added slots";
 }
 
 // Real threads: two writer clients update stable keys (each owns one parity, so versions per key
@@ -753,6 +772,425 @@ TEST(ContinuityLoad, OnlineResizesStartAtTheFirstFullSegmentAndDoubleTheCapacity
     EXPECT_EQ(shard.level(), 3u);
     std::printf("continuity sbuckets=%u, 250 buckets, 3 online resizes:%s\n", sb, line.c_str());
   }
+}
+
+}  // namespace
+}  // namespace rdmahash
+
+namespace rdmahash {
+namespace {
+
+// --- added SBuckets (seed 002 Fig. 10) -------------------------------------------------------------
+
+// Keys of one node whose bucket in table 0 is `b0` and in table `level` is `bl` (for tests that
+// must put items in chosen segments).
+std::vector<uint64_t> keys_in(const ContinuityConfig& c, uint64_t b0, uint32_t level, uint64_t bl, size_t n,
+                              uint64_t from = 1) {
+  std::vector<uint64_t> out;
+  for (uint64_t k = from; out.size() < n; ++k)
+    if (continuity_place(c, k, 0).bucket == b0 && continuity_place(c, k, level).bucket == bl) out.push_back(k);
+  return out;
+}
+
+// Oracle conformance with added groups in use: tables driven past full, so that overflowing
+// segments put items (and out-of-place updates) into the added slots of their group.
+class ContinuityAddedOracle : public testing::TestWithParam<std::tuple<uint32_t, uint32_t>> {};
+
+TEST_P(ContinuityAddedOracle, RandomOperationsNearFullMatchUnorderedMap) {
+  const auto [sbuckets, group_pairs] = GetParam();
+  ContinuityConfig c;
+  c.memory_nodes = 2;
+  c.buckets_per_node = 40;
+  c.sbuckets = sbuckets;
+  c.value_bytes = 8;
+  c.added_group_pairs = group_pairs;
+  ContTable t(c);
+  SyncClient cl(*t.fabric, c);
+  const auto universe = distinct_keys(c.slots_per_node() * 3, 13);  // 1.5x all slots: segments overflow
+  std::unordered_map<uint64_t, std::vector<std::byte>> oracle;
+  std::mt19937_64 rng(15);
+  std::vector<std::byte> out(8);
+  uint64_t full = 0, two_reads = 0, hits_in_group = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const uint64_t k = universe[rng() % universe.size()];
+    const auto v = value_for(k, static_cast<uint32_t>(i), 8);
+    const bool present = oracle.count(k) > 0;
+    switch (rng() % 5) {
+      case 0: {
+        const OpResult r = cl.run(cl.client.get(k, out));
+        ASSERT_EQ(r.status, present ? Status::kFound : Status::kNotFound) << "op " << i;
+        if (present) { ASSERT_EQ(out, oracle[k]); }
+        ASSERT_LE(cl.last.reads, 2u);  // no resize: the segment, then at most the group
+        two_reads += cl.last.reads == 2;
+        hits_in_group += present && cl.last.reads == 2;
+        break;
+      }
+      case 1: {
+        const OpResult r = cl.run(cl.client.find_or_put(k, v));
+        if (present) ASSERT_EQ(r.status, Status::kFound);
+        else if (r.status == Status::kFull) ++full;
+        else { ASSERT_EQ(r.status, Status::kInserted); ASSERT_EQ(r.persists, 2u); oracle[k] = v; }
+        break;
+      }
+      case 2: {
+        const OpResult r = cl.run(cl.client.put(k, v));
+        if (r.status == Status::kFull) { ++full; break; }
+        ASSERT_EQ(r.status, present ? Status::kUpdated : Status::kInserted);
+        ASSERT_EQ(r.persists, 2u);
+        oracle[k] = v;
+        break;
+      }
+      case 3: {
+        const OpResult r = cl.run(cl.client.update(k, v));
+        if (!present) { ASSERT_EQ(r.status, Status::kNotFound); break; }
+        if (r.status == Status::kFull) { ++full; break; }
+        ASSERT_EQ(r.status, Status::kUpdated);
+        ASSERT_EQ(r.persists, 2u);
+        oracle[k] = v;
+        break;
+      }
+      default: {
+        const OpResult r = cl.run(cl.client.erase(k));
+        ASSERT_EQ(r.status, present ? Status::kErased : Status::kNotFound);
+        if (present) { ASSERT_EQ(r.persists, 1u); }
+        oracle.erase(k);
+      }
+    }
+  }
+  const ContinuityStats st = t.server->stats();
+  EXPECT_GT(full, 0u);
+  EXPECT_GT(st.added_writes, 100u) << "overflowing segments should use their added groups";
+  EXPECT_GT(st.added_vacated, 50u);
+  EXPECT_GT(two_reads, 0u);
+  EXPECT_GT(hits_in_group, 0u);
+  uint64_t n = 0;
+  for (uint32_t node = 0; node < 2; ++node)
+    for (const auto& [k, v] : t.server->shard(node).items()) {
+      ASSERT_TRUE(oracle.count(k));
+      ASSERT_EQ(v, oracle[k]);
+      ++n;
+    }
+  EXPECT_EQ(n, oracle.size());
+  EXPECT_EQ(t.server->records(), oracle.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(Groups, ContinuityAddedOracle,
+                         testing::Combine(testing::Values(1u, 3u, 4u), testing::Values(1u, 3u, 10u)));
+
+// A transport that runs `before(i)` before the i-th READ it executes (0-based) — or, for READ 1
+// when split_words > 0, after its first split_words words (the rest is read after the hook).
+class BeforeReadTransport final : public Transport {
+ public:
+  BeforeReadTransport(std::unique_ptr<Transport> inner, std::function<void(uint64_t)> before, uint32_t split_words = 0)
+      : inner_(std::move(inner)), before_(std::move(before)), split_(split_words * 8) {}
+  void execute(std::span<Request> batch) override {
+    ++counters_.batches;
+    for (Request& r : batch) {
+      if (r.kind == ReqKind::kRead && reads_ == 1 && split_ > 0 && split_ < r.len) {
+        Request head = r, tail = r;
+        head.len = split_;
+        tail.addr.offset += split_;
+        tail.buf = static_cast<std::byte*>(r.buf) + split_;
+        tail.len = r.len - split_;
+        inner_->execute(std::span<Request>(&head, 1));
+        before_(reads_++);
+        inner_->execute(std::span<Request>(&tail, 1));
+      } else {
+        if (r.kind == ReqKind::kRead) before_(reads_++);
+        inner_->execute(std::span<Request>(&r, 1));
+      }
+      counters_.add(r);
+    }
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  std::function<void(uint64_t)> before_;
+  uint32_t split_;
+  uint64_t reads_ = 0;
+};
+
+struct StoreLog final : PersistObserver {
+  std::vector<std::pair<uint64_t, uint64_t>> stores;
+  void on_store(uint64_t off, uint64_t v) override { stores.emplace_back(off, v); }
+  void on_persist(uint64_t, uint64_t) override {}
+};
+
+// The update-then-reuse race: a reader READs k's segment (its pair claims added slot x, which
+// holds k); then the node erases a key of k's segment, updates k (k moves from x to the freed own
+// slot, x released in the same indicator store) and gives x to another item — of the other pair
+// of the group (scenario 0) or of k's own pair (scenario 1); only then does the reader READ the
+// group. For every prefix of those stores between the two READs — and inside the group READ,
+// after each of the first three words of slot x — the lookup must find k with its old or new
+// value: x holding another pair's item (0), a later publication of its own pair (1), or a torn
+// mix of two publications is unstable and READ again, never a miss or a wrong value.
+TEST(ContinuityAdded, GroupReadSeparatedFromSegmentReadByEachStoreNeverMisses) {
+  ContinuityConfig c;
+  c.buckets_per_node = 4;  // 2 pairs sharing one added group of 12 slots
+  c.sbuckets = 3;
+  c.value_bytes = 8;
+  c.added_group_pairs = 2;
+  ASSERT_EQ(c.groups_at(0), 1u);
+  // Pair 0 full (16 keys of bucket 0, 4 of bucket 1), k in the group; pair 1 full (16 + 4).
+  const auto b0 = keys_in(c, 0, 0, 0, 19), b1 = keys_in(c, 1, 0, 1, 4), b2 = keys_in(c, 2, 0, 2, 17),
+             b3 = keys_in(c, 3, 0, 3, 4);
+  const uint64_t k = b0[16], own_erased = b0[3], other = b2[16], same = b0[17];
+  for (int scenario = 0; scenario < 2; ++scenario) {
+    auto build = [&](ContinuityShard& s) {
+      for (size_t i = 0; i < 16; ++i) ASSERT_EQ(s.put(b0[i], value_for(b0[i], 0, 8)).status, Status::kInserted);
+      for (uint64_t x : b1) ASSERT_EQ(s.put(x, value_for(x, 0, 8)).status, Status::kInserted);
+      for (size_t i = 0; i < 16; ++i) ASSERT_EQ(s.put(b2[i], value_for(b2[i], 0, 8)).status, Status::kInserted);
+      for (uint64_t x : b3) ASSERT_EQ(s.put(x, value_for(x, 0, 8)).status, Status::kInserted);
+      ASSERT_EQ(s.put(k, value_for(k, 0, 8)).status, Status::kInserted);
+      ASSERT_EQ(s.stats().added_writes, 1u);  // k is in the group
+    };
+    auto scenario_ops = [&](ContinuityShard& s) {
+      ASSERT_EQ(s.erase(own_erased).status, Status::kErased);
+      ASSERT_EQ(s.update(k, value_for(k, 1, 8)).status, Status::kUpdated);  // x -> the freed own slot
+      ASSERT_EQ(s.stats().added_vacated, 1u);
+      const uint64_t reuse = scenario == 0 ? other : same;
+      ASSERT_EQ(s.put(reuse, value_for(reuse, 0, 8)).status, Status::kInserted);  // takes x
+      ASSERT_EQ(s.stats().added_writes, 2u);
+    };
+    // The node's stores of the scenario, recorded on an identical table.
+    StoreLog log;
+    {
+      ContTable rec(c);
+      build(rec.server->shard(0));
+      rec.server->region(0).set_observer(&log);
+      scenario_ops(rec.server->shard(0));
+      rec.server->region(0).set_observer(nullptr);
+    }
+    ASSERT_GE(log.stores.size(), 11u);
+    uint64_t retried = 0;
+    for (uint32_t split = 0; split < 4; ++split)
+    for (size_t n = 0; n <= log.stores.size(); ++n) {
+      ContTable t(c);
+      build(t.server->shard(0));
+      PersistentRegion& region = t.server->region(0);
+      auto transport = std::make_unique<BeforeReadTransport>(t.fabric->connect(), [&](uint64_t i) {
+        if (i == 1)  // between the segment READ and the group READ (or inside it): the first n stores
+          for (size_t j = 0; j < n; ++j) region.store(log.stores[j].first, log.stores[j].second);
+      }, split);
+      Engine engine(*transport);
+      ContinuityClient client(c, engine);
+      std::vector<std::byte> out(8);
+      OpStats st;
+      const OpResult r = engine.run(client.get(k, out), &st);
+      ASSERT_EQ(r.status, Status::kFound) << "scenario " << scenario << ", " << n << " stores after word " << split
+                                          << " of the group READ";
+      ASSERT_TRUE(out == value_for(k, 0, 8) || out == value_for(k, 1, 8))
+          << "scenario " << scenario << ", " << n << " stores after word " << split << " of the group READ";
+      ASSERT_GE(st.reads, 2u);
+      retried += st.reads > 2;
+    }
+    // Once x holds the other item whole, the group READ is rejected and the lookup READs again.
+    EXPECT_GT(retried, 0u) << "scenario " << scenario;
+  }
+}
+
+// Online resizing with added groups: a write during a resize never takes an added slot of the
+// new table (they are kept for the migration, whose overflow is at most the parent group's
+// claims). Parent pair 0 holds 32 items (12 in the group) that all go to child pair 0, whose own
+// 20 slots overflow by 12 into the child's group, which it shares with child pair 1. Writes to
+// child pair 1 during the resize, with its own slots full, finish the resize first; the
+// migration never finds a full group.
+TEST(ContinuityAdded, WritesDuringAResizeLeaveTheNewGroupsToTheMigration) {
+  ContinuityConfig c;
+  c.buckets_per_node = 4;
+  c.sbuckets = 3;
+  c.value_bytes = 8;
+  c.added_group_pairs = 2;
+  c.max_resizes = 1;
+  c.migrate_pairs_per_write = 0;
+  ContTable t(c);
+  ContinuityShard& s = t.server->shard(0);
+  std::unordered_map<uint64_t, std::vector<std::byte>> oracle;
+  auto put = [&](uint64_t k) {
+    const Status st = s.put(k, value_for(k, 0, 8)).status;
+    if (st == Status::kInserted) oracle[k] = value_for(k, 0, 8);
+    return st;
+  };
+  for (uint64_t k : keys_in(c, 0, 1, 0, 28)) ASSERT_EQ(put(k), Status::kInserted);  // 16 own + 12 added
+  for (uint64_t k : keys_in(c, 1, 1, 1, 4)) ASSERT_EQ(put(k), Status::kInserted);
+  for (uint64_t k : keys_in(c, 2, 1, 2, 16)) ASSERT_EQ(put(k), Status::kInserted);
+  for (uint64_t k : keys_in(c, 3, 1, 3, 4)) ASSERT_EQ(put(k), Status::kInserted);
+  ASSERT_EQ(s.stats().added_writes, 12u);
+  ASSERT_TRUE(s.start_resize());
+  uint64_t full = 0;
+  for (uint64_t k : keys_in(c, 3, 1, 3, 12, 1 + keys_in(c, 3, 1, 3, 4).back())) full += put(k) == Status::kFull;
+  EXPECT_FALSE(s.resizing());
+  EXPECT_EQ(s.level(), 1u);
+  EXPECT_EQ(s.stats().migrated_added_items, 12u);
+  EXPECT_EQ(full, 12u) << "child pair 1 is full and its group holds child 0's overflow; no level is left";
+  EXPECT_EQ(s.records(), oracle.size());
+  for (auto& [k, v] : s.items()) {
+    ASSERT_TRUE(oracle.count(k));
+    ASSERT_EQ(v, oracle[k]);
+  }
+  EXPECT_EQ(s.items().size(), oracle.size());
+}
+
+// Real threads: two writers update stable keys (some of which live in added slots) and insert
+// and erase churn keys of the same near-full pairs (slots of the shared group change hands);
+// two readers check every stable lookup (found, whole, never older).
+TEST(ContinuityAdded, ReadersDuringWritesToAddedSlotsSeeEveryStableKeyWhole) {
+  ContinuityConfig c;
+  c.buckets_per_node = 4;
+  c.value_bytes = 16;
+  c.added_group_pairs = 2;
+  ContTable t(c);
+  const auto keys = distinct_keys(200, 81);
+  std::vector<uint64_t> stable, churn;
+  for (uint64_t k : keys) {
+    if (stable.size() < 44 && t.server->shard(0).put(k, stamped(k, 0, 16)).status == Status::kInserted)
+      stable.push_back(k);
+    else if (stable.size() >= 44)
+      churn.push_back(k);
+  }
+  ASSERT_EQ(stable.size(), 44u);  // of 52 slots: several in the group
+  ASSERT_GT(t.server->stats().added_writes, 0u);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> bad{0}, reads{0}, multi{0};
+  std::atomic<int> readers_reading{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w)
+    threads.emplace_back([&, w] {
+      SyncClient cl(*t.fabric, c);
+      std::mt19937_64 rng(w + 500);
+      while (readers_reading.load() < 2) std::this_thread::yield();
+      std::unordered_set<uint64_t> in;
+      for (uint64_t v = 1; v < 3000; ++v) {
+        const size_t i = (rng() % (stable.size() / 2)) * 2 + w;
+        (void)cl.run(cl.client.update(stable[i], stamped(stable[i], v, 16)));
+        const uint64_t k = churn[(rng() % (churn.size() / 2)) * 2 + w];
+        if (in.count(k)) {
+          if (cl.run(cl.client.erase(k)).status == Status::kErased) in.erase(k);
+        } else if (cl.run(cl.client.find_or_put(k, stamped(k, v, 16))).status == Status::kInserted) {
+          in.insert(k);
+        }
+      }
+    });
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      SyncClient cl(*t.fabric, c);
+      std::mt19937_64 rng(r + 27);
+      std::unordered_map<uint64_t, uint64_t> seen;
+      std::vector<std::byte> out(16);
+      for (uint64_t n = 0; !stop.load() || n < 1000; ++n) {
+        if (n == 1) ++readers_reading;
+        const uint64_t k = stable[rng() % stable.size()];
+        const OpResult res = cl.run(cl.client.get(k, out));
+        multi += cl.last.reads > 1;
+        uint64_t ver = 0;
+        if (res.status != Status::kFound || !intact(k, out, &ver) || ver < seen[k]) ++bad;
+        seen[k] = std::max(seen[k], ver);
+        ++reads;
+      }
+    });
+  threads[0].join();
+  threads[1].join();
+  stop = true;
+  threads[2].join();
+  threads[3].join();
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_GE(reads.load(), 2000u);
+  EXPECT_GT(multi.load(), 0u);
+  EXPECT_GT(t.server->stats().added_vacated, 0u);
+}
+
+// Seed 002 Fig. 10: from a tiny table (8 numbered buckets = 20 buckets with the SBuckets, 80
+// slots) doubling up to 9 times, the load factor (items / all slots, added ones included) at each
+// resize's trigger and at the final kFull, without and with added groups for 1/20 and 1/10 of the
+// pairs. With added groups a resize starts only when a segment and its group are both full.
+TEST(ContinuityLoad, AddedSBucketsRaiseTheLoadFactorAtEachResize) {
+  double mean[3] = {0, 0, 0};
+  const uint32_t groups[3] = {0, 20, 10};
+  for (int g = 0; g < 3; ++g) {
+    std::string line;
+    double sum = 0, at[10] = {};  // at[r]: load at resize r+1 (r = 9: the final kFull), summed over seeds
+    uint64_t n = 0;
+    for (uint64_t seed = 1; seed <= 3; ++seed) {
+      ContinuityConfig c;
+      c.buckets_per_node = 8;
+      c.value_bytes = 0;
+      c.max_resizes = 9;
+      c.added_group_pairs = groups[g];
+      c.hash_seed = seed;
+      std::vector<std::byte> mem(c.region_bytes() + kCacheLine);
+      const auto mis = reinterpret_cast<uintptr_t>(mem.data()) % kCacheLine;
+      PersistentRegion region({mem.data() + (mis ? kCacheLine - mis : 0), c.region_bytes()}, PersistMode::kVolatile);
+      ContinuityShard shard(c, 0, region);
+      std::mt19937_64 rng(seed * 31);
+      uint64_t resizes = 0;
+      for (;;) {
+        const uint64_t before = shard.records(), cap = shard.capacity();
+        const Status s = shard.find_or_put(rng(), {}).status;
+        const double lf = static_cast<double>(before) / static_cast<double>(cap);
+        if (s == Status::kFull) {
+          at[9] += lf;
+          sum += lf, ++n;
+          break;
+        }
+        if (shard.stats().resizes > resizes) {
+          at[resizes] += lf;
+          ++resizes;
+          if (resizes > 3) sum += lf, ++n;  // from the fourth resize on (tables of 64+ buckets)
+        }
+      }
+      ASSERT_EQ(resizes, 9u);
+    }
+    mean[g] = sum / static_cast<double>(n);
+    for (int r = 0; r < 10; ++r) line += (r == 9 ? " | full " : " ") + std::to_string(at[r] / 3).substr(0, 5);
+    std::printf("continuity Fig. 10, added groups %s: load at resizes 1..9 and at the final kFull (mean of 3 "
+                "seeds):%s; mean from resize 4 on %.3f\n",
+                groups[g] ? ("1/" + std::to_string(groups[g])).c_str() : "off", line.c_str(), mean[g]);
+  }
+  EXPECT_GT(mean[1], mean[0] + 0.05);
+  EXPECT_GT(mean[2], mean[0] + 0.05);
+}
+
+}  // namespace
+}  // namespace rdmahash
+
+namespace rdmahash {
+namespace {
+
+// The added-group map (ContinuityConfig::group_of): every group of every table is shared by at
+// most added_group_pairs pairs (and at least one), and the children of the pairs of one group of
+// table l are the pairs of one or two whole groups of table l+1, which no other pair shares.
+TEST(ContinuityLayout, AddedGroupsHoldAtMostTheirPairsAndChildrenStayTogether) {
+  for (uint64_t buckets : {2u, 8u, 40u, 250u})
+    for (uint32_t d : {1u, 2u, 3u, 10u, 20u}) {
+      ContinuityConfig c;
+      c.buckets_per_node = buckets;
+      c.added_group_pairs = d;
+      c.max_resizes = 7;
+      for (uint32_t l = 0; l <= 7; ++l) {
+        const uint64_t pairs = c.buckets_at(l) / 2, groups = c.groups_at(l);
+        std::vector<uint64_t> members(groups, 0);
+        for (uint64_t p = 0; p < pairs; ++p) {
+          const uint64_t g = c.group_of(l, p);
+          ASSERT_LT(g, groups);
+          ++members[g];
+        }
+        for (uint64_t g = 0; g < groups; ++g) {
+          ASSERT_GE(members[g], 1u);
+          ASSERT_LE(members[g], d) << buckets << " buckets, 1/" << d << ", table " << l;
+        }
+        if (l == 7) break;
+        // Children P and P + pairs of table l+1: the parent group of each group of table l+1 is one.
+        std::vector<int64_t> parent_of(c.groups_at(l + 1), -1);
+        for (uint64_t p = 0; p < pairs; ++p)
+          for (uint64_t child : {p, p + pairs}) {
+            int64_t& pg = parent_of[c.group_of(l + 1, child)];
+            if (pg < 0) pg = static_cast<int64_t>(c.group_of(l, p));
+            ASSERT_EQ(pg, static_cast<int64_t>(c.group_of(l, p)));
+          }
+        ASSERT_EQ(c.table_offset(l + 1), c.table_offset(l) + c.table_bytes(l));
+      }
+      ASSERT_EQ(c.region_bytes(), c.table_offset(8));
+    }
 }
 
 }  // namespace

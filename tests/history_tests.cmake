@@ -74,6 +74,20 @@ set_tests_properties(history_continuity_resize_local history_continuity_resize_u
   PASS_REGULAR_EXPRESSION "linearizable: [0-9][0-9][0-9][0-9][0-9][0-9]+ events" TIMEOUT 600
   ENVIRONMENT "${RDMAHASH_MPI_ENV}" LABELS history)
 
+# Added SBuckets for 1/10 of the pairs on a table that starts 8 times smaller and grows three times
+# (--resize-pace 0): a resize starts only when a write finds its segment AND its group full, so
+# before each one a group's 12 slots are claimed; lookups READ groups whose slots change hands,
+# migrations move added items, and the history must stay linearizable (no write may answer full:
+# the checker has no full, hence the low final load).
+add_test(NAME history_continuity_added_local
+  COMMAND sh -c "b=\"$1\" f=\"$2\"; shift 2; rm -f \"$f\" && \"$b\" bench --fabric local --clients 4 \"\$@\" --history \"$f\" && \"$b\" check-history --timeout-per-key 120 \"$f\""
+          sh $<TARGET_FILE:rdmahash_cli> ${HISTORY_DIR}/continuity_added_local.bin --scheme continuity --value-bytes 16
+          --added-sbuckets 1/10 --max-resizes 3 --resize-pace 0 --records 1000 --load-factor 0.3 --workload kv-mix
+          --keys 1200 --depth 4 --ops 25000 --no-progress --quiet)
+set_tests_properties(history_continuity_added_local PROPERTIES
+  PASS_REGULAR_EXPRESSION "linearizable: [0-9][0-9][0-9][0-9][0-9][0-9]+ events" TIMEOUT 600
+  ENVIRONMENT "${RDMAHASH_MPI_ENV}" LABELS history)
+
 # The checker catches broken histories: each takes the linear inline history and breaks one op.
 foreach(mode stale-read torn-read lost-insert)
   add_test(NAME history_catches_${mode}

@@ -3,11 +3,12 @@
 
     pm_history_verify.py [--self-test] TABLE HISTORY
 
-TABLE is a continuity --pm-path file (include/rdmahash/continuity.h, format 2: 64-byte header, the
-geometry word, then the tables of segment pairs [bucket 2i][indicator][SBuckets][bucket 2i+1]) or a
-level one (include/rdmahash/level.h: 64-byte header, the level word at 64, levels of [token][4
-slots] buckets from 128; the levels in use are the top t and t-1, and a recovered image is not
-mid-resize), told apart by the magic; HISTORY is the `bench --connect --history` file
+TABLE is a continuity --pm-path file (include/rdmahash/continuity.h, format 3: 64-byte header, the
+geometry word, then the tables of segment pairs [bucket 2i][indicator][SBuckets][bucket 2i+1], each
+table followed by its added SBucket groups, if any) or a level one (include/rdmahash/level.h: 64-byte
+header, the level word at 64, levels of [token][4 slots] buckets from 128; the levels in use are the
+top t and t-1, and a recovered image is not mid-resize), told apart by the magic; HISTORY is the
+`bench --connect --history` file
 (src/check/history.h: 32-byte header, 48-byte events) of ONE client that ran at --depth 1, so its
 operations are sequential and at most its last one is pending (in flight when the memory node died).
 
@@ -66,26 +67,50 @@ GEOMETRY = {}  # of the last image read: table level, resizing
 def read_continuity(path):
     """Every valid item of the image: {key: value digest}; raises on a key stored twice.
 
-    Format 2 (continuity.h): the geometry word at 64 (level, RESIZING), table l of N·2^l buckets at
-    128 + (2^l - 1)·(N/2)·pair_bytes. Items live in the not-MOVED pairs of table `level` and, while
+    Format 3 (continuity.h): the geometry word at 64 (level, RESIZING), table l of N·2^l buckets
+    (then its added groups) after tables 0..l-1, from 128. Indicator: own valid bits 0..23, claim
+    bits 32..43 (slot x of the pair's added group), MOVED 61, UNBORN 62. Items live in the not-MOVED pairs of table `level` and, while
     resizing, in the born (not UNBORN) pairs of table level+1 whose parent is MOVED (a born pair
     under a not-MOVED parent holds copies that recovery discards)."""
     data = open(path, "rb").read()
     if len(data) < 128:
         raise ValueError(f"{path}: shorter than the continuity header")
-    magic, ver, _hb, buckets, sb, vb, _seed, _node, _nodes, region = struct.unpack_from("<QIIQIIQIIQ", data, 0)
-    if magic != CONT_MAGIC or ver != 2 or region > len(data):
-        raise ValueError(f"{path}: not a continuity image of format 2")
+    magic, ver, _hb, added, buckets, sb, vb, _seed, _node, _nodes, region = struct.unpack_from(
+        "<QIHHQIIQIIQ", data, 0)
+    if magic != CONT_MAGIC or ver != 3 or region > len(data):
+        raise ValueError(f"{path}: not a continuity image of format 3")
     geo = int.from_bytes(data[64:72], "little")
     level, resizing = geo & 0xFF, (geo >> 8) & 1
-    GEOMETRY.update(level=level, resizing=resizing)
+    GEOMETRY.update(level=level, resizing=resizing, in_added=0)
     slot = 16 + (vb + 7) // 8 * 8 + 8
     pair_slots = 8 + 4 * sb
     pair_bytes = pair_slots * slot + 8
     moved_bit, unborn_bit = 1 << 61, 1 << 62
 
+    p0 = buckets // 2
+    added_slots = 4 * min(sb, 3) if added else 0
+
+    def groups(lv):  # ContinuityConfig::groups_at
+        if not added:
+            return 0
+        m = (p0 + added - 1) // added
+        for i in range(1, lv + 1):
+            if (p0 << i) > m * added:
+                m *= 2
+        return m
+
+    def group_of(lv, pair):  # ContinuityConfig::group_of
+        m = (p0 + added - 1) // added
+        g, t = pair % p0 % m, pair // p0
+        for i in range(1, lv + 1):
+            if (p0 << i) > m * added:
+                if (t >> (i - 1)) & 1:
+                    g += m
+                m *= 2
+        return g
+
     def table(lv):
-        return 128 + ((1 << lv) - 1) * (buckets // 2) * pair_bytes
+        return 128 + sum((p0 << i) * pair_bytes + groups(i) * added_slots * slot for i in range(lv))
 
     def indicator(lv, p):
         off = table(lv) + p * pair_bytes + 4 * slot
@@ -101,10 +126,15 @@ def read_continuity(path):
             if lv > level and not indicator(level, p % old_pairs) & moved_bit:
                 continue  # an interrupted migration's copies
             base = table(lv) + p * pair_bytes
-            for bit in range(pair_slots):
+            group = table(lv) + (p0 << lv) * pair_bytes + (group_of(lv, p) * added_slots * slot if added else 0)
+            for bit in list(range(pair_slots)) + list(range(32, 32 + added_slots)):
                 if not (ind >> bit) & 1:
                     continue
-                off = base + bit * slot + (8 if bit >= 4 else 0)  # slots after bucket 2i follow the indicator
+                if bit >= 32:  # slot bit-32 of the pair's added group
+                    off = group + (bit - 32) * slot
+                    GEOMETRY["in_added"] = GEOMETRY.get("in_added", 0) + 1
+                else:
+                    off = base + bit * slot + (8 if bit >= 4 else 0)  # slots after bucket 2i follow the indicator
                 key = int.from_bytes(data[off + 8:off + 16], "little")
                 if key in items:
                     raise ValueError(f"{path}: key {key:#x} is valid in two slots")
@@ -237,7 +267,8 @@ def main(argv):
     ops = sum(1 for e in events if e[6] != K_INIT)
     print(f"{len(state)} keys, {ops} operations ({acked_inserts} acknowledged inserts, {pending} pending): "
           f"{len(state) - len(bad)} keys as acknowledged, {len(bad)} not; {present} present in the image "
-          f"of {len(table)} items (table level {GEOMETRY['level']}{', resizing' if GEOMETRY['resizing'] else ''})")
+          f"of {len(table)} items ({GEOMETRY['in_added']} in added slots; table level {GEOMETRY['level']}"
+          f"{', resizing' if GEOMETRY['resizing'] else ''})")
     for line in bad[:20]:
         print("  " + line)
     if not bad and self_test:

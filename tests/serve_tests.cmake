@@ -34,6 +34,14 @@ add_test(NAME serve_pm_kill_continuity_resize
 set_tests_properties(serve_pm_kill_continuity_resize PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
   TIMEOUT 300 LABELS serve)
 
+# With added SBuckets for 1/10 of the pairs: 10 000 records load a 50 000-slot table to 0.2 and the
+# client's inserts fill it past its first full segment, so items (and updates) land in added slots
+# before and across the kill (pm_history_verify.py reports how many items the image holds there).
+add_test(NAME serve_pm_kill_continuity_added
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_pm_kill_test.sh $<TARGET_FILE:rdmahash_cli> 3 100000 --added-sbuckets 1/10)
+set_tests_properties(serve_pm_kill_continuity_added PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
+  ENVIRONMENT "RECORDS=10000" TIMEOUT 300 LABELS serve)
+
 if(NOT RDMAHASH_GO)
   message(WARNING "Go not found: the serve tests (which check histories) are skipped")
   return()

@@ -8,10 +8,12 @@
 //   [64, 72)   the geometry word (own cache line, up to 128): level L (bits 0..7), RESIZING (bit 8),
 //              check (bits 32..63, a hash of the low half). Changed only by one 8-byte store + persist.
 //   [128, ...) tables 0 .. max_resizes, table l of N_l = N·2^l numbered buckets (N_l/2 segment pairs)
-//              at table_offset(l) = 128 + (2^l - 1)·(N/2)·pair_bytes() (cumulative: a table's
-//              memory is never reused, so a reader with any older geometry still finds MOVED marks).
+//              at table_offset(l) = 128 + the bytes of tables 0..l-1 (cumulative: a table's memory
+//              is never reused, so a reader with any older geometry still finds MOVED marks).
 //              Pair i of a table:
 //                [bucket 2i: 4 slots][indicator: 8][SBuckets: 4·sb slots][bucket 2i+1: 4 slots]
+//              then (added SBuckets on) groups_at(l) added groups of added_slots() slots each
+//              (see "Added SBuckets").
 //   A *segment* is a numbered bucket plus the SBuckets beside it: segment 2i = bucket 2i, the
 //   indicator and the SBuckets; segment 2i+1 = the indicator, the SBuckets and bucket 2i+1. The two
 //   segments of a pair overlap on the indicator and the SBuckets. In table l key k has bucket
@@ -22,20 +24,30 @@
 //   can occupy and the indicator that says which slots are valid.
 //
 //   Slot (the record format of schemes/record.h, 8-byte keys):
-//     [ctrl:8 = OCC | gen (2 bits) << 61 | pub (29 bits) << 32 | 32-bit key fingerprint][key:8]
+//     [ctrl:8 = OCC | gen (2 bits) << 61 | pub (the 17-bit seq, in a 29-bit field) << 32 | 32-bit key fingerprint][key:8]
 //     [value, padded to 8][check:8], check = hash(pub, key, value). `pub` is the indicator sequence
 //     number that published the slot; `gen` is used by the slots of bucket 2i only (below).
 //   Indicator (one aligned 8-byte word): bits 0..pair_slots()-1 = valid bit of each slot of the
 //     pair (bit j: slots 0-3 bucket 2i, 4..4+4sb-1 the SBuckets, then bucket 2i+1); bits 24..31 =
 //     the 2-bit generation of each slot of bucket 2i, bumped each time that slot is written;
-//     bits 32..60 = seq, the pair's publication counter (29 bits, wraps), bumped by every indicator
-//     store; bit 61 = MOVED (this pair of table l was migrated to table l+1: no valid bits);
-//     bit 62 = UNBORN (this pair of table l+1 has not received its items from table l yet: no
-//     valid bits). pair_slots() = 8 + 4·sb ≤ 24, so sb ≤ 4 (seed 002: 3, a 20-bit indicator).
+//     bits 32..43 = claim bits: bit 32+x = this pair holds an item in slot x of its added group
+//     ("Added SBuckets"); bits 44..60 = seq, the pair's publication counter (17 bits, wraps),
+//     bumped by every indicator store; bit 61 = MOVED (this pair of table l was migrated to table
+//     l+1: no valid or claim bits); bit 62 = UNBORN (this pair of table l+1 has not received its
+//     items from table l yet: no valid or claim bits); bit 63 = 0 (recovery refuses it set).
+//     pair_slots() = 8 + 4·sb ≤ 24, so sb ≤ 4 (seed 002: 3, a 20-bit indicator).
+//     Why 17 bits of seq suffice: seq only orders publications against ONE reader's indicator,
+//     within one lookup (pub ≤ s, compared mod 2^17 in a window of 2^16). A slot rewritten after
+//     the reader's indicator READ is taken for an old one only if 2^16 = 65 536 indicator stores
+//     of that one pair land between the reader's indicator word and its slot words — 65 536 write
+//     requests to one pair, each with two persists, inside one READ of < 1 KiB (or between the
+//     two READs of a lookup). Format 2 had 29 bits; 12 went to the claim bits. (The generations
+//     of bucket 2i already accept a much smaller residual, four rewrites within one READ.)
 //
 // Write protocol (the memory node's CPU, one mutex per shard; every store and persist goes through
 // PersistentRegion, the persist choke point; "persist" = flush the lines + fence)
-//   insert(k, v): pick a free slot (bit clear) of k's segment — home bucket first, then SBuckets;
+//   insert(k, v): pick a free slot (bit clear) of k's segment — home bucket first, then SBuckets,
+//                 then (added SBuckets on) a slot of the pair's added group that no pair claims;
 //                 write ctrl/key/value/check with pub = seq+1; persist(slot);
 //                 indicator ← bits | bit(slot), seq+1; persist(indicator).            2 persists
 //   update(k, v): out of place: write the new item into a free slot of k's segment (pub = seq+1);
@@ -66,7 +78,7 @@
 // Torn reads (the server writes while clients READ; a READ of more than 8 bytes is not atomic)
 //   The indicator is one aligned word, so it is read whole: (bits, seq = s). A valid slot is
 //   accepted only if its ctrl is OCC, `check` matches its pub, key and value, and pub ≤ s (mod
-//   2^29). Then:
+//   2^17). Then:
 //   * a slot torn across two writes fails the check (each write has its own pub, and check covers
 //     it); a slot rewritten after the indicator was read carries pub > s (its publication needs a
 //     later indicator store): both are "unstable" and the lookup READs the segment again;
@@ -134,8 +146,52 @@
 //   resize is finished (every pair migrated), the next one started, and the write retried; with
 //   max_resizes levels used the write reports kFull and changes nothing.
 //   Offline: `resize_into` moves every item into another shard (insert-into-new, then erase-here).
-//   Not implemented: added SBuckets for a fraction of the pairs (seed 002 Fig. 10). Indicator bits
-//   pair_slots()..23 and 63 are free for them at sb <= 3.
+//
+// Added SBuckets (seed 002 Fig. 10; ContinuityConfig::added_group_pairs = D, 0: off; --added-sbuckets 1/D)
+//   Seed 002 gives "a small percentage (1/10) of segment pairs" at most one added SBucket group
+//   before resizing, published through the pair's own indicator (log-free as before), with clients
+//   told where the group is. Here the place is deterministic, so clients need no directory:
+//   layout: after the pairs of table l, groups_at(l) added groups of A = 4·min(sb, 3) slots (one
+//     SBucket group; 12 claim bits). Table 0 has M0 = ceil(P0 / D) groups (P0 = its pairs); table
+//     l+1 keeps table l's count while that leaves at most D pairs per group, else doubles it
+//     (ContinuityConfig::group_of): every group is shared by at most D pairs (at least 1/D of the
+//     pairs "have" a group), and the children of the pairs of one group of table l are the pairs
+//     of one (no doubling) or two (doubling: g and g + M_l) whole groups of table l+1.
+//   ownership: a group's slots belong to the pairs sharing it, one slot to one pair at a time: slot
+//     x is the pair p's while p's indicator has claim bit 32+x. The server (the only writer, under
+//     its shard mutex) gives a pair a slot none of the group's pairs claims (it ORs their
+//     indicators: at most D loads), writes and persists the item there with pub = p.seq+1, and
+//     claims it with p's one indicator store, persisted. Insert / update / erase are unchanged
+//     otherwise: an update moves k between own and added slots (in either direction) by flipping
+//     both bits in one store; an erase clears the claim bit; 2 / 2 / 1 persists still. A freed
+//     slot may be given to another pair of the group by the very next write.
+//   reader: READ the segment (as before). If the key is in a stable own slot, or the pair claims
+//     no added slot, done in 1 READ. Else READ the pair's whole group (a second READ, issued after
+//     the first completed, so every word of it is observed after the indicator) and accept each
+//     claimed slot x only if it holds a whole item (OCC, check word) of THIS pair (its key's pair
+//     at this level is p) published no later than the indicator (pub ≤ s). Otherwise x is
+//     UNSTABLE and the lookup starts again (never a miss): after our indicator READ, p may have
+//     moved k out of x (the update's one store) and x may then have been given to another pair
+//     (its item is not p's) or back to p (pub > s). A slot claimed by p at the indicator's
+//     instant is not rewritten while p claims it, and any rewrite after that instant is either
+//     another pair's item or p's with pub > s; so an accepted slot holds what it held at that
+//     instant, and a hit / miss is the state at the instant the indicator was read, as before.
+//     Cost: a second READ only for lookups of keys that are in an added slot or absent, on pairs
+//     that claim added slots (none until segments overflow).
+//   resizing: a migration moves the parent's added items too (each takes its home bucket, then
+//     the SBuckets, then the child's added group); the one MOVED store clears the parent's
+//     claims with its valid bits. The parent's own items alone always fit the children's own
+//     slots (the argument above), and the count that reaches the children's groups does not
+//     depend on the order, so a parent sends at most its own claim count to the groups. Writes
+//     during a resize get no added slot of the new table (a write whose segment is full then
+//     finishes the resize and retries, with them): so while a resize runs, a group of table l+1
+//     receives only the overflow of the parents of ONE group of table l, whose claims total at
+//     most A — a migration never finds a full group. A resize starts only when a segment AND its
+//     group are full (seed 002 Fig. 10: the load at each resize rises from ~0.5 to ~0.7).
+//   recovery: each claimed slot is checked like any other (valid item, checksum, pub ≤ seq,
+//     fingerprint, its key's pair is this pair, no key twice in the pair); so no slot is claimed
+//     by two pairs (its one key has one pair). The leftover reset clears a leftover child's claims.
+//   The header records D (format version 3; images of version 2 are refused by their version).
 //
 // Safety mechanisms (each removed by a mutant of tests/mutants/continuity.json, which the tests must
 // kill: scripts/mutants.sh, docs/testing.md):
@@ -167,6 +223,19 @@
 //    previous one (continuity-reader-ignores-unborn)
 //  * recovery resets a born child whose parent is not MOVED (continuity-recovery-keeps-leftover)
 //  * an image whose geometry word fails its check is refused (continuity-geometry-skip-check)
+//  Added SBuckets:
+//  * a reader takes a claimed added slot holding another pair's item as unstable, never a miss
+//    (continuity-added-reader-foreign-as-miss), and rejects one published after its indicator
+//    (continuity-added-reader-skip-seq) or torn (continuity-added-reader-skip-checksum); it READs
+//    the group before a miss when its pair claims added slots (continuity-added-reader-skips-group)
+//  * the server gives a pair only a slot no pair of its group claims
+//    (continuity-added-slot-ignores-other-pairs)
+//  * writes during a resize take no added slot of the new table
+//    (continuity-added-resize-writes-take-new-groups); a write whose segment is full during a
+//    resize finishes it and retries with them (continuity-added-full-during-resize-finishes-it)
+//  * a migration moves the parent's added items (continuity-added-migrate-skips-added-items)
+//  * recovery refuses a claimed slot holding another pair's item, and so a slot claimed by two
+//    pairs (continuity-added-recovery-skip-pair-check)
 //  (Not a safety mechanism: writing the new table's UNBORN marks before the geometry word. A
 //  crash image with RESIZING and an all-zero new table is healed by the leftover reset, and no
 //  reader goes to the new table before some pair of the old one is MOVED.)
@@ -194,7 +263,7 @@ namespace rdmahash {
 inline constexpr uint16_t kContinuityRpcFirst = 0x0D00;  // RPC ids reserved for continuity tables
 inline constexpr uint16_t kContinuityRpcLast = 0x0D0F;
 inline constexpr uint64_t kContinuityMagic = 0x31544e4f43484452ULL;  // "RDHCONT1"
-inline constexpr uint32_t kContinuityFormatVersion = 2;  // 2: geometry word, growing tables
+inline constexpr uint32_t kContinuityFormatVersion = 3;  // 2: geometry word, growing tables; 3: added SBuckets
 inline constexpr uint64_t kContinuityHeaderBytes = 64;
 inline constexpr uint64_t kContinuityGeometryOffset = 64;  // the geometry word
 inline constexpr uint64_t kContinuityTableBase = 128;      // table 0
@@ -208,6 +277,9 @@ struct ContinuityConfig {
   uint32_t max_resizes = 0;        // online doublings allowed (0: a full segment reports kFull), <= 16
   uint32_t migrate_pairs_per_write = 2;  // memory node only (not part of the clients' config tag)
   bool background_migration = false;     // memory node only: ContinuityServer runs a migration thread
+  // Added SBuckets (seed 002 Fig. 10): one added group of added_slots() slots per this many segment
+  // pairs, shared by them (0: none). Seed 002's choice is 1/10 of the pairs: 10. <= 65535.
+  uint32_t added_group_pairs = 0;
 
   // Buckets for `records` at `load_factor` (records / all slots, SBuckets included).
   static ContinuityConfig for_records(uint64_t records, double load_factor, uint32_t memory_nodes,
@@ -219,18 +291,39 @@ struct ContinuityConfig {
   uint64_t pair_bytes() const { return uint64_t{pair_slots()} * slot_bytes() + 8; }
   uint32_t segment_bytes() const { return (4 + 4 * sbuckets) * slot_bytes() + 8; }
   uint64_t buckets_at(uint32_t level) const { return buckets_per_node << level; }
-  uint64_t table_offset(uint32_t level) const {
-    return kContinuityTableBase + ((uint64_t{1} << level) - 1) * (buckets_per_node / 2) * pair_bytes();
+  // Added groups: added_slots() slots each (one SBucket group of the pair's size, at most 3 SBuckets:
+  // the indicator has 12 claim bits), groups_at(level) of them after the pairs of table `level`.
+  // Table 0 has ceil(P0 / added_group_pairs) groups (P0 = its pairs); table l+1 keeps table l's
+  // number of groups while that leaves at most added_group_pairs pairs per group, else doubles it.
+  uint32_t added_slots() const { return added_group_pairs ? 4 * (sbuckets < 3 ? sbuckets : 3) : 0; }
+  uint64_t group_bytes() const { return uint64_t{added_slots()} * slot_bytes(); }
+  uint64_t groups_at(uint32_t level) const;
+  // The added group of pair `pair` of table `level`. Pair r + P0·t (r < P0) of table l is in group
+  // (r mod M0) + the sum of M_{i-1} over the levels i <= l that doubled the groups and whose bit
+  // i-1 of t is set. So a pair P of table l and its children P and P + P_l in table l+1 are in
+  // groups g, and g (no doubling) or g + M_l (doubling): every group of table l+1 is shared by
+  // children of the pairs of ONE group of table l (the migration argument in the header comment).
+  uint64_t group_of(uint32_t level, uint64_t pair) const;
+  uint64_t table_bytes(uint32_t level) const {
+    return (buckets_at(level) / 2) * pair_bytes() + groups_at(level) * group_bytes();
   }
-  uint64_t slots_per_node() const { return buckets_per_node / 2 * pair_slots(); }  // table 0
-  uint64_t slots_at(uint32_t level) const { return slots_per_node() << level; }
+  uint64_t table_offset(uint32_t level) const;
+  uint64_t group_offset(uint32_t level, uint64_t group) const {
+    return table_offset(level) + (buckets_at(level) / 2) * pair_bytes() + group * group_bytes();
+  }
+  // Slots of table 0, added ones included (they are storage: the load factor counts them).
+  uint64_t slots_per_node() const { return buckets_per_node / 2 * pair_slots() + groups_at(0) * added_slots(); }
+  uint64_t slots_at(uint32_t level) const {  // table `level` (its groups need not double)
+    return (buckets_at(level) / 2) * pair_slots() + groups_at(level) * added_slots();
+  }
   uint64_t region_bytes() const { return table_offset(max_resizes + 1); }
 };
 std::string continuity_config_error(const ContinuityConfig& cfg);
 
 struct ContinuityHeader {
   uint64_t magic;
-  uint32_t format_version, header_bytes;
+  uint32_t format_version;
+  uint16_t header_bytes, added_group_pairs;
   uint64_t buckets;
   uint32_t sbuckets, value_bytes;
   uint64_t hash_seed;
@@ -264,6 +357,9 @@ struct ContinuityStats {
   uint64_t insert_persists = 0, update_persists = 0, erase_persists = 0;
   uint64_t resizes = 0, migrated_pairs = 0, migrated_items = 0, migrate_persists = 0;
   uint64_t cleaned_leftovers = 0;  // born children of a not-MOVED parent reset by recovery
+  uint64_t added_writes = 0;       // inserts / updates / migrated items placed in an added slot
+  uint64_t added_vacated = 0;      // updates / erases that freed an added slot
+  uint64_t migrated_added_items = 0;  // items migrated out of an added slot
 };
 
 // Memory-node side: one shard on a PersistentRegion. A region whose header is all zero is
@@ -317,7 +413,11 @@ class ContinuityShard {
   uint64_t indicator_off(uint32_t level, uint64_t pair) const;
   uint64_t slot_off(uint32_t level, uint64_t pair, uint32_t bit) const;
   std::optional<Loc> locate(uint64_t key, const ContinuityPlacement& p) const;
-  int free_bit(const ContinuityPlacement& p, uint64_t bits) const;
+  // A free slot for a key of `p` given the pair's next indicator bits `low`: its home bucket, then
+  // the SBuckets, then (with_added) a slot of the pair's added group no pair's indicator claims.
+  int free_bit(const ContinuityPlacement& p, uint64_t low, bool with_added) const;
+  uint64_t group_claims(uint32_t level, uint64_t pair, uint64_t low) const;
+  bool added_allowed() const { return cfg_.added_group_pairs != 0 && !resizing_; }
   // Writes and persists the item into free slot `bit` of (level, pair) with publication number
   // `pub`; `low` = valid bits | generations of the indicator to come; returns it with the slot's
   // bit set (and its generation bumped for bucket 2i).

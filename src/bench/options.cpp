@@ -107,6 +107,10 @@ std::string BenchOptions::error() const {
   if (serve_spin_us < 1 || serve_spin_us > 100000) return "--serve-spin-us must be in [1, 100000] (microseconds)";
   if (sbuckets < 1 || sbuckets > 4) return "--sbuckets must be in [1, 4] (the indicator word has 24 valid bits)";
   if (max_resizes > 16) return "--max-resizes must be at most 16";
+  if (added_sbuckets_pairs(added_sbuckets) < 0)
+    return "--added-sbuckets must be 0 or 1/D with D in [1, 65535] (e.g. 1/10: one added group per 10 segment pairs), "
+           "got '" + added_sbuckets + "'";
+  if (added_sbuckets != "0" && scheme != "continuity") return "--added-sbuckets applies to --scheme continuity";
   if (resize_pace > 1000000) return "--resize-pace must be at most 1000000";
   if (max_resizes > 0 && scheme != "continuity") return "--max-resizes applies to --scheme continuity";
   if (!pm_path.empty() && scheme != "continuity" && scheme != "level")
@@ -198,6 +202,7 @@ std::string table_spec(const BenchOptions& o) {
   add("race_groups", std::to_string(o.race_groups));
   add("sbuckets", std::to_string(o.sbuckets));
   add("max_resizes", std::to_string(o.max_resizes));
+  add("added_sbuckets", o.added_sbuckets);
   add("memory_nodes", std::to_string(o.memory_nodes));
   add("records", std::to_string(o.records));
   add("load_factor", double_text(o.load_factors.at(0)));
@@ -249,6 +254,7 @@ void apply_table_spec(BenchOptions& o, const std::string& spec) {
     else if (k == "race_groups") o.race_groups = u32();
     else if (k == "sbuckets") o.sbuckets = u32();
     else if (k == "max_resizes") o.max_resizes = u32();
+    else if (k == "added_sbuckets") o.added_sbuckets = v;
     else if (k == "memory_nodes") o.memory_nodes = u32();
     else if (k == "records") o.records = u64();
     else if (k == "load_factor") o.load_factors = {dbl()};
@@ -261,12 +267,23 @@ void apply_table_spec(BenchOptions& o, const std::string& spec) {
     else if (k == "table_capacity") o.table_capacity = u64();
     else throw InvalidArgument("table spec from the memory node: unknown option '" + k + "' (a newer server?)");
   }
-  if (seen != 18) throw InvalidArgument("table spec from the memory node: " + std::to_string(seen) + " of 18 options");
+  if (seen != 19) throw InvalidArgument("table spec from the memory node: " + std::to_string(seen) + " of 19 options");
+}
+
+int64_t added_sbuckets_pairs(const std::string& spec) {
+  if (spec == "0") return 0;
+  if (spec.size() < 3 || spec.compare(0, 2, "1/") != 0 || spec.size() > 7) return -1;
+  int64_t d = 0;
+  for (size_t i = 2; i < spec.size(); ++i) {
+    if (spec[i] < '0' || spec[i] > '9') return -1;
+    d = d * 10 + (spec[i] - '0');
+  }
+  return d >= 1 && d <= 65535 && spec[2] != '0' ? d : -1;
 }
 
 const std::vector<std::string>& table_option_names() {
   static const std::vector<std::string> names{
-      "--scheme",      "--sbuckets",      "--max-resizes", "--resize-pace", "--pm-path",   "--slot-format", "--storage",   "--slots-per-bucket",
+      "--scheme",      "--sbuckets",      "--max-resizes", "--added-sbuckets", "--resize-pace", "--pm-path",   "--slot-format", "--storage",   "--slots-per-bucket",
       "--memory-nodes", "--records",      "--load-factor", "--key-bytes", "--value-bytes", "--initial-depth",
       "--race-groups", "--tail-slots",    "--seed",      "--distribution"};
   return names;

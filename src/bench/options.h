@@ -52,6 +52,7 @@ struct BenchOptions {
   uint32_t race_groups = 64;           // race: bucket groups per subtable
   uint32_t sbuckets = 3;               // continuity: SBuckets per segment pair (1..4)
   uint32_t max_resizes = 0;            // continuity: starts 2^N times smaller, doubles online up to N times
+  std::string added_sbuckets = "0";    // continuity: added SBucket groups for 1/D of the segment pairs ("0": none)
   uint32_t resize_pace = 2;            // continuity (memory node): pairs migrated per write besides the key's own
   std::string pm_path;                 // continuity, level: the table lives in this pmem file (reopened if it exists)
   uint32_t memory_nodes = 1;
@@ -117,5 +118,7 @@ std::string table_spec(const BenchOptions& o);
 void apply_table_spec(BenchOptions& o, const std::string& spec);
 // The command-line options that are part of a table spec (a --connect client refuses them).
 const std::vector<std::string>& table_option_names();
+// --added-sbuckets "0" -> 0, "1/D" -> D (1 <= D <= 65535); -1 for anything else.
+int64_t added_sbuckets_pairs(const std::string& spec);
 
 }  // namespace rdmahash::bench

@@ -201,6 +201,7 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   }
   if (p.scheme == "continuity") {
     j["max_resizes"] = o.max_resizes;
+    j["added_sbuckets"] = o.added_sbuckets;
     if (p.table_resizes) j["resizes"] = *p.table_resizes;  // since the table was created
     if (p.resizing_start) j["resizing_start"] = *p.resizing_start;  // a resize in progress when the point began
     if (p.resizing_end) j["resizing_end"] = *p.resizing_end;

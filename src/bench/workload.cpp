@@ -415,6 +415,7 @@ class ContinuityAdapter final : public SchemeAdapter {
     // --max-resizes N: the table of the last level is the one --records/--load-factor ask for;
     // it starts 2^N times smaller (at least one pair) and doubles online when a segment is full.
     cfg_.max_resizes = o.max_resizes;
+    cfg_.added_group_pairs = static_cast<uint32_t>(added_sbuckets_pairs(o.added_sbuckets));
     cfg_.migrate_pairs_per_write = o.resize_pace;
     // A resize also advances while no write arrives, unless --resize-pace 0 asks for a resize
     // that moves only with the written keys' pairs (tests: kills and histories mid-migration).
@@ -525,7 +526,8 @@ class ContinuityAdapter final : public SchemeAdapter {
     return "continuity sb=" + std::to_string(cfg_.sbuckets) + " seg=" + std::to_string(cfg_.segment_bytes()) + "B" +
            (cfg_.max_resizes ? " N0=" + std::to_string(cfg_.buckets_per_node) + " max_resizes=" +
                                    std::to_string(cfg_.max_resizes)
-                             : "");
+                             : "") +
+           (cfg_.added_group_pairs ? " added=1/" + std::to_string(cfg_.added_group_pairs) : "");
   }
   std::string persistence() const override {
     return to_string(file_ ? file_->mode() : PersistMode::kVolatile);

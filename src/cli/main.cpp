@@ -42,6 +42,10 @@ void add_table_options(CLI::App& cmd, BenchOptions& o, std::string& distribution
                  "continuity: the table starts 2^N times smaller than --records/--load-factor ask and doubles online "
                  "(the memory node migrates it while clients read and write) up to N times, when a segment is full")
       ->capture_default_str();
+  cmd.add_option("--added-sbuckets", o.added_sbuckets,
+                 "continuity: added SBuckets (seed 002 Fig. 10) for 1/D of the segment pairs, 0 or 1/D (e.g. 1/10): a "
+                 "full segment overflows into its pair's added group before the table reports full or resizes")
+      ->capture_default_str();
   cmd.add_option("--resize-pace", o.resize_pace,
                  "continuity: pairs the memory node migrates per write request during a resize, besides the key's own "
                  "and, unless 0, in a background thread while a resize runs (0: a resize advances only by the pairs of "

@@ -26,8 +26,15 @@ using record::make_ctrl;
 using record::store64;
 using record::version_of;
 
-constexpr uint64_t kSeqShift = 32;
-constexpr uint64_t kBitsMask = 0xffffffffULL;
+// Indicator word (continuity.h): own valid bits 0..23, generations 24..31, added-slot claims
+// 32..43, seq 44..60 (17 bits), MOVED 61, UNBORN 62.
+constexpr uint64_t kOwnMask = 0xffffffULL;
+constexpr uint32_t kAddShift = 32;
+constexpr uint64_t kAddMask = 0xfffULL << kAddShift;
+constexpr uint64_t kValidMask = kOwnMask | kAddMask;  // every slot bit (own and added)
+constexpr uint64_t kSeqShift = 44;
+constexpr uint64_t kBitsMask = (1ULL << kSeqShift) - 1;  // valid bits, generations, claims
+constexpr uint64_t kSeqMask = (1ULL << 17) - 1;
 // Generations of the four slots of bucket 2i (the slots a READ of an even segment observes before
 // the indicator): 2 bits each in indicator bits 24..31 and in bits 61..62 of the slot's ctrl.
 constexpr uint32_t kGenShift = 24;
@@ -52,10 +59,10 @@ uint64_t geometry_word(uint32_t level, bool resizing) {
   const uint64_t low = uint64_t{level} | (resizing ? kResizingBit : 0);
   return low | (hash::mix64(low ^ 0x47454F4D45545259ULL) << 32);
 }
-uint64_t seq_of(uint64_t ind) { return (ind >> kSeqShift) & kVersionMask; }
-uint64_t make_indicator(uint64_t bits, uint64_t seq) { return (bits & kBitsMask) | ((seq & kVersionMask) << kSeqShift); }
-// pub ≤ s in the wrapping 29-bit sequence space.
-bool not_after(uint64_t pub, uint64_t s) { return ((s - pub) & kVersionMask) < (1ULL << 28); }
+uint64_t seq_of(uint64_t ind) { return (ind >> kSeqShift) & kSeqMask; }
+uint64_t make_indicator(uint64_t bits, uint64_t seq) { return (bits & kBitsMask) | ((seq & kSeqMask) << kSeqShift); }
+// pub ≤ s in the wrapping 17-bit sequence space (continuity.h: why 17 bits suffice).
+bool not_after(uint64_t pub, uint64_t s) { return ((s - pub) & kSeqMask) < (1ULL << 16); }
 uint64_t segment_mask(const ContinuityConfig& c, uint32_t first_bit) {
   return ((1ULL << (4 + 4 * c.sbuckets)) - 1) << first_bit;
 }
@@ -71,7 +78,7 @@ uint64_t header_checksum(const ContinuityHeader& h) {
 uint32_t config_tag(const ContinuityConfig& c) {
   uint64_t h = hash::mix64(c.hash_seed ^ kContinuityMagic);
   for (uint64_t f : {uint64_t{c.memory_nodes}, c.buckets_per_node, uint64_t{c.sbuckets}, uint64_t{c.value_bytes},
-                     uint64_t{c.max_resizes}})
+                     uint64_t{c.max_resizes}, uint64_t{c.added_group_pairs}})
     h = hash::mix64(h ^ f);
   return static_cast<uint32_t>(h);
 }
@@ -105,6 +112,8 @@ std::string continuity_config_error(const ContinuityConfig& c) {
     return "SBuckets per segment pair must be in [1, 4] (the indicator has 24 valid bits), got " +
            std::to_string(c.sbuckets);
   if (c.value_bytes > 120) return "value bytes must be at most 120, got " + std::to_string(c.value_bytes);
+  if (c.added_group_pairs > 65535)
+    return "added SBuckets: one group per at most 65535 segment pairs, got " + std::to_string(c.added_group_pairs);
   return {};
 }
 
@@ -113,6 +122,47 @@ void ContinuityConfig::validate() const {
 }
 
 uint32_t ContinuityConfig::slot_bytes() const { return SlotLayout(*this).bytes; }
+
+namespace {
+// Bit i-1 of the result is set iff table i (1 <= i <= level) doubled the number of added groups.
+uint64_t doubling_levels(const ContinuityConfig& c, uint32_t level, uint64_t* groups) {
+  const uint64_t p0 = c.buckets_per_node / 2, d = c.added_group_pairs;
+  uint64_t m = (p0 + d - 1) / d, mask = 0;
+  for (uint32_t i = 1; i <= level; ++i)
+    if ((p0 << i) > m * d) {
+      m *= 2;
+      mask |= uint64_t{1} << (i - 1);
+    }
+  *groups = m;
+  return mask;
+}
+}  // namespace
+
+uint64_t ContinuityConfig::groups_at(uint32_t level) const {
+  if (!added_group_pairs) return 0;
+  uint64_t m = 0;
+  doubling_levels(*this, level, &m);
+  return m;
+}
+
+uint64_t ContinuityConfig::group_of(uint32_t level, uint64_t pair) const {
+  const uint64_t p0 = buckets_per_node / 2, d = added_group_pairs;
+  uint64_t m = (p0 + d - 1) / d;
+  uint64_t g = pair % p0 % m;
+  const uint64_t t = pair / p0;
+  for (uint32_t i = 1; i <= level; ++i)
+    if ((p0 << i) > m * d) {
+      if (t >> (i - 1) & 1) g += m;
+      m *= 2;
+    }
+  return g;
+}
+
+uint64_t ContinuityConfig::table_offset(uint32_t level) const {
+  uint64_t off = kContinuityTableBase;
+  for (uint32_t i = 0; i < level; ++i) off += table_bytes(i);
+  return off;
+}
 
 ContinuityPlacement continuity_place(const ContinuityConfig& c, uint64_t key, uint32_t level) {
   const uint64_t h = hash::mix64(key ^ c.hash_seed);
@@ -168,6 +218,7 @@ uint64_t ContinuityShard::indicator_off(uint32_t level, uint64_t pair) const {
 uint64_t ContinuityShard::slot_off(uint32_t level, uint64_t pair, uint32_t bit) const {
   const uint64_t base = cfg_.table_offset(level) + pair * cfg_.pair_bytes();
   const uint32_t sb = cfg_.slot_bytes();
+  if (bit >= kAddShift) return cfg_.group_offset(level, cfg_.group_of(level, pair)) + uint64_t{bit - kAddShift} * sb;
   if (bit < 4) return base + uint64_t{bit} * sb;
   return base + cfg_.bucket_bytes() + 8 + uint64_t{bit - 4} * sb;  // SBuckets, then bucket 2i+1
 }
@@ -183,6 +234,7 @@ void ContinuityShard::format() {
   h.magic = kContinuityMagic;
   h.format_version = kContinuityFormatVersion;
   h.header_bytes = kContinuityHeaderBytes;
+  h.added_group_pairs = static_cast<uint16_t>(cfg_.added_group_pairs);
   h.buckets = cfg_.buckets_per_node;
   h.sbuckets = cfg_.sbuckets;
   h.value_bytes = cfg_.value_bytes;
@@ -209,6 +261,11 @@ void ContinuityShard::recover() {
     throw PmemError("continuity image of format version " + std::to_string(h.format_version) + ", this build reads " +
                     std::to_string(kContinuityFormatVersion));
   if (h.checksum != header_checksum(h)) throw PmemError("continuity image header is corrupt (checksum mismatch)");
+  if (h.added_group_pairs != cfg_.added_group_pairs)
+    throw PmemError("continuity image was created with added SBuckets for " +
+                    (h.added_group_pairs ? "1/" + std::to_string(h.added_group_pairs) : std::string("none")) +
+                    " of the segment pairs, requested " +
+                    (cfg_.added_group_pairs ? "1/" + std::to_string(cfg_.added_group_pairs) : std::string("none")));
   if (h.header_bytes != kContinuityHeaderBytes || h.buckets != cfg_.buckets_per_node || h.sbuckets != cfg_.sbuckets ||
       h.value_bytes != cfg_.value_bytes || h.hash_seed != cfg_.hash_seed || h.node != node_ ||
       h.memory_nodes != cfg_.memory_nodes || h.region_bytes != cfg_.region_bytes())
@@ -245,7 +302,7 @@ void ContinuityShard::recover() {
     for (uint64_t i = 0; i < cfg_.buckets_at(level) / 2; ++i) {
       seen.clear();
       const uint64_t ind = region_.load(indicator_off(level, i));
-      const uint64_t bits = ind & kBitsMask & ~kGenMask;
+      const uint64_t bits = ind & kValidMask;
       if (ind >> 63) throw bad(level, i, "has an unknown indicator flag");
       if (ind & kMoved) {
         if (newer || !geo_resizing || bits) throw bad(level, i, "is MOVED out of place");
@@ -260,7 +317,10 @@ void ContinuityShard::recover() {
         leftovers.push_back(i);
         continue;
       }
-      if (bits >> cfg_.pair_slots()) throw bad(level, i, "has valid bits beyond its slots");
+      if ((bits & kOwnMask) >> cfg_.pair_slots() || (bits & kAddMask) >> (kAddShift + cfg_.added_slots()))
+        throw bad(level, i, "has valid bits beyond its slots");
+      // (A slot claimed by two pairs is refused below: its one key belongs to one pair, so the
+      // other claim fails the pair check.)
       for (uint64_t b = bits; b; b &= b - 1) {
         const uint32_t bit = static_cast<uint32_t>(std::countr_zero(b));
         const uint64_t off = slot_off(level, i, bit);
@@ -271,7 +331,7 @@ void ContinuityShard::recover() {
         const bool ok = (ctrl & kOcc) && l.consistent(rec.data()) && not_after(version_of(ctrl), seq_of(ind)) &&
                         static_cast<uint32_t>(ctrl) == p.kbits && p.node == node_ && p.pair == i &&
                         (bit >= 4 || gen_of_ctrl(ctrl) == gen_of_indicator(ind, bit)) &&
-                        (segment_mask(cfg_, p.first_bit) >> bit & 1);
+                        (bit >= kAddShift || (segment_mask(cfg_, p.first_bit) >> bit & 1));
         if (!ok)
           throw PmemError("corrupt image: pair " + std::to_string(i) + " slot " + std::to_string(bit) +
                           " is valid but does not hold a consistent item of that segment");
@@ -311,7 +371,8 @@ void ContinuityShard::check_kv(uint64_t key, std::span<const std::byte> value, b
 }
 
 std::optional<ContinuityShard::Loc> ContinuityShard::locate(uint64_t key, const ContinuityPlacement& p) const {
-  const uint64_t bits = region_.load(indicator_off(p.level, p.pair)) & segment_mask(cfg_, p.first_bit);
+  // The segment's own slots and the pair's added slots (either segment's keys may be there).
+  const uint64_t bits = region_.load(indicator_off(p.level, p.pair)) & (segment_mask(cfg_, p.first_bit) | kAddMask);
   for (uint64_t b = bits; b; b &= b - 1) {
     const uint32_t bit = static_cast<uint32_t>(std::countr_zero(b));
     const uint64_t off = slot_off(p.level, p.pair, bit);
@@ -320,14 +381,36 @@ std::optional<ContinuityShard::Loc> ContinuityShard::locate(uint64_t key, const 
   return std::nullopt;
 }
 
-int ContinuityShard::free_bit(const ContinuityPlacement& p, uint64_t bits) const {
+int ContinuityShard::free_bit(const ContinuityPlacement& p, uint64_t bits, bool with_added) const {
   // Home bucket first (bits first_bit.. for even, the last four for odd), then the SBuckets.
   const uint32_t home = p.first_bit == 0 ? 0 : 4 + 4 * cfg_.sbuckets;
   for (uint32_t j = home; j < home + 4; ++j)
     if (!(bits >> j & 1)) return static_cast<int>(j);
   for (uint32_t j = 4; j < 4 + 4 * cfg_.sbuckets; ++j)
     if (!(bits >> j & 1)) return static_cast<int>(j);
+  if (!with_added) return -1;
+  const uint64_t taken = group_claims(p.level, p.pair, bits);
+  for (uint32_t x = 0; x < cfg_.added_slots(); ++x)
+    if (!(taken >> (kAddShift + x) & 1)) return static_cast<int>(kAddShift + x);
   return -1;
+}
+
+uint64_t ContinuityShard::group_claims(uint32_t level, uint64_t pair, uint64_t low) const {
+  // Every pair sharing `pair`'s group (ContinuityConfig::group_of): r + P0·t with r ≡ pair (mod
+  // M0), r < P0, and t equal to pair's t on the bits of the levels that doubled the groups. `pair`
+  // itself counts with `low` (its indicator to come, which may claim more than its stored one).
+  const uint64_t p0 = cfg_.buckets_per_node / 2, m0 = cfg_.groups_at(0);
+  uint64_t m = 0;
+  const uint64_t doubled = doubling_levels(cfg_, level, &m);
+  const uint64_t free_bits = ((uint64_t{1} << level) - 1) & ~doubled;
+  const uint64_t t0 = (pair / p0) & ~free_bits;
+  uint64_t taken = low & kAddMask;
+  for (uint64_t sub = free_bits;; sub = (sub - 1) & free_bits) {
+    for (uint64_t r = pair % p0 % m0; r < p0; r += m0)
+      if (const uint64_t q = r + p0 * (t0 | sub); q != pair) taken |= region_.load(indicator_off(level, q)) & kAddMask;
+    if (sub == 0) break;
+  }
+  return taken;
 }
 
 uint64_t ContinuityShard::write_slot(uint32_t level, uint64_t pair, uint32_t bit, uint64_t key, uint32_t kbits,
@@ -364,8 +447,9 @@ void ContinuityShard::store_geometry(uint32_t level, bool resizing) {
 ContinuityResult ContinuityShard::insert_new(uint64_t key, const ContinuityPlacement& p,
                                              std::span<const std::byte> value) {
   const uint64_t ind = region_.load(indicator_off(p.level, p.pair));
-  const int bit = free_bit(p, ind);
+  const int bit = free_bit(p, ind, added_allowed());
   if (bit < 0) return {Status::kFull, 0};
+  stats_.added_writes += bit >= static_cast<int>(kAddShift);
   const uint64_t before = region_.persists();
   set_indicator(p.level, p.pair,
                 write_slot(p.level, p.pair, static_cast<uint32_t>(bit), key, p.kbits, seq_of(ind) + 1, ind, value));
@@ -379,11 +463,13 @@ ContinuityResult ContinuityShard::insert_new(uint64_t key, const ContinuityPlace
 ContinuityResult ContinuityShard::replace(const Loc& at, uint64_t key, const ContinuityPlacement& p,
                                           std::span<const std::byte> value) {
   const uint64_t ind = region_.load(indicator_off(p.level, p.pair));
-  const int bit = free_bit(p, ind);
+  const int bit = free_bit(p, ind, added_allowed());
+  stats_.added_writes += bit >= static_cast<int>(kAddShift);
   if (bit < 0) return {Status::kFull, 0};  // out of place needs a free slot in the segment; nothing changed
   const uint64_t before = region_.persists();
   const uint64_t low = write_slot(p.level, p.pair, static_cast<uint32_t>(bit), key, p.kbits, seq_of(ind) + 1, ind, value);
   set_indicator(p.level, p.pair, low & ~(1ULL << at.bit));  // both bits flip in one store
+  stats_.added_vacated += at.bit >= kAddShift;
   ++stats_.updates;
   const auto n = static_cast<uint32_t>(region_.persists() - before);
   stats_.update_persists += n;
@@ -419,12 +505,20 @@ ContinuityResult ContinuityShard::write(Kind kind, uint64_t key, std::span<const
         set_indicator(p.level, p.pair, (region_.load(indicator_off(p.level, p.pair)) & kBitsMask) & ~(1ULL << at->bit));
         --records_;
         ++stats_.erases;
+        stats_.added_vacated += at->bit >= kAddShift;
         const auto n = static_cast<uint32_t>(region_.persists() - before);
         stats_.erase_persists += n;
         return {Status::kErased, n};
       }
     }
     if (r.status != Status::kFull) return r;
+    if (resizing_ && cfg_.added_group_pairs) {
+      // Added slots of the new table are not given to writes during a resize (they are kept for
+      // the migration, see continuity.h): finish it, then retry with them.
+      while (step_locked()) {
+      }
+      continue;
+    }
     if (!grow_locked(key)) {
       ++stats_.full;
       return r;
@@ -474,14 +568,19 @@ void ContinuityShard::migrate_pair(uint64_t pair) {
   }
   const SlotLayout l(cfg_);
   std::vector<std::byte> rec(l.bytes);
-  for (uint64_t b = ind & kBitsMask & ~kGenMask; b; b &= b - 1) {
+  // Own and added items alike: each takes its home bucket, then the SBuckets, then the child's
+  // group. The parent's own items alone always fit the children's own slots, and how many items
+  // reach a group does not depend on the order, so at most the parent's added items go there.
+  for (uint64_t b = ind & kValidMask; b; b &= b - 1) {
     const uint64_t off = slot_off(level_, pair, static_cast<uint32_t>(std::countr_zero(b)));
     for (uint32_t w = 0; w < l.bytes; w += 8) store64(rec.data() + w, region_.load(off + w));
     const uint64_t key = l.key(rec.data());
     const ContinuityPlacement p = continuity_place(cfg_, key, next);
+    stats_.migrated_added_items += std::countr_zero(b) >= static_cast<int>(kAddShift);
     const int c = p.pair == child[0] ? 0 : 1;
-    const int bit = free_bit(p, low[c]);
+    const int bit = free_bit(p, low[c], cfg_.added_group_pairs != 0);
     if (bit < 0 || p.pair != child[c]) throw std::logic_error("continuity: a migrated segment overflowed");
+    stats_.added_writes += bit >= static_cast<int>(kAddShift);
     low[c] = write_slot(next, p.pair, static_cast<uint32_t>(bit), key, p.kbits, seq_of(cind[c]) + 1, low[c],
                         std::span<const std::byte>(rec.data() + l.val_off, cfg_.value_bytes));
     ++stats_.migrated_items;
@@ -585,7 +684,7 @@ std::vector<std::pair<uint64_t, std::vector<std::byte>>> ContinuityShard::items(
     for (uint64_t i = 0; i < cfg_.buckets_at(level) / 2; ++i) {
       const uint64_t ind = region_.load(indicator_off(level, i));
       if (ind & (kMoved | kUnborn)) continue;
-      for (uint64_t b = ind & kBitsMask & ~kGenMask; b; b &= b - 1) {
+      for (uint64_t b = ind & kValidMask; b; b &= b - 1) {
         const uint64_t off = slot_off(level, i, static_cast<uint32_t>(std::countr_zero(b)));
         for (uint32_t w = 0; w < l.bytes; w += 8) store64(rec.data() + w, region_.load(off + w));
         out.emplace_back(l.key(rec.data()),
@@ -647,7 +746,7 @@ bool ContinuityServer::bulk_insert(uint64_t key, std::span<const std::byte> valu
     throw InvalidArgument("continuity shard " + std::to_string(node) + ": the segment of key " + std::to_string(key) +
                           " is full at " + std::to_string(state_->host->shard(node).records()) + " of " +
                           std::to_string(state_->host->shard(node).capacity()) +
-                          " slots: use a lower load factor, more SBuckets or more resizes");
+                          " slots: use a lower load factor, more SBuckets, added SBuckets or more resizes");
   return true;
 }
 
@@ -671,6 +770,9 @@ ContinuityStats ContinuityServer::stats() const {
     t.migrated_items += x.migrated_items;
     t.migrate_persists += x.migrate_persists;
     t.cleaned_leftovers += x.cleaned_leftovers;
+    t.added_writes += x.added_writes;
+    t.added_vacated += x.added_vacated;
+    t.migrated_added_items += x.migrated_added_items;
   });
   return t;
 }
@@ -696,7 +798,7 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
   uint32_t level = levels_[node];
   const SlotLayout l(cfg_);
   const uint32_t len = cfg_.segment_bytes();
-  std::vector<std::byte> seg(len);
+  std::vector<std::byte> seg(len), grp(cfg_.group_bytes());
   OpResult r;
   ContinuityPlacement p;
   for (uint32_t attempt = 0; attempt < kMaxRetries; ++attempt) {
@@ -734,6 +836,31 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
       if (static_cast<uint32_t>(ctrl) == p.kbits && l.key(rec) == key) hit = rec;
     }
     if (!stable) continue;
+    if (const uint64_t claims = (ind & kAddMask) >> kAddShift; !hit && claims) {
+      // The pair has added slots: READ its group (after the segment READ completed, so every word
+      // of it is observed after the indicator). A claimed slot is taken only if it holds a whole
+      // item of this pair published no later than the indicator (pub <= s); anything else — torn,
+      // republished by this pair (pub > s), or reused by another pair of the group after the
+      // indicator was read (its key is not this pair's) — is unstable: READ again, never a miss.
+      co_await engine_.read(RemoteAddr{p.node, cfg_.group_offset(level, cfg_.group_of(level, p.pair))}, grp.data(),
+                            static_cast<uint32_t>(grp.size()));
+      ++r.chunks;
+      for (uint64_t b = claims; b; b &= b - 1) {
+        const std::byte* rec = grp.data() + uint64_t{static_cast<uint32_t>(std::countr_zero(b))} * l.bytes;
+        const uint64_t ctrl = load64(rec);
+        if (!(ctrl & kOcc) || !l.consistent(rec) || !not_after(version_of(ctrl), s)) {
+          stable = false;
+          break;
+        }
+        const ContinuityPlacement q = continuity_place(cfg_, l.key(rec), level);
+        if (q.pair != p.pair || q.node != p.node || static_cast<uint32_t>(ctrl) != q.kbits) {
+          stable = false;  // another pair's item: the slot was freed and reused after our indicator
+          break;
+        }
+        if (l.key(rec) == key) hit = rec;
+      }
+      if (!stable) continue;
+    }
     if (hit) {
       if (!value_out.empty()) std::memcpy(value_out.data(), hit + l.val_off, std::min<size_t>(value_out.size(), cfg_.value_bytes));
       r.status = Status::kFound;
@@ -784,7 +911,7 @@ Task<ContinuityHeader> ContinuityClient::read_header(uint32_t node) {
   if (h.magic != kContinuityMagic || h.checksum != header_checksum(h))
     throw FabricError("node " + std::to_string(node) + " holds no valid continuity table");
   if (h.buckets != cfg_.buckets_per_node || h.sbuckets != cfg_.sbuckets || h.value_bytes != cfg_.value_bytes ||
-      h.hash_seed != cfg_.hash_seed || h.memory_nodes != cfg_.memory_nodes)
+      h.hash_seed != cfg_.hash_seed || h.memory_nodes != cfg_.memory_nodes || h.added_group_pairs != cfg_.added_group_pairs)
     throw InvalidArgument("continuity shard " + std::to_string(node) + " was built with a different configuration");
   co_return h;
 }
