@@ -153,7 +153,7 @@ def read_level(path):
         raise ValueError(f"{path}: not a level image")
     word = int.from_bytes(data[64:72], "little")
     top, resizing = word & 0xFF, (word >> 8) & 1
-    GEOMETRY.update(level=top, resizing=resizing)
+    GEOMETRY.update(level=top, resizing=resizing, in_added=0)
     if resizing:
         raise ValueError(f"{path}: the image is mid-resize (restart the server on it: recovery finishes the resize)")
     if top < 1 or top >= resizes + 2:
