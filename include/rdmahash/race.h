@@ -21,7 +21,9 @@
 //    slots of 8 bytes:
 //      slot = bits 56..63 fingerprint | 48..55 block length in 64-byte units | bit 47 FROZEN |
 //             bit 46 COMMITTED | bits 40..45 node | bits 0..39 block offset/64;  0 = empty;
-//             FROZEN alone (no pointer) = RESERVED: a new subtable's slot the split has not copied.
+//             FROZEN | COMMITTED with no pointer = RESERVED: a new subtable's slot the split has
+//             not copied. Freezing never produces it (a frozen empty slot is FROZEN alone, a
+//             committed slot has a pointer), so no frozen slot can pass for RESERVED.
 //    7 slots (not 8) because the header shares the 64-byte cache line, as in the RACE authors'
 //    code and SMART: one bucket = one line, one combined bucket = two lines.
 //  * Split word (node-0 header word `split`): 0, or owner+1 << 48 | address of a 64-byte *split
@@ -105,7 +107,9 @@
 // Why every race is safe (linearizability; "late" = a runner still acting on a split after it
 // was released, e.g. one stalled for a long time)
 //   * No step's change can land twice or late: freeze CASes an unfrozen value of a subtable that is
-//     never unfrozen again; copy CASes from RESERVED, which no one ever writes back; a doubling
+//     never unfrozen again; copy CASes from RESERVED, which no one ever writes back and no freeze produces (RESERVED ≠ a
+//     frozen empty slot: else a late copy CAS into a child frozen for its own split would unfreeze
+//     it and put back an item erased since — test RaceFault.LateCopyOfAnOldSplitNeverLandsInAFrozenChild); a doubling
 //     CASes upper entries from 0 (they are nonzero before GD grows, and GD grows before any
 //     publication) and GD from L; publication CASes from S@L, and S is never named again once
 //     retired; RETIRED is a constant written into a subtable nobody else writes; the release

@@ -22,9 +22,12 @@ constexpr uint64_t kFrozen = 1ULL << 47;
 constexpr uint64_t kCommitted = 1ULL << 46;
 constexpr uint64_t kOffMask = (1ULL << 40) - 1;
 constexpr uint64_t kPtrMask = (1ULL << 46) - 1;  // node + offset: a block's identity
-// A slot of a new subtable before the split's copy reached it: FROZEN with no pointer. Only the
-// copy CASes it away (to the entry or to 0), so a late helper's copy never lands twice.
-constexpr uint64_t kReserved = kFrozen;
+// A slot of a new subtable before the split's copy reached it: FROZEN | COMMITTED with no pointer.
+// Only the copy CASes it away (to the entry or to 0), so a late helper's copy never lands twice.
+// Freezing never produces this word (a frozen empty slot is kFrozen; a committed slot has a
+// pointer), so a helper of an old split whose copy CASes land late — after a child was itself
+// frozen for its own split — cannot unfreeze that child's slots or put back erased items there.
+constexpr uint64_t kReserved = kFrozen | kCommitted;
 // Every bucket header of a retired subtable (split: its keys live in its two children): matches
 // no key, so a client whose stale cache names it re-reads the directory (race.h, SRCDD).
 constexpr uint64_t kRetiredHeader = ~0ULL;
