@@ -148,12 +148,12 @@ add_test(NAME serve_small_capacity COMMAND ${EF} "--capacity must be at least --
   $<TARGET_FILE:rdmahash_cli> serve --records 100 --capacity 10)
 add_test(NAME serve_bad_serve_mode COMMAND ${EF} "--serve-mode: spin not in \\{auto,event,hybrid,poll\\}"
   $<TARGET_FILE:rdmahash_cli> serve --records 100 --serve-mode spin)
-add_test(NAME serve_bad_spin_zero COMMAND ${EF} "--serve-spin-us: Value 0 not in range 1 to 100000"
+add_test(NAME serve_bad_spin_zero COMMAND ${EF} "--serve-spin-us: Value 0 not in range 1 to 999"
   $<TARGET_FILE:rdmahash_cli> serve --records 100 --serve-mode hybrid --serve-spin-us 0)
 add_test(NAME serve_bad_spin_text COMMAND ${EF} "--serve-spin-us"
   $<TARGET_FILE:rdmahash_cli> serve --records 100 --serve-spin-us 20us)
-add_test(NAME bench_bad_spin_large COMMAND ${EF} "--serve-spin-us: Value 100001 not in range"
-  $<TARGET_FILE:rdmahash_cli> bench --fabric ucx --records 100 --serve-spin-us 100001)
+add_test(NAME bench_bad_spin_large COMMAND ${EF} "--serve-spin-us: Value 1000 not in range 1 to 999"
+  $<TARGET_FILE:rdmahash_cli> bench --fabric ucx --records 100 --serve-spin-us 1000)
 add_test(NAME serve_connect_serve_mode COMMAND ${EF} "--serve-mode and --serve-spin-us tell memory nodes how to wait"
   $<TARGET_FILE:rdmahash_cli> bench --connect 127.0.0.1:1 --serve-mode hybrid)
 add_test(NAME bench_local_serve_mode COMMAND ${EF} "apply to --fabric ucx"

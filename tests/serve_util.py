@@ -43,8 +43,10 @@ def read_reply(s, strict=True):
         return None
     status, n = struct.unpack("<II", head[8:])
     body = recv_exact(s, n)
-    if body is None and strict:
-        fail("a truncated reply")
+    if body is None:
+        if strict:
+            fail("a truncated reply")
+        return None
     return status, body
 
 

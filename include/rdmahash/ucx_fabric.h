@@ -35,6 +35,8 @@ namespace rdmahash {
 //   kHybrid: after the last event, keep calling ucp_worker_progress until `serve_spin` passes
 //            without one, then as kEvent. Back-to-back requests (a client at depth 16) are then
 //            answered by a spinning worker; an idle memory node sleeps after `serve_spin`.
+//            `serve_spin` stays below 1 ms (--serve-spin-us ≤ 999): a spin returns every 1 ms to
+//            look at the caller's other fds and starts afresh, so a longer one would never sleep.
 //   kPoll:   never sleep: progress continuously (other fds are looked at without blocking about
 //            every millisecond). Takes a core for good: for a memory node with a core of its own.
 //   kAuto:   kHybrid when every transport the UCX context may use to reach another process is

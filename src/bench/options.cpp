@@ -104,7 +104,7 @@ std::string BenchOptions::error() const {
   if (direct_access != "on" && direct_access != "off") return "--direct-access must be on or off";
   if (serve_mode != "auto" && serve_mode != "event" && serve_mode != "hybrid" && serve_mode != "poll")
     return "--serve-mode must be auto, event, hybrid or poll, got '" + serve_mode + "'";
-  if (serve_spin_us < 1 || serve_spin_us > 100000) return "--serve-spin-us must be in [1, 100000] (microseconds)";
+  if (serve_spin_us < 1 || serve_spin_us > 999) return "--serve-spin-us must be in [1, 999] (microseconds: below the 1 ms at which a spin stops to look at its sockets)";
   if (sbuckets < 1 || sbuckets > 4) return "--sbuckets must be in [1, 4] (the indicator word has 24 valid bits)";
   if (max_resizes > 16) return "--max-resizes must be at most 16";
   if (added_sbuckets_pairs(added_sbuckets) < 0)

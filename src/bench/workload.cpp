@@ -542,20 +542,13 @@ class ContinuityAdapter final : public SchemeAdapter {
       throw InvalidArgument("--pm-path " + pm_path_ + ": " + e.what() + " (nothing was changed)");
     }
   }
-  // Writes the image of the first load back into the file: magic word (offset 0) cleared and
-  // persisted, the rest copied and persisted, the magic word restored and persisted.
+  // Writes the image of the first load back into the file (restore_image, pmem.h: magic cleared
+  // first, restored last, every store through the persist choke point).
   void restore_image() {
     const auto img = persistent_region();
     if (image_.size() != img.size()) throw std::logic_error("continuity: no loaded image to restore (--keep-table?)");
     PersistentRegion region(img, file_->mode());
-    uint64_t magic = 0;
-    std::memcpy(&magic, image_.data(), sizeof magic);
-    region.store(0, 0);
-    region.persist(0, 8);
-    std::memcpy(img.data() + 8, image_.data() + 8, img.size() - 8);
-    region.persist(8, img.size() - 8);
-    region.store(0, magic);
-    region.persist(0, 8);
+    rdmahash::restore_image(region, image_);
   }
 
   ContinuityConfig cfg_;

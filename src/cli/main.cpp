@@ -83,8 +83,8 @@ void add_serve_wait_options(CLI::App& cmd, BenchOptions& o) {
                  "(hybrid when UCX can only use TCP, which makes the memory node execute every one-sided operation; "
                  "else event)")
       ->check(CLI::IsMember({"auto", "event", "hybrid", "poll"}))->capture_default_str();
-  cmd.add_option("--serve-spin-us", o.serve_spin_us, "hybrid mode: microseconds without an event before the memory node sleeps")
-      ->check(CLI::Range(1u, 100000u))->capture_default_str();
+  cmd.add_option("--serve-spin-us", o.serve_spin_us, "hybrid mode: microseconds without an event before the memory node sleeps (below 1000: a spin stops every 1 ms to look at its sockets)")
+      ->check(CLI::Range(1u, 999u))->capture_default_str();
 }
 
 void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>& workloads,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cstdio>
 #include <chrono>
 #include <thread>
 #include <cmath>
@@ -723,11 +724,18 @@ ContinuityServer::ContinuityServer(Fabric& fabric, const ContinuityConfig& cfg, 
                                                       "continuity", config_tag(cfg_));
   if (cfg_.background_migration && cfg_.max_resizes > 0)
     state_->migrator = std::thread([host = state_->host, stop = &state_->stop] {
-      while (!stop->load()) {
-        bool moved = false;
-        host->for_each_shard([&moved](ContinuityShard& s) { moved = s.resize_step() || moved; });
-        if (moved) std::this_thread::yield();  // the mutex is free between pairs: writes go first
-        else std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      // An exception here (a persist that fails, a broken invariant) must not terminate the memory
+      // node from a helper thread: the thread stops and says why; writes still migrate their own
+      // pairs (and meet the same error through their RPC, which reports it to the client).
+      try {
+        while (!stop->load()) {
+          bool moved = false;
+          host->for_each_shard([&moved](ContinuityShard& s) { moved = s.resize_step() || moved; });
+          if (moved) std::this_thread::yield();  // the mutex is free between pairs: writes go first
+          else std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "continuity: background migration stopped: %s\n", e.what());
       }
     });
 }
