@@ -40,6 +40,12 @@ cmp "$dir/t.pm" "$dir/before.pm"  # the find-or-put's inserts were undone by the
 "$bin" bench --fabric local $common --workload find-or-put,get --pm-path "$dir/new.pm" >/dev/null
 "$bin" bench --fabric local $common --workload get --pm-path "$dir/loaded.pm" >/dev/null
 cmp "$dir/new.pm" "$dir/loaded.pm"
+# The room for resizes of an image comes from its header, not from the reopening run's --ops (the
+# first run sized it from its own writes): a run with many more writes reopens it, not "another
+# geometry".
+"$bin" bench --fabric local $geometry --workload find-or-put --ops 100000 --pm-path "$dir/new.pm" \
+  >/dev/null 2>"$dir/ops.err" || { echo "a run with other --ops was refused"; cat "$dir/ops.err"; exit 1; }
+grep -q "recovered" "$dir/ops.err" || { cat "$dir/ops.err"; exit 1; }
 # Refused, exit 2, nothing written: $1 = file, $2 = message regex; the table options are $opts.
 opts=$common
 refused() {

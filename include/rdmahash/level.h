@@ -73,7 +73,8 @@
 //   checked before any fabric maps it (a continuity image, a truncated or corrupt file, another
 //   geometry: exit 2, nothing written) and recovered as above, never bulk-loaded. The geometry is
 //   --records / --load-factor / --value-bytes / --seed plus the resizes the table's capacity needs
-//   (level_resizes_for; serve: --capacity), so a restart must repeat the same options.
+//   (level_resizes_for; serve: --capacity) of the first run: a reopened image keeps the room for
+//   resizes its header records.
 //   What clients see when the memory node dies: their requests fail (the connection closes); a
 //   write whose reply was not received may or may not have happened. Restarted on the same FILE,
 //   the node recovers exactly the state of the last persisted token of every bucket (an in-flight

@@ -1,6 +1,7 @@
 #include "bench/workload.h"
 
 #include <algorithm>
+#include <fstream>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -576,6 +577,14 @@ class LevelAdapter final : public SchemeAdapter {
     cfg_.value_bytes = o.value_bytes;
     cfg_.hash_seed = hash::mix64(o.seed ^ 0x1E7EULL);
     cfg_.max_resizes = level_resizes_for(cfg_, o.table_capacity ? o.table_capacity : o.records + o.table_writes);
+    // An existing image keeps the room for resizes it was made with (it depends on the first run's
+    // --ops and workloads, not only on the table options): read it from the header, which
+    // level_check_image then validates whole (checksum, the rest of the geometry).
+    if (!pm_path_.empty()) {
+      LevelHeader h{};
+      std::ifstream in(pm_path_, std::ios::binary);
+      if (in.read(reinterpret_cast<char*>(&h), sizeof h) && h.magic == kLevelMagic) cfg_.max_resizes = h.max_resizes;
+    }
     cfg_.validate();
   }
   uint64_t region_bytes() const override { return cfg_.region_bytes(); }
