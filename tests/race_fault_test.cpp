@@ -492,6 +492,102 @@ TEST(RaceFault, TwoLiveCopiesOneIsKilledOrHelped) {
   EXPECT_GT(killed, 3) << "and B's copy must have been the lower one in others";
 }
 
+// Pauses a client's thread before each request its predicates accept, one pause each, in order.
+struct Staged {
+  std::vector<std::unique_ptr<Gate>> gates;
+  size_t next = 0;
+  OpResult result{};
+  std::thread th;
+  Staged(Client& cl, std::vector<std::function<bool(const Request&)>> at, std::function<OpResult()> op) {
+    for (size_t i = 0; i < at.size(); ++i) gates.push_back(std::make_unique<Gate>());
+    cl.tr->before = [this, at](const Request& r) {
+      if (next < at.size() && at[next](r)) gates[next++]->pause();
+    };
+    th = std::thread([this, op] {
+      result = op();
+      for (auto& g : gates) g->finished();
+    });
+  }
+  bool wait(size_t i) {  // true: paused at stage i (false: the operation ended first)
+    gates[i]->wait_paused();
+    return next > i && th.joinable();
+  }
+  void release(size_t i) { gates[i]->release(); }
+  OpResult finish() {
+    for (auto& g : gates) g->release();
+    th.join();
+    return result;
+  }
+};
+
+// A third client's LOWER copy appears between a helper's read and its commit CAS, and the owner
+// of the helped copy decides to withdraw it meanwhile. A reads (stalls before its tentative CAS);
+// C erases keys (frees lower slots); D reads, stalls before its tentative CAS; A places its copy
+// and stalls; B reads (A's copy alone), stalls before its commit CAS; D places a LOWER copy and
+// stalls; A re-reads (sees D's lower copy), stalls before withdrawing its own; B commits A's copy;
+// A's withdraw CAS fails (it expects the tentative value), A answers kInserted; D finds A's
+// committed copy, withdraws its own: kFound. Exactly one kInserted, the oracle agrees.
+TEST(RaceFault, ThirdCopyBetweenTheHelpersReadAndItsCommit) {
+  const RaceConfig cfg = fault_cfg();
+  int scenarios = 0;
+  for (int trial = 0; trial < 36; ++trial) {
+    const std::string label = "trial " + std::to_string(trial);
+    Table t(cfg);
+    Client a(*t.fabric, cfg, 1), b(*t.fabric, cfg, 2), c(*t.fabric, cfg, 3), d(*t.fabric, cfg, 4);
+    std::unordered_map<std::string, std::string> oracle;
+    const std::string k = "k" + std::to_string(trial);
+    for (int i = 0; i < 10; ++i) {
+      ASSERT_EQ(c.put(key(i), "x").status, Status::kInserted);
+      oracle[key(i)] = "x";
+    }
+    auto tent = [&](const Request& r) { return is_tentative_cas(cfg, r); };
+    auto any = [](const Request&) { return true; };
+    auto withdraw = [](const Request& r) { return r.kind == ReqKind::kCas && r.swap == 0 && r.compare != 0; };
+    uint64_t a_slot = 0, d_slot = 0;
+    Staged sa(a, {[&](const Request& r) { if (tent(r)) a_slot = r.addr.offset; return tent(r); }, any, withdraw},
+              [&] { return a.find_or_put(k, "from-a"); });
+    ASSERT_TRUE(sa.wait(0));
+    std::mt19937_64 rng(trial);
+    const uint64_t erase_mask = rng();
+    for (int i = 0; i < 10; ++i)
+      if ((erase_mask >> i) & 1) {
+        ASSERT_EQ(c.erase(key(i)).status, Status::kErased);
+        oracle.erase(key(i));
+      }
+    Staged sd(d, {[&](const Request& r) { if (tent(r)) d_slot = r.addr.offset; return tent(r); }, any},
+              [&] { return d.find_or_put(k, "from-d"); });
+    ASSERT_TRUE(sd.wait(0));
+    if (d_slot >= a_slot) {  // no lower slot freed: not this scenario
+      sa.finish();
+      sd.finish();
+      a.tr->before = d.tr->before = nullptr;
+      continue;
+    }
+    sa.release(0);
+    ASSERT_TRUE(sa.wait(1)) << label;  // A's copy placed
+    Staged sb(b, {is_commit}, [&] { return b.find_or_put(k, "from-b"); });
+    ASSERT_TRUE(sb.wait(0)) << label;  // B read A's copy alone, about to commit it
+    sd.release(0);
+    ASSERT_TRUE(sd.wait(1)) << label;  // D's lower copy placed
+    sa.release(1);
+    ASSERT_TRUE(sa.wait(2)) << label;  // A saw D's lower copy, about to withdraw its own
+    sb.release(0);
+    const OpResult br = sb.finish();
+    EXPECT_EQ(br.status, Status::kFound) << label;
+    EXPECT_EQ(b.client.stats().commits_helped, 1u) << label << ": B's commit of A's copy lands";
+    const OpResult ar = sa.finish();
+    const OpResult dr = sd.finish();
+    a.tr->before = b.tr->before = d.tr->before = nullptr;
+    EXPECT_EQ(ar.status, Status::kInserted) << label;
+    EXPECT_EQ(dr.status, Status::kFound) << label;
+    oracle[k] = "from-a";
+    check_oracle(t, c, oracle, k, label);
+    ++scenarios;
+    if (testing::Test::HasFailure()) return;
+  }
+  EXPECT_GT(scenarios, 3) << "D's copy must have been the lower one in some trials";
+}
+
 // A put of the key while its owner is stalled: the helper commits A's copy, then updates it
 // (kUpdated, its value); A answers kInserted.
 TEST(RaceFault, PutHelpsAStalledOwnerThenUpdates) {
