@@ -295,8 +295,11 @@ TEST(RaceFault, DeadInserterTentativeCopyIsCommittedByTheNextInserter) {
     a.tr->die = is_commit;
     ASSERT_TRUE(a.dies_in([&] { a.find_or_put(k, "from-a"); }));
     EXPECT_EQ(race_inspect(*t.fabric, cfg).tentative, 1u);
+    const uint64_t batches = b.tr->counters().batches;
     EXPECT_EQ(b.find_or_put(k, "from-b").status, Status::kFound) << trial;
     EXPECT_EQ(b.client.stats().commits_helped, 1u) << trial;
+    // WRITE block + READ buckets; READ A's block + dir entry; commit CAS (an insert is 4).
+    EXPECT_EQ(b.tr->counters().batches - batches, 3u) << "round trips of the helping find_or_put";
     oracle[k] = "from-a";
     Client c(*t.fabric, cfg, 3);
     EXPECT_EQ(c.find_or_put(k, "from-c").status, Status::kFound);
