@@ -65,14 +65,16 @@
 //          Duplicate resolution over the view (every read, RT1 included; see Helping):
 //              a KILLED marker of ours → CAS it to 0, start over;
 //              our copy COMMITTED (by a helper) → kInserted;
-//              another COMMITTED copy → withdraw ours (CAS to 0), kFound (put: update it);
 //              ours placed earlier but gone, no marker → a helper committed it and a later
 //                  update/erase replaced it: kInserted (after the dir check);
+//              another COMMITTED copy → withdraw ours (CAS to 0), kFound (put: update it);
 //              tentative copies (ours or not), lowest-addressed t: CAS every other one to 0
 //                  (ours: withdraw) or to itself|KILLED (another's: kill); if any, re-read;
 //                  else (t is the only copy) RT4 CAS t tentative→COMMITTED: t's owner's insert
 //                  takes effect there. t ours → kInserted; another's → kFound (put: update it);
 //              no copy → RT2 CAS an empty slot of the less loaded combined bucket, tentative.
+//          A find_or_put whose first view holds another client's lone tentative copy commits it:
+//          3 round trips (WRITE+READ, block READ + dir check, commit CAS), kFound.
 //          4 round trips, one more than the paper's 3: its rule (re-read, keep one) cannot tell an
 //          inserter that already returned kInserted from one still deciding; the commit bit can.
 //  update: RT1 WRITE new block + READ buckets; RT2 blocks + dir check; RT3 CAS old slot → new.
