@@ -1,7 +1,7 @@
 // RACE with clients that stop at any request (issues 9/10): a splitter or a helper stops for good
 // (dead or merely stalled: splits need no death board) before one of its requests and the others
-// finish its split and go on, never waiting; an inserter dies holding a tentative copy, which is
-// killed once the death board says so. Everything matches a std::unordered_map oracle, with no
+// finish its split and go on, never waiting; an inserter stops holding a tentative copy, which the
+// next inserter of the key commits for it (the lowest copy) or kills (a higher one). Everything matches a std::unordered_map oracle, with no
 // installed split, frozen or tentative slot left. Deterministic: LocalFabric, stops at counted
 // requests (the stalled-client tests pause a thread before a request and resume it later).
 #include <gtest/gtest.h>
@@ -12,8 +12,11 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -92,7 +95,6 @@ RaceConfig fault_cfg() {
   c.initial_depth = 0;
   c.max_depth = 10;
   c.chunk_bytes = 1 << 16;
-  c.death_check_every = 1;  // look at the death board at every re-read: short tests
   return c;
 }
 
@@ -254,35 +256,58 @@ bool is_commit(const Request& r) {
   return r.kind == ReqKind::kCas && (r.swap & (1ULL << 46)) && !(r.compare & (1ULL << 46)) && r.compare != 0;
 }
 
+bool is_tentative_cas(const RaceConfig& cfg, const Request& r) {
+  return r.kind == ReqKind::kCas && r.compare == 0 && r.addr.offset >= cfg.pool_offset() && r.swap != 0 &&
+         !(r.swap & ((1ULL << 46) | (1ULL << 47) | (1ULL << 63)));
+}
+
+// The table against the oracle: every key's value, nothing tentative or killed left, each key
+// stored once.
+void check_oracle(Table& t, Client& c, const std::unordered_map<std::string, std::string>& oracle, const std::string& absent,
+                  const std::string& label) {
+  for (const auto& [k, v] : oracle) EXPECT_EQ(c.get(k), std::optional<std::string>(v)) << label << " " << k;
+  if (!oracle.count(absent)) {
+    EXPECT_FALSE(c.get(absent).has_value()) << label;
+  }
+  const RaceInspection in = race_inspect(*t.fabric, t.cfg, true);
+  EXPECT_EQ(in.committed, oracle.size()) << label;
+  EXPECT_EQ(in.tentative, 0u) << label;
+  EXPECT_EQ(in.killed, 0u) << label;
+  std::set<std::vector<std::byte>> distinct(in.keys.begin(), in.keys.end());
+  EXPECT_EQ(distinct.size(), in.keys.size()) << label << ": a key stored twice";
+}
+
 // An inserter dies holding a tentative copy (before its commit CAS). Another inserter of the key
-// completes: kInserted exactly once overall, and gets see its value. Where the dead copy is the
-// lower one (the survivor would wait for it), the survivor kills it after the death board says so.
-TEST(RaceFault, DeadInserterTentativeCopyIsKilled) {
+// sees that copy (the only one) and commits it without waiting and without a death board: the
+// dead insert took effect; the survivor answers kFound with its value.
+TEST(RaceFault, DeadInserterTentativeCopyIsCommittedByTheNextInserter) {
   const RaceConfig cfg = fault_cfg();
-  int lower = 0;
   for (int trial = 0; trial < 40; ++trial) {
     Table t(cfg);
     Client a(*t.fabric, cfg, 1);
     Client b(*t.fabric, cfg, 2);
-    for (int i = 0; i < 6; ++i) ASSERT_EQ(b.put(key(100 + i), "x").status, Status::kInserted);
+    std::unordered_map<std::string, std::string> oracle;
+    for (int i = 0; i < 6; ++i) {
+      ASSERT_EQ(b.put(key(100 + i), "x").status, Status::kInserted);
+      oracle[key(100 + i)] = "x";
+    }
     const std::string k = "k" + std::to_string(trial);
     a.tr->die = is_commit;
     ASSERT_TRUE(a.dies_in([&] { a.find_or_put(k, "from-a"); }));
     EXPECT_EQ(race_inspect(*t.fabric, cfg).tentative, 1u);
-    race_mark_dead(*t.fabric, cfg, 1);
-    ASSERT_EQ(b.find_or_put(k, "from-b").status, Status::kInserted) << trial;
-    if (b.client.stats().takeovers > 0) ++lower;
+    const uint64_t batches = b.tr->counters().batches;
+    EXPECT_EQ(b.find_or_put(k, "from-b").status, Status::kFound) << trial;
+    EXPECT_EQ(b.client.stats().commits_helped, 1u) << trial;
+    // WRITE block + READ buckets; READ A's block + dir entry; commit CAS (an insert is 4).
+    EXPECT_EQ(b.tr->counters().batches - batches, 3u) << "round trips of the helping find_or_put";
+    oracle[k] = "from-a";
     Client c(*t.fabric, cfg, 3);
-    EXPECT_EQ(c.get(k), std::optional<std::string>("from-b"));
     EXPECT_EQ(c.find_or_put(k, "from-c").status, Status::kFound);
-    const RaceInspection in = race_inspect(*t.fabric, cfg);
-    EXPECT_EQ(in.tentative, 0u) << trial;
-    EXPECT_EQ(in.committed, 7u) << trial;
+    check_oracle(t, c, oracle, k, "trial " + std::to_string(trial));
   }
-  EXPECT_GT(lower, 3) << "the dead copy must have been the lower one in some trials";
 }
 
-// --- live owners: waited for, never taken over -----------------------------------------------------
+// --- live owners: helped, never waited for ---------------------------------------------------------
 
 // Pauses its thread before one request until released.
 struct Gate {
@@ -311,56 +336,336 @@ struct Gate {
   }
 };
 
-// B waits for A (paused, alive) and looks at the death board; A is released after B has seen it
-// alive 3 times (or once B finished, had it not waited). Returns B's result; A's via `a_result`.
-// A pauses before the first request `pause_at` accepts.
-OpResult race_live(Table& t, Client& a, Client& b, const std::function<bool(const Request&)>& pause_at,
-                   const std::function<OpResult()>& a_op, const std::function<OpResult()>& b_op, OpResult& a_result) {
+// Runs `op` on its own thread, pausing it before the first request `pause_at` accepts; returns
+// once it is paused (or finished without pausing: then `paused` stays false).
+struct Stalled {
   Gate gate;
-  std::atomic<int> board_reads{0};
-  const uint64_t board = t.cfg.board_offset();
-  b.tr->before = [&](const Request& r) {
-    if (r.kind == ReqKind::kRead && r.addr.node == 0 && r.addr.offset >= board && r.addr.offset < board + kRaceBoardBytes &&
-        ++board_reads == 3)
-      gate.release();
-  };
   bool paused = false;
-  a.tr->before = [&](const Request& r) {
-    if (!paused && pause_at(r)) {
-      paused = true;
-      gate.pause();
+  OpResult result{};
+  std::thread th;
+  Stalled(Client& cl, std::function<bool(const Request&)> pause_at, std::function<OpResult()> op) {
+    cl.tr->before = [this, pause_at](const Request& r) {
+      if (!paused && pause_at(r)) {
+        paused = true;
+        gate.pause();
+      }
+    };
+    th = std::thread([this, op] {
+      result = op();
+      gate.finished();
+    });
+    gate.wait_paused();
+  }
+  OpResult resume() {
+    gate.release();
+    th.join();
+    return result;
+  }
+};
+
+// A pauses before request `stop` after its tentative CAS (its `stop`-th later request).
+std::function<bool(const Request&)> after_tentative(const RaceConfig& cfg, uint64_t stop) {
+  auto placed = std::make_shared<bool>(false);
+  auto n = std::make_shared<uint64_t>(0);
+  return [=, &cfg](const Request& r) {
+    if (!*placed) {
+      *placed = is_tentative_cas(cfg, r);
+      return false;
     }
+    return (*n)++ == stop;
   };
-  std::thread ta([&] {
-    a_result = a_op();
-    gate.finished();
-  });
-  gate.wait_paused();
-  const OpResult r = b_op();
-  gate.release();
-  ta.join();
+}
+
+// A LIVE owner is stalled (forever, as far as B knows) before each of its requests after its
+// tentative CAS. B inserts the same key with no wait at all: it commits A's copy (the lowest) and
+// answers kFound with A's value; a reader sees it. Then C does nothing, erases the key, or
+// updates it; A resumes and answers kInserted exactly once, and the key is stored once (or not at
+// all after the erase: A does not insert it again).
+TEST(RaceFault, LiveOwnerStalledAfterItsTentativeCasIsHelpedNotWaitedFor) {
+  const RaceConfig cfg = fault_cfg();
+  int trials = 0;
+  for (int after = 0; after < 3; ++after)
+    for (uint64_t stop = 0;; ++stop) {
+      const std::string label = "after " + std::to_string(after) + " stop " + std::to_string(stop);
+      Table t(cfg);
+      Client a(*t.fabric, cfg, 1), b(*t.fabric, cfg, 2), c(*t.fabric, cfg, 3);
+      std::unordered_map<std::string, std::string> oracle;
+      for (int i = 0; i < 6; ++i) {
+        ASSERT_EQ(c.put(key(100 + i), "x").status, Status::kInserted);
+        oracle[key(100 + i)] = "x";
+      }
+      const std::string k = "k" + std::to_string(stop);
+      Stalled sa(a, after_tentative(cfg, stop), [&] { return a.find_or_put(k, "from-a"); });
+      if (!sa.paused) {  // A finished before its `stop`-th later request: every stop was tried
+        EXPECT_EQ(sa.resume().status, Status::kInserted);
+        EXPECT_GE(stop, 2u) << "A must issue a re-read and a commit after its tentative CAS";
+        break;
+      }
+      const OpResult br = b.find_or_put(k, "from-b");
+      EXPECT_EQ(br.status, Status::kFound) << label;
+      EXPECT_EQ(b.client.stats().commits_helped, 1u) << label;
+      oracle[k] = "from-a";  // A's insert took effect at B's commit
+      EXPECT_EQ(c.get(k), std::optional<std::string>("from-a")) << label;
+      if (after == 1) {
+        EXPECT_EQ(c.erase(k).status, Status::kErased) << label;
+        oracle.erase(k);
+      } else if (after == 2) {
+        EXPECT_EQ(c.put(k, "from-c").status, Status::kUpdated) << label;
+        oracle[k] = "from-c";
+      }
+      EXPECT_EQ(sa.resume().status, Status::kInserted) << label;
+      a.tr->before = nullptr;
+      EXPECT_EQ(a.client.stats().commits_by_helper, 1u) << label;
+      check_oracle(t, c, oracle, k, label);
+      ++trials;
+      if (testing::Test::HasFailure()) return;
+    }
+  EXPECT_GE(trials, 6);
+}
+
+// Two copies of one key, both owners live. A reads and stalls before its tentative CAS; C erases
+// some of 10 other keys (freeing slots below A's); B reads and stalls before its tentative CAS;
+// A places its copy and stalls after it; B goes on. B's copy lower → B kills A's (a KILLED
+// marker) and commits its own (kInserted); A, resumed, clears its marker, starts over and finds
+// B's (kFound). Same slot (B's CAS fails) → B commits A's copy (kFound), A answers kInserted.
+// Exactly one kInserted, no marker or tentative copy left, the oracle agrees.
+TEST(RaceFault, TwoLiveCopiesOneIsKilledOrHelped) {
+  const RaceConfig cfg = fault_cfg();
+  int helped = 0, killed = 0;
+  for (int trial = 0; trial < 36; ++trial) {
+    const std::string label = "trial " + std::to_string(trial);
+    Table t(cfg);
+    Client a(*t.fabric, cfg, 1), b(*t.fabric, cfg, 2), c(*t.fabric, cfg, 3);
+    std::unordered_map<std::string, std::string> oracle;
+    const std::string k = "k" + std::to_string(trial);
+    for (int i = 0; i < 10; ++i) {
+      ASSERT_EQ(c.put(key(i), "x").status, Status::kInserted);
+      oracle[key(i)] = "x";
+    }
+    Gate g1, g2;
+    int phase = 0;
+    a.tr->before = [&](const Request& r) {
+      if (phase == 0 && is_tentative_cas(cfg, r)) {
+        phase = 1;
+        g1.pause();
+      } else if (phase == 1) {
+        phase = 2;
+        g2.pause();
+      }
+    };
+    OpResult ar{};
+    std::thread ta([&] {
+      ar = a.find_or_put(k, "from-a");
+      g1.finished();
+      g2.finished();
+    });
+    g1.wait_paused();
+    std::mt19937_64 rng(trial);
+    const uint64_t erase_mask = rng();
+    for (int i = 0; i < 10; ++i)
+      if ((erase_mask >> i) & 1) {
+        ASSERT_EQ(c.erase(key(i)).status, Status::kErased);
+        oracle.erase(key(i));
+      }
+    Stalled sb(b, [&](const Request& r) { return is_tentative_cas(cfg, r); }, [&] { return b.find_or_put(k, "from-b"); });
+    ASSERT_TRUE(sb.paused);
+    g1.release();
+    g2.wait_paused();
+    const OpResult br = sb.resume();
+    b.tr->before = nullptr;
+    g2.release();
+    ta.join();
+    a.tr->before = nullptr;
+    EXPECT_TRUE((ar.status == Status::kInserted) != (br.status == Status::kInserted)) << label << ": inserted exactly once";
+    if (b.client.stats().kills > 0) {
+      ++killed;
+      EXPECT_EQ(br.status, Status::kInserted) << label;
+      EXPECT_EQ(ar.status, Status::kFound) << label;
+    } else {
+      ++helped;
+      EXPECT_EQ(b.client.stats().commits_helped, 1u) << label;
+      EXPECT_EQ(br.status, Status::kFound) << label;
+      EXPECT_EQ(a.client.stats().commits_by_helper, 1u) << label;
+    }
+    oracle[k] = ar.status == Status::kInserted ? "from-a" : "from-b";
+    check_oracle(t, c, oracle, k, label);
+    if (testing::Test::HasFailure()) return;
+  }
+  EXPECT_GT(helped, 0) << "B's CAS must have met A's slot in some trials";
+  EXPECT_GT(killed, 3) << "and B's copy must have been the lower one in others";
+}
+
+// Pauses a client's thread before each request its predicates accept, one pause each, in order.
+struct Staged {
+  std::vector<std::unique_ptr<Gate>> gates;
+  size_t next = 0;
+  OpResult result{};
+  std::thread th;
+  Staged(Client& cl, std::vector<std::function<bool(const Request&)>> at, std::function<OpResult()> op) {
+    for (size_t i = 0; i < at.size(); ++i) gates.push_back(std::make_unique<Gate>());
+    cl.tr->before = [this, at](const Request& r) {
+      if (next < at.size() && at[next](r)) gates[next++]->pause();
+    };
+    th = std::thread([this, op] {
+      result = op();
+      for (auto& g : gates) g->finished();
+    });
+  }
+  bool wait(size_t i) {  // true: paused at stage i (false: the operation ended first)
+    gates[i]->wait_paused();
+    return next > i && th.joinable();
+  }
+  void release(size_t i) { gates[i]->release(); }
+  OpResult finish() {
+    for (auto& g : gates) g->release();
+    th.join();
+    return result;
+  }
+};
+
+// A third client's LOWER copy appears between a helper's read and its commit CAS, and the owner
+// of the helped copy decides to withdraw it meanwhile. A reads (stalls before its tentative CAS);
+// C erases keys (frees lower slots); D reads, stalls before its tentative CAS; A places its copy
+// and stalls; B reads (A's copy alone), stalls before its commit CAS; D places a LOWER copy and
+// stalls; A re-reads (sees D's lower copy), stalls before withdrawing its own; B commits A's copy;
+// A's withdraw CAS fails (it expects the tentative value), A answers kInserted; D finds A's
+// committed copy, withdraws its own: kFound. Exactly one kInserted, the oracle agrees.
+TEST(RaceFault, ThirdCopyBetweenTheHelpersReadAndItsCommit) {
+  const RaceConfig cfg = fault_cfg();
+  int scenarios = 0;
+  for (int trial = 0; trial < 36; ++trial) {
+    const std::string label = "trial " + std::to_string(trial);
+    Table t(cfg);
+    Client a(*t.fabric, cfg, 1), b(*t.fabric, cfg, 2), c(*t.fabric, cfg, 3), d(*t.fabric, cfg, 4);
+    std::unordered_map<std::string, std::string> oracle;
+    const std::string k = "k" + std::to_string(trial);
+    for (int i = 0; i < 10; ++i) {
+      ASSERT_EQ(c.put(key(i), "x").status, Status::kInserted);
+      oracle[key(i)] = "x";
+    }
+    auto tent = [&](const Request& r) { return is_tentative_cas(cfg, r); };
+    auto any = [](const Request&) { return true; };
+    auto withdraw = [](const Request& r) { return r.kind == ReqKind::kCas && r.swap == 0 && r.compare != 0; };
+    uint64_t a_slot = 0, d_slot = 0;
+    Staged sa(a, {[&](const Request& r) { if (tent(r)) a_slot = r.addr.offset; return tent(r); }, any, withdraw},
+              [&] { return a.find_or_put(k, "from-a"); });
+    ASSERT_TRUE(sa.wait(0));
+    std::mt19937_64 rng(trial);
+    const uint64_t erase_mask = rng();
+    for (int i = 0; i < 10; ++i)
+      if ((erase_mask >> i) & 1) {
+        ASSERT_EQ(c.erase(key(i)).status, Status::kErased);
+        oracle.erase(key(i));
+      }
+    Staged sd(d, {[&](const Request& r) { if (tent(r)) d_slot = r.addr.offset; return tent(r); }, any},
+              [&] { return d.find_or_put(k, "from-d"); });
+    ASSERT_TRUE(sd.wait(0));
+    if (d_slot >= a_slot) {  // no lower slot freed: not this scenario
+      sa.finish();
+      sd.finish();
+      a.tr->before = d.tr->before = nullptr;
+      continue;
+    }
+    sa.release(0);
+    ASSERT_TRUE(sa.wait(1)) << label;  // A's copy placed
+    Staged sb(b, {is_commit}, [&] { return b.find_or_put(k, "from-b"); });
+    ASSERT_TRUE(sb.wait(0)) << label;  // B read A's copy alone, about to commit it
+    sd.release(0);
+    ASSERT_TRUE(sd.wait(1)) << label;  // D's lower copy placed
+    sa.release(1);
+    ASSERT_TRUE(sa.wait(2)) << label;  // A saw D's lower copy, about to withdraw its own
+    sb.release(0);
+    const OpResult br = sb.finish();
+    EXPECT_EQ(br.status, Status::kFound) << label;
+    EXPECT_EQ(b.client.stats().commits_helped, 1u) << label << ": B's commit of A's copy lands";
+    const OpResult ar = sa.finish();
+    const OpResult dr = sd.finish();
+    a.tr->before = b.tr->before = d.tr->before = nullptr;
+    EXPECT_EQ(ar.status, Status::kInserted) << label;
+    EXPECT_EQ(dr.status, Status::kFound) << label;
+    oracle[k] = "from-a";
+    check_oracle(t, c, oracle, k, label);
+    ++scenarios;
+    if (testing::Test::HasFailure()) return;
+  }
+  EXPECT_GT(scenarios, 3) << "D's copy must have been the lower one in some trials";
+}
+
+// A put of the key while its owner is stalled: the helper commits A's copy, then updates it
+// (kUpdated, its value); A answers kInserted.
+TEST(RaceFault, PutHelpsAStalledOwnerThenUpdates) {
+  const RaceConfig cfg = fault_cfg();
+  Table t(cfg);
+  Client a(*t.fabric, cfg, 1), b(*t.fabric, cfg, 2), c(*t.fabric, cfg, 3);
+  Stalled sa(a, after_tentative(cfg, 0), [&] { return a.find_or_put("k", "from-a"); });
+  ASSERT_TRUE(sa.paused);
+  EXPECT_EQ(b.put("k", "from-b").status, Status::kUpdated);
+  EXPECT_EQ(b.client.stats().commits_helped, 1u);
+  EXPECT_EQ(sa.resume().status, Status::kInserted);
   a.tr->before = nullptr;
+  check_oracle(t, c, {{"k", "from-b"}}, "k", "put");
+}
+
+// Two helpers of the same stalled copy: B stalls before its commit CAS of A's copy, C commits it;
+// B's CAS then fails and B finds the committed copy (kFound); A answers kInserted.
+TEST(RaceFault, TwoHelpersOfOneStalledCopy) {
+  const RaceConfig cfg = fault_cfg();
+  Table t(cfg);
+  Client a(*t.fabric, cfg, 1), b(*t.fabric, cfg, 2), c(*t.fabric, cfg, 3);
+  Stalled sa(a, after_tentative(cfg, 0), [&] { return a.find_or_put("k", "from-a"); });
+  ASSERT_TRUE(sa.paused);
+  Stalled sb(b, is_commit, [&] { return b.find_or_put("k", "from-b"); });
+  ASSERT_TRUE(sb.paused);
+  EXPECT_EQ(c.find_or_put("k", "from-c").status, Status::kFound);
+  EXPECT_EQ(c.client.stats().commits_helped, 1u);
+  EXPECT_EQ(sb.resume().status, Status::kFound);
   b.tr->before = nullptr;
-  return r;
+  EXPECT_EQ(b.client.stats().commits_helped, 0u) << "B's late commit CAS must fail";
+  EXPECT_EQ(sa.resume().status, Status::kInserted);
+  a.tr->before = nullptr;
+  check_oracle(t, c, {{"k", "from-a"}}, "k", "two helpers");
+}
+
+// A split freezes the subtable between the helper's read and its commit CAS: B's CAS (from the
+// tentative value) fails on the frozen slot; B finds A's copy in the child and commits it there.
+TEST(RaceFault, SplitBetweenTheHelpersReadAndItsCommit) {
+  const RaceConfig cfg = fault_cfg();
+  Table t(cfg);
+  Client a(*t.fabric, cfg, 1), b(*t.fabric, cfg, 2), c(*t.fabric, cfg, 3);
+  Stalled sa(a, after_tentative(cfg, 0), [&] { return a.find_or_put("k", "from-a"); });
+  ASSERT_TRUE(sa.paused);
+  Stalled sb(b, is_commit, [&] { return b.find_or_put("k", "from-b"); });
+  ASSERT_TRUE(sb.paused);
+  std::unordered_map<std::string, std::string> oracle;
+  for (int i = 0; i < 200 && c.client.stats().splits == 0; ++i) {
+    ASSERT_EQ(c.put(key(i), val(i, 0)).status, Status::kInserted);
+    oracle[key(i)] = val(i, 0);
+  }
+  ASSERT_GT(c.client.stats().splits, 0u);
+  EXPECT_EQ(race_inspect(*t.fabric, cfg).tentative, 1u) << "the split carries A's tentative copy";
+  EXPECT_EQ(sb.resume().status, Status::kFound);
+  b.tr->before = nullptr;
+  EXPECT_EQ(b.client.stats().commits_helped, 1u) << "B commits A's copy in the child";
+  EXPECT_EQ(sa.resume().status, Status::kInserted);
+  a.tr->before = nullptr;
+  oracle["k"] = "from-a";
+  check_oracle(t, c, oracle, "k", "split");
 }
 
 // A LIVE splitter is stalled before each request of the put that splits (the first split, which
-// doubles the directory, and the third, which does not), not marked dead. B (wait budget 0: any
-// wait throws) updates every key, erases a third, and inserts new keys — both halves of the
+// doubles the directory, and the third, which does not), not marked dead. B updates every key, erases a third, and inserts new keys — both halves of the
 // splitting subtable included — and every operation completes at once, agreeing with the oracle.
 // Then A resumes and finishes its put (its remaining CASes fail or are no-ops); nothing is lost,
 // duplicated or resurrected.
 TEST(RaceFault, LiveSplitterStalledAtEveryRequestIsHelpedNotWaitedFor) {
   const RaceConfig cfg = fault_cfg();
-  RaceConfig bcfg = cfg;
-  bcfg.wait_budget = std::chrono::milliseconds(0);
   uint64_t trials = 0, helped = 0;
   for (uint64_t target : {1u, 3u}) {
     const SplitPoint sp = find_split(cfg, target);
     for (uint64_t stop = 0; stop < sp.during; ++stop) {
       Table t(cfg);
       Client a(*t.fabric, cfg, 1);
-      Client b(*t.fabric, bcfg, 2);
+      Client b(*t.fabric, cfg, 2);
       std::unordered_map<std::string, std::string> oracle;
       for (int i = 0; i < sp.put; ++i) {
         ASSERT_EQ(a.put(key(i), val(i, 0)).status, Status::kInserted);
@@ -382,7 +687,7 @@ TEST(RaceFault, LiveSplitterStalledAtEveryRequestIsHelpedNotWaitedFor) {
       });
       gate.wait_paused();
       const std::string label = "split " + std::to_string(target) + " stop " + std::to_string(stop);
-      try {
+      {
         int n = 0;
         std::vector<std::string> erased;
         for (auto& [k, v] : oracle) {
@@ -400,8 +705,6 @@ TEST(RaceFault, LiveSplitterStalledAtEveryRequestIsHelpedNotWaitedFor) {
         }
         for (const auto& [k, v] : oracle) ASSERT_EQ(b.get(k), v) << label;
         for (const auto& k : erased) ASSERT_EQ(b.get(k), std::nullopt) << label;
-      } catch (const RaceWouldWait& e) {
-        ADD_FAILURE() << label << ": B waited for the stalled splitter: " << e.what();
       }
       gate.release();
       ta.join();
@@ -418,32 +721,6 @@ TEST(RaceFault, LiveSplitterStalledAtEveryRequestIsHelpedNotWaitedFor) {
   EXPECT_GT(helped, 40u) << "B must have met (and finished) the stalled split in most trials";
 }
 
-// A live inserter paused before its commit CAS: another inserter of the key whose copy is higher
-// waits for it (the lowest copy of a live owner is never killed): A answers kInserted, B kFound.
-TEST(RaceFault, LiveInserterLowerCopyIsWaitedFor) {
-  const RaceConfig cfg = fault_cfg();
-  int lower = 0;
-  for (int trial = 0; trial < 40; ++trial) {
-    Table t(cfg);
-    Client a(*t.fabric, cfg, 1);
-    Client b(*t.fabric, cfg, 2);
-    for (int i = 0; i < 6; ++i) ASSERT_EQ(b.put(key(100 + i), "x").status, Status::kInserted);
-    const std::string k = "k" + std::to_string(trial);
-    OpResult ar;
-    const OpResult br = race_live(
-        t, a, b, is_commit, [&] { return a.find_or_put(k, "from-a"); }, [&] { return b.find_or_put(k, "from-b"); }, ar);
-    Client c(*t.fabric, cfg, 3);
-    if (b.client.stats().waits > 0) {  // A's copy was the lower one
-      ++lower;
-      EXPECT_EQ(ar.status, Status::kInserted) << trial;
-      EXPECT_EQ(br.status, Status::kFound) << trial;
-      EXPECT_EQ(c.get(k), std::optional<std::string>("from-a"));
-    }
-    EXPECT_TRUE((ar.status == Status::kInserted) != (br.status == Status::kInserted)) << "inserted exactly once";
-    EXPECT_EQ(race_inspect(*t.fabric, cfg).tentative, 0u);
-  }
-  EXPECT_GT(lower, 3);
-}
 
 // Two helpers at once: A (the splitter) is stalled mid-split, B starts helping and is stalled
 // before its first request of one kind (a copy CAS, a doubling CAS, a directory CAS, the global
@@ -548,33 +825,6 @@ TEST(RaceFault, TwoHelpersAndALateOneAgree) {
       EXPECT_GT(paused_in[kind], 0) << "B never stalled before a " << kind << " request";
     }
   }
-}
-
-// Budget: the one wait left — for a live inserter's lower tentative copy of the same key — ends in
-// RaceWouldWait naming it, and changes nothing (a zero budget: at the first wait).
-TEST(RaceFault, WaitForALiveOwnerIsBoundedByTheBudget) {
-  const RaceConfig cfg = fault_cfg();
-  RaceConfig bcfg = cfg;
-  bcfg.wait_budget = std::chrono::milliseconds(0);
-  int thrown = 0;
-  for (int trial = 0; trial < 40; ++trial) {
-    Table t(cfg);
-    Client a(*t.fabric, cfg, 1);
-    Client b(*t.fabric, bcfg, 2);
-    for (int i = 0; i < 6; ++i) ASSERT_EQ(b.put(key(100 + i), "x").status, Status::kInserted);
-    const std::string k = "k" + std::to_string(trial);
-    a.tr->die = is_commit;  // stopped before its commit, NOT marked dead
-    ASSERT_TRUE(a.dies_in([&] { a.find_or_put(k, "from-a"); }));
-    try {
-      b.find_or_put(k, "from-b");
-    } catch (const RaceWouldWait& e) {
-      ++thrown;
-      EXPECT_NE(std::string(e.what()).find("tentative"), std::string::npos) << e.what();
-      EXPECT_EQ(b.client.stats().takeovers, 0u);
-      EXPECT_EQ(race_inspect(*t.fabric, cfg).committed, 6u);
-    }
-  }
-  EXPECT_GT(thrown, 3) << "the stopped copy must have been the lower one in some trials";
 }
 
 TEST(RaceFault, ClientIdsBeyondTheOwnerBitsAreRefused) {

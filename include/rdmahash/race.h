@@ -19,11 +19,13 @@
 //    give the key's two main buckets; both combined buckets are READ in the same batch.
 //  * Bucket: 8-byte header (bits 0..7 local depth, bits 8..63 suffix; all ones = RETIRED) + 7
 //    slots of 8 bytes:
-//      slot = bits 56..63 fingerprint | 48..55 block length in 64-byte units | bit 47 FROZEN |
-//             bit 46 COMMITTED | bits 40..45 node | bits 0..39 block offset/64;  0 = empty;
-//             FROZEN | COMMITTED with no pointer = RESERVED: a new subtable's slot the split has
-//             not copied. Freezing never produces it (a frozen empty slot is FROZEN alone, a
-//             committed slot has a pointer), so no frozen slot can pass for RESERVED.
+//      slot = bit 63 KILLED | bits 56..62 fingerprint | 48..55 block length in 64-byte units |
+//             bit 47 FROZEN | bit 46 COMMITTED | bits 40..45 node | bits 0..39 block offset/64;
+//             0 = empty; FROZEN | COMMITTED with no pointer = RESERVED: a new subtable's slot the
+//             split has not copied (freezing never produces it: a frozen empty slot is FROZEN
+//             alone, a committed or killed slot has a pointer, so no frozen slot passes for
+//             RESERVED); KILLED = a tentative copy another inserter killed (pointer kept: only
+//             its owner clears it, to 0; see Helping).
 //    7 slots (not 8) because the header shares the 64-byte cache line, as in the RACE authors'
 //    code and SMART: one bucket = one line, one combined bucket = two lines.
 //  * Split word (node-0 header word `split`): 0, or owner+1 << 48 | address of a 64-byte *split
@@ -31,8 +33,8 @@
 //    written before the word names it and never written again. One split is installed at a time.
 //  * Death board (node 0, after the directory): bit i set = client i is dead, for good. Only the
 //    memory node's CPU sets bits (race_mark_dead: serve, after a client's connection closed and
-//    the grace period passed; tests, for a client they stopped). Clients READ it. Splits no longer
-//    need it; it serves the one remaining wait (a dead inserter's lowest tentative copy).
+//    the grace period passed). No client reads it any more: splits and tentative copies are
+//    helped, so nothing waits for a dead client (kept in the layout; serve still marks).
 //  * Client ids: 0..2047 (kRaceMaxClientId; RaceClient refuses larger), unique among the table's
 //    clients over its life, never reused (a reused id of a dead client would read as dead).
 //    bench: the client index (in-process, mpirun); --connect: the id memory node 0 gave (refused
@@ -62,16 +64,19 @@
 //          RT2 CAS an empty slot of the less loaded combined bucket to our pointer, *tentative*
 //              (COMMITTED clear; readers ignore tentative slots).
 //          RT3 re-READ both combined buckets (+ dir entry; + blocks of new fingerprint matches).
-//          RT1 also: a tentative copy of the key by another client and none of ours → wait for it
-//          (its owner commits or withdraws; a dead owner's copy is killed, see Takeover), re-read.
-//          Duplicate resolution over copies of the key in the two combined buckets:
-//              a COMMITTED copy exists → clear ours, kFound;
-//              a lower-addressed tentative copy → clear ours, start over (we will see it commit);
-//              higher-addressed tentative copies → CAS them to empty (kill), re-read;
-//              ours is the only one → RT4 CAS ours tentative→COMMITTED: kInserted (its instant).
-//          At most one copy ever commits (a commit needs the copy still tentative; of two racing
-//          copies the later re-reader sees the other and either yields or kills it first), and the
-//          lowest tentative copy is never killed, so some inserter always finishes.
+//          Duplicate resolution over the view (every read, RT1 included; see Helping):
+//              a KILLED marker of ours → CAS it to 0, start over;
+//              our copy COMMITTED (by a helper) → kInserted;
+//              ours placed earlier but gone, no marker → a helper committed it and a later
+//                  update/erase replaced it: kInserted (after the dir check);
+//              another COMMITTED copy → withdraw ours (CAS to 0), kFound (put: update it);
+//              tentative copies (ours or not), lowest-addressed t: CAS every other one to 0
+//                  (ours: withdraw) or to itself|KILLED (another's: kill); if any, re-read;
+//                  else (t is the only copy) RT4 CAS t tentative→COMMITTED: t's owner's insert
+//                  takes effect there. t ours → kInserted; another's → kFound (put: update it);
+//              no copy → RT2 CAS an empty slot of the less loaded combined bucket, tentative.
+//          A find_or_put whose first view holds another client's lone tentative copy commits it:
+//          3 round trips (WRITE+READ, block READ + dir check, commit CAS), kFound.
 //          4 round trips, one more than the paper's 3: its rule (re-read, keep one) cannot tell an
 //          inserter that already returned kInserted from one still deciding; the commit bit can.
 //  update: RT1 WRITE new block + READ buckets; RT2 blocks + dir check; RT3 CAS old slot → new.
@@ -140,21 +145,49 @@
 //   * Lock-free: a split is finished by whoever meets it; a runner only retries a CAS after another
 //     client's CAS on that word succeeded (progress), so some operation always completes. Splits
 //     are serialized (one split word): simpler to argue, at the price of split concurrency.
-// Waits and takeover (the one wait left)
-//   * An inserter that finds a lower tentative copy of its key by another client waits for that
-//     owner to commit or withdraw it (re-reading), for at most `wait_budget` without progress
-//     (then RaceWouldWait). Every `death_check_every` re-reads it READs the death board; a dead
-//     owner's copy is CASed from the value read to 0. Safe: a tentative copy was never
-//     acknowledged (its owner answers only after its commit CAS), and if that commit CAS landed
-//     the slot no longer holds the tentative value, so the kill fails.
-//   * Assumption: a client marked dead issues no request afterwards. serve marks a client only
-//     `recovery_grace` after its connection closed, having served its worker meanwhile (requests
-//     it posted before dying have landed); a client that is merely slow is never marked.
+// Helping (no inserter waits for another; issue 9)
+//   * Rule C: a copy is committed only by a CAS from its exact tentative value, issued by a client
+//     (its owner or any helper) whose last view showed it as the ONLY copy of the key — every
+//     other copy it saw it had killed or withdrawn, then re-read. Kills and withdrawals are CASes
+//     from the exact tentative value too; blocks are never reused (no ABA).
+//   * At most one copy commits. Say X commits at CAS c_X after a view V_X showing X alone, and
+//     Y later at c_Y after V_Y showing Y alone. Y was placed after V_X (else V_X showed it and
+//     X would not have been alone), so V_Y, read after Y's placement, shows X unless X left:
+//     X tentative or committed in V_Y → Y is not alone (or resolution answers kFound); X gone
+//     (updated or erased after c_X) → the key was removed and Y's is a new insert (correct).
+//     A copy Z placed between V_X and c_X (e.g. a third client's LOWER copy appearing after a
+//     helper's read): whoever resolves for Z sees X tentative and kills it before committing
+//     Z; that kill and c_X are CASes on X's slot from the same value, only one lands. Kill
+//     first → c_X fails and the helper re-reads; c_X first → the kill fails, Z's side re-reads,
+//     sees X committed and withdraws Z (kFound).
+//   * A slot frozen by a split holds value|FROZEN: a commit (or kill) CAS from the tentative
+//     value fails; the helper re-reads, helps the split and finds the copy (same value, copied
+//     by the split) in the child, where it may commit it.
+//   * The owner's answer is exact: kInserted iff its copy was committed, by its own CAS or a
+//     helper's. After a helper's, the owner's next view shows its copy COMMITTED, or (updated or
+//     erased since) no trace of it. A killed copy never vanishes: the kill leaves KILLED with
+//     the pointer, only the owner clears it, splits copy it like any slot; so "gone without a
+//     marker" means "committed". A helped insert linearizes at the helper's commit CAS, inside
+//     the owner's pending operation; the helper's kFound follows it; readers see the key from
+//     that CAS on. (Without markers an owner stalled past a help, an erase and a slot reuse
+//     could not tell and would insert the key a second time.)
+//   * Lock-free: the lowest tentative copy is never killed (a killer kills only copies above the
+//     lowest of its view), and committing it needs no one else; every failed CAS means another
+//     client's CAS on that slot landed.
+//   * Nothing acknowledged is lost: tentative copies are acknowledged by nobody; a committed one
+//     changes only by update/erase (CAS from the committed value).
 // What another client sees if a client dies (or stalls) at any instruction
 //   * Before its CAS: an unreferenced KV block (leaked pool space), nothing else.
-//   * Holding a tentative slot: invisible to readers; other inserters of that key kill it (if
-//     theirs is lower, or once the death board marks its writer dead) — until then a dead lowest
-//     tentative makes inserts of that one key wait.
+//   * Holding a tentative slot: invisible to readers; the next inserter of that key commits it
+//     (it is the lowest: the dead client's insert takes effect) or kills it (it is higher). A
+//     killed copy of a dead owner stays a KILLED marker for good: one slot leaked per such copy
+//     (only its owner clears markers), carried along by splits; nobody waits on it.
+//   * A helper that dies (or stalls) between its kills and its commit: its CASes that landed are
+//     ones any inserter might have made; the next inserter redoes the resolution. A stalled
+//     helper's late commit CAS expects the exact tentative value: after another commit, a kill,
+//     a withdrawal or a freeze it fails.
+//   * An owner that stalls after its tentative CAS: its copy is committed or killed by others;
+//     when it resumes it answers kInserted (committed) or starts over (its KILLED marker).
 //   * Splitting, before installing (steps 1-3): leaked A, B and descriptor; nothing visible.
 //   * Splitting or helping, after installing: nothing to wait for. The next writer that meets a
 //     frozen slot of S, or wants to split anything, runs the split to its end; readers never
@@ -194,8 +227,11 @@
 //  * KV block checksum: a block whose bytes do not match its checksum is rejected (race-checksum)
 //  * key length bound (1..256 bytes) checked before any request (race-key-bound)
 //  * value length bound (15360 bytes) checked before any request (race-value-bound)
-//  * death check: a lower tentative copy is killed only when the death board marks its writer
-//    dead (race-tentative-death-check)
+//  * helping commits by CAS from the exact tentative value (race-help-commit-write)
+//  * an owner whose copy a helper committed answers kInserted: its committed copy
+//    (race-owner-committed-by-helper), or no trace of it (race-owner-gone-means-committed)
+//  * withdrawals CAS from the tentative value: never clear a committed copy (race-withdraw-cas)
+//  * kills leave a KILLED marker, so an owner tells killed from committed (race-kill-marker)
 //  * client ids above kRaceMaxClientId are refused (race-client-id-bound)
 
 #pragma once
@@ -232,12 +268,6 @@ struct RaceConfig {
   bool dir_cache = true;              // false: READ the directory entry before every operation
   bool resize = true;                 // false: an insert into two full buckets answers kFull
   uint64_t hash_seed = 0x5ACE5ACE12345678ULL;
-  // An inserter waiting for another client's lower tentative copy of its key (the only wait left:
-  // splits are helped, never waited for) gives up with RaceWouldWait after this long without
-  // progress (0: at the first wait).
-  std::chrono::milliseconds wait_budget{30000};
-  // Re-reads of a wait between two looks at the death board (a dead owner is taken over).
-  uint32_t death_check_every = 64;
   // Tests only (serve kill tests): the client process raise(SIGKILL)s at its Nth split step
   // (about 12 a split, counted over its life, helping included), leaving its split installed. 0: never.
   uint64_t test_die_at_step = 0;
@@ -265,12 +295,6 @@ struct RaceNodeHeader {
   uint64_t pad;
 };
 static_assert(sizeof(RaceNodeHeader) == 64);
-
-// An inserter waited `wait_budget` for a live client's lower tentative copy of its key.
-class RaceWouldWait : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 // Memory-node side: formats the nodes hosted by this process and serves allocation RPCs.
 // The handler keeps its state alive; the object may be dropped after construction.
@@ -307,8 +331,9 @@ struct RaceClientStats {
   uint64_t dir_refreshes = 0;    // directory re-reads (stale cache, cache off, splits)
   uint64_t stale_detected = 0;   // headers or directory checks that revealed a stale cache
   uint64_t stale_headers = 0;    // of which by a bucket header (wrong suffix or RETIRED: SRCDD)
-  uint64_t waits = 0;            // re-reads spent waiting for a live writer's lower tentative copy
-  uint64_t takeovers = 0;        // dead writers' tentative copies killed
+  uint64_t commits_helped = 0;   // other clients' tentative copies this client committed
+  uint64_t commits_by_helper = 0;  // own tentative copies another client committed (answered kInserted)
+  uint64_t kills = 0;            // other clients' tentative copies killed (duplicate resolution)
   uint64_t helped = 0;           // other clients' splits this client ran (in part or to the end)
   uint64_t chunk_rpcs = 0;
   std::vector<double> split_load;  // load factor of each subtable this client split, when split
@@ -352,7 +377,7 @@ class RaceClient final : public KvClient {
 struct RaceInspection {
   uint32_t global_depth = 0;
   uint64_t subtables = 0;
-  uint64_t committed = 0, tentative = 0, frozen = 0;
+  uint64_t committed = 0, tentative = 0, frozen = 0, killed = 0;  // killed: kill markers
   uint64_t slots = 0;  // over all subtables
   bool locks_clear = true;
   std::vector<std::vector<std::byte>> keys;

@@ -20,6 +20,9 @@ namespace {
 // --- slot, directory entry and header words ----------------------------------------------------
 constexpr uint64_t kFrozen = 1ULL << 47;
 constexpr uint64_t kCommitted = 1ULL << 46;
+// A tentative copy killed by another inserter: its value with bit 63 set (pointer kept, so its
+// owner recognises it and clears it; race.h "Helping"). Fingerprints are the 7 bits 56..62.
+constexpr uint64_t kKilled = 1ULL << 63;
 constexpr uint64_t kOffMask = (1ULL << 40) - 1;
 constexpr uint64_t kPtrMask = (1ULL << 46) - 1;  // node + offset: a block's identity
 // A slot of a new subtable before the split's copy reached it: FROZEN | COMMITTED with no pointer.
@@ -40,7 +43,7 @@ constexpr uint64_t kDescMagic = 0x5350494C54524143ULL;  // descriptor block, wor
 constexpr uint32_t kMaxUnits = 255;  // block length field, 64-byte units
 constexpr uint32_t kBatch = 256;     // requests per batch in split loops
 
-inline uint8_t slot_fp(uint64_t v) { return static_cast<uint8_t>(v >> 56); }
+inline uint8_t slot_fp(uint64_t v) { return static_cast<uint8_t>((v >> 56) & 0x7f); }
 inline uint32_t slot_units(uint64_t v) { return static_cast<uint32_t>((v >> 48) & 0xff); }
 inline RemoteAddr slot_block(uint64_t v) {
   return RemoteAddr{static_cast<uint32_t>((v >> 40) & 0x3f), (v & kOffMask) * 64};
@@ -118,7 +121,7 @@ Place place(const RaceConfig& c, std::span<const std::byte> key) {
   const uint64_t mains = uint64_t{2} * c.groups_per_subtable;
   p.main = {hash::range(hash::mix64(p.h ^ 0xA0761D6478BD642FULL), mains),
             hash::range(hash::mix64(p.h ^ 0xE7037ED1A0B428DBULL), mains)};
-  p.fp = static_cast<uint8_t>(hash::mix64(p.h ^ 0x8EBC6AF09C88C6E3ULL) >> 56);
+  p.fp = static_cast<uint8_t>(hash::mix64(p.h ^ 0x8EBC6AF09C88C6E3ULL) >> 57);  // 7 bits: bit 63 is kKilled
   return p;
 }
 // Offset of main bucket m's combined bucket inside a subtable (two buckets, 128 bytes).
@@ -149,8 +152,6 @@ void RaceConfig::validate() const {
   if (initial_depth > max_depth) bad("initial depth must be at most max depth (" + std::to_string(max_depth) + ")");
   if (chunk_bytes < 16384 || chunk_bytes % 64 != 0) bad("chunk bytes must be a multiple of 64, at least 16384");
   if (key_bytes < 8 || key_bytes > kMaxKeyBytes) bad("key bytes must be in [8, 256]");
-  if (wait_budget.count() < 0) bad("wait budget must not be negative");
-  if (death_check_every == 0) bad("death check interval must be at least 1 re-read");
 }
 
 uint64_t RaceConfig::pool_offset() const { return board_offset() + kRaceBoardBytes; }
@@ -323,19 +324,6 @@ struct RaceClient::Impl {
     Place p;
     std::vector<std::pair<uint64_t, bool>> known;  // block identity → holds this key
     uint32_t chunks = 0;
-    uint32_t waits = 0;  // re-reads since the last progress (a takeover counts as progress)
-    std::chrono::steady_clock::time_point wait_since{};
-    std::vector<std::pair<uint64_t, uint32_t>> writers;  // block identity → writer (block header)
-  };
-  // What a writer waits for (race.h, "Takeover").
-  struct Blocker {
-    enum Kind : uint8_t { kTentative } kind;
-    RemoteAddr at{};  // kTentative: the lower tentative slot and its value
-    uint64_t v = 0;
-    uint32_t owner = 0;
-    const char* what() const {
-      return "a lower tentative copy of the key";
-    }
   };
   // The two combined buckets as read.
   struct SlotRef {
@@ -383,46 +371,10 @@ struct RaceClient::Impl {
     }
   }
 
-  // One re-read of a wait for `b`. Every death_check_every re-reads, look at the death board and
-  // take over from a dead owner (progress: the budget starts again); a live owner is waited for
-  // until wait_budget has passed without progress.
-  Task<void> wait(Ctx& c, const Blocker& b) {
-    ++st.waits;
-    const auto now = std::chrono::steady_clock::now();
-    if (c.waits++ == 0) c.wait_since = now;
-    if (now - c.wait_since >= cfg.wait_budget)
-      throw RaceWouldWait("race: a writer waited " + std::to_string(cfg.wait_budget.count()) + " ms (" +
-                          std::to_string(c.waits) + " re-reads) for " + b.what() + " held by live client " +
-                          std::to_string(b.owner) + " that did not finish");
-    co_await refresh();
-    if (c.waits % cfg.death_check_every != 0) co_return;
-    if (co_await help(c, b)) c.waits = 0;  // (no co_await inside &&: GCC 12 miscompiles it)
-  }
-
-  // --- dead inserters' tentative copies (race.h, "Takeover") ------------------------------------
-
   // Tests only (RaceConfig::test_die_at_step): the process kills itself at its Nth split step.
   uint64_t split_steps = 0;
   void die_point() {
     if (cfg.test_die_at_step != 0 && ++split_steps == cfg.test_die_at_step) ::raise(SIGKILL);
-  }
-
-  Task<bool> is_dead(uint32_t who) {
-    if (who > kRaceMaxClientId) co_return false;
-    uint64_t w = 0;
-    co_await engine.read(RemoteAddr{0, cfg.board_offset() + 8 * (who / 64)}, &w, 8);
-    co_return ((w >> (who % 64)) & 1) != 0;
-  }
-
-  // True when the blocker (a dead writer's lower tentative copy) was killed.
-  Task<bool> help(Ctx&, const Blocker& b) {
-    const bool dead = co_await is_dead(b.owner);
-    if (!dead) co_return false;
-    // Never acknowledged (its owner answers only after its commit CAS); had that CAS landed,
-    // the slot would not hold b.v and this CAS fails.
-    if (!co_await cas(b.at, b.v, 0)) co_return false;
-    ++st.takeovers;
-    co_return true;
   }
 
   // --- splits, run by anyone (race.h, "Split") -------------------------------------------------
@@ -697,7 +649,7 @@ struct RaceClient::Impl {
     };
     std::vector<Fetch> fetch;
     for (const SlotRef& s : v.slots) {
-      if ((s.v & ~kFrozen) == 0 || slot_fp(s.v) != c.p.fp || (!all && !(s.v & kCommitted))) continue;
+      if ((s.v & ~kFrozen) == 0 || (s.v & kKilled) || slot_fp(s.v) != c.p.fp || (!all && !(s.v & kCommitted))) continue;
       const uint64_t id = s.v & kPtrMask;
       const bool wanted_value = value_out && (s.v & kCommitted);
       if (!wanted_value && std::any_of(c.known.begin(), c.known.end(), [&](auto& k) { return k.first == id; })) continue;
@@ -738,7 +690,6 @@ struct RaceClient::Impl {
       const bool mine = b->key.size() == c.key.size() && std::equal(b->key.begin(), b->key.end(), c.key.begin());
       if (std::none_of(c.known.begin(), c.known.end(), [&](auto& k) { return k.first == f.id; })) {
         c.known.emplace_back(f.id, mine);
-        c.writers.emplace_back(f.id, b->writer);
       }
       if (mine && value_out) {
         value_out->assign(b->value.begin(), b->value.end());
@@ -747,7 +698,7 @@ struct RaceClient::Impl {
     }
     copies.clear();
     for (const SlotRef& s : v.slots) {
-      if ((s.v & ~kFrozen) == 0 || slot_fp(s.v) != c.p.fp) continue;
+      if ((s.v & ~kFrozen) == 0 || (s.v & kKilled) || slot_fp(s.v) != c.p.fp) continue;
       const uint64_t id = s.v & kPtrMask;
       auto it = std::find_if(c.known.begin(), c.known.end(), [&](auto& k) { return k.first == id; });
       if (it != c.known.end() && it->second) copies.push_back(s);
@@ -814,7 +765,7 @@ struct RaceClient::Impl {
 
   Task<OpResult> get(std::span<const std::byte> key, std::vector<std::byte>* out) {
     check_key(key);
-    Ctx c{key, place(cfg, key), {}, 0, 0, {}, {}};
+    Ctx c{key, place(cfg, key), {}, 0};
     View v;
     std::vector<SlotRef> copies;
     std::vector<std::byte> value;
@@ -848,7 +799,7 @@ struct RaceClient::Impl {
   Task<OpResult> write(std::span<const std::byte> key, std::span<const std::byte> value, Mode mode) {
     check_key(key);
     check_value(value);
-    Ctx c{key, place(cfg, key), {}, 0, 0, {}, {}};
+    Ctx c{key, place(cfg, key), {}, 0};
     std::vector<std::byte> block;
     build_block(key, value, id, block);
     const uint32_t units = static_cast<uint32_t>(block.size() / 64);
@@ -884,42 +835,46 @@ struct RaceClient::Impl {
       });
       if (co_await classify(c, v, true, any_match || mode == Mode::kUpdate, copies, nullptr, nullptr) == Verdict::kRetry)
         continue;
+      // Our copy killed by another inserter (race.h, "Helping"): clear the marker and start over.
+      // Only a kill leaves it, so a copy of ours that is gone without one was committed.
+      const SlotRef* marker = nullptr;
+      for (const SlotRef& s : v.slots)
+        if ((s.v & kKilled) && (s.v & kPtrMask) == mine_id) marker = &s;
+      if (marker) {
+        if (!co_await cas(marker->addr, marker->v, 0)) continue;
+        have_mine = false;
+        continue;
+      }
       const SlotRef* mine = nullptr;
       const SlotRef* committed = nullptr;
-      bool lower_tentative = false;
-      const SlotRef* lowest = nullptr;  // the lowest tentative copy of another writer
-      std::vector<SlotRef> higher;
-      // Our block may be referenced twice (a copy stranded by a split, see below): the committed
-      // one, else the lowest, is ours; the others are withdrawn like higher tentative copies.
+      const SlotRef* lowest = nullptr;  // the lowest tentative copy: the one that may commit
+      // Our block referenced twice would be a bug; the committed reference, else the lowest, is
+      // ours, the others are withdrawn like other tentative copies.
       for (const SlotRef& s : copies)
         if ((s.v & kPtrMask) == mine_id && (!mine || (s.v & kCommitted))) mine = &s;
       for (const SlotRef& s : copies) {
-        if (&s == mine) continue;
-        if ((s.v & kPtrMask) == mine_id) {
-          higher.push_back(s);
-          continue;
-        }
-        if (s.v & kCommitted) committed = &s;
-        else if (!mine || s.addr.offset < mine->addr.offset) {
-          lower_tentative = true;
-          if (!lowest || s.addr.offset < lowest->addr.offset) lowest = &s;
-        } else {
-          higher.push_back(s);
+        if (s.v & kCommitted) {
+          if (&s == mine || (s.v & kPtrMask) != mine_id) committed = &s;
+        } else if (!lowest || s.addr.offset < lowest->addr.offset) {
+          lowest = &s;
         }
       }
-      if (mine && (mine->v & kCommitted)) {
-        for (const SlotRef& h : higher)
-          if ((h.v & kPtrMask) == mine_id) (void)co_await cas(h.addr, h.v, 0);
+      if (mine && (mine->v & kCommitted)) {  // a helper committed it (our own CAS answers at once)
+        ++st.commits_by_helper;
+        for (const SlotRef& h : copies)
+          if (&h != mine && (h.v & kPtrMask) == mine_id) (void)co_await cas(h.addr, h.v, 0);
+        co_return done(Status::kInserted);
+      }
+      if (have_mine && !mine) {
+        // Our copy is gone and left no kill marker: a helper committed it and a later update or
+        // erase replaced it (it never left a split behind: a retired subtable is all frozen) (validate the view first: a stale one may just not show it).
+        if (co_await classify(c, v, true, true, copies, nullptr, nullptr) == Verdict::kRetry) continue;
+        ++st.commits_by_helper;
         co_return done(Status::kInserted);
       }
       if (committed) {
-        if (mine) {  // withdraw our tentative copy before answering
+        if (mine) {  // withdraw our tentative copy before answering (fails if it was committed)
           if (!co_await cas(mine->addr, mine->v, 0)) continue;
-          have_mine = false;
-        } else if (have_mine) {
-          // Our copy is stranded in a subtable a split left (see below); withdraw it if it is
-          // still there. Frozen by a later split, it is dropped by that split instead.
-          (void)co_await cas(mine_at, mine_tent, 0);
           have_mine = false;
         }
         if (mode == Mode::kFindOrPut) co_return done(Status::kFound);
@@ -928,35 +883,29 @@ struct RaceClient::Impl {
         continue;  // lost to a concurrent write: fresh read
       }
       if (mode == Mode::kUpdate) co_return done(Status::kNotFound);
-      if (have_mine && !mine) {
-        // Killed by a lower copy (or the view is from before a split moved ours): validate, then
-        // start over — the survivor's commit (or our own copy) will show up.
-        if (co_await classify(c, v, true, true, copies, nullptr, nullptr) == Verdict::kRetry) continue;
-        // Or our CAS landed in a subtable a split had already left (stale read before the
-        // split, CAS after it): withdraw that stranded copy if it is still there.
-        (void)co_await cas(mine_at, mine_tent, 0);
-        have_mine = false;
-        continue;
-      }
-      if (lower_tentative) {
-        const SlotRef low = *lowest;
-        if (mine) {
-          if (!co_await cas(mine->addr, mine->v, 0)) continue;
-          have_mine = false;
+      if (lowest) {
+        // Kill every other tentative copy (withdraw ours), then, once a re-read shows the lowest
+        // as the only copy, commit it, whoever owns it: nobody waits for its owner.
+        bool changed = false;
+        for (const SlotRef& s : copies) {
+          if (&s == lowest) continue;
+          const bool own = (s.v & kPtrMask) == mine_id;
+          if (!co_await cas(s.addr, s.v, own ? 0 : (s.v | kKilled))) {
+            changed = true;
+            continue;
+          }
+          changed = true;
+          if (own) have_mine = false;
+          else ++st.kills;
         }
-        uint32_t owner = kRaceMaxClientId + 1;  // unknown: never taken for dead
-        for (const auto& [blk, w] : c.writers)
-          if (blk == (low.v & kPtrMask)) owner = w;
-        // The lower copy's owner commits or withdraws; a dead owner's copy is killed.
-        co_await wait(c, Blocker{Blocker::kTentative, low.addr, low.v, owner});
-        continue;
-      }
-      if (mine) {
-        bool killed_all = true;
-        for (const SlotRef& s : higher)
-          if (!co_await cas(s.addr, s.v, 0)) killed_all = false;
-        if (!killed_all || !higher.empty()) continue;  // re-read and decide again
-        if (co_await cas(mine->addr, mine->v, mine->v | kCommitted)) co_return done(Status::kInserted);
+        if (changed) continue;  // re-read and decide again
+        const SlotRef t = *lowest;
+        const uint64_t commit_v = t.v | kCommitted;
+        if (co_await cas(t.addr, t.v, commit_v)) {
+          if ((t.v & kPtrMask) == mine_id) co_return done(Status::kInserted);
+          ++st.commits_helped;  // its owner's insert took effect here; ours finds (or updates) it
+          if (mode == Mode::kFindOrPut) co_return done(Status::kFound);
+        }
         continue;
       }
       // Absent: CAS an empty slot of the less loaded combined bucket (main bucket first).
@@ -981,7 +930,7 @@ struct RaceClient::Impl {
 
   Task<OpResult> erase(std::span<const std::byte> key) {
     check_key(key);
-    Ctx c{key, place(cfg, key), {}, 0, 0, {}, {}};
+    Ctx c{key, place(cfg, key), {}, 0};
     View v;
     std::vector<SlotRef> copies;
     for (;;) {
@@ -1184,6 +1133,10 @@ RaceInspection race_inspect(Fabric& fabric, const RaceConfig& cfg, bool with_key
         const uint64_t w = node_load(region.data(), sub.offset + b * 64 + 8 + 8 * s);
         if (w == 0) continue;
         if (w & kFrozen) ++r.frozen;
+        if (w & kKilled) {
+          ++r.killed;
+          continue;
+        }
         if (!(w & kCommitted)) {
           ++r.tentative;
           continue;
