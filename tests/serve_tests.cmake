@@ -7,7 +7,7 @@
 # nothing between requests (linear set and heap: single CASes; cuckoo and level: every write is an RPC the
 # memory node applies): 20 kills for linear set (the issue's count), 8 for the others. Linear
 # inline, whose clients hold a slot lock, is tested with clients that die holding one, and race,
-# whose clients hold split locks and tentative copies, with clients that die mid-split (below).
+# whose clients leave installed splits and tentative copies, with clients that die mid-split (below).
 # kill -9 of a persistent memory node (continuity --pm-path) during an insert load, 5 rounds at
 # random points: the restarted server recovers the file and every acknowledged write of the
 # client's history is in it (tests/serve_pm_kill_test.sh, tests/pm_history_verify.py; no Go needed).

@@ -45,7 +45,8 @@
 // (kill -9 included), logs it ("lost") and keeps serving every other client. What the client
 // left in the table is each scheme's business (see the scheme headers): the server runs the
 // scheme's ClientLossHandler, if any (linear inline: LinearLockSweeper recovers orphaned locks;
-// race: the lost client's id goes on the death board, and survivors take over its splits).
+// race: the lost client's id goes on the death board, a record only: survivors finish an installed
+// split or commit a tentative copy of any client, dead or alive, without looking at it).
 //
 // What a dead server leaves: its clients' TCP connections close. A client looks at them when a
 // batch has waited 200 ms (an RPC nobody will answer) and every 1024 batches (over shared memory

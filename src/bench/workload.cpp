@@ -354,14 +354,15 @@ class RaceAdapter final : public SchemeAdapter {
   ClientSetup make_client(Engine& engine, const ReadSizeSpec& spec, const BenchOptions& o) const override {
     return make_client_as(engine, spec, o, 0);
   }
-  // The client id names this client in the locks and blocks it holds (the death board marks it).
+  // The client id names this client in its split descriptors and KV blocks (tentative copies).
   ClientSetup make_client_as(Engine& engine, const ReadSizeSpec& spec, const BenchOptions&, uint32_t client) const override {
     if (spec.kind != ReadSizeSpec::Kind::kFixed)
       throw InvalidArgument("--read-size " + spec.text() + " applies to linear probing, not to --scheme race");
     return {std::make_unique<RaceClient>(cfg_, engine, client), 2 * kRaceSlots};
   }
   // Served (node 0 here): a lost client is marked on the death board after the grace period (its
-  // posted requests have landed by then); survivors then take over what it held (race.h).
+  // posted requests have landed by then). Survivors do not need the mark (race.h, Helping: any
+  // client finishes an installed split and commits or kills a tentative copy); serve logs it.
   std::unique_ptr<ClientLossHandler> loss_handler(Fabric& fabric) const override {
     if (fabric.local_region(0).empty()) return nullptr;
     struct Handler final : ClientLossHandler {
