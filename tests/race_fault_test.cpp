@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstddef>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -652,6 +653,26 @@ TEST(RaceFault, SplitBetweenTheHelpersReadAndItsCommit) {
   check_oracle(t, c, oracle, "k", "split");
 }
 
+// The split statistics against the directory: every finished split adds one live subtable, and
+// exactly its installer counts it, so the clients' splits sum to the live subtables less the
+// initial ones (a void split, which publishes nothing, is counted by nobody).
+void expect_split_count(Table& t, std::initializer_list<const Client*> clients, const std::string& label) {
+  uint64_t splits = 0;
+  for (const Client* c : clients) splits += c->client.stats().splits;
+  const RaceInspection in = race_inspect(*t.fabric, t.cfg);
+  EXPECT_EQ(splits, in.subtables - (uint64_t{1} << t.cfg.initial_depth)) << label << ": splits counted vs. published";
+}
+
+bool is_install(const Request& r) {
+  return r.kind == ReqKind::kCas && r.addr.node == 0 && r.addr.offset == offsetof(RaceNodeHeader, split) && r.compare == 0;
+}
+bool is_subtable_alloc(const RaceConfig& cfg, const Request& r) {
+  uint64_t bytes = 0;  // the allocation request is {bytes, node}
+  if (r.kind != ReqKind::kRpc || r.len < 16) return false;
+  std::memcpy(&bytes, r.buf, 8);
+  return bytes == cfg.subtable_bytes();
+}
+
 // A LIVE splitter is stalled before each request of the put that splits (the first split, which
 // doubles the directory, and the third, which does not), not marked dead. B updates every key, erases a third, and inserts new keys — both halves of the
 // splitting subtable included — and every operation completes at once, agreeing with the oracle.
@@ -714,11 +735,135 @@ TEST(RaceFault, LiveSplitterStalledAtEveryRequestIsHelpedNotWaitedFor) {
       if (b.client.stats().helped > 0) ++helped;
       ++trials;
       check_survivor(t, b, oracle, 1000, static_cast<int>(target * 1000 + stop));
+      expect_split_count(t, {&a, &b}, label);
       if (testing::Test::HasFailure()) return;
     }
   }
   EXPECT_GT(trials, 80u);
   EXPECT_GT(helped, 40u) << "B must have met (and finished) the stalled split in most trials";
+}
+
+// The splitter A stalls just after installing its split (before reading the descriptor back).
+// B finishes that split and goes on until A's child with suffix s is split again, so dir[s] names
+// neither S nor A's child when A resumes: A must not take its published split for a void one
+// (which would count it nowhere and, worse, keep its published children as spares and overwrite
+// them with fresh images at its next split). A then splits again; nothing is lost.
+TEST(RaceFault, InstallerStalledPastItsPublishedSplitCountsItAndKeepsNoChild) {
+  const RaceConfig cfg = fault_cfg();
+  for (uint64_t target : {1u, 3u}) {
+    const std::string label = "split " + std::to_string(target);
+    const SplitPoint sp = find_split(cfg, target);
+    Table t(cfg);
+    Client a(*t.fabric, cfg, 1), b(*t.fabric, cfg, 2);
+    std::unordered_map<std::string, std::string> oracle;
+    for (int i = 0; i < sp.put; ++i) {
+      ASSERT_EQ(a.put(key(i), val(i, 0)).status, Status::kInserted);
+      oracle[key(i)] = val(i, 0);
+    }
+    auto installed = std::make_shared<bool>(false);
+    Stalled sa(a, [installed](const Request& r) { return std::exchange(*installed, *installed || is_install(r)); },
+               [&] { return a.put(key(sp.put), val(sp.put, 0)); });
+    ASSERT_TRUE(sa.paused) << label;
+    // dir[s] for the suffix s of A's installed split (descriptor word 1).
+    auto word = [&](uint32_t node, uint64_t off) {
+      uint64_t v = 0;
+      std::memcpy(&v, t.fabric->local_region(node).data() + off, 8);
+      return v;
+    };
+    const uint64_t w = word(0, offsetof(RaceNodeHeader, split));
+    ASSERT_NE(w, 0u) << label;
+    const uint64_t s = word(static_cast<uint32_t>((w >> 40) & 0x3f), (w & ((1ULL << 40) - 1)) * 64 + 8);
+    auto dir0 = [&] { return word(0, cfg.directory_offset() + 8 * s); };
+    const uint64_t before = dir0();
+    ASSERT_EQ(b.put(key(sp.put), val(sp.put, 1)).status, Status::kInserted) << label;  // B helps A's split
+    EXPECT_GT(b.client.stats().helped, 0u) << label;
+    const uint64_t child = dir0();
+    ASSERT_NE(child, before) << label;
+    int i = 3000;
+    for (; dir0() == child && i < 3400; ++i) {
+      ASSERT_EQ(b.put(key(i), val(i, 1)).status, Status::kInserted) << label;
+      oracle[key(i)] = val(i, 1);
+    }
+    ASSERT_NE(dir0(), child) << label << ": B must split A's child";
+    EXPECT_EQ(sa.resume().status, Status::kUpdated) << label;  // B's insert of the key came first
+    a.tr->before = nullptr;
+    oracle[key(sp.put)] = val(sp.put, 0);
+    expect_split_count(t, {&a, &b}, label);
+    // A's next split allocates fresh children (it kept none of the published ones).
+    uint64_t allocs = 0;
+    a.tr->before = [&](const Request& r) { allocs += is_subtable_alloc(cfg, r); };
+    const uint64_t a_splits = a.client.stats().splits;
+    for (int j = 5000; j < 5400 && a.client.stats().splits == a_splits; ++j) {
+      ASSERT_EQ(a.put(key(j), val(j, 2)).status, Status::kInserted) << label;
+      oracle[key(j)] = val(j, 2);
+    }
+    a.tr->before = nullptr;
+    ASSERT_GT(a.client.stats().splits, a_splits) << label;
+    EXPECT_EQ(allocs, 2u) << label << ": A's next split must allocate both children afresh";
+    Client c(*t.fabric, cfg, 3);
+    for (const auto& [k, v] : oracle) ASSERT_EQ(c.get(k), v) << label << " key " << k;
+    const RaceInspection in = race_inspect(*t.fabric, cfg);
+    EXPECT_EQ(in.committed, oracle.size()) << label;
+    EXPECT_EQ(in.frozen + in.tentative, 0u) << label;
+    expect_split_count(t, {&a, &b}, label);
+  }
+}
+
+// A VOID split: A stalls just before installing its split of S; B splits S meanwhile (and goes
+// on). A's descriptor, installed late, names a subtable already split: nobody runs it, A does not
+// count it, and A's next split reuses the two children it allocated (no new allocation).
+TEST(RaceFault, VoidSplitIsNotCountedAndItsChildrenAreReused) {
+  const RaceConfig cfg = fault_cfg();
+  const SplitPoint sp = find_split(cfg, 3);
+  Table t(cfg);
+  Client a(*t.fabric, cfg, 1), b(*t.fabric, cfg, 2);
+  std::unordered_map<std::string, std::string> oracle;
+  for (int i = 0; i < sp.put; ++i) {
+    ASSERT_EQ(a.put(key(i), val(i, 0)).status, Status::kInserted);
+    oracle[key(i)] = val(i, 0);
+  }
+  Gate gate;
+  bool paused = false, counting = false;
+  uint64_t allocs = 0;
+  a.tr->before = [&](const Request& r) {
+    if (counting) allocs += is_subtable_alloc(cfg, r);
+    if (!paused && is_install(r)) {
+      paused = true;
+      gate.pause();
+    }
+  };
+  OpResult ar{};
+  std::thread ta([&] {
+    ar = a.put(key(sp.put), val(sp.put, 0));
+    gate.finished();
+  });
+  gate.wait_paused();
+  ASSERT_TRUE(paused);
+  const uint64_t b_splits = b.client.stats().splits;
+  ASSERT_EQ(b.put(key(sp.put), val(sp.put, 1)).status, Status::kInserted);  // splits S itself
+  ASSERT_EQ(b.client.stats().splits, b_splits + 1);
+  const uint64_t a_splits = a.client.stats().splits;
+  counting = true;
+  gate.release();
+  ta.join();
+  EXPECT_EQ(ar.status, Status::kUpdated);
+  oracle[key(sp.put)] = val(sp.put, 0);
+  EXPECT_EQ(a.client.stats().splits, a_splits) << "a void split is nobody's";
+  EXPECT_EQ(race_inspect(*t.fabric, cfg).locks_clear, true);
+  expect_split_count(t, {&a, &b}, "after the void split");
+  for (int j = 5000; j < 5400 && a.client.stats().splits == a_splits; ++j) {
+    ASSERT_EQ(a.put(key(j), val(j, 2)).status, Status::kInserted);
+    oracle[key(j)] = val(j, 2);
+  }
+  a.tr->before = nullptr;
+  ASSERT_GT(a.client.stats().splits, a_splits);
+  EXPECT_EQ(allocs, 0u) << "A's next split must reuse the children of its void split";
+  Client c(*t.fabric, cfg, 3);
+  for (const auto& [k, v] : oracle) ASSERT_EQ(c.get(k), v) << k;
+  const RaceInspection in = race_inspect(*t.fabric, cfg);
+  EXPECT_EQ(in.committed, oracle.size());
+  EXPECT_EQ(in.frozen + in.tentative, 0u);
+  expect_split_count(t, {&a, &b}, "after A's next split");
 }
 
 
@@ -814,6 +959,7 @@ TEST(RaceFault, TwoHelpersAndALateOneAgree) {
         EXPECT_TRUE(in.locks_clear) << label;
         EXPECT_EQ(in.frozen + in.tentative, 0u) << label;
         EXPECT_EQ(in.committed, oracle.size()) << label;
+        expect_split_count(t, {&a, &b, &c}, label);
         ++trials;
         if (testing::Test::HasFailure()) return;
       }

@@ -1081,6 +1081,10 @@ TEST(RaceConcurrency, PipelinedGrowthOneClient) {
   EXPECT_EQ(in.committed, n);
   EXPECT_EQ(in.tentative, 0u);
   EXPECT_EQ(in.frozen, 0u);
+  // Each published split counted once, by its installing operation, never by one that rode along
+  // on another operation's run of it (race.cpp run_split) and never for a void one.
+  EXPECT_EQ(c.stats().splits, in.subtables - (uint64_t{1} << cfg.initial_depth));
+  EXPECT_EQ(c.stats().helped, 0u) << "one client: no other client's split to help";
 }
 }
 }

@@ -129,6 +129,14 @@
 //   * The VOID test is stable: while a descriptor is installed dir[s] moves only from S@L to A@L+1,
 //     by its own publication; a void descriptor's S had been split (retired, every slot frozen),
 //     and its runners stop at the test, so A and B are untouched (the splitter reuses them).
+//     Only while installed: a runner that reads dir[s] after the release may find A split since
+//     (neither S nor A named) although the split was published. So the installer counts its split
+//     and keeps A and B as spares only on proof: its own CAS released the word after the test
+//     (void), or, when another runner released it, slot 0 of A is still RESERVED (a published
+//     split copied every slot of A before publishing; nothing writes RESERVED again). Taking a
+//     published split for void would hand live subtables to the next split's image WRITE
+//     (RaceFault.InstallerStalledPastItsPublishedSplit..., mutants race-void-by-own-release,
+//     race-void-by-reserved-slot).
 //   * No write is lost: a writer's CAS on S lands before the freeze of that slot (the copy carries
 //     it) or fails (frozen). A writer acts on A or B only through a directory entry naming them,
 //     i.e. after publication of that entry, i.e. after the copy: RESERVED is never seen through
@@ -327,7 +335,9 @@ class RaceLoader {
 };
 
 struct RaceClientStats {
-  uint64_t splits = 0;           // splits this client performed
+  // Splits this client installed and that were published (a void one counts for nobody), so the
+  // clients' sum is the live subtables less the initial ones.
+  uint64_t splits = 0;
   uint64_t dir_refreshes = 0;    // directory re-reads (stale cache, cache off, splits)
   uint64_t stale_detected = 0;   // headers or directory checks that revealed a stale cache
   uint64_t stale_headers = 0;    // of which by a bucket header (wrong suffix or RETIRED: SRCDD)
