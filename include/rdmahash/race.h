@@ -55,7 +55,8 @@
 // Protocol (H, two main buckets, fingerprint from the key's bytes; S = subtable from the cache)
 //  get:    RT1 READ both combined buckets. Every header must carry the key's suffix at its local
 //          depth, else (wrong suffix, or RETIRED) the cache is stale: re-READ the directory (only
-//          then) and retry. RT2 READ the blocks of the COMMITTED slots whose fingerprint matches,
+//          then) and retry (if the fresh directory still names that subtable, memory is corrupt:
+//          FabricError; no interleaving leads there). RT2 READ the blocks of the COMMITTED slots whose fingerprint matches,
 //          and dir[H mod 2^GD] and GD (8 bytes each) to validate: if the entry no longer names S,
 //          or GD grew (after a doubling the old index's entry may name S for a moment longer),
 //          a split published while we read → retry with the new directory.
@@ -241,6 +242,14 @@
 //  * withdrawals CAS from the tentative value: never clear a committed copy (race-withdraw-cas)
 //  * kills leave a KILLED marker, so an owner tells killed from committed (race-kill-marker)
 //  * client ids above kRaceMaxClientId are refused (race-client-id-bound)
+//  * a void descriptor (its S split before it was installed) is released untouched, and its
+//    installer neither counts it nor loses its children (race-void-check); a split is void only
+//    on proof: the runner's own release after the test (race-void-by-own-release) or A's slot 0
+//    still RESERVED (race-void-by-reserved-slot)
+//  * the global depth grows by CAS L → L+1: a late runner cannot shrink the directory
+//    (race-depth-cas-write)
+//  * a bucket header that disagrees with a subtable the re-read directory still names is an
+//    error, not a view (race-header-dir-error)
 
 #pragma once
 

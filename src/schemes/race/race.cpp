@@ -598,9 +598,8 @@ struct RaceClient::Impl {
 
   static uint64_t slot_at(uint64_t i) { return (i / kRaceSlots) * 64 + 8 + (i % kRaceSlots) * 8; }
   // RT: read both combined buckets of the key in the subtable the cache names (cache off: READ
-  // the directory entry first). A stale header refreshes the directory; if the fresh entry still
-  // names the subtable read, a split is between its header rewrite and publication and the
-  // (frozen) contents are current.
+  // the directory entry first). A stale header (RETIRED, or a suffix the key does not have)
+  // refreshes the directory and retries with it.
   Task<Verdict> read_view(Ctx& c, View& v) {
     if (dir.empty()) co_await refresh();
     if (!cfg.dir_cache) {
@@ -647,7 +646,15 @@ struct RaceClient::Impl {
     ++st.stale_detected;
     ++st.stale_headers;
     co_await refresh();
-    if (same_addr(entry_addr(entry_for(c.p.h)), v.sub)) co_return Verdict::kOk;  // mid-split: contents current
+    // The fresh directory cannot still name the subtable read. Its headers are written once, in
+    // its image before any entry names it, and then only RETIRED, after its split's publication
+    // has CASed every entry naming it (copy-on-split order, race.h); the refresh READ follows
+    // ours, so it sees that publication. A subtable named at index i has a suffix ≡ i, which is
+    // the key's. So this is corrupted memory or a broken protocol: an error, not a view to use
+    // (before copy-on-split it meant "headers rewritten, not published yet": contents current).
+    if (same_addr(entry_addr(entry_for(c.p.h)), v.sub))
+      throw FabricError("race: a bucket header of a subtable the directory names is RETIRED or has another suffix "
+                        "(memory corrupted or the split protocol broken)");
     co_return Verdict::kRetry;
   }
 
