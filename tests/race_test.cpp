@@ -147,7 +147,7 @@ TEST_P(RaceOracle, MixedLengthByteKeysMatchUnorderedMap) {
   EXPECT_EQ(in.committed, oracle.size());
   EXPECT_EQ(in.tentative, 0u);
   EXPECT_EQ(in.frozen, 0u);
-  EXPECT_TRUE(in.locks_clear);
+  EXPECT_TRUE(in.split_word_clear);
   EXPECT_GE(in.global_depth, 3u) << "the table must have grown from one subtable";
   std::set<std::string> keys;
   for (const auto& k : in.keys) keys.insert(str_of(k));
@@ -346,7 +346,7 @@ TEST(RaceConcurrency, OverlappingInsertsInsertEachKeyOnce) {
   EXPECT_EQ(in.committed, static_cast<uint64_t>(kKeys));
   EXPECT_EQ(in.tentative, 0u);
   EXPECT_EQ(in.frozen, 0u);
-  EXPECT_TRUE(in.locks_clear);
+  EXPECT_TRUE(in.split_word_clear);
   Sync c(*t.fabric, cfg, 9);
   for (int i = 0; i < kKeys; ++i) {
     // The stored value is the one of the client that got kInserted... all values name the key.
@@ -491,7 +491,7 @@ TEST(RaceConcurrency, GrowthFromOneSubtableLosesNothing) {
   const RaceInspection in = race_inspect(*t.fabric, cfg, true);
   EXPECT_EQ(in.committed, kWriters * kPer);
   EXPECT_EQ(in.tentative + in.frozen, 0u);
-  EXPECT_TRUE(in.locks_clear);
+  EXPECT_TRUE(in.split_word_clear);
   EXPECT_GE(in.global_depth, 8u) << "the directory must have doubled several times";
   std::set<std::string> keys;
   for (const auto& k : in.keys) keys.insert(str_of(k));
@@ -893,7 +893,7 @@ TEST(RaceInterleaving, ASplitInstalledFirstIsFinishedByTheNextSplitter) {
     for (const auto& [k, v] : oracle) ASSERT_EQ(c.get(k), v) << "trial " << trial << " key " << k;
     const RaceInspection in = race_inspect(*t.fabric, cfg);
     EXPECT_EQ(in.frozen, 0u) << "trial " << trial;
-    EXPECT_TRUE(in.locks_clear) << "trial " << trial;
+    EXPECT_TRUE(in.split_word_clear) << "trial " << trial;
     EXPECT_EQ(in.committed, oracle.size()) << "trial " << trial;
     EXPECT_EQ(in.tentative, 0u) << "trial " << trial;
   }
@@ -1076,7 +1076,7 @@ TEST(RaceInterleaving, WritersHelpASplitThatIsPublishing) {
   const RaceInspection in = race_inspect(*t.fabric, cfg);
   EXPECT_EQ(in.committed, stored.size());
   EXPECT_EQ(in.tentative + in.frozen, 0u);
-  EXPECT_TRUE(in.locks_clear);
+  EXPECT_TRUE(in.split_word_clear);
 }
 
 }  // namespace

@@ -398,7 +398,7 @@ struct RaceInspection {
   uint64_t subtables = 0;
   uint64_t committed = 0, tentative = 0, frozen = 0, killed = 0;  // killed: kill markers
   uint64_t slots = 0;  // over all subtables
-  bool locks_clear = true;
+  bool split_word_clear = true;  // node 0's split word is 0: no split installed (none left half-run)
   std::vector<std::vector<std::byte>> keys;
 };
 RaceInspection race_inspect(Fabric& fabric, const RaceConfig& cfg, bool with_keys = false);

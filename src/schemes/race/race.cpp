@@ -1144,7 +1144,7 @@ RaceInspection race_inspect(Fabric& fabric, const RaceConfig& cfg, bool with_key
   auto n0 = fabric.local_region(0);
   if (n0.empty()) throw InvalidArgument("race_inspect: node 0 is not hosted by this process");
   r.global_depth = static_cast<uint32_t>(node_load(n0.data(), offsetof(RaceNodeHeader, global_depth)));
-  if (node_load(n0.data(), offsetof(RaceNodeHeader, split)) != 0) r.locks_clear = false;
+  if (node_load(n0.data(), offsetof(RaceNodeHeader, split)) != 0) r.split_word_clear = false;
   std::vector<uint64_t> seen;
   for (uint64_t i = 0; i < (uint64_t{1} << r.global_depth); ++i) {
     const uint64_t e = node_load(n0.data(), cfg.directory_offset() + 8 * i);
