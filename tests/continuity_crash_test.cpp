@@ -77,14 +77,10 @@ TEST(ContinuityCrash, EveryCrashPointRecoversTheAcknowledgedOperations) {
   c.buckets_per_node = 8;  // 4 pairs × 20 slots: segments fill, slots are reused, updates hit kFull
   c.sbuckets = 3;
   c.value_bytes = 24;
-  AlignedImage live(c.region_bytes());
-  PersistentRegion region(live.bytes, PersistMode::kVolatile);
-  ContinuityShard shard(c, 0, region);
-  // Start recording once the table exists (a crash while formatting leaves an image that is
+  // Recording starts once the table exists (a crash while formatting leaves an image that is
   // refused, see continuity.h); `initial` is that durable image.
-  std::vector<std::byte> initial(live.bytes.begin(), live.bytes.end());
-  Recorder rec;
-  region.set_observer(&rec);
+  test::RecordedShard<ContinuityShard, ContinuityConfig> w(c);  // records from here on
+  auto& [live, region, shard, initial, rec] = w;
 
   std::mt19937_64 rng(2024);
   std::vector<uint64_t> universe;
@@ -101,10 +97,7 @@ TEST(ContinuityCrash, EveryCrashPointRecoversTheAcknowledgedOperations) {
     if (x < 4) r = shard.find_or_put(k, v);
     else if (x < 7) r = shard.update(k, v);
     else r = shard.erase(k);
-    if (r.status == Status::kInserted) state[k] = v, ++kinds[0];
-    else if (r.status == Status::kUpdated) state[k] = v, ++kinds[1];
-    else if (r.status == Status::kErased) state.erase(k), ++kinds[2];
-    else if (r.status == Status::kFull) ++kinds[3];
+    test::acknowledge(state, kinds, k, v, r.status);
     steps.push_back({begin, rec.log.size(), state});
   }
   region.set_observer(nullptr);
@@ -140,12 +133,8 @@ TEST(ContinuityCrash, EveryCrashPointOfAnOnlineResizeWithWritesRecovers) {
   c.value_bytes = 16;
   c.max_resizes = 3;
   c.migrate_pairs_per_write = 0;  // a write migrates its own pair only: resizes stay in progress
-  AlignedImage live(c.region_bytes());
-  PersistentRegion region(live.bytes, PersistMode::kVolatile);
-  ContinuityShard shard(c, 0, region);
-  std::vector<std::byte> initial(live.bytes.begin(), live.bytes.end());
-  Recorder rec;
-  region.set_observer(&rec);
+  test::RecordedShard<ContinuityShard, ContinuityConfig> w(c);  // records from here on
+  auto& [live, region, shard, initial, rec] = w;
   std::mt19937_64 rng(77);
   std::vector<uint64_t> universe;
   for (int i = 0; i < 260; ++i) universe.push_back(rng());
@@ -170,10 +159,7 @@ TEST(ContinuityCrash, EveryCrashPointOfAnOnlineResizeWithWritesRecovers) {
     else if (x < 15) r = shard.put(k, v);
     else if (x < 18) r = shard.update(k, v);
     else r = shard.erase(k);
-    if (r.status == Status::kInserted) state[k] = v, ++kinds[0];
-    else if (r.status == Status::kUpdated) state[k] = v, ++kinds[1];
-    else if (r.status == Status::kErased) state.erase(k), ++kinds[2];
-    else if (r.status == Status::kFull) ++kinds[3];
+    test::acknowledge(state, kinds, k, v, r.status);
     during += was_resizing && r.status != Status::kFound && r.status != Status::kNotFound;
     steps.push_back({begin, rec.log.size(), state});
   }
@@ -215,12 +201,8 @@ TEST(ContinuityCrash, EveryCrashPointWithAddedSBucketsRecovers) {
   c.added_group_pairs = 2;
   c.max_resizes = 2;
   c.migrate_pairs_per_write = 0;
-  AlignedImage live(c.region_bytes());
-  PersistentRegion region(live.bytes, PersistMode::kVolatile);
-  ContinuityShard shard(c, 0, region);
-  std::vector<std::byte> initial(live.bytes.begin(), live.bytes.end());
-  Recorder rec;
-  region.set_observer(&rec);
+  test::RecordedShard<ContinuityShard, ContinuityConfig> w(c);  // records from here on
+  auto& [live, region, shard, initial, rec] = w;
   std::mt19937_64 rng(4242);
   std::vector<uint64_t> universe;
   for (int i = 0; i < 400; ++i) universe.push_back(rng());
@@ -245,10 +227,7 @@ TEST(ContinuityCrash, EveryCrashPointWithAddedSBucketsRecovers) {
     else if (x < 13) r = shard.put(k, v);
     else if (x < (i < 700 ? 14u : 17u)) r = shard.update(k, v);
     else r = shard.erase(k);  // more erases while the table churns near full
-    if (r.status == Status::kInserted) state[k] = v, ++kinds[0];
-    else if (r.status == Status::kUpdated) state[k] = v, ++kinds[1];
-    else if (r.status == Status::kErased) state.erase(k), ++kinds[2];
-    else if (r.status == Status::kFull) ++kinds[3];
+    test::acknowledge(state, kinds, k, v, r.status);
     steps.push_back({begin, rec.log.size(), state});
     if (shard.stats().resizes == 0) at_first_resize = shard.stats();
   }

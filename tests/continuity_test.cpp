@@ -25,27 +25,8 @@ using test::InterleavingTransport;
 using test::stamped;
 using test::value_for;
 
-struct ContTable {
-  ContinuityConfig cfg;
-  std::unique_ptr<Fabric> fabric;
-  std::unique_ptr<ContinuityServer> server;
-  explicit ContTable(const ContinuityConfig& c) : cfg(c) {
-    fabric = make_local_fabric(std::vector<uint64_t>(c.memory_nodes, c.region_bytes()));
-    server = std::make_unique<ContinuityServer>(*fabric, c);
-  }
-};
-
-struct SyncClient {
-  std::unique_ptr<Transport> transport;
-  Engine engine;
-  ContinuityClient client;
-  OpStats last;
-  SyncClient(Fabric& f, const ContinuityConfig& c) : transport(f.connect()), engine(*transport), client(c, engine) {}
-  OpResult run(Task<OpResult> t) {
-    last = {};
-    return engine.run(std::move(t), &last);
-  }
-};
+using ContTable = test::ServedTable<ContinuityServer, ContinuityConfig>;
+using SyncClient = test::SyncClientOf<ContinuityClient, ContinuityConfig>;
 
 TEST(ContinuityLayout, SegmentOffsetsFollowEquationsTwoAndThree) {
   ContinuityConfig c;

@@ -33,27 +33,8 @@ using test::State;
 using test::state_of;
 using test::Step;
 
-struct LevelTable {
-  LevelConfig cfg;
-  std::unique_ptr<Fabric> fabric;
-  std::unique_ptr<LevelServer> server;
-  explicit LevelTable(const LevelConfig& c) : cfg(c) {
-    fabric = make_local_fabric(std::vector<uint64_t>(c.memory_nodes, c.region_bytes()));
-    server = std::make_unique<LevelServer>(*fabric, c);
-  }
-};
-
-struct SyncClient {
-  std::unique_ptr<Transport> transport;
-  Engine engine;
-  LevelClient client;
-  OpStats last;
-  SyncClient(Fabric& f, const LevelConfig& c) : transport(f.connect()), engine(*transport), client(c, engine) {}
-  OpResult run(Task<OpResult> t) {
-    last = {};
-    return engine.run(std::move(t), &last);
-  }
-};
+using LevelTable = test::ServedTable<LevelServer, LevelConfig>;
+using SyncClient = test::SyncClientOf<LevelClient, LevelConfig>;
 
 TEST(LevelLayout, LevelsDoubleAndFollowEachOther) {
   LevelConfig c;
@@ -401,12 +382,8 @@ TEST(LevelCrash, EveryCrashPointRecoversTheAcknowledgedOperations) {
   c.base_buckets = 2;  // 6 buckets, 24 slots: movements at once, then resizes to 12+24 and 24+48
   c.max_resizes = 2;
   c.value_bytes = 16;
-  AlignedImage live(c.region_bytes());
-  PersistentRegion region(live.bytes, PersistMode::kVolatile);
-  LevelShard shard(c, 0, region);
-  std::vector<std::byte> initial(live.bytes.begin(), live.bytes.end());
-  Recorder rec;
-  region.set_observer(&rec);
+  test::RecordedShard<LevelShard, LevelConfig> w(c);  // records from here on
+  auto& [live, region, shard, initial, rec] = w;
   std::mt19937_64 rng(2024);
   const auto universe = distinct_keys(110, 77);
   State state;
@@ -421,10 +398,7 @@ TEST(LevelCrash, EveryCrashPointRecoversTheAcknowledgedOperations) {
     if (x < 5) r = shard.find_or_put(k, v);
     else if (x < 8) r = shard.update(k, v);
     else r = shard.erase(k);
-    if (r.status == Status::kInserted) state[k] = v, ++kinds[0];
-    else if (r.status == Status::kUpdated) state[k] = v, ++kinds[1];
-    else if (r.status == Status::kErased) state.erase(k), ++kinds[2];
-    else if (r.status == Status::kFull) ++kinds[3];
+    test::acknowledge(state, kinds, k, v, r.status);
     steps.push_back({begin, rec.log.size(), state});
   }
   region.set_observer(nullptr);

@@ -107,6 +107,32 @@ void replay_crashes(const std::vector<std::byte>& initial, const std::vector<Eve
   }
 }
 
+// A shard on an aligned, volatile image whose every store and persist from construction on is
+// recorded (a crash while formatting leaves an image that is refused): `initial` is the durable
+// image the log starts from.
+template <class Shard, class Config>
+struct RecordedShard {
+  AlignedImage live;
+  PersistentRegion region;
+  Shard shard;
+  std::vector<std::byte> initial;
+  Recorder rec;
+  explicit RecordedShard(const Config& c)
+      : live(c.region_bytes()), region(live.bytes, PersistMode::kVolatile), shard(c, 0, region),
+        initial(live.bytes.begin(), live.bytes.end()) {
+    region.set_observer(&rec);
+  }
+};
+
+// The acknowledged state after a write that answered `s` (key k, value v); kinds counts
+// inserted, updated, erased and full answers.
+inline void acknowledge(State& state, uint64_t (&kinds)[4], uint64_t k, const std::vector<std::byte>& v, Status s) {
+  if (s == Status::kInserted) state[k] = v, ++kinds[0];
+  else if (s == Status::kUpdated) state[k] = v, ++kinds[1];
+  else if (s == Status::kErased) state.erase(k), ++kinds[2];
+  else if (s == Status::kFull) ++kinds[3];
+}
+
 // The oracle of a crash before event e: every step that ended at or before e is acknowledged
 // (`start` if none); the step containing e is in flight and may or may not have taken effect.
 // Returns "" if `got` is one of the two, else what differs.
@@ -126,6 +152,34 @@ inline std::string acknowledged_mismatch(const State& got, const std::vector<Ste
 inline std::string crash_label(size_t e, int mode) {
   return "crash before event " + std::to_string(e) + " (mode " + std::to_string(mode) + ")";
 }
+
+// --- tables on a LocalFabric -------------------------------------------------------------------
+
+// A formatted, empty table of a scheme whose memory nodes run a Server (continuity, level).
+template <class Server, class Config>
+struct ServedTable {
+  Config cfg;
+  std::unique_ptr<Fabric> fabric;
+  std::unique_ptr<Server> server;
+  explicit ServedTable(const Config& c) : cfg(c) {
+    fabric = make_local_fabric(std::vector<uint64_t>(c.memory_nodes, c.region_bytes()));
+    server = std::make_unique<Server>(*fabric, c);
+  }
+};
+
+// A client with its own transport and engine; `last` holds the last operation's statistics.
+template <class Client, class Config>
+struct SyncClientOf {
+  std::unique_ptr<Transport> transport;
+  Engine engine;
+  Client client;
+  OpStats last;
+  SyncClientOf(Fabric& f, const Config& c) : transport(f.connect()), engine(*transport), client(c, engine) {}
+  OpResult run(Task<OpResult> t) {
+    last = {};
+    return engine.run(std::move(t), &last);
+  }
+};
 
 // --- values a reader can check ------------------------------------------------------------------
 
