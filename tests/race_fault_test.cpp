@@ -363,6 +363,9 @@ struct Stalled {
     th.join();
     return result;
   }
+  ~Stalled() {  // a test that returns early (a failed ASSERT) still ends the thread
+    if (th.joinable()) resume();
+  }
 };
 
 // A pauses before request `stop` after its tentative CAS (its `stop`-th later request).
@@ -608,50 +611,50 @@ TEST(RaceFault, PutHelpsAStalledOwnerThenUpdates) {
   check_oracle(t, c, {{"k", "from-b"}}, "k", "put");
 }
 
+// A inserts "k" and stalls right after its tentative CAS; B, inserting "k" too, read A's copy
+// alone and stalls before its commit CAS of it. C acts meanwhile; then B resumes (kFound, having
+// committed `b_commits` copies), then A (kInserted: its copy was committed, by B or by C).
+struct StalledOwnerAndHelper {
+  Table t{fault_cfg()};
+  Client a{*t.fabric, t.cfg, 1}, b{*t.fabric, t.cfg, 2}, c{*t.fabric, t.cfg, 3};
+  Stalled sa{a, after_tentative(t.cfg, 0), [this] { return a.find_or_put("k", "from-a"); }};
+  Stalled sb{b, is_commit, [this] { return b.find_or_put("k", "from-b"); }};
+  bool ready() const { return sa.paused && sb.paused; }
+  void resume(uint64_t b_commits, const std::string& why) {
+    EXPECT_EQ(sb.resume().status, Status::kFound);
+    b.tr->before = nullptr;
+    EXPECT_EQ(b.client.stats().commits_helped, b_commits) << why;
+    EXPECT_EQ(sa.resume().status, Status::kInserted);
+    a.tr->before = nullptr;
+  }
+};
+
 // Two helpers of the same stalled copy: B stalls before its commit CAS of A's copy, C commits it;
 // B's CAS then fails and B finds the committed copy (kFound); A answers kInserted.
 TEST(RaceFault, TwoHelpersOfOneStalledCopy) {
-  const RaceConfig cfg = fault_cfg();
-  Table t(cfg);
-  Client a(*t.fabric, cfg, 1), b(*t.fabric, cfg, 2), c(*t.fabric, cfg, 3);
-  Stalled sa(a, after_tentative(cfg, 0), [&] { return a.find_or_put("k", "from-a"); });
-  ASSERT_TRUE(sa.paused);
-  Stalled sb(b, is_commit, [&] { return b.find_or_put("k", "from-b"); });
-  ASSERT_TRUE(sb.paused);
-  EXPECT_EQ(c.find_or_put("k", "from-c").status, Status::kFound);
-  EXPECT_EQ(c.client.stats().commits_helped, 1u);
-  EXPECT_EQ(sb.resume().status, Status::kFound);
-  b.tr->before = nullptr;
-  EXPECT_EQ(b.client.stats().commits_helped, 0u) << "B's late commit CAS must fail";
-  EXPECT_EQ(sa.resume().status, Status::kInserted);
-  a.tr->before = nullptr;
-  check_oracle(t, c, {{"k", "from-a"}}, "k", "two helpers");
+  StalledOwnerAndHelper x;
+  ASSERT_TRUE(x.ready());
+  EXPECT_EQ(x.c.find_or_put("k", "from-c").status, Status::kFound);
+  EXPECT_EQ(x.c.client.stats().commits_helped, 1u);
+  x.resume(0, "B's late commit CAS must fail");
+  check_oracle(x.t, x.c, {{"k", "from-a"}}, "k", "two helpers");
 }
 
 // A split freezes the subtable between the helper's read and its commit CAS: B's CAS (from the
 // tentative value) fails on the frozen slot; B finds A's copy in the child and commits it there.
 TEST(RaceFault, SplitBetweenTheHelpersReadAndItsCommit) {
-  const RaceConfig cfg = fault_cfg();
-  Table t(cfg);
-  Client a(*t.fabric, cfg, 1), b(*t.fabric, cfg, 2), c(*t.fabric, cfg, 3);
-  Stalled sa(a, after_tentative(cfg, 0), [&] { return a.find_or_put("k", "from-a"); });
-  ASSERT_TRUE(sa.paused);
-  Stalled sb(b, is_commit, [&] { return b.find_or_put("k", "from-b"); });
-  ASSERT_TRUE(sb.paused);
+  StalledOwnerAndHelper x;
+  ASSERT_TRUE(x.ready());
   std::unordered_map<std::string, std::string> oracle;
-  for (int i = 0; i < 200 && c.client.stats().splits == 0; ++i) {
-    ASSERT_EQ(c.put(key(i), val(i, 0)).status, Status::kInserted);
+  for (int i = 0; i < 200 && x.c.client.stats().splits == 0; ++i) {
+    ASSERT_EQ(x.c.put(key(i), val(i, 0)).status, Status::kInserted);
     oracle[key(i)] = val(i, 0);
   }
-  ASSERT_GT(c.client.stats().splits, 0u);
-  EXPECT_EQ(race_inspect(*t.fabric, cfg).tentative, 1u) << "the split carries A's tentative copy";
-  EXPECT_EQ(sb.resume().status, Status::kFound);
-  b.tr->before = nullptr;
-  EXPECT_EQ(b.client.stats().commits_helped, 1u) << "B commits A's copy in the child";
-  EXPECT_EQ(sa.resume().status, Status::kInserted);
-  a.tr->before = nullptr;
+  ASSERT_GT(x.c.client.stats().splits, 0u);
+  EXPECT_EQ(race_inspect(*x.t.fabric, x.t.cfg).tentative, 1u) << "the split carries A's tentative copy";
+  x.resume(1, "B commits A's copy in the child");
   oracle["k"] = "from-a";
-  check_oracle(t, c, oracle, "k", "split");
+  check_oracle(x.t, x.c, oracle, "k", "split");
 }
 
 // The split statistics against the directory: every finished split adds one live subtable, and
@@ -899,34 +902,12 @@ TEST(RaceFault, TwoHelpersAndALateOneAgree) {
           ASSERT_EQ(a.put(key(i), val(i, 0)).status, Status::kInserted);
           oracle[key(i)] = val(i, 0);
         }
-        Gate ga, gb;
         const uint64_t at = a.tr->seen + stop;
-        bool a_paused = false, bp = false;
-        a.tr->before = [&](const Request&) {
-          if (!a_paused && a.tr->seen == at) {
-            a_paused = true;
-            ga.pause();
-          }
-        };
-        OpResult ar, br;
-        std::thread ta([&] {
-          ar = a.put(key(sp.put), val(sp.put, 0));
-          ga.finished();
-        });
-        ga.wait_paused();
+        Stalled sa(a, [&](const Request&) { return a.tr->seen == at; }, [&] { return a.put(key(sp.put), val(sp.put, 0)); });
         Client b(*t.fabric, cfg, 2);
-        b.tr->before = [&](const Request& r) {
-          if (!bp && pick(r)) {
-            bp = true;
-            gb.pause();
-          }
-        };
-        std::thread tb([&] {
-          br = b.put(key(sp.put), val(sp.put, 1));  // A's key: in the subtable A splits
-          gb.finished();
-        });
-        gb.wait_paused();
-        if (bp) ++paused_in[std::string(kind) + (target == 1 ? " (doubling)" : "")];
+        // A's key: in the subtable A splits.
+        Stalled sb(b, pick, [&] { return b.put(key(sp.put), val(sp.put, 1)); });
+        if (sb.paused) ++paused_in[std::string(kind) + (target == 1 ? " (doubling)" : "")];
         Client c(*t.fabric, cfg, 3);
         for (int i = 1000; i < 1040; ++i) {
           ASSERT_EQ(c.put(key(i), val(i, 1)).status, Status::kInserted) << label;
@@ -943,12 +924,10 @@ TEST(RaceFault, TwoHelpersAndALateOneAgree) {
           ASSERT_EQ(c.erase(k).status, Status::kErased) << label;
           oracle.erase(k);
         }
-        gb.release();
-        tb.join();
+        const OpResult br = sb.resume();
         b.tr->before = nullptr;
         ASSERT_EQ(br.status, Status::kInserted) << label;
-        ga.release();
-        ta.join();
+        const OpResult ar = sa.resume();
         a.tr->before = nullptr;
         // A's put ends last: it finds B's copy and updates it (or B's put split first: inserts).
         ASSERT_TRUE(ar.status == Status::kUpdated || ar.status == Status::kInserted) << label;
@@ -1001,50 +980,29 @@ void late_copy_round(uint32_t groups, int c_base) {
   }
   // A copy CAS is the only CAS whose expected value is frozen (RESERVED); freezes expect unfrozen words.
   auto is_copy = [](const Request& r) { return r.kind == ReqKind::kCas && (r.compare & (1ULL << 47)); };
-  Gate gb, gc;
-  bool b_paused = false, c_armed = false, c_paused = false;
   Client b(*t.fabric, cfg, 2);
-  b.tr->before = [&](const Request& r) {
-    if (!b_paused && is_copy(r)) {
-      b_paused = true;
-      gb.pause();
-    }
-  };
-  OpResult br;
-  std::thread tb([&] {
-    br = b.put(key(sp.put), val(sp.put, 0));  // splits S, stops before its first copy CAS
-    gb.finished();
-  });
-  gb.wait_paused();
-  ASSERT_TRUE(b_paused);
+  // B splits S and stops before its first copy CAS.
+  Stalled sb(b, is_copy, [&] { return b.put(key(sp.put), val(sp.put, 0)); });
+  ASSERT_TRUE(sb.paused);
   std::unordered_map<std::string, std::string> oracle;
   Client c(*t.fabric, cfg, 3);
   ASSERT_EQ(c.put(key(5000), val(5000, 1)).status, Status::kInserted);  // finishes S's split for b
   oracle[key(5000)] = val(5000, 1);
   for (const auto& k : erased) ASSERT_EQ(c.erase(k).status, Status::kErased) << k;
-  c.tr->before = [&](const Request& r) {
-    if (c_armed && !c_paused && is_copy(r)) {
-      c_paused = true;
-      gc.pause();
-    }
-  };
-  c_armed = true;
   std::vector<std::pair<int, Status>> c_puts;
-  std::thread tc([&] {
+  Stalled sc(c, is_copy, [&] {  // C fills a child until it splits; stops before its first copy CAS
     const uint64_t splits = c.client.stats().splits;
     for (int i = c_base; i < c_base + 2000 && c.client.stats().splits == splits; ++i)
-      c_puts.emplace_back(i, c.put(key(i), val(i, 1)).status);  // fills a child until it splits
-    gc.finished();
+      c_puts.emplace_back(i, c.put(key(i), val(i, 1)).status);
+    return OpResult{};
   });
-  gc.wait_paused();
-  ASSERT_TRUE(c_paused) << "no child split started";
-  gb.release();  // b's stale copy CASes land now, while the child is frozen and not yet copied
-  tb.join();
+  ASSERT_TRUE(sc.paused) << "no child split started";
+  const OpResult br = sb.resume();  // B's stale copy CASes land now, while the child is frozen and not yet copied
   b.tr->before = nullptr;
   ASSERT_EQ(br.status, Status::kInserted);
   oracle[key(sp.put)] = val(sp.put, 0);
-  gc.release();
-  tc.join();
+  sc.resume();
+  c.tr->before = nullptr;
   for (const auto& [i, st] : c_puts) {
     ASSERT_EQ(st, Status::kInserted) << key(i);
     oracle[key(i)] = val(i, 1);
