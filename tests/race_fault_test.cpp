@@ -127,6 +127,14 @@ SplitPoint find_split(const RaceConfig& cfg, uint64_t split_target) {
   }
 }
 
+// Client `a` puts key(0) .. key(sp.put - 1), the keys before the put that splits, into the oracle.
+void put_before_split(Client& a, const SplitPoint& sp, std::unordered_map<std::string, std::string>& oracle) {
+  for (int i = 0; i < sp.put; ++i) {
+    ASSERT_EQ(a.put(key(i), val(i, 0)).status, Status::kInserted);
+    oracle[key(i)] = val(i, 0);
+  }
+}
+
 // The dead client's table, checked by a survivor: every key of `oracle` readable, then updates,
 // erases and new inserts (which split again) all answer as the oracle says; finally a fresh
 // client reads everything and the table has no installed split, frozen or tentative slot left.
@@ -692,10 +700,7 @@ TEST(RaceFault, LiveSplitterStalledAtEveryRequestIsHelpedNotWaitedFor) {
       Client a(*t.fabric, cfg, 1);
       Client b(*t.fabric, cfg, 2);
       std::unordered_map<std::string, std::string> oracle;
-      for (int i = 0; i < sp.put; ++i) {
-        ASSERT_EQ(a.put(key(i), val(i, 0)).status, Status::kInserted);
-        oracle[key(i)] = val(i, 0);
-      }
+      put_before_split(a, sp, oracle);
       Gate gate;
       const uint64_t at = a.tr->seen + stop;
       bool paused = false;
@@ -760,10 +765,7 @@ TEST(RaceFault, InstallerStalledPastItsPublishedSplitCountsItAndKeepsNoChild) {
     Table t(cfg);
     Client a(*t.fabric, cfg, 1), b(*t.fabric, cfg, 2);
     std::unordered_map<std::string, std::string> oracle;
-    for (int i = 0; i < sp.put; ++i) {
-      ASSERT_EQ(a.put(key(i), val(i, 0)).status, Status::kInserted);
-      oracle[key(i)] = val(i, 0);
-    }
+    put_before_split(a, sp, oracle);
     auto installed = std::make_shared<bool>(false);
     Stalled sa(a, [installed](const Request& r) { return std::exchange(*installed, *installed || is_install(r)); },
                [&] { return a.put(key(sp.put), val(sp.put, 0)); });
@@ -822,10 +824,7 @@ TEST(RaceFault, VoidSplitIsNotCountedAndItsChildrenAreReused) {
   Table t(cfg);
   Client a(*t.fabric, cfg, 1), b(*t.fabric, cfg, 2);
   std::unordered_map<std::string, std::string> oracle;
-  for (int i = 0; i < sp.put; ++i) {
-    ASSERT_EQ(a.put(key(i), val(i, 0)).status, Status::kInserted);
-    oracle[key(i)] = val(i, 0);
-  }
+  put_before_split(a, sp, oracle);
   Gate gate;
   bool paused = false, counting = false;
   uint64_t allocs = 0;
@@ -898,10 +897,7 @@ TEST(RaceFault, TwoHelpersAndALateOneAgree) {
         Table t(cfg);
         Client a(*t.fabric, cfg, 1);
         std::unordered_map<std::string, std::string> oracle;
-        for (int i = 0; i < sp.put; ++i) {
-          ASSERT_EQ(a.put(key(i), val(i, 0)).status, Status::kInserted);
-          oracle[key(i)] = val(i, 0);
-        }
+        put_before_split(a, sp, oracle);
         const uint64_t at = a.tr->seen + stop;
         Stalled sa(a, [&](const Request&) { return a.tr->seen == at; }, [&] { return a.put(key(sp.put), val(sp.put, 0)); });
         Client b(*t.fabric, cfg, 2);
