@@ -412,7 +412,7 @@ struct RaceClient::Impl {
   // word, so the test ran while it was installed; nobody touched A or B), or kUnknown (another
   // operation of ours ran it, or the word was released before our test: dir[s] naming neither S
   // nor A then also fits a finished split whose child A was split since). Only the installer
-  // needs to know (its statistics and its spare children): see split_outcome.
+  // needs to know (its statistics and its spare children): see split_published.
   enum class End { kPublished, kVoid, kUnknown };
   Task<End> run_split(uint64_t w, const RemoteAddr* only, bool mine) {
     // Another operation of this client already runs this split: ride along (one 8-byte READ per
