@@ -16,50 +16,24 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "pm_test_util.h"
 #include "rdmahash/continuity.h"
 #include "test_util.h"
 
 namespace rdmahash {
 namespace {
 
+using test::AlignedImage;
+using test::Event;
+using test::Recorder;
+using test::State;
+using test::Step;
 using test::value_for;
-using State = std::map<uint64_t, std::vector<std::byte>>;
-
-struct AlignedImage {
-  std::vector<std::byte> storage;
-  std::span<std::byte> bytes;
-  explicit AlignedImage(uint64_t n) : storage(n + kCacheLine) {
-    const auto mis = reinterpret_cast<uintptr_t>(storage.data()) % kCacheLine;
-    bytes = {storage.data() + (mis ? kCacheLine - mis : 0), n};
-  }
-};
-
-struct Event {
-  bool persist;
-  uint64_t off, value;  // store: word offset and value; persist: offset and length
-};
-
-struct Recorder final : PersistObserver {
-  std::vector<Event> log;
-  void on_store(uint64_t off, uint64_t v) override { log.push_back({false, off, v}); }
-  void on_persist(uint64_t off, uint64_t len) override { log.push_back({true, off, len}); }
-};
-
-// One server-side operation and the acknowledged state after it.
-struct Step {
-  size_t begin, end;  // log positions: events [begin, end) belong to this operation
-  State after;
-};
 
 State recovered_state(const ContinuityConfig& c, std::span<std::byte> image) {
   PersistentRegion region(image, PersistMode::kVolatile);
   ContinuityShard shard(c, 0, region);  // throws PmemError on any violated invariant
-  State s;
-  for (auto& [k, v] : shard.items()) {
-    if (!s.emplace(k, v).second) throw std::runtime_error("key " + std::to_string(k) + " twice");
-  }
-  if (shard.records() != s.size()) throw std::runtime_error("record count differs from the valid items");
-  return s;
+  return test::state_of(shard);
 }
 
 // The crash-point check. `mode`: 0 = only persisted lines, 1 = plus a random prefix of each
@@ -75,53 +49,16 @@ struct CrashChecker {
   bool finish_after = false;  // also finish the recovered shard's resize and require the same items
 
   void run(uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    std::vector<std::byte> durable = initial;
-    std::map<uint64_t, std::vector<std::pair<uint64_t, uint64_t>>> pending;  // line -> stores in order
-    for (size_t e = 0; e <= log.size(); ++e) {
-      // A crash right before event e.
-      for (int mode = 0; mode < 3; ++mode) {
-        if (mode > 0 && pending.empty()) break;
-        AlignedImage img(durable.size());
-        std::memcpy(img.bytes.data(), durable.data(), durable.size());
-        if (mode > 0)
-          for (auto& [line, stores] : pending) {
-            const size_t keep = mode == 2 ? stores.size() : rng() % (stores.size() + 1);
-            for (size_t i = 0; i < keep; ++i) std::memcpy(img.bytes.data() + stores[i].first, &stores[i].second, 8);
-          }
-        check(e, img.bytes, mode);
-      }
-      if (e == log.size()) break;
-      const Event& ev = log[e];
-      if (!ev.persist) {
-        pending[ev.off / kCacheLine].emplace_back(ev.off, ev.value);
-      } else {
-        for (uint64_t line = ev.off / kCacheLine; line * kCacheLine < ev.off + ev.value; ++line) {
-          auto it = pending.find(line);
-          if (it == pending.end()) continue;
-          for (auto& [off, v] : it->second) std::memcpy(durable.data() + off, &v, 8);
-          pending.erase(it);
-        }
-      }
-    }
+    test::replay_crashes(initial, log, seed, [&](size_t e, std::span<std::byte> image, int mode) { check(e, image, mode); },
+                         [] { return false; });
   }
 
   void check(size_t e, std::span<std::byte> image, int mode) {
     ++checked;
-    // Acknowledged: every step that ended at or before e. In flight: the step containing e.
-    const State* acked = &start;
-    const State* next = nullptr;
-    for (const Step& s : steps) {
-      if (s.end <= e) acked = &s.after;
-      else if (s.begin <= e) { next = &s.after; break; }
-      else break;
-    }
     std::string why;
     try {
       const State got = recovered_state(cfg, image);
-      if (got != *acked && !(next && got == *next))
-        why = "recovered " + std::to_string(got.size()) + " items, acknowledged state has " +
-              std::to_string(acked->size()) + (next ? " (in-flight op: " + std::to_string(next->size()) + ")" : "");
+      why = test::acknowledged_mismatch(got, steps, start, e);
       if (why.empty() && finish_after) {
         PersistentRegion region(image, PersistMode::kVolatile);
         ContinuityShard shard(cfg, 0, region);
@@ -131,8 +68,7 @@ struct CrashChecker {
     } catch (const std::exception& ex) {
       why = std::string("recovery failed: ") + ex.what();
     }
-    if (!why.empty() && first_failure.empty())
-      first_failure = "crash before event " + std::to_string(e) + " (mode " + std::to_string(mode) + "): " + why;
+    if (!why.empty() && first_failure.empty()) first_failure = test::crash_label(e, mode) + ": " + why;
   }
 };
 
@@ -141,14 +77,10 @@ TEST(ContinuityCrash, EveryCrashPointRecoversTheAcknowledgedOperations) {
   c.buckets_per_node = 8;  // 4 pairs × 20 slots: segments fill, slots are reused, updates hit kFull
   c.sbuckets = 3;
   c.value_bytes = 24;
-  AlignedImage live(c.region_bytes());
-  PersistentRegion region(live.bytes, PersistMode::kVolatile);
-  ContinuityShard shard(c, 0, region);
-  // Start recording once the table exists (a crash while formatting leaves an image that is
+  // Recording starts once the table exists (a crash while formatting leaves an image that is
   // refused, see continuity.h); `initial` is that durable image.
-  std::vector<std::byte> initial(live.bytes.begin(), live.bytes.end());
-  Recorder rec;
-  region.set_observer(&rec);
+  test::RecordedShard<ContinuityShard, ContinuityConfig> w(c);  // records from here on
+  auto& [live, region, shard, initial, rec] = w;
 
   std::mt19937_64 rng(2024);
   std::vector<uint64_t> universe;
@@ -165,10 +97,7 @@ TEST(ContinuityCrash, EveryCrashPointRecoversTheAcknowledgedOperations) {
     if (x < 4) r = shard.find_or_put(k, v);
     else if (x < 7) r = shard.update(k, v);
     else r = shard.erase(k);
-    if (r.status == Status::kInserted) state[k] = v, ++kinds[0];
-    else if (r.status == Status::kUpdated) state[k] = v, ++kinds[1];
-    else if (r.status == Status::kErased) state.erase(k), ++kinds[2];
-    else if (r.status == Status::kFull) ++kinds[3];
+    test::acknowledge(state, kinds, k, v, r.status);
     steps.push_back({begin, rec.log.size(), state});
   }
   region.set_observer(nullptr);
@@ -204,12 +133,8 @@ TEST(ContinuityCrash, EveryCrashPointOfAnOnlineResizeWithWritesRecovers) {
   c.value_bytes = 16;
   c.max_resizes = 3;
   c.migrate_pairs_per_write = 0;  // a write migrates its own pair only: resizes stay in progress
-  AlignedImage live(c.region_bytes());
-  PersistentRegion region(live.bytes, PersistMode::kVolatile);
-  ContinuityShard shard(c, 0, region);
-  std::vector<std::byte> initial(live.bytes.begin(), live.bytes.end());
-  Recorder rec;
-  region.set_observer(&rec);
+  test::RecordedShard<ContinuityShard, ContinuityConfig> w(c);  // records from here on
+  auto& [live, region, shard, initial, rec] = w;
   std::mt19937_64 rng(77);
   std::vector<uint64_t> universe;
   for (int i = 0; i < 260; ++i) universe.push_back(rng());
@@ -234,10 +159,7 @@ TEST(ContinuityCrash, EveryCrashPointOfAnOnlineResizeWithWritesRecovers) {
     else if (x < 15) r = shard.put(k, v);
     else if (x < 18) r = shard.update(k, v);
     else r = shard.erase(k);
-    if (r.status == Status::kInserted) state[k] = v, ++kinds[0];
-    else if (r.status == Status::kUpdated) state[k] = v, ++kinds[1];
-    else if (r.status == Status::kErased) state.erase(k), ++kinds[2];
-    else if (r.status == Status::kFull) ++kinds[3];
+    test::acknowledge(state, kinds, k, v, r.status);
     during += was_resizing && r.status != Status::kFound && r.status != Status::kNotFound;
     steps.push_back({begin, rec.log.size(), state});
   }
@@ -279,12 +201,8 @@ TEST(ContinuityCrash, EveryCrashPointWithAddedSBucketsRecovers) {
   c.added_group_pairs = 2;
   c.max_resizes = 2;
   c.migrate_pairs_per_write = 0;
-  AlignedImage live(c.region_bytes());
-  PersistentRegion region(live.bytes, PersistMode::kVolatile);
-  ContinuityShard shard(c, 0, region);
-  std::vector<std::byte> initial(live.bytes.begin(), live.bytes.end());
-  Recorder rec;
-  region.set_observer(&rec);
+  test::RecordedShard<ContinuityShard, ContinuityConfig> w(c);  // records from here on
+  auto& [live, region, shard, initial, rec] = w;
   std::mt19937_64 rng(4242);
   std::vector<uint64_t> universe;
   for (int i = 0; i < 400; ++i) universe.push_back(rng());
@@ -309,10 +227,7 @@ TEST(ContinuityCrash, EveryCrashPointWithAddedSBucketsRecovers) {
     else if (x < 13) r = shard.put(k, v);
     else if (x < (i < 700 ? 14u : 17u)) r = shard.update(k, v);
     else r = shard.erase(k);  // more erases while the table churns near full
-    if (r.status == Status::kInserted) state[k] = v, ++kinds[0];
-    else if (r.status == Status::kUpdated) state[k] = v, ++kinds[1];
-    else if (r.status == Status::kErased) state.erase(k), ++kinds[2];
-    else if (r.status == Status::kFull) ++kinds[3];
+    test::acknowledge(state, kinds, k, v, r.status);
     steps.push_back({begin, rec.log.size(), state});
     if (shard.stats().resizes == 0) at_first_resize = shard.stats();
   }
@@ -504,19 +419,8 @@ TEST(ContinuityCrash, EveryCrashPointOfAResizeRecoversToACompleteTable) {
 
 // --- real files -----------------------------------------------------------------------------------
 
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/rdmahash-pmem-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
-
-std::vector<char> slurp(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
-}
+using test::slurp;
+using test::TempDir;
 
 ContinuityConfig file_config() {
   ContinuityConfig c;
@@ -575,16 +479,7 @@ TEST(ContinuityFile, ReopenRecoversEveryItem) {
 }
 
 void expect_refused(const std::filesystem::path& path, const ContinuityConfig& c, const std::string& what) {
-  const auto before = slurp(path);
-  try {
-    PmemFile f = PmemFile::open(path, c.region_bytes());
-    PersistentRegion region(f.bytes(), f.mode());
-    ContinuityShard shard(c, 0, region);
-    ADD_FAILURE() << what << ": the image was accepted";
-  } catch (const PmemError& e) {
-    EXPECT_FALSE(std::string(e.what()).empty());
-  }
-  EXPECT_EQ(slurp(path), before) << what << ": the refused file was modified";
+  test::expect_refused<ContinuityShard>(path, c, what);
 }
 
 TEST(ContinuityFile, CorruptOrForeignImagesAreRefusedUntouched) {

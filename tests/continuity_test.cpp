@@ -12,45 +12,21 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "pm_test_util.h"
 #include "rdmahash/continuity.h"
 #include "test_util.h"
 
 namespace rdmahash {
 namespace {
 
+using test::distinct_keys;
+using test::intact;
 using test::InterleavingTransport;
+using test::stamped;
 using test::value_for;
 
-struct ContTable {
-  ContinuityConfig cfg;
-  std::unique_ptr<Fabric> fabric;
-  std::unique_ptr<ContinuityServer> server;
-  explicit ContTable(const ContinuityConfig& c) : cfg(c) {
-    fabric = make_local_fabric(std::vector<uint64_t>(c.memory_nodes, c.region_bytes()));
-    server = std::make_unique<ContinuityServer>(*fabric, c);
-  }
-};
-
-struct SyncClient {
-  std::unique_ptr<Transport> transport;
-  Engine engine;
-  ContinuityClient client;
-  OpStats last;
-  SyncClient(Fabric& f, const ContinuityConfig& c) : transport(f.connect()), engine(*transport), client(c, engine) {}
-  OpResult run(Task<OpResult> t) {
-    last = {};
-    return engine.run(std::move(t), &last);
-  }
-};
-
-std::vector<uint64_t> distinct_keys(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::unordered_set<uint64_t> seen;
-  std::vector<uint64_t> keys;
-  while (keys.size() < n)
-    if (uint64_t k = rng(); seen.insert(k).second) keys.push_back(k);
-  return keys;
-}
+using ContTable = test::ServedTable<ContinuityServer, ContinuityConfig>;
+using SyncClient = test::SyncClientOf<ContinuityClient, ContinuityConfig>;
 
 TEST(ContinuityLayout, SegmentOffsetsFollowEquationsTwoAndThree) {
   ContinuityConfig c;
@@ -218,23 +194,6 @@ TEST(Continuity, BadInputFailsBeforeAnyRequest) {
   EXPECT_EQ(t.server->records(), 0u);
 }
 
-// Values that say which key and which write they belong to, so a reader can tell a torn or stale
-// value from a real one.
-std::vector<std::byte> stamped(uint64_t key, uint64_t version, uint32_t bytes) {
-  std::vector<std::byte> v(bytes);
-  for (uint32_t i = 0; i + 8 <= bytes; i += 8) {
-    const uint64_t w = (i == 0) ? version : key * 0x9E3779B97F4A7C15ULL + version * (i + 1);
-    std::memcpy(v.data() + i, &w, 8);
-  }
-  return v;
-}
-bool intact(uint64_t key, const std::vector<std::byte>& v, uint64_t* version) {
-  uint64_t ver;
-  std::memcpy(&ver, v.data(), 8);
-  *version = ver;
-  return v == stamped(key, ver, static_cast<uint32_t>(v.size()));
-}
-
 // Forced interleavings: node-side writes (inserts, out-of-place updates, erases, and so slot
 // reuse in the same segments) run between the words of every READ. Stable keys are never erased:
 // a lookup must always find them, with a whole value no older than one it saw before.
@@ -246,58 +205,18 @@ TEST(ContinuityInterleaving, WritesBetweenWordsOfAReadNeverTearOrHideAnItem) {
   ContinuityShard& shard = t.server->shard(0);
   const auto all = distinct_keys(200, 21);
   std::vector<uint64_t> stable, churn;
-  std::unordered_map<uint64_t, uint64_t> version;
   for (uint64_t k : all) {
     if (stable.size() < 30 && shard.put(k, stamped(k, 0, 24)).status == Status::kInserted) {
       stable.push_back(k);
-      version[k] = 0;
     } else if (churn.size() < 60) {
       churn.push_back(k);
     }
   }
-  std::mt19937_64 rng(9);
-  std::unordered_set<uint64_t> churn_in;
-  uint64_t writes = 0;
-  auto hook = [&] {
-    const uint64_t x = rng();
-    if (x % 2 == 0) {
-      const uint64_t k = stable[(x >> 8) % stable.size()];
-      if (shard.update(k, stamped(k, version[k] + 1, 24)).status == Status::kUpdated) ++version[k], ++writes;
-    } else {
-      const uint64_t k = churn[(x >> 8) % churn.size()];
-      if (churn_in.count(k)) {
-        ASSERT_EQ(shard.erase(k).status, Status::kErased);
-        churn_in.erase(k);
-      } else if (shard.put(k, stamped(k, 0, 24)).status == Status::kInserted) {
-        churn_in.insert(k);
-      }
-      ++writes;
-    }
-  };
-  auto transport = std::make_unique<InterleavingTransport>(t.fabric->connect(), hook);
-  Engine engine(*transport);
-  ContinuityClient client(c, engine);
-  std::unordered_map<uint64_t, uint64_t> seen;
-  std::vector<std::byte> out(24);
-  uint64_t missed = 0, torn = 0, stale = 0, churn_torn = 0;
-  for (int i = 0; i < 20000; ++i) {
-    const bool st = rng() % 3 != 0;
-    const uint64_t k = st ? stable[rng() % stable.size()] : churn[rng() % churn.size()];
-    const OpResult r = engine.run(client.get(k, out));
-    uint64_t ver = 0;
-    if (st) {
-      if (r.status != Status::kFound) { ++missed; continue; }
-      if (!intact(k, out, &ver)) { ++torn; continue; }
-      if (seen.count(k) && ver < seen[k]) ++stale;
-      seen[k] = std::max(seen[k], ver);
-    } else if (r.status == Status::kFound && !intact(k, out, &ver)) {
-      ++churn_torn;
-    }
-  }
-  EXPECT_EQ(missed, 0u) << "a present key was reported absent";
-  EXPECT_EQ(torn + churn_torn, 0u) << "a torn value was returned";
-  EXPECT_EQ(stale, 0u) << "a lookup returned an older value than an earlier lookup";
-  EXPECT_GT(writes, 20000u);
+  const auto n = test::reads_between_node_writes<ContinuityClient>(*t.fabric, shard, c, stable, churn, 20000, 24);
+  EXPECT_EQ(n.missed, 0u) << "a present key was reported absent";
+  EXPECT_EQ(n.torn + n.churn_torn, 0u) << "a torn value was returned";
+  EXPECT_EQ(n.stale, 0u) << "a lookup returned an older value than an earlier lookup";
+  EXPECT_GT(n.writes, 20000u);
 }
 
 // Real threads: two writer clients (RPCs run on their threads, serialised by the shard's mutex)

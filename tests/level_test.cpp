@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "pm_test_util.h"
 #include "rdmahash/level.h"
 #include "test_util.h"
 
@@ -22,55 +23,18 @@ namespace {
 
 using test::InterleavingTransport;
 using test::value_for;
-using State = std::map<uint64_t, std::vector<std::byte>>;
+using test::AlignedImage;
+using test::distinct_keys;
+using test::Event;
+using test::intact;
+using test::Recorder;
+using test::stamped;
+using test::State;
+using test::state_of;
+using test::Step;
 
-struct AlignedImage {
-  std::vector<std::byte> storage;
-  std::span<std::byte> bytes;
-  explicit AlignedImage(uint64_t n) : storage(n + kCacheLine) {
-    const auto mis = reinterpret_cast<uintptr_t>(storage.data()) % kCacheLine;
-    bytes = {storage.data() + (mis ? kCacheLine - mis : 0), n};
-  }
-};
-
-struct LevelTable {
-  LevelConfig cfg;
-  std::unique_ptr<Fabric> fabric;
-  std::unique_ptr<LevelServer> server;
-  explicit LevelTable(const LevelConfig& c) : cfg(c) {
-    fabric = make_local_fabric(std::vector<uint64_t>(c.memory_nodes, c.region_bytes()));
-    server = std::make_unique<LevelServer>(*fabric, c);
-  }
-};
-
-struct SyncClient {
-  std::unique_ptr<Transport> transport;
-  Engine engine;
-  LevelClient client;
-  OpStats last;
-  SyncClient(Fabric& f, const LevelConfig& c) : transport(f.connect()), engine(*transport), client(c, engine) {}
-  OpResult run(Task<OpResult> t) {
-    last = {};
-    return engine.run(std::move(t), &last);
-  }
-};
-
-std::vector<uint64_t> distinct_keys(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::unordered_set<uint64_t> seen;
-  std::vector<uint64_t> keys;
-  while (keys.size() < n)
-    if (uint64_t k = rng(); seen.insert(k).second) keys.push_back(k);
-  return keys;
-}
-
-State state_of(LevelShard& s) {
-  State out;
-  for (auto& [k, v] : s.items())
-    if (!out.emplace(k, v).second) throw std::runtime_error("key " + std::to_string(k) + " valid twice");
-  if (s.records() != out.size()) throw std::runtime_error("record count differs from the valid items");
-  return out;
-}
+using LevelTable = test::ServedTable<LevelServer, LevelConfig>;
+using SyncClient = test::SyncClientOf<LevelClient, LevelConfig>;
 
 TEST(LevelLayout, LevelsDoubleAndFollowEachOther) {
   LevelConfig c;
@@ -217,22 +181,6 @@ TEST(Level, BadInputFailsBeforeAnyRequest) {
   EXPECT_EQ(t.server->records(), 0u);
 }
 
-// Values that name their key and write, so a torn or stale value is recognised.
-std::vector<std::byte> stamped(uint64_t key, uint64_t version, uint32_t bytes) {
-  std::vector<std::byte> v(bytes);
-  for (uint32_t i = 0; i + 8 <= bytes; i += 8) {
-    const uint64_t w = (i == 0) ? version : key * 0x9E3779B97F4A7C15ULL + version * (i + 1);
-    std::memcpy(v.data() + i, &w, 8);
-  }
-  return v;
-}
-bool intact(uint64_t key, const std::vector<std::byte>& v, uint64_t* version) {
-  uint64_t ver;
-  std::memcpy(&ver, v.data(), 8);
-  *version = ver;
-  return v == stamped(key, ver, static_cast<uint32_t>(v.size()));
-}
-
 // Forced interleavings: node-side writes (inserts that move items between their two buckets,
 // out-of-place updates, erases: slot reuse everywhere) between the words of every READ. Stable
 // keys are never erased: a lookup must find them, whole, never older than before.
@@ -245,59 +193,20 @@ TEST(LevelInterleaving, WritesBetweenWordsOfAReadNeverTearOrHideAnItem) {
   LevelShard& shard = t.server->shard(0);
   const auto all = distinct_keys(400, 21);
   std::vector<uint64_t> stable, churn;
-  std::unordered_map<uint64_t, uint64_t> version;
   for (uint64_t k : all) {
     if (stable.size() < 30) {
-      if (shard.put(k, stamped(k, 0, 24)).status == Status::kInserted) stable.push_back(k), version[k] = 0;
+      if (shard.put(k, stamped(k, 0, 24)).status == Status::kInserted) stable.push_back(k);
     } else if (churn.size() < 60) {
       churn.push_back(k);
     }
   }
   ASSERT_EQ(stable.size(), 30u);
-  std::mt19937_64 rng(9);
-  std::unordered_set<uint64_t> churn_in;
-  uint64_t writes = 0;
-  auto hook = [&] {
-    const uint64_t x = rng();
-    if (x % 2 == 0) {
-      const uint64_t k = stable[(x >> 8) % stable.size()];
-      if (shard.update(k, stamped(k, version[k] + 1, 24)).status == Status::kUpdated) ++version[k], ++writes;
-    } else {
-      const uint64_t k = churn[(x >> 8) % churn.size()];
-      if (churn_in.count(k)) {
-        ASSERT_EQ(shard.erase(k).status, Status::kErased);
-        churn_in.erase(k);
-      } else if (shard.put(k, stamped(k, 0, 24)).status == Status::kInserted) {
-        churn_in.insert(k);
-      }
-      ++writes;
-    }
-  };
-  auto transport = std::make_unique<InterleavingTransport>(t.fabric->connect(), hook);
-  Engine engine(*transport);
-  LevelClient client(c, engine);
-  std::unordered_map<uint64_t, uint64_t> seen;
-  std::vector<std::byte> out(24);
-  uint64_t missed = 0, torn = 0, stale = 0, churn_torn = 0;
-  for (int i = 0; i < 20000; ++i) {
-    const bool st = rng() % 3 != 0;
-    const uint64_t k = st ? stable[rng() % stable.size()] : churn[rng() % churn.size()];
-    const OpResult r = engine.run(client.get(k, out));
-    uint64_t ver = 0;
-    if (st) {
-      if (r.status != Status::kFound) { ++missed; continue; }
-      if (!intact(k, out, &ver)) { ++torn; continue; }
-      if (seen.count(k) && ver < seen[k]) ++stale;
-      seen[k] = std::max(seen[k], ver);
-    } else if (r.status == Status::kFound && !intact(k, out, &ver)) {
-      ++churn_torn;
-    }
-  }
-  EXPECT_EQ(missed, 0u) << "a present key was reported absent";
-  EXPECT_EQ(torn + churn_torn, 0u) << "a torn value was returned";
-  EXPECT_EQ(stale, 0u) << "a lookup returned an older value than an earlier lookup";
+  const auto n = test::reads_between_node_writes<LevelClient>(*t.fabric, shard, c, stable, churn, 20000, 24);
+  EXPECT_EQ(n.missed, 0u) << "a present key was reported absent";
+  EXPECT_EQ(n.torn + n.churn_torn, 0u) << "a torn value was returned";
+  EXPECT_EQ(n.stale, 0u) << "a lookup returned an older value than an earlier lookup";
   EXPECT_GT(t.server->stats().moves, 100u);
-  EXPECT_GT(writes, 20000u);
+  EXPECT_GT(n.writes, 20000u);
 }
 
 // The window a whole-operation interleaving cannot reach: a READ of a bucket gets its token word
@@ -423,20 +332,6 @@ TEST(LevelConcurrency, ReadersDuringWritesAndResizesSeeWholeMonotoneValues) {
 
 // --- crash images ---------------------------------------------------------------------------------
 
-struct Event {
-  bool persist;
-  uint64_t off, value;  // store: word offset and value; persist: offset and length
-};
-struct Recorder final : PersistObserver {
-  std::vector<Event> log;
-  void on_store(uint64_t off, uint64_t v) override { log.push_back({false, off, v}); }
-  void on_persist(uint64_t off, uint64_t len) override { log.push_back({true, off, len}); }
-};
-struct Step {
-  size_t begin, end;
-  State after;
-};
-
 State recovered_state(const LevelConfig& c, std::span<std::byte> image) {
   PersistentRegion region(image, PersistMode::kVolatile);
   LevelShard shard(c, 0, region);  // throws PmemError on any violated invariant; finishes a resize
@@ -458,51 +353,16 @@ struct CrashChecker {
   uint64_t refused = 0;
 
   void run(uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    std::vector<std::byte> durable = initial;
-    std::map<uint64_t, std::vector<std::pair<uint64_t, uint64_t>>> pending;
-    for (size_t e = 0; e <= log.size() && first_failure.empty(); ++e) {
-      for (int mode = 0; mode < 3; ++mode) {
-        if (mode > 0 && pending.empty()) break;
-        AlignedImage img(durable.size());
-        std::memcpy(img.bytes.data(), durable.data(), durable.size());
-        if (mode > 0)
-          for (auto& [line, stores] : pending) {
-            const size_t keep = mode == 2 ? stores.size() : rng() % (stores.size() + 1);
-            for (size_t i = 0; i < keep; ++i) std::memcpy(img.bytes.data() + stores[i].first, &stores[i].second, 8);
-          }
-        check(e, img.bytes, mode);
-      }
-      if (e == log.size()) break;
-      const Event& ev = log[e];
-      if (!ev.persist) {
-        pending[ev.off / kCacheLine].emplace_back(ev.off, ev.value);
-      } else {
-        for (uint64_t line = ev.off / kCacheLine; line * kCacheLine < ev.off + ev.value; ++line) {
-          auto it = pending.find(line);
-          if (it == pending.end()) continue;
-          for (auto& [off, v] : it->second) std::memcpy(durable.data() + off, &v, 8);
-          pending.erase(it);
-        }
-      }
-    }
+    test::replay_crashes(initial, log, seed, [&](size_t e, std::span<std::byte> image, int mode) { check(e, image, mode); },
+                         [&] { return !first_failure.empty(); });
   }
 
   void check(size_t e, std::span<std::byte> image, int mode) {
     ++checked;
-    const State* acked = &start;
-    const State* next = nullptr;
-    for (const Step& s : steps) {
-      if (s.end <= e) acked = &s.after;
-      else if (s.begin <= e) { next = &s.after; break; }
-      else break;
-    }
     std::string why;
     try {
       const State got = recovered_state(cfg, image);
-      if (got != *acked && !(next && got == *next))
-        why = "recovered " + std::to_string(got.size()) + " items, acknowledged state has " +
-              std::to_string(acked->size()) + (next ? " (in-flight op: " + std::to_string(next->size()) + ")" : "");
+      why = test::acknowledged_mismatch(got, steps, start, e);
       PersistentRegion again(image, PersistMode::kVolatile);
       LevelShard s2(cfg, 0, again);
       if (why.empty() && s2.recovery_repairs() != 0) why = "a recovered image needed repairs again";
@@ -512,8 +372,7 @@ struct CrashChecker {
     } catch (const std::exception& ex) {
       why = std::string("recovery failed: ") + ex.what();
     }
-    if (!why.empty() && first_failure.empty())
-      first_failure = "crash before event " + std::to_string(e) + " (mode " + std::to_string(mode) + "): " + why;
+    if (!why.empty() && first_failure.empty()) first_failure = test::crash_label(e, mode) + ": " + why;
   }
 };
 
@@ -523,12 +382,8 @@ TEST(LevelCrash, EveryCrashPointRecoversTheAcknowledgedOperations) {
   c.base_buckets = 2;  // 6 buckets, 24 slots: movements at once, then resizes to 12+24 and 24+48
   c.max_resizes = 2;
   c.value_bytes = 16;
-  AlignedImage live(c.region_bytes());
-  PersistentRegion region(live.bytes, PersistMode::kVolatile);
-  LevelShard shard(c, 0, region);
-  std::vector<std::byte> initial(live.bytes.begin(), live.bytes.end());
-  Recorder rec;
-  region.set_observer(&rec);
+  test::RecordedShard<LevelShard, LevelConfig> w(c);  // records from here on
+  auto& [live, region, shard, initial, rec] = w;
   std::mt19937_64 rng(2024);
   const auto universe = distinct_keys(110, 77);
   State state;
@@ -543,10 +398,7 @@ TEST(LevelCrash, EveryCrashPointRecoversTheAcknowledgedOperations) {
     if (x < 5) r = shard.find_or_put(k, v);
     else if (x < 8) r = shard.update(k, v);
     else r = shard.erase(k);
-    if (r.status == Status::kInserted) state[k] = v, ++kinds[0];
-    else if (r.status == Status::kUpdated) state[k] = v, ++kinds[1];
-    else if (r.status == Status::kErased) state.erase(k), ++kinds[2];
-    else if (r.status == Status::kFull) ++kinds[3];
+    test::acknowledge(state, kinds, k, v, r.status);
     steps.push_back({begin, rec.log.size(), state});
   }
   region.set_observer(nullptr);
@@ -610,19 +462,7 @@ TEST(LevelCrash, EveryCrashPointOfAResizeRecoversToTheCompleteTable) {
 
 // --- real files and corrupt images ---------------------------------------------------------------
 
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/rdmahash-level-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
-
-std::vector<char> slurp(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
-}
+using test::slurp;
 
 LevelConfig file_config() {
   LevelConfig c;
@@ -650,7 +490,7 @@ State make_file(const std::filesystem::path& path) {
 }
 
 TEST(LevelFile, ReopenRecoversEveryItemAndServesLookups) {
-  TempDir dir;
+  test::TempDir dir("rdmahash-level");
   const auto path = dir.path / "table.pm";
   const State want = make_file(path);
   const LevelConfig c = file_config();
@@ -718,20 +558,11 @@ TEST(LevelFile, AnInterruptedRestoreIsRefusedOrWhole) {
 }
 
 void expect_refused(const std::filesystem::path& path, const LevelConfig& c, const std::string& what) {
-  const auto before = slurp(path);
-  try {
-    PmemFile f = PmemFile::open(path, c.region_bytes());
-    PersistentRegion region(f.bytes(), f.mode());
-    LevelShard shard(c, 0, region);
-    ADD_FAILURE() << what << ": the image was accepted";
-  } catch (const PmemError& e) {
-    EXPECT_FALSE(std::string(e.what()).empty());
-  }
-  EXPECT_EQ(slurp(path), before) << what << ": the refused file was modified";
+  test::expect_refused<LevelShard>(path, c, what);
 }
 
 TEST(LevelFile, CorruptOrForeignImagesAreRefusedUntouched) {
-  TempDir dir;
+  test::TempDir dir("rdmahash-level");
   const auto path = dir.path / "table.pm";
   make_file(path);
   const auto good = slurp(path);

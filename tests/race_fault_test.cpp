@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstddef>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -126,9 +127,17 @@ SplitPoint find_split(const RaceConfig& cfg, uint64_t split_target) {
   }
 }
 
+// Client `a` puts key(0) .. key(sp.put - 1), the keys before the put that splits, into the oracle.
+void put_before_split(Client& a, const SplitPoint& sp, std::unordered_map<std::string, std::string>& oracle) {
+  for (int i = 0; i < sp.put; ++i) {
+    ASSERT_EQ(a.put(key(i), val(i, 0)).status, Status::kInserted);
+    oracle[key(i)] = val(i, 0);
+  }
+}
+
 // The dead client's table, checked by a survivor: every key of `oracle` readable, then updates,
 // erases and new inserts (which split again) all answer as the oracle says; finally a fresh
-// client reads everything and the table has no lock, frozen or tentative slot left.
+// client reads everything and the table has no installed split, frozen or tentative slot left.
 void check_survivor(Table& t, Client& s, std::unordered_map<std::string, std::string>& oracle, int first_new, int label) {
   for (const auto& [k, v] : oracle) ASSERT_EQ(s.get(k), v) << "stop " << label << " key " << k;
   int n = 0;
@@ -156,7 +165,7 @@ void check_survivor(Table& t, Client& s, std::unordered_map<std::string, std::st
   for (const auto& [k, v] : oracle) ASSERT_EQ(c.get(k), v) << "stop " << label << " key " << k;
   for (const auto& k : erased) ASSERT_EQ(c.get(k), std::nullopt) << "stop " << label << " key " << k;
   const RaceInspection in = race_inspect(*t.fabric, t.cfg);
-  EXPECT_TRUE(in.locks_clear) << "stop " << label;
+  EXPECT_TRUE(in.split_word_clear) << "stop " << label;
   EXPECT_EQ(in.frozen, 0u) << "stop " << label;
   EXPECT_EQ(in.tentative, 0u) << "stop " << label;
   EXPECT_EQ(in.committed, oracle.size()) << "stop " << label;
@@ -213,9 +222,10 @@ TEST(RaceFault, SplitterDeadBeforeEveryRequestOfASplit) {
   EXPECT_GT(stops, 80u);
 }
 
-// A helper that takes over a dead splitter dies itself before each of its requests; a third
-// client then takes over from it. Several stops of the first splitter.
-TEST(RaceFault, HelperDeadMidTakeoverIsTakenOverInTurn) {
+// A helper running a dead splitter's installed split dies itself before each of its requests; a
+// third client then finishes the split (it helps too: nothing is handed over, nobody waits).
+// Several stops of the first splitter.
+TEST(RaceFault, HelperDeadMidSplitIsFinishedByTheNextClient) {
   const RaceConfig cfg = fault_cfg();
   const SplitPoint sp = find_split(cfg, 3);
   uint64_t trials = 0, helper_died_holding = 0;
@@ -234,7 +244,7 @@ TEST(RaceFault, HelperDeadMidTakeoverIsTakenOverInTurn) {
       b.tr->die_at = hstop;
       ASSERT_TRUE(b.dies_in([&] { b.put(key(d.pending), val(d.pending, 1)); }));
       race_mark_dead(*d.t.fabric, cfg, 2);
-      if (!race_inspect(*d.t.fabric, cfg).locks_clear) ++helper_died_holding;  // split still installed
+      if (!race_inspect(*d.t.fabric, cfg).split_word_clear) ++helper_died_holding;  // split still installed
       Client c(*d.t.fabric, cfg, 3);
       // The pending key: the first splitter's value, the helper's, or absent.
       const auto got = c.get(key(d.pending));
@@ -360,6 +370,9 @@ struct Stalled {
     gate.release();
     th.join();
     return result;
+  }
+  ~Stalled() {  // a test that returns early (a failed ASSERT) still ends the thread
+    if (th.joinable()) resume();
   }
 };
 
@@ -606,50 +619,70 @@ TEST(RaceFault, PutHelpsAStalledOwnerThenUpdates) {
   check_oracle(t, c, {{"k", "from-b"}}, "k", "put");
 }
 
+// A inserts "k" and stalls right after its tentative CAS; B, inserting "k" too, read A's copy
+// alone and stalls before its commit CAS of it. C acts meanwhile; then B resumes (kFound, having
+// committed `b_commits` copies), then A (kInserted: its copy was committed, by B or by C).
+struct StalledOwnerAndHelper {
+  Table t{fault_cfg()};
+  Client a{*t.fabric, t.cfg, 1}, b{*t.fabric, t.cfg, 2}, c{*t.fabric, t.cfg, 3};
+  Stalled sa{a, after_tentative(t.cfg, 0), [this] { return a.find_or_put("k", "from-a"); }};
+  Stalled sb{b, is_commit, [this] { return b.find_or_put("k", "from-b"); }};
+  bool ready() const { return sa.paused && sb.paused; }
+  void resume(uint64_t b_commits, const std::string& why) {
+    EXPECT_EQ(sb.resume().status, Status::kFound);
+    b.tr->before = nullptr;
+    EXPECT_EQ(b.client.stats().commits_helped, b_commits) << why;
+    EXPECT_EQ(sa.resume().status, Status::kInserted);
+    a.tr->before = nullptr;
+  }
+};
+
 // Two helpers of the same stalled copy: B stalls before its commit CAS of A's copy, C commits it;
 // B's CAS then fails and B finds the committed copy (kFound); A answers kInserted.
 TEST(RaceFault, TwoHelpersOfOneStalledCopy) {
-  const RaceConfig cfg = fault_cfg();
-  Table t(cfg);
-  Client a(*t.fabric, cfg, 1), b(*t.fabric, cfg, 2), c(*t.fabric, cfg, 3);
-  Stalled sa(a, after_tentative(cfg, 0), [&] { return a.find_or_put("k", "from-a"); });
-  ASSERT_TRUE(sa.paused);
-  Stalled sb(b, is_commit, [&] { return b.find_or_put("k", "from-b"); });
-  ASSERT_TRUE(sb.paused);
-  EXPECT_EQ(c.find_or_put("k", "from-c").status, Status::kFound);
-  EXPECT_EQ(c.client.stats().commits_helped, 1u);
-  EXPECT_EQ(sb.resume().status, Status::kFound);
-  b.tr->before = nullptr;
-  EXPECT_EQ(b.client.stats().commits_helped, 0u) << "B's late commit CAS must fail";
-  EXPECT_EQ(sa.resume().status, Status::kInserted);
-  a.tr->before = nullptr;
-  check_oracle(t, c, {{"k", "from-a"}}, "k", "two helpers");
+  StalledOwnerAndHelper x;
+  ASSERT_TRUE(x.ready());
+  EXPECT_EQ(x.c.find_or_put("k", "from-c").status, Status::kFound);
+  EXPECT_EQ(x.c.client.stats().commits_helped, 1u);
+  x.resume(0, "B's late commit CAS must fail");
+  check_oracle(x.t, x.c, {{"k", "from-a"}}, "k", "two helpers");
 }
 
 // A split freezes the subtable between the helper's read and its commit CAS: B's CAS (from the
 // tentative value) fails on the frozen slot; B finds A's copy in the child and commits it there.
 TEST(RaceFault, SplitBetweenTheHelpersReadAndItsCommit) {
-  const RaceConfig cfg = fault_cfg();
-  Table t(cfg);
-  Client a(*t.fabric, cfg, 1), b(*t.fabric, cfg, 2), c(*t.fabric, cfg, 3);
-  Stalled sa(a, after_tentative(cfg, 0), [&] { return a.find_or_put("k", "from-a"); });
-  ASSERT_TRUE(sa.paused);
-  Stalled sb(b, is_commit, [&] { return b.find_or_put("k", "from-b"); });
-  ASSERT_TRUE(sb.paused);
+  StalledOwnerAndHelper x;
+  ASSERT_TRUE(x.ready());
   std::unordered_map<std::string, std::string> oracle;
-  for (int i = 0; i < 200 && c.client.stats().splits == 0; ++i) {
-    ASSERT_EQ(c.put(key(i), val(i, 0)).status, Status::kInserted);
+  for (int i = 0; i < 200 && x.c.client.stats().splits == 0; ++i) {
+    ASSERT_EQ(x.c.put(key(i), val(i, 0)).status, Status::kInserted);
     oracle[key(i)] = val(i, 0);
   }
-  ASSERT_GT(c.client.stats().splits, 0u);
-  EXPECT_EQ(race_inspect(*t.fabric, cfg).tentative, 1u) << "the split carries A's tentative copy";
-  EXPECT_EQ(sb.resume().status, Status::kFound);
-  b.tr->before = nullptr;
-  EXPECT_EQ(b.client.stats().commits_helped, 1u) << "B commits A's copy in the child";
-  EXPECT_EQ(sa.resume().status, Status::kInserted);
-  a.tr->before = nullptr;
+  ASSERT_GT(x.c.client.stats().splits, 0u);
+  EXPECT_EQ(race_inspect(*x.t.fabric, x.t.cfg).tentative, 1u) << "the split carries A's tentative copy";
+  x.resume(1, "B commits A's copy in the child");
   oracle["k"] = "from-a";
-  check_oracle(t, c, oracle, "k", "split");
+  check_oracle(x.t, x.c, oracle, "k", "split");
+}
+
+// The split statistics against the directory: every finished split adds one live subtable, and
+// exactly its installer counts it, so the clients' splits sum to the live subtables less the
+// initial ones (a void split, which publishes nothing, is counted by nobody).
+void expect_split_count(Table& t, std::initializer_list<const Client*> clients, const std::string& label) {
+  uint64_t splits = 0;
+  for (const Client* c : clients) splits += c->client.stats().splits;
+  const RaceInspection in = race_inspect(*t.fabric, t.cfg);
+  EXPECT_EQ(splits, in.subtables - (uint64_t{1} << t.cfg.initial_depth)) << label << ": splits counted vs. published";
+}
+
+bool is_install(const Request& r) {
+  return r.kind == ReqKind::kCas && r.addr.node == 0 && r.addr.offset == offsetof(RaceNodeHeader, split) && r.compare == 0;
+}
+bool is_subtable_alloc(const RaceConfig& cfg, const Request& r) {
+  uint64_t bytes = 0;  // the allocation request is {bytes, node}
+  if (r.kind != ReqKind::kRpc || r.len < 16) return false;
+  std::memcpy(&bytes, r.buf, 8);
+  return bytes == cfg.subtable_bytes();
 }
 
 // A LIVE splitter is stalled before each request of the put that splits (the first split, which
@@ -667,10 +700,7 @@ TEST(RaceFault, LiveSplitterStalledAtEveryRequestIsHelpedNotWaitedFor) {
       Client a(*t.fabric, cfg, 1);
       Client b(*t.fabric, cfg, 2);
       std::unordered_map<std::string, std::string> oracle;
-      for (int i = 0; i < sp.put; ++i) {
-        ASSERT_EQ(a.put(key(i), val(i, 0)).status, Status::kInserted);
-        oracle[key(i)] = val(i, 0);
-      }
+      put_before_split(a, sp, oracle);
       Gate gate;
       const uint64_t at = a.tr->seen + stop;
       bool paused = false;
@@ -714,11 +744,129 @@ TEST(RaceFault, LiveSplitterStalledAtEveryRequestIsHelpedNotWaitedFor) {
       if (b.client.stats().helped > 0) ++helped;
       ++trials;
       check_survivor(t, b, oracle, 1000, static_cast<int>(target * 1000 + stop));
+      expect_split_count(t, {&a, &b}, label);
       if (testing::Test::HasFailure()) return;
     }
   }
   EXPECT_GT(trials, 80u);
   EXPECT_GT(helped, 40u) << "B must have met (and finished) the stalled split in most trials";
+}
+
+// The splitter A stalls just after installing its split (before reading the descriptor back).
+// B finishes that split and goes on until A's child with suffix s is split again, so dir[s] names
+// neither S nor A's child when A resumes: A must not take its published split for a void one
+// (which would count it nowhere and, worse, keep its published children as spares and overwrite
+// them with fresh images at its next split). A then splits again; nothing is lost.
+TEST(RaceFault, InstallerStalledPastItsPublishedSplitCountsItAndKeepsNoChild) {
+  const RaceConfig cfg = fault_cfg();
+  for (uint64_t target : {1u, 3u}) {
+    const std::string label = "split " + std::to_string(target);
+    const SplitPoint sp = find_split(cfg, target);
+    Table t(cfg);
+    Client a(*t.fabric, cfg, 1), b(*t.fabric, cfg, 2);
+    std::unordered_map<std::string, std::string> oracle;
+    put_before_split(a, sp, oracle);
+    auto installed = std::make_shared<bool>(false);
+    Stalled sa(a, [installed](const Request& r) { return std::exchange(*installed, *installed || is_install(r)); },
+               [&] { return a.put(key(sp.put), val(sp.put, 0)); });
+    ASSERT_TRUE(sa.paused) << label;
+    // dir[s] for the suffix s of A's installed split (descriptor word 1).
+    auto word = [&](uint32_t node, uint64_t off) {
+      uint64_t v = 0;
+      std::memcpy(&v, t.fabric->local_region(node).data() + off, 8);
+      return v;
+    };
+    const uint64_t w = word(0, offsetof(RaceNodeHeader, split));
+    ASSERT_NE(w, 0u) << label;
+    const uint64_t s = word(static_cast<uint32_t>((w >> 40) & 0x3f), (w & ((1ULL << 40) - 1)) * 64 + 8);
+    auto dir0 = [&] { return word(0, cfg.directory_offset() + 8 * s); };
+    const uint64_t before = dir0();
+    ASSERT_EQ(b.put(key(sp.put), val(sp.put, 1)).status, Status::kInserted) << label;  // B helps A's split
+    EXPECT_GT(b.client.stats().helped, 0u) << label;
+    const uint64_t child = dir0();
+    ASSERT_NE(child, before) << label;
+    int i = 3000;
+    for (; dir0() == child && i < 3400; ++i) {
+      ASSERT_EQ(b.put(key(i), val(i, 1)).status, Status::kInserted) << label;
+      oracle[key(i)] = val(i, 1);
+    }
+    ASSERT_NE(dir0(), child) << label << ": B must split A's child";
+    EXPECT_EQ(sa.resume().status, Status::kUpdated) << label;  // B's insert of the key came first
+    a.tr->before = nullptr;
+    oracle[key(sp.put)] = val(sp.put, 0);
+    expect_split_count(t, {&a, &b}, label);
+    // A's next split allocates fresh children (it kept none of the published ones).
+    uint64_t allocs = 0;
+    a.tr->before = [&](const Request& r) { allocs += is_subtable_alloc(cfg, r); };
+    const uint64_t a_splits = a.client.stats().splits;
+    for (int j = 5000; j < 5400 && a.client.stats().splits == a_splits; ++j) {
+      ASSERT_EQ(a.put(key(j), val(j, 2)).status, Status::kInserted) << label;
+      oracle[key(j)] = val(j, 2);
+    }
+    a.tr->before = nullptr;
+    ASSERT_GT(a.client.stats().splits, a_splits) << label;
+    EXPECT_EQ(allocs, 2u) << label << ": A's next split must allocate both children afresh";
+    Client c(*t.fabric, cfg, 3);
+    for (const auto& [k, v] : oracle) ASSERT_EQ(c.get(k), v) << label << " key " << k;
+    const RaceInspection in = race_inspect(*t.fabric, cfg);
+    EXPECT_EQ(in.committed, oracle.size()) << label;
+    EXPECT_EQ(in.frozen + in.tentative, 0u) << label;
+    expect_split_count(t, {&a, &b}, label);
+  }
+}
+
+// A VOID split: A stalls just before installing its split of S; B splits S meanwhile (and goes
+// on). A's descriptor, installed late, names a subtable already split: nobody runs it, A does not
+// count it, and A's next split reuses the two children it allocated (no new allocation).
+TEST(RaceFault, VoidSplitIsNotCountedAndItsChildrenAreReused) {
+  const RaceConfig cfg = fault_cfg();
+  const SplitPoint sp = find_split(cfg, 3);
+  Table t(cfg);
+  Client a(*t.fabric, cfg, 1), b(*t.fabric, cfg, 2);
+  std::unordered_map<std::string, std::string> oracle;
+  put_before_split(a, sp, oracle);
+  Gate gate;
+  bool paused = false, counting = false;
+  uint64_t allocs = 0;
+  a.tr->before = [&](const Request& r) {
+    if (counting) allocs += is_subtable_alloc(cfg, r);
+    if (!paused && is_install(r)) {
+      paused = true;
+      gate.pause();
+    }
+  };
+  OpResult ar{};
+  std::thread ta([&] {
+    ar = a.put(key(sp.put), val(sp.put, 0));
+    gate.finished();
+  });
+  gate.wait_paused();
+  ASSERT_TRUE(paused);
+  const uint64_t b_splits = b.client.stats().splits;
+  ASSERT_EQ(b.put(key(sp.put), val(sp.put, 1)).status, Status::kInserted);  // splits S itself
+  ASSERT_EQ(b.client.stats().splits, b_splits + 1);
+  const uint64_t a_splits = a.client.stats().splits;
+  counting = true;
+  gate.release();
+  ta.join();
+  EXPECT_EQ(ar.status, Status::kUpdated);
+  oracle[key(sp.put)] = val(sp.put, 0);
+  EXPECT_EQ(a.client.stats().splits, a_splits) << "a void split is nobody's";
+  EXPECT_EQ(race_inspect(*t.fabric, cfg).split_word_clear, true);
+  expect_split_count(t, {&a, &b}, "after the void split");
+  for (int j = 5000; j < 5400 && a.client.stats().splits == a_splits; ++j) {
+    ASSERT_EQ(a.put(key(j), val(j, 2)).status, Status::kInserted);
+    oracle[key(j)] = val(j, 2);
+  }
+  a.tr->before = nullptr;
+  ASSERT_GT(a.client.stats().splits, a_splits);
+  EXPECT_EQ(allocs, 0u) << "A's next split must reuse the children of its void split";
+  Client c(*t.fabric, cfg, 3);
+  for (const auto& [k, v] : oracle) ASSERT_EQ(c.get(k), v) << k;
+  const RaceInspection in = race_inspect(*t.fabric, cfg);
+  EXPECT_EQ(in.committed, oracle.size());
+  EXPECT_EQ(in.frozen + in.tentative, 0u);
+  expect_split_count(t, {&a, &b}, "after A's next split");
 }
 
 
@@ -749,38 +897,13 @@ TEST(RaceFault, TwoHelpersAndALateOneAgree) {
         Table t(cfg);
         Client a(*t.fabric, cfg, 1);
         std::unordered_map<std::string, std::string> oracle;
-        for (int i = 0; i < sp.put; ++i) {
-          ASSERT_EQ(a.put(key(i), val(i, 0)).status, Status::kInserted);
-          oracle[key(i)] = val(i, 0);
-        }
-        Gate ga, gb;
+        put_before_split(a, sp, oracle);
         const uint64_t at = a.tr->seen + stop;
-        bool a_paused = false, bp = false;
-        a.tr->before = [&](const Request&) {
-          if (!a_paused && a.tr->seen == at) {
-            a_paused = true;
-            ga.pause();
-          }
-        };
-        OpResult ar, br;
-        std::thread ta([&] {
-          ar = a.put(key(sp.put), val(sp.put, 0));
-          ga.finished();
-        });
-        ga.wait_paused();
+        Stalled sa(a, [&](const Request&) { return a.tr->seen == at; }, [&] { return a.put(key(sp.put), val(sp.put, 0)); });
         Client b(*t.fabric, cfg, 2);
-        b.tr->before = [&](const Request& r) {
-          if (!bp && pick(r)) {
-            bp = true;
-            gb.pause();
-          }
-        };
-        std::thread tb([&] {
-          br = b.put(key(sp.put), val(sp.put, 1));  // A's key: in the subtable A splits
-          gb.finished();
-        });
-        gb.wait_paused();
-        if (bp) ++paused_in[std::string(kind) + (target == 1 ? " (doubling)" : "")];
+        // A's key: in the subtable A splits.
+        Stalled sb(b, pick, [&] { return b.put(key(sp.put), val(sp.put, 1)); });
+        if (sb.paused) ++paused_in[std::string(kind) + (target == 1 ? " (doubling)" : "")];
         Client c(*t.fabric, cfg, 3);
         for (int i = 1000; i < 1040; ++i) {
           ASSERT_EQ(c.put(key(i), val(i, 1)).status, Status::kInserted) << label;
@@ -797,12 +920,10 @@ TEST(RaceFault, TwoHelpersAndALateOneAgree) {
           ASSERT_EQ(c.erase(k).status, Status::kErased) << label;
           oracle.erase(k);
         }
-        gb.release();
-        tb.join();
+        const OpResult br = sb.resume();
         b.tr->before = nullptr;
         ASSERT_EQ(br.status, Status::kInserted) << label;
-        ga.release();
-        ta.join();
+        const OpResult ar = sa.resume();
         a.tr->before = nullptr;
         // A's put ends last: it finds B's copy and updates it (or B's put split first: inserts).
         ASSERT_TRUE(ar.status == Status::kUpdated || ar.status == Status::kInserted) << label;
@@ -811,9 +932,10 @@ TEST(RaceFault, TwoHelpersAndALateOneAgree) {
         for (const auto& [k, v] : oracle) ASSERT_EQ(d.get(k), v) << label << " key " << k;
         for (const auto& k : erased) ASSERT_EQ(d.get(k), std::nullopt) << label << ": resurrected " << k;
         const RaceInspection in = race_inspect(*t.fabric, cfg);
-        EXPECT_TRUE(in.locks_clear) << label;
+        EXPECT_TRUE(in.split_word_clear) << label;
         EXPECT_EQ(in.frozen + in.tentative, 0u) << label;
         EXPECT_EQ(in.committed, oracle.size()) << label;
+        expect_split_count(t, {&a, &b, &c}, label);
         ++trials;
         if (testing::Test::HasFailure()) return;
       }
@@ -854,50 +976,29 @@ void late_copy_round(uint32_t groups, int c_base) {
   }
   // A copy CAS is the only CAS whose expected value is frozen (RESERVED); freezes expect unfrozen words.
   auto is_copy = [](const Request& r) { return r.kind == ReqKind::kCas && (r.compare & (1ULL << 47)); };
-  Gate gb, gc;
-  bool b_paused = false, c_armed = false, c_paused = false;
   Client b(*t.fabric, cfg, 2);
-  b.tr->before = [&](const Request& r) {
-    if (!b_paused && is_copy(r)) {
-      b_paused = true;
-      gb.pause();
-    }
-  };
-  OpResult br;
-  std::thread tb([&] {
-    br = b.put(key(sp.put), val(sp.put, 0));  // splits S, stops before its first copy CAS
-    gb.finished();
-  });
-  gb.wait_paused();
-  ASSERT_TRUE(b_paused);
+  // B splits S and stops before its first copy CAS.
+  Stalled sb(b, is_copy, [&] { return b.put(key(sp.put), val(sp.put, 0)); });
+  ASSERT_TRUE(sb.paused);
   std::unordered_map<std::string, std::string> oracle;
   Client c(*t.fabric, cfg, 3);
   ASSERT_EQ(c.put(key(5000), val(5000, 1)).status, Status::kInserted);  // finishes S's split for b
   oracle[key(5000)] = val(5000, 1);
   for (const auto& k : erased) ASSERT_EQ(c.erase(k).status, Status::kErased) << k;
-  c.tr->before = [&](const Request& r) {
-    if (c_armed && !c_paused && is_copy(r)) {
-      c_paused = true;
-      gc.pause();
-    }
-  };
-  c_armed = true;
   std::vector<std::pair<int, Status>> c_puts;
-  std::thread tc([&] {
+  Stalled sc(c, is_copy, [&] {  // C fills a child until it splits; stops before its first copy CAS
     const uint64_t splits = c.client.stats().splits;
     for (int i = c_base; i < c_base + 2000 && c.client.stats().splits == splits; ++i)
-      c_puts.emplace_back(i, c.put(key(i), val(i, 1)).status);  // fills a child until it splits
-    gc.finished();
+      c_puts.emplace_back(i, c.put(key(i), val(i, 1)).status);
+    return OpResult{};
   });
-  gc.wait_paused();
-  ASSERT_TRUE(c_paused) << "no child split started";
-  gb.release();  // b's stale copy CASes land now, while the child is frozen and not yet copied
-  tb.join();
+  ASSERT_TRUE(sc.paused) << "no child split started";
+  const OpResult br = sb.resume();  // B's stale copy CASes land now, while the child is frozen and not yet copied
   b.tr->before = nullptr;
   ASSERT_EQ(br.status, Status::kInserted);
   oracle[key(sp.put)] = val(sp.put, 0);
-  gc.release();
-  tc.join();
+  sc.resume();
+  c.tr->before = nullptr;
   for (const auto& [i, st] : c_puts) {
     ASSERT_EQ(st, Status::kInserted) << key(i);
     oracle[key(i)] = val(i, 1);

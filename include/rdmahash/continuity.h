@@ -209,7 +209,8 @@
 //    before the indicator was read) (continuity-reader-skip-generation)
 //  * recovery refuses a valid slot that is not a consistent item of its segment
 //    (continuity-recovery-skip-slot-check)
-//  * an image whose header checksum does not match is refused (continuity-header-skip-checksum)
+//  * an image whose header checksum does not match is refused (continuity-header-skip-checksum;
+//    check_image_frame, src/pmem, shared with level)
 //  * recovery refuses a valid bucket-2i slot whose generation differs from its indicator's
 //    (continuity-recovery-skip-generation)
 //  * a resize inserts an item into the new table before erasing it from the old one (log-free

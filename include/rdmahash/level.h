@@ -114,7 +114,8 @@
 //  * a miss is confirmed by a second batch with the same token words (level-reader-trust-miss)
 //  * recovery refuses a valid slot that is not a consistent item of its bucket
 //    (level-recovery-skip-slot-check)
-//  * an image whose header checksum does not match is refused (level-header-skip-checksum)
+//  * an image whose header checksum does not match is refused (level-header-skip-checksum;
+//    check_image_frame, src/pmem, shared with continuity)
 //  * an image of another format is refused as such, by its magic (level-pm-refuse-foreign-magic)
 //  * bench/serve check an existing --pm-path file's header before a fabric maps it
 //    (level-pm-check-before-fabric)

@@ -72,6 +72,18 @@ class PersistentRegion {
 // table), or as saved. (Bench reloads between points: --pm-path without --keep-table.)
 void restore_image(PersistentRegion& region, std::span<const std::byte> saved);
 
+// The frame every scheme's 64-byte image header shares (continuity, level): word 0 the magic,
+// bytes 8..11 the format version, word 7 a checksum of words 0..6 seeded by the magic; the rest
+// is the scheme's geometry, which the scheme checks itself after check_image_frame.
+inline constexpr uint64_t kImageHeaderBytes = 64;
+uint64_t image_header_checksum(const void* header, uint64_t magic);
+// Refuses, with a PmemError naming `scheme`, a header whose magic is not `magic` (a foreign image
+// is named by its own magic), whose format version is not `version`, or whose checksum fails.
+void check_image_frame(const void* header, const char* scheme, uint64_t magic, uint32_t version);
+// Stores a formatted header: words 1..7 persisted first, the magic last in its own persist, so an
+// interrupted format leaves no magic (or a checksum mismatch) and is refused, never read.
+void write_image_header(PersistentRegion& region, const void* header);
+
 // A file mapped with pmem_map_file. `open` maps an existing file at its size, or creates one of
 // `create_bytes` bytes (zero-filled) when none exists. The mapping is 4 KiB aligned.
 class PmemFile {

@@ -55,7 +55,8 @@
 // Protocol (H, two main buckets, fingerprint from the key's bytes; S = subtable from the cache)
 //  get:    RT1 READ both combined buckets. Every header must carry the key's suffix at its local
 //          depth, else (wrong suffix, or RETIRED) the cache is stale: re-READ the directory (only
-//          then) and retry. RT2 READ the blocks of the COMMITTED slots whose fingerprint matches,
+//          then) and retry (if the fresh directory still names that subtable, memory is corrupt:
+//          FabricError; no interleaving leads there). RT2 READ the blocks of the COMMITTED slots whose fingerprint matches,
 //          and dir[H mod 2^GD] and GD (8 bytes each) to validate: if the entry no longer names S,
 //          or GD grew (after a doubling the old index's entry may name S for a moment longer),
 //          a split published while we read → retry with the new directory.
@@ -129,6 +130,14 @@
 //   * The VOID test is stable: while a descriptor is installed dir[s] moves only from S@L to A@L+1,
 //     by its own publication; a void descriptor's S had been split (retired, every slot frozen),
 //     and its runners stop at the test, so A and B are untouched (the splitter reuses them).
+//     Only while installed: a runner that reads dir[s] after the release may find A split since
+//     (neither S nor A named) although the split was published. So the installer counts its split
+//     and keeps A and B as spares only on proof: its own CAS released the word after the test
+//     (void), or, when another runner released it, slot 0 of A is still RESERVED (a published
+//     split copied every slot of A before publishing; nothing writes RESERVED again). Taking a
+//     published split for void would hand live subtables to the next split's image WRITE
+//     (RaceFault.InstallerStalledPastItsPublishedSplit..., mutants race-void-by-own-release,
+//     race-void-by-reserved-slot).
 //   * No write is lost: a writer's CAS on S lands before the freeze of that slot (the copy carries
 //     it) or fails (frozen). A writer acts on A or B only through a directory entry naming them,
 //     i.e. after publication of that entry, i.e. after the copy: RESERVED is never seen through
@@ -233,6 +242,14 @@
 //  * withdrawals CAS from the tentative value: never clear a committed copy (race-withdraw-cas)
 //  * kills leave a KILLED marker, so an owner tells killed from committed (race-kill-marker)
 //  * client ids above kRaceMaxClientId are refused (race-client-id-bound)
+//  * a void descriptor (its S split before it was installed) is released untouched, and its
+//    installer neither counts it nor loses its children (race-void-check); a split is void only
+//    on proof: the runner's own release after the test (race-void-by-own-release) or A's slot 0
+//    still RESERVED (race-void-by-reserved-slot)
+//  * the global depth grows by CAS L → L+1: a late runner cannot shrink the directory
+//    (race-depth-cas-write)
+//  * a bucket header that disagrees with a subtable the re-read directory still names is an
+//    error, not a view (race-header-dir-error)
 
 #pragma once
 
@@ -327,7 +344,9 @@ class RaceLoader {
 };
 
 struct RaceClientStats {
-  uint64_t splits = 0;           // splits this client performed
+  // Splits this client installed and that were published (a void one counts for nobody), so the
+  // clients' sum is the live subtables less the initial ones.
+  uint64_t splits = 0;
   uint64_t dir_refreshes = 0;    // directory re-reads (stale cache, cache off, splits)
   uint64_t stale_detected = 0;   // headers or directory checks that revealed a stale cache
   uint64_t stale_headers = 0;    // of which by a bucket header (wrong suffix or RETIRED: SRCDD)
@@ -379,7 +398,7 @@ struct RaceInspection {
   uint64_t subtables = 0;
   uint64_t committed = 0, tentative = 0, frozen = 0, killed = 0;  // killed: kill markers
   uint64_t slots = 0;  // over all subtables
-  bool locks_clear = true;
+  bool split_word_clear = true;  // node 0's split word is 0: no split installed (none left half-run)
   std::vector<std::vector<std::byte>> keys;
 };
 RaceInspection race_inspect(Fabric& fabric, const RaceConfig& cfg, bool with_keys = false);

@@ -400,6 +400,20 @@ class RaceAdapter final : public SchemeAdapter {
   uint64_t capacity_ = 0;
 };
 
+// Continuity's and level's bulk load: every record through the memory-node server's
+// bulk_insert (no client, no fabric requests), reporting progress every 64 Ki records.
+template <class Server>
+void bulk_load(Server& server, uint32_t value_bytes, const KeySpace& keys, const std::function<void(uint64_t)>& progress) {
+  std::vector<std::byte> value(value_bytes);
+  RecordStream records(keys);
+  for (uint64_t i = 0; i < keys.records(); ++i) {
+    const uint64_t k = records.next();
+    fill_value(k, value);
+    server.bulk_insert(k, value);
+    if ((i & 0xFFFF) == 0 && progress) progress(i);
+  }
+}
+
 // Continuity hashing (seed 002); with --pm-path the memory node's table is a pmem file mapping.
 //
 // Reloading between points (the sweep's default): a volatile table is reformatted and bulk-loaded
@@ -498,14 +512,7 @@ class ContinuityAdapter final : public SchemeAdapter {
                    static_cast<unsigned long long>(cfg_.region_bytes()), s);
       if (progress) progress(keys.records());
     } else {
-      std::vector<std::byte> value(cfg_.value_bytes);
-      RecordStream records(keys);
-      for (uint64_t i = 0; i < keys.records(); ++i) {
-        const uint64_t k = records.next();
-        fill_value(k, value);
-        server_->bulk_insert(k, value);
-        if ((i & 0xFFFF) == 0 && progress) progress(i);
-      }
+      bulk_load(*server_, cfg_.value_bytes, keys, progress);
       // A bulk load that grew the table leaves no resize half done: the run starts settled
       // (clients learn the level with one extra READ per node; writes of the run grow it online).
       for (uint32_t n = 0; n < cfg_.memory_nodes; ++n)
@@ -647,14 +654,7 @@ class LevelAdapter final : public SchemeAdapter {
                    static_cast<unsigned long long>(cfg_.region_bytes()), sec, server_->recovery_summary().c_str());
       if (progress) progress(keys.records());
     } else {
-      std::vector<std::byte> value(cfg_.value_bytes);
-      RecordStream records(keys);
-      for (uint64_t i = 0; i < keys.records(); ++i) {
-        const uint64_t k = records.next();
-        fill_value(k, value);
-        server_->bulk_insert(k, value);
-        if ((i & 0xFFFF) == 0 && progress) progress(i);
-      }
+      bulk_load(*server_, cfg_.value_bytes, keys, progress);
       if (progress) progress(keys.records());
     }
     if (file_ && !keep_table_) {  // the loaded state a reload writes back

@@ -6,8 +6,12 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <utility>
+
+#include "schemes/hash.h"
 
 namespace rdmahash {
 
@@ -67,6 +71,52 @@ void restore_image(PersistentRegion& region, std::span<const std::byte> saved) {
   uint64_t magic;
   std::memcpy(&magic, saved.data(), 8);
   region.store(0, magic);  // only once everything else is durable
+  region.persist(0, 8);
+}
+
+namespace {
+// A magic word as text: its 8 bytes if printable ("RDHCONT1"), else hex.
+std::string magic_text(uint64_t m) {
+  std::string s(8, ' ');
+  std::memcpy(s.data(), &m, 8);
+  for (char ch : s)
+    if (ch < 0x20 || ch > 0x7e) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(m));
+      return buf;
+    }
+  return "\"" + s + "\"";
+}
+}  // namespace
+
+uint64_t image_header_checksum(const void* header, uint64_t magic) {
+  uint64_t words[7];
+  std::memcpy(words, header, sizeof words);
+  uint64_t x = hash::mix64(magic);
+  for (uint64_t w : words) x = hash::mix64(x ^ w);
+  return x;
+}
+
+void check_image_frame(const void* header, const char* scheme, uint64_t magic, uint32_t version) {
+  uint64_t words[8];
+  std::memcpy(words, header, sizeof words);
+  const std::string name(scheme);
+  if (words[0] != magic)
+    throw PmemError("not a " + name + " table image (its magic is " + magic_text(words[0]) + ", a " + name + " image's " +
+                    magic_text(magic) + ")");
+  const auto have = static_cast<uint32_t>(words[1]);
+  if (have != version)
+    throw PmemError(name + " image of format version " + std::to_string(have) + ", this build reads " +
+                    std::to_string(version));
+  if (words[7] != image_header_checksum(words, magic)) throw PmemError(name + " image header is corrupt (checksum mismatch)");
+}
+
+void write_image_header(PersistentRegion& region, const void* header) {
+  uint64_t words[8];
+  std::memcpy(words, header, sizeof words);
+  for (uint32_t i = 1; i < 8; ++i) region.store(8 * i, words[i]);
+  region.persist(0, kImageHeaderBytes);
+  region.store(0, words[0]);  // the magic last, in its own persist
   region.persist(0, 8);
 }
 

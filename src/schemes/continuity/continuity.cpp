@@ -68,13 +68,7 @@ uint64_t segment_mask(const ContinuityConfig& c, uint32_t first_bit) {
   return ((1ULL << (4 + 4 * c.sbuckets)) - 1) << first_bit;
 }
 
-uint64_t header_checksum(const ContinuityHeader& h) {
-  uint64_t words[7];
-  std::memcpy(words, &h, sizeof words);
-  uint64_t x = hash::mix64(kContinuityMagic);
-  for (uint64_t w : words) x = hash::mix64(x ^ w);
-  return x;
-}
+uint64_t header_checksum(const ContinuityHeader& h) { return image_header_checksum(&h, kContinuityMagic); }
 
 uint32_t config_tag(const ContinuityConfig& c) {
   uint64_t h = hash::mix64(c.hash_seed ^ kContinuityMagic);
@@ -244,24 +238,16 @@ void ContinuityShard::format() {
   h.memory_nodes = cfg_.memory_nodes;
   h.region_bytes = cfg_.region_bytes();
   h.checksum = header_checksum(h);
-  uint64_t words[8];
-  std::memcpy(words, &h, sizeof h);
   // The magic word last, in its own persist: an image whose format was interrupted has no valid
   // magic (or a checksum mismatch) and is refused, never mistaken for a table.
-  for (uint32_t i = 1; i < 8; ++i) region_.store(8 * i, words[i]);
-  region_.persist(0, kContinuityHeaderBytes);
-  region_.store(0, words[0]);
-  region_.persist(0, 8);
+  write_image_header(region_, &h);
 }
 
 void ContinuityShard::recover() {
   ContinuityHeader h{};
   std::memcpy(&h, region_.bytes().data(), sizeof h);
-  if (h.magic != kContinuityMagic) throw PmemError("not a continuity table image (wrong magic)");
-  if (h.format_version != kContinuityFormatVersion)
-    throw PmemError("continuity image of format version " + std::to_string(h.format_version) + ", this build reads " +
-                    std::to_string(kContinuityFormatVersion));
-  if (h.checksum != header_checksum(h)) throw PmemError("continuity image header is corrupt (checksum mismatch)");
+  static_assert(sizeof h == kImageHeaderBytes);
+  check_image_frame(&h, "continuity", kContinuityMagic, kContinuityFormatVersion);  // magic, version, checksum
   if (h.added_group_pairs != cfg_.added_group_pairs)
     throw PmemError("continuity image was created with added SBuckets for " +
                     (h.added_group_pairs ? "1/" + std::to_string(h.added_group_pairs) : std::string("none")) +

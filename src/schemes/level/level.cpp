@@ -37,13 +37,7 @@ uint64_t seq_of(uint64_t w) { return (w >> kSeqShift) & kVersionMask; }
 uint64_t make_token(uint64_t bits, uint64_t seq) { return (bits & kTokenBits) | ((seq & kVersionMask) << kSeqShift); }
 bool not_after(uint64_t pub, uint64_t s) { return ((s - pub) & kVersionMask) < (1ULL << 28); }
 
-uint64_t header_checksum(const LevelHeader& h) {
-  uint64_t words[7];
-  std::memcpy(words, &h, sizeof words);
-  uint64_t x = hash::mix64(kLevelMagic);
-  for (uint64_t w : words) x = hash::mix64(x ^ w);
-  return x;
-}
+uint64_t header_checksum(const LevelHeader& h) { return image_header_checksum(&h, kLevelMagic); }
 
 uint32_t config_tag(const LevelConfig& c) {
   uint64_t h = hash::mix64(c.hash_seed ^ kLevelMagic);
@@ -107,17 +101,6 @@ uint32_t level_resizes_for(const LevelConfig& c, uint64_t capacity) {
 
 namespace {
 // A magic word as its 8 characters when they are printable ("RDHCONT1": a continuity image).
-std::string magic_text(uint64_t m) {
-  std::string s(8, ' ');
-  std::memcpy(s.data(), &m, 8);
-  for (char ch : s)
-    if (ch < 0x20 || ch > 0x7e) {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(m));
-      return buf;
-    }
-  return "\"" + s + "\"";
-}
 }  // namespace
 
 void level_check_image(std::span<const std::byte> image, const LevelConfig& cfg, uint32_t node) {
@@ -125,13 +108,8 @@ void level_check_image(std::span<const std::byte> image, const LevelConfig& cfg,
     throw PmemError("image of " + std::to_string(image.size()) + " bytes is shorter than the level header (truncated file?)");
   LevelHeader h{};
   std::memcpy(&h, image.data(), sizeof h);
-  if (h.magic != kLevelMagic)
-    throw PmemError("not a level table image (its magic is " + magic_text(h.magic) + ", a level image's " +
-                    magic_text(kLevelMagic) + ")");
-  if (h.format_version != kLevelFormatVersion)
-    throw PmemError("level image of format version " + std::to_string(h.format_version) + ", this build reads " +
-                    std::to_string(kLevelFormatVersion));
-  if (h.checksum != header_checksum(h)) throw PmemError("level image header is corrupt (checksum mismatch)");
+  static_assert(sizeof h == kImageHeaderBytes);
+  check_image_frame(&h, "level", kLevelMagic, kLevelFormatVersion);  // magic, version, checksum
   if (h.header_bytes != kLevelHeaderBytes || h.base_buckets != cfg.base_buckets || h.max_resizes != cfg.max_resizes ||
       h.value_bytes != cfg.value_bytes || h.hash_seed != cfg.hash_seed || h.node != node ||
       h.memory_nodes != cfg.memory_nodes || h.region_bytes != cfg.region_bytes())
@@ -210,13 +188,7 @@ void LevelShard::format() {
   h.memory_nodes = cfg_.memory_nodes;
   h.region_bytes = cfg_.region_bytes();
   h.checksum = header_checksum(h);
-  uint64_t words[8];
-  std::memcpy(words, &h, sizeof h);
-  // The magic word last, in its own persist: an interrupted format is refused, never a table.
-  for (uint32_t i = 1; i < 8; ++i) region_.store(8 * i, words[i]);
-  region_.persist(0, kLevelHeaderBytes);
-  region_.store(0, words[0]);
-  region_.persist(0, 8);
+  write_image_header(region_, &h);  // the magic last: an interrupted format is refused, never a table
 }
 
 void LevelShard::recover() {

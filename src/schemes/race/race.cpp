@@ -406,9 +406,15 @@ struct RaceClient::Impl {
   // Runs the split described by split word `w` to its end (race.h, "Split", steps 4-9). Any
   // number of clients may run it at once, and any may stop at any request: every change is a CAS
   // from a value that never comes back, or a WRITE of a constant into a retired subtable.
-  // `only`: do nothing unless the split is of that subtable. Returns false if the descriptor is
-  // void (its subtable had been split before it was installed; then nobody touched A or B).
-  Task<bool> run_split(uint64_t w, const RemoteAddr* only, bool mine) {
+  // `only`: do nothing unless the split is of that subtable. Returns how it ended, as far as this
+  // runner can tell: kPublished (dir[s] named S or A: the split is real), kVoid (the descriptor
+  // is void — its subtable had been split before it was installed — and our CAS released the
+  // word, so the test ran while it was installed; nobody touched A or B), or kUnknown (another
+  // operation of ours ran it, or the word was released before our test: dir[s] naming neither S
+  // nor A then also fits a finished split whose child A was split since). Only the installer
+  // needs to know (its statistics and its spare children): see split_published.
+  enum class End { kPublished, kVoid, kUnknown };
+  Task<End> run_split(uint64_t w, const RemoteAddr* only, bool mine) {
     // Another operation of this client already runs this split: ride along (one 8-byte READ per
     // batch) until the word changes, instead of repeating its work. Waiting for our own operation
     // is not waiting for another client: it progresses at every batch we post.
@@ -416,7 +422,7 @@ struct RaceClient::Impl {
     while (std::find(running.begin(), running.end(), w) != running.end()) {
       uint64_t cur = 0;
       co_await engine.read(split_at(), &cur, 8);
-      if (cur != w) co_return true;
+      if (cur != w) co_return End::kUnknown;
     }
     struct Running {  // removes w from `running` however this coroutine ends
       std::vector<uint64_t>& v;
@@ -430,18 +436,16 @@ struct RaceClient::Impl {
     if (d[0] != kDescMagic || d[7] != block_check(reinterpret_cast<const std::byte*>(d.data()), 7))
       throw FabricError("race: the split word names a block that is not a valid split descriptor");
     Desc x{d[1], static_cast<uint32_t>(d[2]), entry_addr(d[3]), entry_addr(d[4]), entry_addr(d[5])};
-    if (only && !same_addr(*only, x.sub)) co_return true;
+    if (only && !same_addr(*only, x.sub)) co_return End::kUnknown;
     const uint64_t eS = make_entry(x.sub, x.L), eA = make_entry(x.a, x.L + 1);
     uint64_t ds = 0;
     co_await engine.read(dir_at(x.s), &ds, 8);
     die_point();
     // While w is installed dir[s] changes only by this split's publication (S@L → A@L+1), so
-    // this test gives the same answer to every helper that reads dir[s] after w was installed.
-    if (ds != eS && ds != eA) {
-      (void)co_await cas(split_at(), w, 0);
-      co_return false;
-    }
-    if (!mine) ++st.helped;
+    // this test gives the same answer to every helper that reads dir[s] while w is installed.
+    // After the release it does not: a finished split's child A may have been split since.
+    if (ds != eS && ds != eA) co_return co_await cas(split_at(), w, 0) ? End::kVoid : End::kUnknown;
+    if (!mine && (w >> 48) != uint64_t{id} + 1) ++st.helped;
     if (ds == eS) {  // not published at s yet: freeze and copy (a publisher has finished both)
       std::vector<uint64_t> val;
       co_await freeze(x.sub, val);
@@ -469,7 +473,19 @@ struct RaceClient::Impl {
       (void)ignored;
     }
     die_point();
-    co_return true;
+    co_return End::kPublished;
+  }
+
+  // The installer's verdict on its split w once run_split returned (w is no longer installed then,
+  // and never again: descriptor blocks are not reused). kUnknown is settled by one 8-byte READ of
+  // slot 0 of A: a void split's A is never written (no runner passes the VOID test, nobody else
+  // knows A), while a published one was copied in full — every slot CASed away from RESERVED —
+  // before its publication, and no later write produces RESERVED again. So RESERVED there ⟺ void.
+  Task<bool> split_published(End end, RemoteAddr a) {
+    if (end != End::kUnknown) co_return end == End::kPublished;
+    uint64_t v = 0;
+    co_await engine.read(RemoteAddr{a.node, a.offset + slot_at(0)}, &v, 8);
+    co_return v != kReserved;
   }
 
   // Step 4: CAS every slot of S v → v|FROZEN until all are frozen. S is retired after the split
@@ -582,9 +598,8 @@ struct RaceClient::Impl {
 
   static uint64_t slot_at(uint64_t i) { return (i / kRaceSlots) * 64 + 8 + (i % kRaceSlots) * 8; }
   // RT: read both combined buckets of the key in the subtable the cache names (cache off: READ
-  // the directory entry first). A stale header refreshes the directory; if the fresh entry still
-  // names the subtable read, a split is between its header rewrite and publication and the
-  // (frozen) contents are current.
+  // the directory entry first). A stale header (RETIRED, or a suffix the key does not have)
+  // refreshes the directory and retries with it.
   Task<Verdict> read_view(Ctx& c, View& v) {
     if (dir.empty()) co_await refresh();
     if (!cfg.dir_cache) {
@@ -631,7 +646,15 @@ struct RaceClient::Impl {
     ++st.stale_detected;
     ++st.stale_headers;
     co_await refresh();
-    if (same_addr(entry_addr(entry_for(c.p.h)), v.sub)) co_return Verdict::kOk;  // mid-split: contents current
+    // The fresh directory cannot still name the subtable read. Its headers are written once, in
+    // its image before any entry names it, and then only RETIRED, after its split's publication
+    // has CASed every entry naming it (copy-on-split order, race.h); the refresh READ follows
+    // ours, so it sees that publication. A subtable named at index i has a suffix ≡ i, which is
+    // the key's. So this is corrupted memory or a broken protocol: an error, not a view to use
+    // (before copy-on-split it meant "headers rewritten, not published yet": contents current).
+    if (same_addr(entry_addr(entry_for(c.p.h)), v.sub))
+      throw FabricError("race: a bucket header of a subtable the directory names is RETIRED or has another suffix "
+                        "(memory corrupted or the split protocol broken)");
     co_return Verdict::kRetry;
   }
 
@@ -1026,8 +1049,12 @@ struct RaceClient::Impl {
       co_return Status::kInserted;
     }
     die_point();
-    if (co_await run_split(w, nullptr, true)) ++st.splits;
-    else keep();  // void (S was split before we installed): nobody wrote A or B
+    // Counted once, by its installer, iff published; a void split's A and B (never written by
+    // anyone) stay this client's spares. Taking a published split for void would hand out live
+    // subtables for overwriting (test RaceFault.InstallerStalledPastItsPublishedSplit...).
+    const End end = co_await run_split(w, nullptr, true);
+    if (co_await split_published(end, a)) ++st.splits;
+    else keep();
     co_await refresh();
     co_return Status::kInserted;
   }
@@ -1117,7 +1144,7 @@ RaceInspection race_inspect(Fabric& fabric, const RaceConfig& cfg, bool with_key
   auto n0 = fabric.local_region(0);
   if (n0.empty()) throw InvalidArgument("race_inspect: node 0 is not hosted by this process");
   r.global_depth = static_cast<uint32_t>(node_load(n0.data(), offsetof(RaceNodeHeader, global_depth)));
-  if (node_load(n0.data(), offsetof(RaceNodeHeader, split)) != 0) r.locks_clear = false;
+  if (node_load(n0.data(), offsetof(RaceNodeHeader, split)) != 0) r.split_word_clear = false;
   std::vector<uint64_t> seen;
   for (uint64_t i = 0; i < (uint64_t{1} << r.global_depth); ++i) {
     const uint64_t e = node_load(n0.data(), cfg.directory_offset() + 8 * i);
