@@ -67,7 +67,7 @@ Task<void> do_op(KvClient* kv, Engine* engine, Op op, uint32_t value_bytes, Clie
     if (value_bytes)
       for (size_t i = 0; i + value_bytes <= values.size(); i += value_bytes)
         if (!value_matches(op.key, std::span<const std::byte>(values).subspan(i, value_bytes))) ++r->value_mismatches;
-  } else if (op.kind == OpKind::kGet) {  // (run_client hands gets to GetCounter instead)
+  } else if (op.kind == OpKind::kGet) {  // (run_client hands gets to GetCheck instead)
     res = co_await kv->get(op.key, buf);
     if (res.status == Status::kFound && value_bytes && !value_matches(op.key, buf)) ++r->value_mismatches;
   } else {
@@ -86,22 +86,6 @@ Task<void> do_op(KvClient* kv, Engine* engine, Op op, uint32_t value_bytes, Clie
   }
 }
 
-// A get of the benchmark: KvClient::get_visit hands the answer here, the value where the scheme
-// read it, so a get costs the client one coroutine (as a raw READ does: do_op) and no copy. Every
-// found value is checked against the key's value as do_op checks it.
-struct GetCounter final : GetVisitor {
-  ClientResult* r = nullptr;
-  uint32_t value_bytes = 0;
-  void on_get(uint64_t key, const OpResult& res, std::span<const std::byte> value) override {
-    if (res.status == Status::kFound && value_bytes && !value_matches(key, value)) ++r->value_mismatches;
-    r->chunks += res.chunks;
-    r->matches += res.matches;
-    r->persists += res.persists;
-    if (res.status == Status::kFound) ++r->found;
-    else if (res.status == Status::kNotFound) ++r->not_found;
-  }
-};
-
 // One client's share of one point.
 ClientResult run_client(Engine& engine, const SchemeAdapter& adapter, const BenchOptions& o, Workload w,
                         const ReadSizeSpec& read_size, uint32_t read_bytes, const KeySpace& keys, uint32_t client,
@@ -117,9 +101,7 @@ ClientResult run_client(Engine& engine, const SchemeAdapter& adapter, const Benc
   const uint32_t vb = adapter.value_bytes();
   std::optional<KvMix> mix;
   if (w == Workload::kKvMix) mix.emplace(o, keys, vb, client, repeat, history);
-  GetCounter gets;
-  gets.r = &r;
-  gets.value_bytes = vb;
+  GetCheck gets(&r, vb);
   const auto start = std::chrono::steady_clock::now();
   const uint64_t cpu_start = thread_cpu_ns();
   engine.run_many(
