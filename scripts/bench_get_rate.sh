@@ -4,6 +4,7 @@
 # over rounds and --repeat.
 #   1 memory node + 1 client: get and raw-read of the same bytes (R = 8 inline slots = 256 B),
 #     2 M records at load 0.5 and 0.8, depth 16, --repeat 5 (get and raw-read alternate).
+#   the same at the model's read size (--read-size model, R* slots; raw-read of R* x 32 bytes).
 #   PGAS: mpirun -n 2, every rank a shard and a client, 8-byte keys and values, inline slots,
 #     4 M records (load 0.5), get and find-or-put, direct access on.
 # usage: scripts/bench_get_rate.sh BIN [BIN...]   (ROUNDS=3 by default; OUT=results/get_rate.jsonl)
@@ -33,6 +34,19 @@ for round in $(seq "$ROUNDS"); do
     run "$bin" -n 2 "$bin" bench --fabric ucx --memory-nodes 1 --slot-format inline --key-bytes 8 --value-bytes 8 \
       --records 2000000 --load-factor 0.5,0.8 --workload get,raw-read --read-size 8 --read-bytes 256 \
       --ops 200000 --depth 16 --repeat 5 --direct-access on
+    # The model's read size (--read-size model: R* of seed 000's cost model for this load), get
+    # beside a raw read of the same R* slots' bytes; R* comes from the JSON of a short get run.
+    for lf in 0.5 0.8; do
+      tmp=$(mktemp)
+      mpirun --oversubscribe -n 2 "$bin" bench --fabric ucx --memory-nodes 1 --slot-format inline --key-bytes 8 \
+        --value-bytes 8 --records 2000000 --load-factor $lf --workload get --read-size model --ops 1000 \
+        --direct-access on --no-progress --quiet --json "$tmp" > /dev/null
+      rstar=$(python3 -c 'import json,sys; j=json.loads(open(sys.argv[1]).readline()); print(j["read_size"] * 32)' "$tmp")
+      rm -f "$tmp"
+      run "$bin" -n 2 "$bin" bench --fabric ucx --memory-nodes 1 --slot-format inline --key-bytes 8 --value-bytes 8 \
+        --records 2000000 --load-factor $lf --workload get,raw-read --read-size model --read-bytes "$rstar" \
+        --ops 200000 --depth 16 --repeat 5 --direct-access on
+    done
     run "$bin" -n 2 "$bin" bench --fabric ucx --symmetric --slot-format inline --key-bytes 8 --value-bytes 8 \
       --records 4000000 --workload get,find-or-put --ops 200000 --depth 16 --direct-access on
   done
@@ -45,6 +59,8 @@ bins = sys.argv[2:]
 pts = defaultdict(list)
 for j in rows:
     layout = "pgas" if j["symmetric"] else "1mem+1cl"
+    if not j["symmetric"] and not j["read_size_policy"].startswith("fixed"):
+        layout = f"1+1 R*={j['read_size']}"  # --read-size model
     pts[(j["binary"], layout, round(j["load_factor_start"], 2), j["workload"])].append(j)
 def med(rs, f): return statistics.median(f(r) for r in rs)
 print(f"{'binary':34} {'layout':9} {'lf':>4} {'workload':12} {'Mops/s':>7} {'get/raw':>7} {'p50':>6} {'p99':>6} {'cpu ns':>7} {'RT/op':>7} {'req/op':>7} {'B/op':>7} n")

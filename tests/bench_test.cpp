@@ -8,6 +8,7 @@
 #include "bench/report.h"
 #include "bench/workload.h"
 #include "rdmahash/table.h"
+#include "schemes/hash.h"
 
 namespace rdmahash::bench {
 namespace {
@@ -66,6 +67,58 @@ TEST(KeySpace, IsABijectionOntoTheKeyDomain) {
       EXPECT_TRUE(seen.insert(k).second) << "collision at " << i;
     }
   }
+}
+
+// key() computes its constants once; the keys are those of the formula (every rank, every build).
+TEST(KeySpace, KeysFollowTheFormula) {
+  for (unsigned bits : {32u, 63u, 64u})
+    for (uint64_t seed : {1ULL, 7ULL, 0x1234567ULL}) {
+      KeySpace ks(1000, bits, seed);
+      uint64_t rounds[3], s = seed;
+      for (uint64_t& r : rounds) r = s = hash::mix64(s + 0x9E3779B97F4A7C15ULL);
+      const uint64_t mask = bits >= 64 ? ~0ULL : (1ULL << bits) - 1;
+      for (uint64_t i : {0ULL, 1ULL, 999ULL, 123456789ULL}) {
+        uint64_t x = i & mask;
+        for (const uint64_t c : rounds) {
+          x = (x + c) & mask;
+          x ^= x >> (bits / 2 + 1);
+          x = (x * ((c << 1) | 1)) & mask;
+        }
+        EXPECT_EQ(ks.key(i), x) << bits << " " << seed << " " << i;
+      }
+    }
+}
+
+// A benchmark get's value is checked where it lies, and a wrong one is counted.
+TEST(GetCheck, CountsOutcomesAndWrongValues) {
+  ClientResult r;
+  GetCheck check(&r, 12);
+  std::vector<std::byte> v(12);
+  fill_value(42, v);
+  OpResult found;
+  found.status = Status::kFound;
+  found.chunks = 2;
+  found.matches = 1;
+  check.on_get(42, found, v);
+  EXPECT_EQ(r.value_mismatches, 0u);
+  v[11] ^= std::byte{1};  // the last, partial word
+  check.on_get(42, found, v);
+  EXPECT_EQ(r.value_mismatches, 1u);
+  fill_value(43, v);
+  check.on_get(42, found, v);  // another key's value
+  EXPECT_EQ(r.value_mismatches, 2u);
+  OpResult missing;
+  missing.chunks = 1;
+  check.on_get(7, missing, {});
+  EXPECT_EQ(r.found, 3u);
+  EXPECT_EQ(r.not_found, 1u);
+  EXPECT_EQ(r.chunks, 7u);
+  EXPECT_EQ(r.matches, 3u);
+  EXPECT_EQ(r.value_mismatches, 2u);
+  GetCheck no_values(&r, 0);  // a set: nothing to check
+  no_values.on_get(9, found, {});
+  EXPECT_EQ(r.value_mismatches, 2u);
+  EXPECT_EQ(r.found, 4u);
 }
 
 }  // namespace

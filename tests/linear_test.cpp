@@ -160,6 +160,35 @@ TEST_P(LinearOracle, LookupsReadEachWindowOnce) {
     if (want == Status::kFound) {
       EXPECT_EQ(out, value_for(k, 0, vb)) << k;
     }
+    // get_visit (the benchmark's get): the same answer, handed over once, with the same requests.
+    struct Seen final : GetVisitor {
+      int calls = 0;
+      uint64_t key = 0;
+      OpResult r;
+      std::vector<std::byte> value;
+      void on_get(uint64_t k2, const OpResult& r2, std::span<const std::byte> v) override {
+        ++calls;
+        key = k2;
+        r = r2;
+        value.assign(v.begin(), v.end());
+      }
+    } seen;
+    OpStats st;
+    client.engine().run(client.table().get_visit(k, vb, seen), &st);
+    ASSERT_EQ(seen.calls, 1) << k;
+    EXPECT_EQ(seen.key, k);
+    EXPECT_EQ(seen.r.status, want) << k;
+    EXPECT_EQ(seen.r.chunks, windows) << k;
+    EXPECT_EQ(seen.r.matches, want == Status::kFound ? 1u : 0u) << k;
+    EXPECT_EQ(st.reads, windows) << k;
+    EXPECT_EQ(st.round_trips, windows) << k;
+    EXPECT_EQ(st.bytes, bytes) << k;
+    EXPECT_EQ(st.reads + st.writes + st.cas + st.faa + st.rpcs, windows) << k;
+    if (want == Status::kFound) {
+      EXPECT_EQ(seen.value, value_for(k, 0, vb)) << k;
+    } else {
+      EXPECT_TRUE(seen.value.empty()) << k;
+    }
   };
   uint64_t multi = 0;
   for (const auto& [k, s] : where) {

@@ -395,6 +395,8 @@ class LinearClient final : public KvClient {
   LinearClient(const LinearConfig& cfg, const ProbeConfig& probe, Engine& engine);
   Task<OpResult> find_or_put(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> get(uint64_t key, std::span<std::byte> value_out) override;
+  // One coroutine for the whole lookup, the found value handed over in the read buffer.
+  Task<void> get_visit(uint64_t key, uint32_t value_bytes, GetVisitor& v) override;
   Task<OpResult> update(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> put(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> erase(uint64_t key) override;
@@ -417,9 +419,13 @@ class LinearClient final : public KvClient {
   enum class Probe : uint8_t;
   Probe scan(uint64_t key, const LinearPlacement& p, const std::byte* data, uint64_t n, uint64_t& j) const;
   uint64_t window(uint32_t node, uint64_t slot) const;
-  // `first`: the first window (at the home slot) when the caller has read it already (get).
-  Task<Located> locate(uint64_t key, const LinearPlacement& p, std::span<std::byte> value_out, uint32_t& reads,
-                       std::span<const std::byte> first = {});
+  // get and get_visit: the lookup, in one frame; `Sink` says where the answer goes.
+  struct CopySink;
+  struct VisitSink;
+  template <class Sink>
+  Task<typename Sink::Ret> lookup(uint64_t key, Sink sink);
+  // The lookup of update, erase and a find_or_put past its M chunks (get has its own: lookup).
+  Task<Located> locate(uint64_t key, const LinearPlacement& p, std::span<std::byte> value_out, uint32_t& reads);
   Task<bool> read_stable(uint32_t node, uint64_t slot, std::byte* dst);
   uint32_t read_slots(uint32_t node, uint64_t slot) const;
   void observe_clusters(uint32_t node, uint64_t start, const std::byte* slots, uint64_t n, uint64_t& run_start) const;

@@ -68,6 +68,17 @@ struct KeyView {
 inline constexpr size_t kMaxKeyBytes = 256;
 inline constexpr size_t kMaxValueBytes = 15 * 1024;
 
+// Receives a get's answer where the scheme holds it (KvClient::get_visit): `value` is the found
+// value's `value_bytes` bytes (empty when not found or the table has no values), valid only during
+// the call.
+class GetVisitor {
+ public:
+  virtual void on_get(uint64_t key, const OpResult& r, std::span<const std::byte> value) = 0;
+
+ protected:
+  ~GetVisitor() = default;
+};
+
 // A scheme's client. Each call is a coroutine run by an Engine; see engine.h.
 class KvClient {
  public:
@@ -76,6 +87,11 @@ class KvClient {
   virtual Task<OpResult> find_or_put(uint64_t key, std::span<const std::byte> value) = 0;
   // Look up `key`; on kFound copy its value into `value_out` (which may be empty to skip).
   virtual Task<OpResult> get(uint64_t key, std::span<std::byte> value_out) = 0;
+  // get() whose answer goes to `v.on_get` before the task completes (not if it throws): the same
+  // requests as get(), but a scheme may hand over the value in its read buffer instead of copying
+  // it, in the task's own frame (linear: no caller coroutine around get, no second copy; the
+  // benchmark's get loop). Default: get() into a buffer of `value_bytes`.
+  virtual Task<void> get_visit(uint64_t key, uint32_t value_bytes, GetVisitor& v);
   // Replace the value of a present key (kUpdated) or report kNotFound.
   virtual Task<OpResult> update(uint64_t key, std::span<const std::byte> value) = 0;
   // Insert or update: kInserted, kUpdated or kFull.

@@ -67,7 +67,7 @@ Task<void> do_op(KvClient* kv, Engine* engine, Op op, uint32_t value_bytes, Clie
     if (value_bytes)
       for (size_t i = 0; i + value_bytes <= values.size(); i += value_bytes)
         if (!value_matches(op.key, std::span<const std::byte>(values).subspan(i, value_bytes))) ++r->value_mismatches;
-  } else if (op.kind == OpKind::kGet) {
+  } else if (op.kind == OpKind::kGet) {  // (run_client hands gets to GetCheck instead)
     res = co_await kv->get(op.key, buf);
     if (res.status == Status::kFound && value_bytes && !value_matches(op.key, buf)) ++r->value_mismatches;
   } else {
@@ -101,11 +101,17 @@ ClientResult run_client(Engine& engine, const SchemeAdapter& adapter, const Benc
   const uint32_t vb = adapter.value_bytes();
   std::optional<KvMix> mix;
   if (w == Workload::kKvMix) mix.emplace(o, keys, vb, client, repeat, history);
+  GetCheck gets(&r, vb);
   const auto start = std::chrono::steady_clock::now();
   const uint64_t cpu_start = thread_cpu_ns();
   engine.run_many(
       o.ops, o.depth,
-      [&](uint64_t) { return mix ? mix->next(kv.get(), &engine, &r) : do_op(kv.get(), &engine, stream.next(), vb, &r, raw); },
+      [&](uint64_t) -> Task<void> {
+        if (mix) return mix->next(kv.get(), &engine, &r);
+        const Op op = stream.next();
+        if (op.kind == OpKind::kGet) return kv->get_visit(op.key, vb, gets);
+        return do_op(kv.get(), &engine, op, vb, &r, raw);
+      },
       [&](const Engine::Completion& c) {
         r.add_op(c.stats, c.latency);
         if (c.error) ++r.errors;

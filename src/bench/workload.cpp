@@ -22,18 +22,22 @@ namespace rdmahash::bench {
 KeySpace::KeySpace(uint64_t records, unsigned bits, uint64_t seed, double zipf_theta)
     : records_(records), bits_(bits), seed_(seed), theta_(zipf_theta) {
   uint64_t s = seed_;
-  for (uint64_t& r : rounds_) r = s = hash::mix64(s + 0x9E3779B97F4A7C15ULL);
+  for (int r = 0; r < 3; ++r) {
+    rounds_[r] = s = hash::mix64(s + 0x9E3779B97F4A7C15ULL);
+    odd_[r] = (s << 1) | 1;
+  }
+  mask_ = bits_ >= 64 ? ~0ULL : (1ULL << bits_) - 1;
+  shift_ = bits_ / 2 + 1;
 }
 
 uint64_t KeySpace::key(uint64_t i) const {
   // Each step is a bijection on [0, 2^bits): add, xor-shift, multiply by an odd constant. The
-  // round constants depend on the seed only (computed once: key() runs for every operation).
-  const uint64_t mask = bits_ >= 64 ? ~0ULL : (1ULL << bits_) - 1;
-  uint64_t x = i & mask;
-  for (const uint64_t s : rounds_) {
-    x = (x + s) & mask;
-    x ^= x >> (bits_ / 2 + 1);
-    x = (x * ((s << 1) | 1)) & mask;
+  // constants depend on the seed and the bits only (computed once: key() runs for every operation).
+  uint64_t x = i & mask_;
+  for (int r = 0; r < 3; ++r) {
+    x = (x + rounds_[r]) & mask_;
+    x ^= x >> shift_;
+    x = (x * odd_[r]) & mask_;
   }
   return x;
 }

@@ -38,6 +38,9 @@ class KeySpace {
   uint64_t seed_;
   double theta_;
   uint64_t rounds_[3];  // key()'s round constants, from the seed
+  uint64_t odd_[3];     // and its multipliers ((round << 1) | 1)
+  uint64_t mask_;       // [0, 2^bits)
+  unsigned shift_;      // its xor-shift
 };
 
 // The keys of the loaded records, in load order; every rank generates the same sequence.
@@ -58,6 +61,26 @@ class RecordStream {
 void fill_value(uint64_t key, std::span<std::byte> out);
 // True if `value` is what fill_value(key, ...) writes (compared without a buffer).
 bool value_matches(uint64_t key, std::span<const std::byte> value);
+
+// The benchmark's gets (KvClient::get_visit) report here: every found value is checked against
+// its key's (value_matches) where the scheme read it — no buffer of the caller's, no copy, no
+// coroutine around get — and the outcome is counted as do_op counts the other operations'.
+class GetCheck final : public GetVisitor {
+ public:
+  GetCheck(ClientResult* r, uint32_t value_bytes) : r_(r), value_bytes_(value_bytes) {}
+  void on_get(uint64_t key, const OpResult& res, std::span<const std::byte> value) override {
+    if (res.status == Status::kFound && value_bytes_ && !value_matches(key, value)) ++r_->value_mismatches;
+    r_->chunks += res.chunks;
+    r_->matches += res.matches;
+    r_->persists += res.persists;
+    if (res.status == Status::kFound) ++r_->found;
+    else if (res.status == Status::kNotFound) ++r_->not_found;
+  }
+
+ private:
+  ClientResult* r_;
+  uint32_t value_bytes_;
+};
 
 enum class OpKind : uint8_t { kGet, kGetAll, kFindOrPut, kRawRead };
 struct Op {

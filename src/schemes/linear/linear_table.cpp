@@ -96,6 +96,16 @@ Task<OpResult> KvClient::get_all(uint64_t, std::vector<std::byte>*) {
   co_return OpResult{};
 }
 
+Task<void> KvClient::get_visit(uint64_t key, uint32_t value_bytes, GetVisitor& v) {
+  alignas(8) std::byte small[512];
+  std::vector<std::byte> big;
+  if (value_bytes > sizeof small) big.resize(value_bytes);
+  const std::span<std::byte> buf(value_bytes > sizeof small ? big.data() : small, value_bytes);
+  std::fill(buf.begin(), buf.end(), std::byte{0});
+  const OpResult r = co_await get(key, buf);
+  v.on_get(key, r, r.status == Status::kFound ? std::span<const std::byte>(buf) : std::span<const std::byte>());
+}
+
 namespace {
 [[noreturn]] void no_byte_keys(const KvClient& c) {
   throw InvalidArgument(std::string("--scheme ") + c.scheme_name() + " takes 8-byte integer keys, not byte-string keys");
@@ -537,8 +547,7 @@ uint64_t LinearClient::window(uint32_t node, uint64_t slot) const {
 }
 
 Task<LinearClient::Located> LinearClient::locate(uint64_t key, const LinearPlacement& p,
-                                                 std::span<std::byte> value_out, uint32_t& reads,
-                                                 std::span<const std::byte> first) {
+                                                 std::span<std::byte> value_out, uint32_t& reads) {
   const uint64_t total = cfg_.total_slots();
   const InlineLayout l(cfg_);
   std::vector<std::byte> big;
@@ -546,19 +555,14 @@ Task<LinearClient::Located> LinearClient::locate(uint64_t key, const LinearPlace
   std::vector<std::byte> one;
   uint64_t run_start = p.home;
   for (uint64_t s = p.home; s < total;) {
-    const std::byte* data = first.data();
-    uint64_t n = first.size() / slot_bytes_;
-    if (s != p.home || first.empty()) {
-      n = window(p.node, s);
-      std::byte* dst = buf.data();
-      if (n * slot_bytes_ > buf.size()) {
-        big.resize(n * slot_bytes_);
-        dst = big.data();
-      }
-      co_await engine_.read(slot_addr(p.node, s), dst, static_cast<uint32_t>(n * slot_bytes_));
-      ++reads;
-      data = dst;
+    const uint64_t n = window(p.node, s);
+    std::byte* data = buf.data();
+    if (n * slot_bytes_ > buf.size()) {
+      big.resize(n * slot_bytes_);
+      data = big.data();
     }
+    co_await engine_.read(slot_addr(p.node, s), data, static_cast<uint32_t>(n * slot_bytes_));
+    ++reads;
     observe_clusters(p.node, s, data, n, run_start);
     for (uint64_t j = 0;; ++j) {
       const Probe found = scan(key, p, data, n, j);
@@ -713,45 +717,89 @@ uint32_t ClusterReadSizer::size_at(uint32_t node, uint64_t slot) {
   return r;
 }
 
+// Where a lookup's answer goes. `buffer` is where a value is copied when it does not come from a
+// window in the frame (a re-read slot, a heap record); `hit` hands over a value in place, `copied`
+// one already in `buffer` (or none: not found).
+struct LinearClient::CopySink {  // get(): the value copied to value_out, the OpResult returned
+  using Ret = OpResult;
+  std::span<std::byte> out;
+  std::span<std::byte> buffer(std::vector<std::byte>&, uint32_t) const { return out; }
+  OpResult hit(uint64_t, const OpResult& r, std::span<const std::byte> value) const {
+    if (!out.empty()) std::memcpy(out.data(), value.data(), std::min(out.size(), value.size()));
+    return r;
+  }
+  OpResult copied(uint64_t, const OpResult& r, std::span<std::byte>) const { return r; }
+};
+struct LinearClient::VisitSink {  // get_visit(): the visitor sees the value where it lies
+  using Ret = void;
+  GetVisitor* v;
+  std::span<std::byte> buffer(std::vector<std::byte>& tmp, uint32_t value_bytes) const {
+    tmp.assign(value_bytes, std::byte{0});
+    return tmp;
+  }
+  void hit(uint64_t key, const OpResult& r, std::span<const std::byte> value) const { v->on_get(key, r, value); }
+  void copied(uint64_t key, const OpResult& r, std::span<std::byte> buf) const {
+    v->on_get(key, r, r.status == Status::kFound ? std::span<const std::byte>(buf) : std::span<const std::byte>());
+  }
+};
+
 Task<OpResult> LinearClient::get(uint64_t key, std::span<std::byte> value_out) {
+  return lookup(key, CopySink{value_out});  // not a coroutine itself: get's frame is lookup's
+}
+
+Task<void> LinearClient::get_visit(uint64_t key, uint32_t, GetVisitor& v) { return lookup(key, VisitSink{&v}); }
+
+// The lookup (seed 000 §4.3): READ a window of R slots from the home slot, scan it, read the next
+// window while no slot answers; the requests are locate()'s exactly (one READ per window, a
+// re-read of a locked or torn slot of the key), but every window is read and scanned in this
+// frame: no locate() coroutine, and the value of a hit is handed to the sink from the window.
+template <class Sink>
+Task<typename Sink::Ret> LinearClient::lookup(uint64_t key, Sink sink) {
   validate_key(key);
   OpResult r;
   const LinearPlacement p = linear_place(cfg_, key);
   if (cfg_.heap()) {
-    const Located loc = co_await heap_scan(key, p, false, value_out, nullptr, r);
+    std::vector<std::byte> tmp;
+    const std::span<std::byte> out = sink.buffer(tmp, cfg_.value_bytes);
+    const Located loc = co_await heap_scan(key, p, false, out, nullptr, r);
     r.status = loc.found ? Status::kFound : Status::kNotFound;
     r.matches = loc.found ? 1 : 0;
-    co_return r;
+    co_return sink.copied(key, r, out);
   }
-  // The first window is read and scanned in this frame (no locate() coroutine for the common
-  // lookup); one that needs more — a further window, a re-read of a locked or torn slot — goes on
-  // in locate(), handed this window so that it is not read again: the requests are locate()'s.
-  Scratch first(0);
-  std::vector<std::byte> big;
-  const uint64_t n = window(p.node, p.home);
-  std::byte* data = first.data();
-  if (n * slot_bytes_ > first.size()) {
-    big.resize(n * slot_bytes_);
-    data = big.data();
+  const InlineLayout l(cfg_);
+  const uint64_t total = cfg_.total_slots();
+  Scratch buf(0);
+  std::vector<std::byte> big, one;
+  uint64_t run_start = p.home;
+  for (uint64_t s = p.home; s < total;) {
+    const uint64_t n = window(p.node, s);
+    std::byte* data = buf.data();
+    if (n * slot_bytes_ > buf.size()) {
+      big.resize(n * slot_bytes_);
+      data = big.data();
+    }
+    co_await engine_.read(slot_addr(p.node, s), data, static_cast<uint32_t>(n * slot_bytes_));
+    ++r.chunks;
+    observe_clusters(p.node, s, data, n, run_start);
+    for (uint64_t j = 0;; ++j) {
+      const Probe found = scan(key, p, data, n, j);
+      if (found == Probe::kMore) break;
+      if (found == Probe::kMiss) co_return sink.copied(key, r, {});
+      const std::byte* sl = data + j * slot_bytes_;
+      if (found == Probe::kUnstable) {  // locked or torn: re-read it until stable (or erased)
+        one.resize(slot_bytes_);
+        if (!co_await read_stable(p.node, s + j, one.data())) continue;
+        sl = one.data();
+        if (cfg_.key_bytes == 8 && load64(sl + l.key_off) != key) continue;
+      }
+      r.status = Status::kFound;
+      r.matches = 1;
+      co_return sink.hit(key, r, cfg_.value_bytes ? std::span<const std::byte>(sl + l.val_off, cfg_.value_bytes)
+                                                  : std::span<const std::byte>());
+    }
+    s += n;
   }
-  co_await engine_.read(slot_addr(p.node, p.home), data, static_cast<uint32_t>(n * slot_bytes_));
-  ++r.chunks;
-  uint64_t j = 0;
-  const Probe found = scan(key, p, data, n, j);
-  if (found == Probe::kHit || found == Probe::kMiss) {
-    uint64_t run_start = p.home;
-    observe_clusters(p.node, p.home, data, n, run_start);
-    if (found == Probe::kHit && !value_out.empty())
-      std::memcpy(value_out.data(), data + j * slot_bytes_ + InlineLayout(cfg_).val_off,
-                  std::min<size_t>(value_out.size(), cfg_.value_bytes));
-    r.status = found == Probe::kHit ? Status::kFound : Status::kNotFound;
-    r.matches = found == Probe::kHit ? 1 : 0;
-    co_return r;
-  }
-  const Located loc = co_await locate(key, p, value_out, r.chunks, {data, n * slot_bytes_});
-  r.status = loc.found ? Status::kFound : Status::kNotFound;
-  r.matches = loc.found ? 1 : 0;
-  co_return r;
+  co_return sink.copied(key, r, {});
 }
 
 Task<OpResult> LinearClient::find_or_put(uint64_t key, std::span<const std::byte> value) {
