@@ -198,6 +198,14 @@ foreach(entry "linear_set|--slot-format set" "cuckoo|--scheme cuckoo --value-byt
   set_tests_properties(serve_server_death_${name} PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
     TIMEOUT 300 LABELS serve)
 endforeach()
+# The same for RPCs with a client that sleeps while it waits (--client-wait event, over shared
+# memory): a dead node's RPC never raises an event, so only the bounded sleep (kClientSleepBound)
+# lets the client look at its memory node's liveness.
+add_test(NAME serve_server_death_cuckoo_client_event
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_server_death_test.sh $<TARGET_FILE:rdmahash_cli> --records 1000 --scheme cuckoo
+          --value-bytes 16)
+set_tests_properties(serve_server_death_cuckoo_client_event PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
+  ENVIRONMENT "CLIENT_FLAGS=--client-wait event" TIMEOUT 300 LABELS serve)
 
 # The token handshake (issue 16): no token, a wrong token, a replayed handshake, random, truncated
 # and slow proofs are refused with their messages while a client with the token runs; then a good
