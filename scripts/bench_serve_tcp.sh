@@ -137,7 +137,9 @@ perftest() {
 ref_run() {
   local round=$1 mode=$2 variant=$3 out
   out=$(timeout 300 "$REF" "$mode" 64 16 "$OPS" "$variant" || true)
-  echo "$out" | awk -v r="$round" 'NF == 9 {printf "{\"round\": %d, \"mode\": \"%s\", \"variant\": \"%s\", \"throughput_ops_per_s\": %s, \"p50\": %s, \"p99\": %s}\n", r, $1, $9, $6, $7, $8}' \
+  local cpu
+  cpu=$(echo "$out" | awk '$1 == "target_cpu_us_per_get" {print $2}')
+  echo "$out" | awk -v r="$round" -v cpu="${cpu:-NaN}" 'NF == 9 {printf "{\"round\": %d, \"mode\": \"%s\", \"variant\": \"%s\", \"throughput_ops_per_s\": %s, \"p50\": %s, \"p99\": %s, \"target_cpu_us\": %s}\n", r, $1, $9, $6, $7, $8, cpu}' \
     >> "$DIR/ref.jsonl"
   echo "round $round ucp_get_ref $mode $variant: $out" >&2
 }
@@ -227,7 +229,7 @@ print(f"\n=== bench_serve_tcp.sh: {rounds} rounds, {ops} ops per client and work
 print(f"uptime at start: {up[0]}\nuptime at end:   {up[1]}")
 print("perftest (ucx_perftest -t ucp_get -s 64 -O 16), k GETs/s per round: " + ", ".join(f"{v/1e3:.1f}" for _, v in sorted(perf.items())))
 print("\nucp_get_ref: plain UCP GETs of 64 B, 16 in flight; medians over rounds; ratio to the same round's perftest")
-print(f"  {'target':6} {'variant':11} {'k GETs/s':>9} {'ratio':>6} {'p50 us':>7} {'p99 us':>8}   per round k/s")
+print(f"  {'target':6} {'variant':11} {'k GETs/s':>9} {'ratio':>6} {'p50 us':>7} {'p99 us':>8} {'tgt us/GET':>10}   per round k/s")
 for m in ("spin", "event"):
     for v in ("plain", "batch", "rma", "peer", "batch+peer"):
         rs = [r for r in refs if r["mode"] == m and r.get("variant", "plain") == v]
@@ -235,10 +237,10 @@ for m in ("spin", "event"):
             continue
         ratio = med(r["throughput_ops_per_s"] / perf[r["round"]] for r in rs if perf.get(r["round"]))
         print(f"  {m:6} {v:11} {med(r['throughput_ops_per_s'] for r in rs)/1e3:9.1f} {ratio:6.2f} "
-              f"{med(r['p50'] for r in rs):7.1f} {med(r['p99'] for r in rs):8.1f}   "
+              f"{med(r['p50'] for r in rs):7.1f} {med(r['p99'] for r in rs):8.1f} {med(r.get('target_cpu_us', float('nan')) for r in rs):10.2f}   "
               + ", ".join(f"{r['throughput_ops_per_s']/1e3:.1f}" for r in rs))
 print("  (batch: 16 GETs posted, all 16 awaited, then the next 16 - how rdmahash's engine drives a transport;"
-      " rma: context with RMA only; peer: endpoints with UCP_ERR_HANDLING_MODE_PEER)")
+      " rma: context with RMA only; peer: endpoints with UCP_ERR_HANDLING_MODE_PEER;\n   tgt us/GET: the target's CPU time per GET served, to set beside srv us/req below)")
 print("\nrdmahash: medians over rounds. ratio = rate / the same round's perftest (serve2: both clients' rates summed,"
       " p50/p99 of the slower client).\nRT/op, req/op, B/op: round trips, requests and bytes per operation (do not depend on load);"
       " cli ns/op: client CPU per op;\nsrv us/req, cs/req, sys/req: memory node CPU time, context switches and syscalls per request"

@@ -15,12 +15,14 @@
 //   batch     DEPTH GETs posted, then all of them awaited before the next DEPTH are posted: how
 //             rdmahash's engine drives a transport (one batch per round trip, engine.h)
 //   batch+peer  both
-// Prints one line: mode size depth ops seconds ops_per_s p50_us p99_us variant.
+// Prints one line: mode size depth ops seconds ops_per_s p50_us p99_us variant, then the target's
+// "target_cpu_us_per_get X" (its CPU time, user + system, over the GETs it served, warm-up included).
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -149,6 +151,11 @@ int main(int argc, char** argv) {
       }
     }
     waitpid(child, NULL, 0);
+    // The target's CPU per GET it served (warm-up included), to compare with rdmahash's memory node.
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    const double cpu_us = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 + (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+    printf("target_cpu_us_per_get %.2f\n", cpu_us / (double)(ops + ops / 10));
     return 0;
   }
 

@@ -69,8 +69,8 @@ ServeMode resolve_serve_mode(ServeMode mode, const std::vector<std::string>& tra
 //            (milliseconds: the 2-client p99 of 5-8 ms in docs/results.md).
 //   kHybrid: progress; once `client_spin` passes without an event (ucp_worker_progress returning
 //            0), arm the worker (ucp_worker_arm) and sleep in poll() on its event fd until a reply
-//            arrives. While spinning it sched_yield()s when idle, so a runnable memory node or
-//            other client on this CPU runs first.
+//            arrives. (It does not sched_yield() while spinning: clients yielding to each other
+//            took the CPU from the memory node they waited for, 3x slower in a contended run.)
 //   kEvent:  kHybrid without the spin: arm and sleep as soon as progress finds nothing.
 //   kAuto:   kHybrid when every transport is TCP (replies arrive on sockets the event fd covers,
 //            and the peers this client waits for need CPU time themselves), else kPoll (shared

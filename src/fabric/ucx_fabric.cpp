@@ -575,10 +575,9 @@ bool UcxFabricImpl::client_idle(unsigned progressed, IdleState& st) {
       st.idle = true;
       st.since = now;
     }
-    if (now - st.since < config_.client_spin) {
-      sched_yield();  // a runnable peer of this CPU (the memory node, another client) runs first
-      return false;
-    }
+    // No sched_yield() here (unlike the memory node's spin): clients that yield to each other
+    // ping-pong the CPU away from the process they wait for; a spin of client_spin is bounded.
+    if (now - st.since < config_.client_spin) return false;
   }
   if (efd_ < 0 && ucp_worker_get_efd(worker_, &efd_) != UCS_OK) {
     efd_ = -1;
