@@ -168,6 +168,7 @@ for round in $(seq "$ROUNDS"); do
   perftest "$round"
   for v in $REF_VARIANTS; do ref_run "$round" spin "$v"; done
   ref_run "$round" event plain
+  ref_run "$round" event batch
   for cfg in $CONFIGS; do
     IFS=: read -r launch mode wait <<< "$cfg"
     echo "round $round: $launch serve-mode $mode client-wait $wait" >&2
