@@ -72,6 +72,14 @@ foreach(entry "tcp_auto|tcp|auto|hybrid|2" "tcp_poll|tcp|poll|poll|2" "tcp_hybri
   list(FILTER env EXCLUDE REGEX "^UCX_TLS=")
   set_tests_properties(bench_ucx_client_wait_${name} PROPERTIES ENVIRONMENT "${env};UCX_TLS=${tls}" TIMEOUT 300)
 endforeach()
+# Symmetric over TCP with sleeping clients: a rank that sleeps while its own batch is in flight
+# must still serve the other rank's one-sided operations on its shard (their events wake it).
+add_test(NAME bench_ucx_client_wait_tcp_event_symmetric COMMAND python3 ${CHECK_JSON} --expect client_wait=event --
+  ${RDMAHASH_MPIRUN} -n 2 ${RDMAHASH_BIN} bench --fabric ucx --symmetric --records 5000 --slot-format inline
+  --value-bytes 16 --workload raw-read,get,find-or-put --ops 1000 --depth 16 --client-wait event)
+set(env ${RDMAHASH_MPI_ENV})
+list(FILTER env EXCLUDE REGEX "^UCX_TLS=")
+set_tests_properties(bench_ucx_client_wait_tcp_event_symmetric PROPERTIES ENVIRONMENT "${env};UCX_TLS=tcp" TIMEOUT 300)
 
 # Every point starts from a stated table state (issue 14): repetitions of an insert workload and an
 # insert workload after another one report the same outcomes as a first point would.
