@@ -1,37 +1,63 @@
 #!/usr/bin/env bash
 # A memory node over TCP against UCX's own benchmark, all in one script (issue 12, item 4):
-# UCX_TLS=tcp on the loopback, 1 memory node, depth 16, 64-byte reads. Per round, interleaved:
-#   perftest  ucx_perftest -t ucp_get -s 64 -O 16 (package ucx-utils): server + client processes
-#   ref       scripts/ucp_get_ref.c (built here): the same GETs with the target spinning on
-#             ucp_worker_progress (ref-spin) or sleeping on its event fd (ref-event). Needed because
-#             ucx_perftest's passive side progresses only between poll(..., 1 ms) calls of its
-#             socket barrier, which over TCP (the target executes every GET) bounds its rate.
-#   mpirun    mpirun -n 2 rdmahash bench --fabric ucx (rank 0 the memory node, rank 1 the client)
-#   serve     rdmahash serve + one bench --connect client
-#   serve x2  rdmahash serve + two bench --connect clients at once (3 processes on the cores)
-# each rdmahash variant with the memory node in --serve-mode event, hybrid and poll, running
-# raw-read of 64 bytes and get (inline slots, 8-byte keys, 48-byte values: a 64-byte slot, R = 1).
-# The memory node runs under `perf stat` (syscalls, context switches, CPU time): per-request
-# counts do not depend on the machine's load the way rates do.
+# UCX_TLS=tcp on the loopback, 1 memory node, depth 16, 64-byte windows. Per round, interleaved:
+#   perftest  ucx_perftest -t ucp_get -s 64 -O 16 (package ucx-utils): server + client processes.
+#             Every ratio in the summary is a rate divided by THIS ROUND's perftest rate.
+#   ref       scripts/ucp_get_ref.c (built here): the same GETs in plain UCP, the target spinning
+#             on ucp_worker_progress (spin) or sleeping on its event fd (event), and variants that
+#             add one thing rdmahash does (REF_VARIANTS: rma = context with RMA only, peer =
+#             UCP_ERR_HANDLING_MODE_PEER endpoints, batch = post 16, await all 16, post the next 16,
+#             as rdmahash's engine does): the bisection of where raw-read loses to plain UCP.
+#   rdmahash  CONFIGS, each "LAUNCH:SERVE_MODE:CLIENT_WAIT":
+#               mpirun  mpirun -n 2 rdmahash bench --fabric ucx (rank 0 the memory node, rank 1 the client)
+#               serve1  rdmahash serve + one bench --connect client
+#               serve2  rdmahash serve + two bench --connect clients at once (3 processes on the 2 cores)
+#             SERVE_MODE = the memory node's --serve-mode, CLIENT_WAIT = the clients' --client-wait.
+#             Each config runs these workloads, every one a 64-byte READ window at depth 16:
+#               raw-read        --read-bytes 64 (1 READ of 64 B per op: what perftest does)
+#               get64x1 (old)   inline slots of 8-byte keys + 48-byte values = 64-byte slots, R = 1: a
+#                               key displaced from its home slot needs a second READ (Knuth: 1.5
+#                               probes at load 0.5), so RT/op ~1.5 and get <= ~0.67 x raw-read by
+#                               construction. Kept for continuity with earlier results.
+#               get32x2         inline slots of 8-byte keys + 8-byte values = 32-byte slots, R = 2:
+#                               one 64-byte READ covers the home slot and the next one
+#               get8x8          set format (8-byte slots, keys only), R = 8: one 64-byte READ, 8 slots
+# The memory node runs under `perf stat` (CPU time, syscalls, context switches per request served:
+# these do not depend on the machine's load the way rates do).
 # Before the rounds it checks that both sides really use TCP: UCX_LOG_LEVEL=info prints every
 # endpoint configuration ("ep_cfg[0]: rma_am(tcp/lo) ...") of the memory node and of the client.
-# usage: scripts/bench_serve_tcp.sh [BIN] [ROUNDS] [OPS] [MODES]
-#   BIN default build/release/rdmahash; ROUNDS 3; OPS per client and workload 100000;
-#   MODES "event hybrid poll". Results: results/serve_tcp/*.jsonl, summary on stdout.
+# usage: scripts/bench_serve_tcp.sh [BIN] [ROUNDS] [OPS] [CONFIGS] [REF_VARIANTS]
+#   BIN default build/rel/rdmahash; ROUNDS 3; OPS per client and workload 100000;
+#   CONFIGS default "mpirun:hybrid:auto serve1:hybrid:auto serve1:hybrid:poll serve1:poll:poll
+#   serve2:hybrid:poll serve2:hybrid:hybrid serve2:hybrid:event serve2:event:event"; REF_VARIANTS
+#   "plain batch rma peer". Results: results/serve_tcp/*.jsonl; the summary table on stdout (and in
+#   results/serve_tcp/summary.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${1:-build/release/rdmahash}
+BIN=${1:-build/rel/rdmahash}
 ROUNDS=${2:-3}
 OPS=${3:-100000}
-MODES=${4:-event hybrid poll}
+CONFIGS=${4:-mpirun:hybrid:auto serve1:hybrid:auto serve1:hybrid:poll serve1:poll:poll serve2:hybrid:poll serve2:hybrid:hybrid serve2:hybrid:event serve2:event:event}
+REF_VARIANTS=${5:-plain batch rma peer}
 DIR=results/serve_tcp
 rm -rf "$DIR"
 mkdir -p "$DIR"
 export UCX_TLS=tcp UCX_NET_DEVICES=lo UCX_WARN_UNUSED_ENV_VARS=n OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,tcp
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 RECORDS=100000
-TABLE=(--records "$RECORDS" --slot-format inline --key-bytes 8 --value-bytes 48)
-RUN=(--workload raw-read,get --read-bytes 64 --read-size 1 --depth 16 --ops "$OPS" --no-progress --quiet)
+# Tables: name -> table options, and the workload options run on it.
+declare -A TABLE_OPTS=(
+  [t64]="--records $RECORDS --slot-format inline --key-bytes 8 --value-bytes 48"
+  [t32]="--records $RECORDS --slot-format inline --key-bytes 8 --value-bytes 8"
+  [t8]="--records $RECORDS --slot-format set --key-bytes 8"
+)
+declare -A TABLE_RUN=(
+  [t64]="--workload raw-read,get --read-bytes 64 --read-size 1"
+  [t32]="--workload get --read-size 2"
+  [t8]="--workload get --read-size 8"
+)
+TABLES="t64 t32 t8"
+COMMON=(--depth 16 --ops "$OPS" --no-progress --quiet)
 EVENTS=task-clock,context-switches,raw_syscalls:sys_enter,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_poll,syscalls:sys_enter_sendto,syscalls:sys_enter_recvfrom
 PORT=13377
 
@@ -45,9 +71,9 @@ start_server() {
   local stat=$1 log=$2; shift 2
   : > "$log"  # exists before the background process opens it (sed below reads it)
   if [ -n "$stat" ]; then
-    perf stat -x, -o "$stat" -e "$EVENTS" "$BIN" serve "${TABLE[@]}" --listen 127.0.0.1:0 --no-progress "$@" > "$log" 2>&1 &
+    perf stat -x, -o "$stat" -e "$EVENTS" "$BIN" serve --listen 127.0.0.1:0 --no-progress "$@" > "$log" 2>&1 &
   else
-    "$BIN" serve "${TABLE[@]}" --listen 127.0.0.1:0 --no-progress "$@" > "$log" 2>&1 &
+    "$BIN" serve --listen 127.0.0.1:0 --no-progress "$@" > "$log" 2>&1 &
   fi
   SERVER_PID=$!
   ADDR=
@@ -70,10 +96,12 @@ stop_server() {
 # --- are both sides on TCP? ---------------------------------------------------------------------
 check_tcp() {
   local log=$DIR/check_server.log clog=$DIR/check_client.log mlog=$DIR/check_mpirun.log
-  UCX_LOG_LEVEL=info start_server "" "$log"
+  # shellcheck disable=SC2086
+  UCX_LOG_LEVEL=info start_server "" "$log" ${TABLE_OPTS[t64]}
   UCX_LOG_LEVEL=info "$BIN" bench --connect "$ADDR" --workload raw-read --read-bytes 64 --ops 1000 --no-progress --quiet > "$clog" 2>&1
   stop_server
-  UCX_LOG_LEVEL=info mpirun --oversubscribe -n 2 "$BIN" bench --fabric ucx "${TABLE[@]}" --workload raw-read --read-bytes 64 \
+  # shellcheck disable=SC2086
+  UCX_LOG_LEVEL=info mpirun --oversubscribe -n 2 "$BIN" bench --fabric ucx ${TABLE_OPTS[t64]} --workload raw-read --read-bytes 64 \
     --ops 1000 --no-progress --quiet > "$mlog" 2>&1
   local f bad=0
   for f in "$log" "$clog" "$mlog"; do
@@ -107,23 +135,30 @@ perftest() {
   echo "round $round perftest: $out" >&2
 }
 ref_run() {
-  local round=$1 mode=$2 out
-  out=$(timeout 300 "$REF" "$mode" 64 16 "$OPS" || true)
-  echo "$out" | awk -v r="$round" 'NF == 8 {printf "{\"round\": %d, \"mode\": \"%s\", \"throughput_ops_per_s\": %s, \"p50\": %s, \"p99\": %s}\n", r, $1, $6, $7, $8}' \
+  local round=$1 mode=$2 variant=$3 out
+  out=$(timeout 300 "$REF" "$mode" 64 16 "$OPS" "$variant" || true)
+  local cpu
+  cpu=$(echo "$out" | awk '$1 == "target_cpu_us_per_get" {print $2}')
+  echo "$out" | awk -v r="$round" -v cpu="${cpu:-NaN}" 'NF == 9 {printf "{\"round\": %d, \"mode\": \"%s\", \"variant\": \"%s\", \"throughput_ops_per_s\": %s, \"p50\": %s, \"p99\": %s, \"target_cpu_us\": %s}\n", r, $1, $9, $6, $7, $8, cpu}' \
     >> "$DIR/ref.jsonl"
-  echo "round $round ucp_get_ref $mode: $out" >&2
+  echo "round $round ucp_get_ref $mode $variant: $out" >&2
 }
-mpirun_run() {
-  local round=$1 mode=$2 tag=mpirun.$1.$2
-  mpirun --oversubscribe -n 1 perf stat -x, -o "$DIR/$tag.stat" -e "$EVENTS" "$BIN" bench --fabric ucx "${TABLE[@]}" "${RUN[@]}" \
-    --serve-mode "$mode" --json "$DIR/$tag.jsonl" : -n 1 "$BIN" bench --fabric ucx "${TABLE[@]}" "${RUN[@]}" \
-    --serve-mode "$mode" --json "$DIR/$tag.jsonl" > "$DIR/$tag.log" 2>&1
-}
-serve_run() {
-  local round=$1 mode=$2 clients=$3 tag=serve$3.$1.$2 c pids=()
-  start_server "$DIR/$tag.stat" "$DIR/$tag.server.log" --serve-mode "$mode"
+# One config on one table: tag = LAUNCH.ROUND.MODE.WAIT.TABLE
+rdmahash_run() {
+  local launch=$1 round=$2 mode=$3 wait=$4 table=$5 tag c pids=()
+  tag=$launch.$round.$mode.$wait.$table
+  # shellcheck disable=SC2206
+  local topts=(${TABLE_OPTS[$table]}) run=(${TABLE_RUN[$table]} "${COMMON[@]}" --client-wait "$wait")
+  if [ "$launch" = mpirun ]; then
+    mpirun --oversubscribe -n 1 perf stat -x, -o "$DIR/$tag.stat" -e "$EVENTS" "$BIN" bench --fabric ucx "${topts[@]}" "${run[@]}" \
+      --serve-mode "$mode" --json "$DIR/$tag.jsonl" : -n 1 "$BIN" bench --fabric ucx "${topts[@]}" "${run[@]}" \
+      --serve-mode "$mode" --json "$DIR/$tag.jsonl" > "$DIR/$tag.log" 2>&1
+    return
+  fi
+  local clients=${launch#serve}
+  start_server "$DIR/$tag.stat" "$DIR/$tag.server.log" "${topts[@]}" --serve-mode "$mode"
   for c in $(seq "$clients"); do
-    "$BIN" bench --connect "$ADDR" "${RUN[@]}" --json "$DIR/$tag.c$c.jsonl" > "$DIR/$tag.c$c.log" 2>&1 &
+    "$BIN" bench --connect "$ADDR" "${run[@]}" --json "$DIR/$tag.c$c.jsonl" > "$DIR/$tag.c$c.log" 2>&1 &
     pids+=($!)
   done
   for c in "${pids[@]}"; do wait "$c"; done
@@ -131,20 +166,20 @@ serve_run() {
 }
 for round in $(seq "$ROUNDS"); do
   perftest "$round"
-  ref_run "$round" spin
-  ref_run "$round" event
-  for mode in $MODES; do
-    echo "round $round: $mode" >&2
-    mpirun_run "$round" "$mode"
-    serve_run "$round" "$mode" 1
-    serve_run "$round" "$mode" 2
+  for v in $REF_VARIANTS; do ref_run "$round" spin "$v"; done
+  ref_run "$round" event plain
+  ref_run "$round" event batch
+  for cfg in $CONFIGS; do
+    IFS=: read -r launch mode wait <<< "$cfg"
+    echo "round $round: $launch serve-mode $mode client-wait $wait" >&2
+    for table in $TABLES; do rdmahash_run "$launch" "$round" "$mode" "$wait" "$table"; done
   done
 done
 uptime | tee "$DIR/uptime_end.txt"
 
-python3 - "$DIR" "$MODES" <<'PY'
+python3 - "$DIR" "$CONFIGS" "$ROUNDS" "$OPS" <<'PY' | tee "$DIR/summary.txt"
 import glob, json, os, statistics, sys
-d, modes = sys.argv[1], sys.argv[2].split()
+d, configs, rounds, ops = sys.argv[1], sys.argv[2].split(), sys.argv[3], sys.argv[4]
 med = statistics.median
 perf = {json.loads(l)["round"]: json.loads(l)["throughput_ops_per_s"] for l in open(f"{d}/perftest.jsonl")}
 def stat(path):
@@ -154,10 +189,13 @@ def stat(path):
         if len(f) > 2 and f[0] and f[0][0].isdigit():
             out[f[2]] = float(f[0])
     return out
-rows = {}  # (launch, mode, workload) -> list of dicts per round
+LABEL = {("t64", "raw-read"): "raw-read 64 B", ("t64", "get"): "get64x1 (old: 64 B slot, R=1)",
+         ("t32", "get"): "get32x2 (32 B slots, R=2)", ("t8", "get"): "get8x8 (set, 8 B slots, R=8)"}
+WORDER = list(LABEL)
+rows = {}  # (launch, mode, wait, table, workload) -> list of dicts per round
 for tag_path in sorted(glob.glob(f"{d}/*.stat")):
     tag = os.path.basename(tag_path)[:-5]
-    launch, rnd, mode = tag.split(".")
+    launch, rnd, mode, wait, table = tag.split(".")
     rnd = int(rnd)
     jsonl = sorted(glob.glob(f"{d}/{tag}.jsonl") + glob.glob(f"{d}/{tag}.c*.jsonl"))
     pts = [json.loads(l) for p in jsonl for l in open(p)]
@@ -172,34 +210,55 @@ for tag_path in sorted(glob.glob(f"{d}/*.stat")):
         sel = [p for p in pts if p["workload"] == w]
         if not sel:
             continue
-        rows.setdefault((launch, mode, w), []).append({
-            "rate": sum(p["throughput_ops_per_s"] for p in sel),
-            "ratio": sum(p["throughput_ops_per_s"] for p in sel) / perf[rnd] if perf.get(rnd) else float("nan"),
+        rate = sum(p["throughput_ops_per_s"] for p in sel)
+        rows.setdefault((launch, mode, wait, table, w), []).append({
+            "rate": rate,
+            "ratio": rate / perf[rnd] if perf.get(rnd) else float("nan"),
             "p50": max(p["latency_us"]["p50"] for p in sel), "p99": max(p["latency_us"]["p99"] for p in sel),
             "rt": med(p["round_trips_per_op"] for p in sel),
+            "req": med(sum(p["requests_per_op"].values()) for p in sel),
+            "bytes": med(p["bytes_per_op"] for p in sel),
             "cpu": med(p["client_cpu_ns_per_op"] for p in sel),
-            "sys": per_req.get("raw_syscalls:sys_enter", float("nan")),
-            "epoll": per_req.get("syscalls:sys_enter_epoll_wait", float("nan")),
-            "poll": per_req.get("syscalls:sys_enter_poll", float("nan")),
             "cs": per_req.get("context-switches", float("nan")),
+            "sys": per_req.get("raw_syscalls:sys_enter", float("nan")),
             "srv_us": per_req.get("task-clock", float("nan")) * 1e3,  # task-clock is in ms
-            "mode_seen": sel[0].get("serve_mode", ""),
+            "seen": (sel[0].get("serve_mode", "-"), sel[0].get("client_wait", "-")),
         })
 refs = [json.loads(l) for l in open(f"{d}/ref.jsonl")] if os.path.exists(f"{d}/ref.jsonl") else []
-print(f"\nperftest ucp_get 64 B -O 16, k msg/s per round: " + ", ".join(f"{v/1e3:.1f}" for _, v in sorted(perf.items())))
+up = [open(f"{d}/uptime_{x}.txt").read().strip() for x in ("start", "end")]
+print(f"\n=== bench_serve_tcp.sh: {rounds} rounds, {ops} ops per client and workload, UCX_TLS=tcp on lo, depth 16 ===")
+print(f"uptime at start: {up[0]}\nuptime at end:   {up[1]}")
+print("perftest (ucx_perftest -t ucp_get -s 64 -O 16), k GETs/s per round: " + ", ".join(f"{v/1e3:.1f}" for _, v in sorted(perf.items())))
+print("\nucp_get_ref: plain UCP GETs of 64 B, 16 in flight; medians over rounds; ratio to the same round's perftest")
+print(f"  {'target':6} {'variant':11} {'k GETs/s':>9} {'ratio':>6} {'p50 us':>7} {'p99 us':>8} {'tgt us/GET':>10}   per round k/s")
 for m in ("spin", "event"):
-    rs = [r for r in refs if r["mode"] == m]
-    if rs:
-        print(f"ucp_get_ref {m:5} (target {'spins' if m == 'spin' else 'sleeps on its event fd'}), k GETs/s per round: "
-              + ", ".join(f"{r['throughput_ops_per_s']/1e3:.1f}" for r in rs)
-              + f"; median p50 {med(r['p50'] for r in rs):.1f} us, p99 {med(r['p99'] for r in rs):.1f} us")
-print("medians over rounds; ratio = rate / the same round's perftest; p50/p99 of the slowest client; "
-      "server columns per request the memory node served (whole run, perf stat)")
-print(f"{'launch':8} {'mode':7} {'workload':9} {'k ops/s':>8} {'ratio':>6} {'p50 us':>8} {'p99 us':>8} {'RT/op':>6} "
-      f"{'cli CPU ns/op':>13} {'srv sys/req':>11} {'epoll/req':>9} {'poll/req':>8} {'cs/req':>7} {'srv CPU us/req':>14}")
-order = {"mpirun": 0, "serve1": 1, "serve2": 2}
-for (launch, mode, w), rs in sorted(rows.items(), key=lambda kv: (order.get(kv[0][0], 9), modes.index(kv[0][1]) if kv[0][1] in modes else 9, kv[0][2] != "raw-read")):
+    for v in ("plain", "batch", "rma", "peer", "batch+peer"):
+        rs = [r for r in refs if r["mode"] == m and r.get("variant", "plain") == v]
+        if not rs:
+            continue
+        ratio = med(r["throughput_ops_per_s"] / perf[r["round"]] for r in rs if perf.get(r["round"]))
+        print(f"  {m:6} {v:11} {med(r['throughput_ops_per_s'] for r in rs)/1e3:9.1f} {ratio:6.2f} "
+              f"{med(r['p50'] for r in rs):7.1f} {med(r['p99'] for r in rs):8.1f} {med(r.get('target_cpu_us', float('nan')) for r in rs):10.2f}   "
+              + ", ".join(f"{r['throughput_ops_per_s']/1e3:.1f}" for r in rs))
+print("  (batch: 16 GETs posted, all 16 awaited, then the next 16 - how rdmahash's engine drives a transport;"
+      " rma: context with RMA only; peer: endpoints with UCP_ERR_HANDLING_MODE_PEER;\n   tgt us/GET: the target's CPU time per GET served, to set beside srv us/req below)")
+print("\nrdmahash: medians over rounds. ratio = rate / the same round's perftest (serve2: both clients' rates summed,"
+      " p50/p99 of the slower client).\nRT/op, req/op, B/op: round trips, requests and bytes per operation (do not depend on load);"
+      " cli ns/op: client CPU per op;\nsrv us/req, cs/req, sys/req: memory node CPU time, context switches and syscalls per request"
+      " it served (perf stat, whole run of that table).")
+hdr = (f"{'launch':7} {'serve':6} {'client':11} {'workload':30} {'k ops/s':>8} {'ratio':>6} {'p50 us':>8} {'p99 us':>9} "
+       f"{'RT/op':>6} {'req/op':>6} {'B/op':>6} {'cli ns/op':>9} {'srv us/req':>10} {'cs/req':>6} {'sys/req':>7}")
+print(hdr)
+order = {c: i for i, c in enumerate(configs)}
+def key(kv):
+    launch, mode, wait, table, w = kv[0]
+    return (order.get(f"{launch}:{mode}:{wait}", 99), WORDER.index((table, w)) if (table, w) in WORDER else 9)
+for (launch, mode, wait, table, w), rs in sorted(rows.items(), key=key):
     m = lambda k: med(r[k] for r in rs)
-    print(f"{launch:8} {mode:7} {w:9} {m('rate')/1e3:8.1f} {m('ratio'):6.2f} {m('p50'):8.1f} {m('p99'):8.1f} {m('rt'):6.2f} "
-          f"{m('cpu'):13.0f} {m('sys'):11.2f} {m('epoll'):9.2f} {m('poll'):8.2f} {m('cs'):7.2f} {m('srv_us'):14.2f}")
+    seen_mode, seen_wait = rs[0]["seen"]
+    wait_txt = wait if wait != "auto" else f"auto={seen_wait}"
+    print(f"{launch:7} {mode:6} {wait_txt:11} {LABEL.get((table, w), table + ' ' + w):30} {m('rate')/1e3:8.1f} {m('ratio'):6.2f} "
+          f"{m('p50'):8.1f} {m('p99'):9.1f} {m('rt'):6.2f} {m('req'):6.2f} {m('bytes'):6.1f} {m('cpu'):9.0f} "
+          f"{m('srv_us'):10.2f} {m('cs'):6.2f} {m('sys'):7.2f}")
+print("\nTargets (issue 12): serve1/mpirun raw-read ratio >= 0.9; get ratio >= 0.8; serve2 p99 < 1000 us.")
 PY

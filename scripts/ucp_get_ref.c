@@ -6,13 +6,23 @@
 // Why: ucx_perftest's passive side (ucp_get) only progresses its worker inside its socket barrier,
 // between poll(..., 1 ms) calls (sock_io in ucx_perftest), so over TCP, where the target's CPU
 // executes every GET, its rate is bounded by ~DEPTH GETs per millisecond and not by UCX.
-// usage: ucp_get_ref spin|event SIZE DEPTH OPS   (UCX_TLS etc. from the environment)
-// Prints one line: mode size depth ops seconds ops_per_s p50_us p99_us.
+// usage: ucp_get_ref spin|event SIZE DEPTH OPS [VARIANT]   (UCX_TLS etc. from the environment)
+// VARIANT (default "plain"), to bisect what rdmahash's fabric does differently (scripts/bench_serve_tcp.sh):
+//   plain     the features rdmahash requests (RMA, AMO64, AM, WAKEUP), endpoints without error handling,
+//             DEPTH GETs always in flight (a new one as soon as one completes), like ucx_perftest
+//   rma       context with UCP_FEATURE_RMA only
+//   peer      endpoint with UCP_ERR_HANDLING_MODE_PEER (as `bench --connect` clients' endpoints)
+//   batch     DEPTH GETs posted, then all of them awaited before the next DEPTH are posted: how
+//             rdmahash's engine drives a transport (one batch per round trip, engine.h)
+//   batch+peer  both
+// Prints one line: mode size depth ops seconds ops_per_s p50_us p99_us variant, then the target's
+// "target_cpu_us_per_get X" (its CPU time, user + system, over the GETs it served, warm-up included).
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -58,10 +68,16 @@ static void on_get(void* req, ucs_status_t st, void* user) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 5 || (strcmp(argv[1], "spin") != 0 && strcmp(argv[1], "event") != 0)) {
-    fprintf(stderr, "usage: ucp_get_ref spin|event SIZE DEPTH OPS\n");
+  const char* variant = argc == 6 ? argv[5] : "plain";
+  if ((argc != 5 && argc != 6) || (strcmp(argv[1], "spin") != 0 && strcmp(argv[1], "event") != 0) ||
+      (strcmp(variant, "plain") != 0 && strcmp(variant, "rma") != 0 && strcmp(variant, "peer") != 0 &&
+       strcmp(variant, "batch") != 0 && strcmp(variant, "batch+peer") != 0)) {
+    fprintf(stderr, "usage: ucp_get_ref spin|event SIZE DEPTH OPS [plain|rma|peer|batch|batch+peer]\n");
     return 2;
   }
+  const int only_rma = strcmp(variant, "rma") == 0;
+  const int peer_mode = strstr(variant, "peer") != NULL;
+  const int batch = strstr(variant, "batch") != NULL;
   const int spin = strcmp(argv[1], "spin") == 0;
   const size_t size = strtoul(argv[2], NULL, 10);
   const int depth = atoi(argv[3]);
@@ -79,7 +95,8 @@ int main(int argc, char** argv) {
 
   ucp_params_t p = {0};
   p.field_mask = UCP_PARAM_FIELD_FEATURES;
-  p.features = UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;  // as rdmahash
+  p.features = only_rma ? UCP_FEATURE_RMA : UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;  // as rdmahash
+  if (only_rma && target && !spin) p.features |= UCP_FEATURE_WAKEUP;
   ucp_config_t* cfg;
   ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
   if (st != UCS_OK) die("config", st);
@@ -116,8 +133,8 @@ int main(int argc, char** argv) {
     send_blob(fd, rkey, rkey_len);
     send_blob(fd, &base, 8);
     // Serve until the initiator closes its end of the socketpair.
-    int efd;
-    if ((st = ucp_worker_get_efd(w, &efd)) != UCS_OK) die("efd", st);
+    int efd = -1;
+    if (!spin && (st = ucp_worker_get_efd(w, &efd)) != UCS_OK) die("efd", st);
     struct pollfd pf[2] = {{fd, POLLIN, 0}, {efd, POLLIN, 0}};
     for (unsigned long i = 0;; ++i) {
       if (spin) {
@@ -134,6 +151,11 @@ int main(int argc, char** argv) {
       }
     }
     waitpid(child, NULL, 0);
+    // The target's CPU per GET it served (warm-up included), to compare with rdmahash's memory node.
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    const double cpu_us = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 + (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+    printf("target_cpu_us_per_get %.2f\n", cpu_us / (double)(ops + ops / 10));
     return 0;
   }
 
@@ -144,6 +166,10 @@ int main(int argc, char** argv) {
   ucp_ep_params_t ep = {0};
   ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
   ep.address = peer;
+  if (peer_mode) {
+    ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  }
   ucp_ep_h e;
   if ((st = ucp_ep_create(w, &ep, &e)) != UCS_OK) die("ep_create", st);
   // Wire the endpoint up before the first GET (as rdmahash's clients do).
@@ -163,7 +189,17 @@ int main(int argc, char** argv) {
   const long warm = ops / 10;  // a warm-up (wireup, first touch), not measured
   double t0 = 0;
   for (int s = 0; s < depth; ++s) slots[s].done = 1;
+  int in_flight = 0;
   while (completed < ops + warm) {
+    // batch: post only when the whole previous batch has completed.
+    if (batch && in_flight > 0) {
+      in_flight = 0;
+      for (int s = 0; s < depth; ++s) in_flight += !slots[s].done;
+      if (in_flight > 0) {
+        ucp_worker_progress(w);
+        continue;
+      }
+    }
     for (int s = 0; s < depth; ++s) {
       if (!slots[s].done) continue;
       if (slots[s].req != NULL) {
@@ -185,6 +221,7 @@ int main(int argc, char** argv) {
       const uint64_t off = (uint64_t)(posted % 4096) * size;
       ucs_status_ptr_t sp = ucp_get_nbx(e, buf + (size_t)s * size, size, *base + off, rkey, &rp);
       ++posted;
+      ++in_flight;
       if (sp == NULL) slots[s].done = 1;
       else if (UCS_PTR_IS_ERR(sp)) die("get_nbx", UCS_PTR_STATUS(sp));
       else slots[s].req = sp;
@@ -193,8 +230,8 @@ int main(int argc, char** argv) {
   }
   const double secs = now_s() - t0;
   qsort(lat, (size_t)ops, sizeof(double), cmp);
-  printf("%s %zu %d %ld %.3f %.0f %.1f %.1f\n", argv[1], size, depth, ops, secs, (double)ops / secs,
-         lat[ops / 2] * 1e6, lat[ops * 99 / 100] * 1e6);
+  printf("%s %zu %d %ld %.3f %.0f %.1f %.1f %s\n", argv[1], size, depth, ops, secs, (double)ops / secs,
+         lat[ops / 2] * 1e6, lat[ops * 99 / 100] * 1e6, variant);
   ucp_rkey_destroy(rkey);
   ucp_request_param_t cp = {0};
   cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;

@@ -72,3 +72,8 @@ edge_bad(load_factor_one "--load-factor must be in \\(0, 1\\)" --load-factor 1)
 edge_ok(slots_per_bucket_1 --scheme cuckoo --slots-per-bucket 1 --load-factor 0.3)
 edge_ok(slots_per_bucket_4 --scheme cuckoo --slots-per-bucket 4)
 edge_bad(slots_per_bucket_2 "--slots-per-bucket must be 1 or 4" --scheme cuckoo --slots-per-bucket 2)
+# --client-wait / --client-spin-us (ucx clients; valid values run in cli_tests.cmake and
+# serve_tests.cmake over TCP): bad values are rejected whatever the fabric.
+edge_bad(client_wait_bad "--client-wait must be auto, poll, hybrid or event, got 'busy'" --client-wait busy)
+edge_bad(client_spin_zero "--client-spin-us must be in \\[1, 100000\\]" --client-spin-us 0)
+edge_bad(client_spin_over "--client-spin-us must be in \\[1, 100000\\]" --client-spin-us 100001)

@@ -54,6 +54,33 @@ foreach(entry "tcp_auto|tcp|auto|hybrid" "tcp_event|tcp|event|event" "tcp_hybrid
   set_tests_properties(bench_ucx_serve_mode_${name} PROPERTIES ENVIRONMENT "${env};UCX_TLS=${tls}" TIMEOUT 300)
 endforeach()
 
+# How the clients wait (--client-wait, rdmahash::ClientWait): over TCP in each policy and auto, and
+# auto over shared memory, with the JSON's outcome checks and `client_wait` resolved as documented
+# (hybrid for TCP only, poll with shared memory). A 2-client job (3 processes on the 2 cores) too.
+foreach(entry "tcp_auto|tcp|auto|hybrid|2" "tcp_poll|tcp|poll|poll|2" "tcp_hybrid|tcp|hybrid|hybrid|2"
+              "tcp_event|tcp|event|event|2" "tcp_event_2clients|tcp|event|event|3" "shm_auto|self,sm|auto|poll|2")
+  string(REPLACE "|" ";" parts "${entry}")
+  list(GET parts 0 name)
+  list(GET parts 1 tls)
+  list(GET parts 2 wait)
+  list(GET parts 3 resolved)
+  list(GET parts 4 ranks)
+  add_test(NAME bench_ucx_client_wait_${name} COMMAND python3 ${CHECK_JSON} --expect client_wait=${resolved} --
+    ${RDMAHASH_MPIRUN} -n ${ranks} ${RDMAHASH_BIN} bench --fabric ucx --memory-nodes 1 --records 5000 --slot-format inline
+    --value-bytes 16 --workload raw-read,get,find-or-put --ops 1000 --depth 16 --client-wait ${wait} --client-spin-us 5)
+  set(env ${RDMAHASH_MPI_ENV})
+  list(FILTER env EXCLUDE REGEX "^UCX_TLS=")
+  set_tests_properties(bench_ucx_client_wait_${name} PROPERTIES ENVIRONMENT "${env};UCX_TLS=${tls}" TIMEOUT 300)
+endforeach()
+# Symmetric over TCP with sleeping clients: a rank that sleeps while its own batch is in flight
+# must still serve the other rank's one-sided operations on its shard (their events wake it).
+add_test(NAME bench_ucx_client_wait_tcp_event_symmetric COMMAND python3 ${CHECK_JSON} --expect client_wait=event --
+  ${RDMAHASH_MPIRUN} -n 2 ${RDMAHASH_BIN} bench --fabric ucx --symmetric --records 5000 --slot-format inline
+  --value-bytes 16 --workload raw-read,get,find-or-put --ops 1000 --depth 16 --client-wait event)
+set(env ${RDMAHASH_MPI_ENV})
+list(FILTER env EXCLUDE REGEX "^UCX_TLS=")
+set_tests_properties(bench_ucx_client_wait_tcp_event_symmetric PROPERTIES ENVIRONMENT "${env};UCX_TLS=tcp" TIMEOUT 300)
+
 # Every point starts from a stated table state (issue 14): repetitions of an insert workload and an
 # insert workload after another one report the same outcomes as a first point would.
 add_test(NAME bench_local_repeat_find_or_put COMMAND python3 ${CHECK_JSON} --

@@ -20,6 +20,7 @@
 # N random in 1..12: its first split, at any of its ~12 steps, leaving the split installed,
 # partly frozen, copied or published as that step does); the server must mark it dead on the
 # death board, and the survivors finish its split whenever they meet it (include/rdmahash/race.h, Split).
+# CLIENT_FLAGS: more options for every client (e.g. --client-wait event), word-split.
 # KEYS (default 16) sets the contended key count (race: enough new keys that tables split mid-run).
 set -u
 bin=$1 rounds=$2 ops=$3
@@ -37,7 +38,8 @@ for r in $(seq "$rounds"); do
   server=$!
   for _ in $(seq 300); do grep -q listening "$dir/serve.out" 2>/dev/null && break; sleep 0.1; done
   addr=$(grep -o '127\.0\.0\.1:[0-9]*$' "$dir/serve.out") || fail "the server did not start"
-  run=(--connect "$addr" --workload kv-mix --keys "${KEYS:-16}" --depth 4 --quiet)
+  # shellcheck disable=SC2206  # CLIENT_FLAGS is a list of words
+  run=(--connect "$addr" --workload kv-mix --keys "${KEYS:-16}" --depth 4 --quiet ${CLIENT_FLAGS:-})
   pids=()
   lock_n=$(( (RANDOM % 200) * 2 + 1 + r % 2 ))  # odd and even rounds alternate: roll forward, roll back
   [ "${RACE_SPLIT_DEATH:-}" = 1 ] && lock_n=$((RANDOM % 12 + 1))

@@ -105,6 +105,16 @@ add_test(NAME serve_linear_set_tcp_hybrid
 set_tests_properties(serve_linear_set_tcp serve_linear_set_tcp_poll serve_linear_set_tcp_event serve_linear_set_tcp_hybrid
   PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL" ENVIRONMENT "UCX_TLS=tcp;NO_KILL=1"
   TIMEOUT 600 LABELS serve)
+# How the clients wait (--client-wait, rdmahash::ClientWait) over TCP, 1 round of 3 clients + 1 on
+# 2 cores with histories checked: poll (busy progress), hybrid (spin, then sleep on the worker's
+# event fd; the default over TCP), event (sleep whenever nothing is ready). A client that sleeps
+# through a reply or misses one would hang or fail its history.
+foreach(wait poll hybrid event)
+  add_test(NAME serve_linear_set_tcp_client_${wait}
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_kill_test.sh $<TARGET_FILE:rdmahash_cli> 1 2000 --records 1000 --slot-format set)
+  set_tests_properties(serve_linear_set_tcp_client_${wait} PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
+    ENVIRONMENT "UCX_TLS=tcp;NO_KILL=1;CLIENT_FLAGS=--client-wait ${wait} --client-spin-us 5" TIMEOUT 600 LABELS serve)
+endforeach()
 # Kills with the server in hybrid mode over shared memory (clients' one-sided traffic needs no
 # server CPU; loss handling, RPCs and the sockets still go through the spin-then-sleep loop).
 add_test(NAME serve_kill_linear_inline_lock_death_hybrid
@@ -146,8 +156,19 @@ add_test(NAME serve_two_load_factors COMMAND ${EF} "one --load-factor"
   $<TARGET_FILE:rdmahash_cli> serve --load-factor 0.5,0.8 --records 10)
 add_test(NAME serve_small_capacity COMMAND ${EF} "--capacity must be at least --records"
   $<TARGET_FILE:rdmahash_cli> serve --records 100 --capacity 10)
-add_test(NAME serve_bad_serve_mode COMMAND ${EF} "--serve-mode: spin not in \\{auto,event,hybrid,poll\\}"
+# --serve-mode's values are checked in one place (rdmahash::parse_serve_mode, through
+# BenchOptions::error()): serve and bench say the same.
+add_test(NAME serve_bad_serve_mode COMMAND ${EF} "--serve-mode must be auto, event, hybrid or poll, got 'spin'"
   $<TARGET_FILE:rdmahash_cli> serve --records 100 --serve-mode spin)
+add_test(NAME bench_bad_serve_mode COMMAND ${EF} "--serve-mode must be auto, event, hybrid or poll, got 'Poll'"
+  $<TARGET_FILE:rdmahash_cli> bench --fabric ucx --records 100 --serve-mode Poll)
+# --client-wait: checked before anything connects; not for the local fabric nor for serve.
+add_test(NAME serve_connect_bad_client_wait COMMAND ${EF} "--client-wait must be auto, poll, hybrid or event, got 'spin'"
+  $<TARGET_FILE:rdmahash_cli> bench --connect 127.0.0.1:1 --client-wait spin)
+add_test(NAME bench_local_client_wait COMMAND ${EF} "--client-wait and --client-spin-us apply to --fabric ucx and --connect"
+  $<TARGET_FILE:rdmahash_cli> bench --fabric local --records 100 --client-wait poll)
+add_test(NAME serve_client_wait COMMAND ${EF} "client-wait"
+  $<TARGET_FILE:rdmahash_cli> serve --records 100 --client-wait poll)
 add_test(NAME serve_bad_spin_zero COMMAND ${EF} "--serve-spin-us: Value 0 not in range 1 to 999"
   $<TARGET_FILE:rdmahash_cli> serve --records 100 --serve-mode hybrid --serve-spin-us 0)
 add_test(NAME serve_bad_spin_text COMMAND ${EF} "--serve-spin-us"
@@ -161,7 +182,8 @@ add_test(NAME bench_local_serve_mode COMMAND ${EF} "apply to --fabric ucx"
 set_tests_properties(serve_connect_nobody serve_connect_bad_address serve_connect_table_option serve_connect_clients
   serve_connect_local_fabric serve_bad_listen serve_foreign_address serve_bad_node serve_two_load_factors
   serve_small_capacity serve_bad_serve_mode serve_bad_spin_zero serve_bad_spin_text bench_bad_spin_large
-  serve_connect_serve_mode bench_local_serve_mode PROPERTIES LABELS serve TIMEOUT 60)
+  serve_connect_serve_mode bench_local_serve_mode bench_bad_serve_mode serve_connect_bad_client_wait
+  bench_local_client_wait serve_client_wait PROPERTIES LABELS serve TIMEOUT 60)
 
 # A memory node killed under a running client: the client stops with exit 1 and a clear message
 # (MemoryNodeLost), both for one-sided traffic (linear set: it would go on "succeeding" on the
@@ -176,6 +198,14 @@ foreach(entry "linear_set|--slot-format set" "cuckoo|--scheme cuckoo --value-byt
   set_tests_properties(serve_server_death_${name} PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
     TIMEOUT 300 LABELS serve)
 endforeach()
+# The same for RPCs with a client that sleeps while it waits (--client-wait event, over shared
+# memory): a dead node's RPC never raises an event, so only the bounded sleep (kClientSleepBound)
+# lets the client look at its memory node's liveness.
+add_test(NAME serve_server_death_cuckoo_client_event
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_server_death_test.sh $<TARGET_FILE:rdmahash_cli> --records 1000 --scheme cuckoo
+          --value-bytes 16)
+set_tests_properties(serve_server_death_cuckoo_client_event PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
+  ENVIRONMENT "CLIENT_FLAGS=--client-wait event" TIMEOUT 300 LABELS serve)
 
 # The token handshake (issue 16): no token, a wrong token, a replayed handshake, random, truncated
 # and slow proofs are refused with their messages while a client with the token runs; then a good

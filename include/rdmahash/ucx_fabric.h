@@ -10,7 +10,9 @@
 // they sleep on the worker's event fd where one-sided operations need no target CPU (shared
 // memory, RDMA) and spin for a bounded time before sleeping where the target CPU executes every
 // one-sided operation (TCP). Clients progress their worker while they wait for a batch, which
-// also serves RPCs sent to them when they host a shard (symmetric mode).
+// also serves RPCs sent to them when they host a shard (symmetric mode); how they wait between
+// events is UcxFabricConfig::client_wait (ClientWait below): busy polling by default, spin-then-
+// sleep on the worker's event fd where every transport is TCP.
 //
 // Lifecycle (every rank): create() [collective] → load shards → barrier() → clients run, then call
 // client_done() → memory nodes call serve() (returns when every client rank has called
@@ -20,8 +22,10 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "rdmahash/fabric.h"
@@ -46,12 +50,43 @@ namespace rdmahash {
 //            RPCs and wireup wake it). See resolve_serve_mode() and docs/results.md for the numbers.
 enum class ServeMode { kAuto, kEvent, kHybrid, kPoll };
 const char* serve_mode_name(ServeMode mode);
+// The one place a serve mode's name is checked (--serve-mode; every caller validates through it):
+// "auto", "event", "hybrid", "poll", else nullopt. serve_mode_names() is the list for messages.
+std::optional<ServeMode> parse_serve_mode(std::string_view name);
+inline constexpr const char* serve_mode_names() { return "auto, event, hybrid or poll"; }
 // The spin of kHybrid: long enough to cover the gap between two batches of one client at depth 16
 // over TCP on the loopback (a few µs to tens of µs), short enough that an idle node gives its core back.
 constexpr std::chrono::microseconds kDefaultServeSpin{50};
 // kAuto's choice given the transports (UCX names, e.g. "tcp", "posix", "rc_mlx5"; "self" is
 // ignored) of the context; other modes are returned unchanged.
 ServeMode resolve_serve_mode(ServeMode mode, const std::vector<std::string>& transports);
+
+// How a client (UcxTransport::execute) waits while its batch's requests are in flight.
+//   kPoll:   call ucp_worker_progress in a loop until the batch completes. Lowest latency while the
+//            client has a core to itself; with more runnable processes than cores (2 clients and a
+//            memory node on 2 cores, over TCP) every process busy-waits its whole time slice, and
+//            a request's answer waits for the scheduler to run the one process that can use it
+//            (milliseconds: the 2-client p99 of 5-8 ms in docs/results.md).
+//   kHybrid: progress; once `client_spin` passes without an event (ucp_worker_progress returning
+//            0), arm the worker (ucp_worker_arm) and sleep in poll() on its event fd until a reply
+//            arrives. (It does not sched_yield() while spinning: clients yielding to each other
+//            took the CPU from the memory node they waited for, 3x slower in a contended run.)
+//   kEvent:  kHybrid without the spin: arm and sleep as soon as progress finds nothing.
+//   kAuto:   kHybrid when every transport is TCP (replies arrive on sockets the event fd covers,
+//            and the peers this client waits for need CPU time themselves), else kPoll (shared
+//            memory and RDMA complete without a wakeup; the event fd would cost a wakeup per batch).
+// A sleep is bounded (kClientSleepBound): a transport whose completions raise no event can only
+// delay a batch, never hang it. Requires UCP_FEATURE_WAKEUP (every context of this fabric has it).
+enum class ClientWait { kAuto, kPoll, kHybrid, kEvent };
+const char* client_wait_name(ClientWait wait);
+// The one place a client wait policy's name is checked (--client-wait).
+std::optional<ClientWait> parse_client_wait(std::string_view name);
+inline constexpr const char* client_wait_names() { return "auto, poll, hybrid or event"; }
+// kHybrid's spin: about one batch's round trip over loopback TCP at depth 16 (a reply usually comes
+// within it while the memory node runs), short enough that a waiting client gives the CPU back.
+constexpr std::chrono::microseconds kDefaultClientSpin{20};
+constexpr std::chrono::milliseconds kClientSleepBound{1};
+ClientWait resolve_client_wait(ClientWait wait, const std::vector<std::string>& transports);
 
 struct UcxFabricConfig {
   uint32_t memory_nodes = 1;   // K: ranks 0..K-1 host a region (ignored when symmetric)
@@ -75,6 +110,10 @@ struct UcxFabricConfig {
   // the transports of the UCX context.
   ServeMode serve_mode = ServeMode::kAuto;
   std::chrono::microseconds serve_spin = kDefaultServeSpin;
+  // Clients: how execute() waits for its requests (see ClientWait); kAuto is resolved by create()
+  // from the transports of the UCX context.
+  ClientWait client_wait = ClientWait::kAuto;
+  std::chrono::microseconds client_spin = kDefaultClientSpin;
 };
 
 class UcxFabric : public Fabric {
@@ -97,6 +136,7 @@ class UcxFabric : public Fabric {
   // The serve mode in effect (kAuto resolved) and the UCX transports of this process's context
   // ("tcp/lo,self/memory0", from ucp_context_print_info): what `bench` reports in its JSON.
   virtual ServeMode serve_mode() const = 0;
+  virtual ClientWait client_wait() const = 0;  // kAuto resolved
   virtual std::string transports() const = 0;
   // Gathers each rank's bytes at rank 0 (index = rank); other ranks get an empty vector.
   virtual std::vector<std::vector<std::byte>> gather(std::span<const std::byte> mine) = 0;

@@ -158,16 +158,25 @@ struct UcxConnection {
   std::unique_ptr<Fabric> fabric;
   uint32_t client_id = 0;  // given by memory node 0; unique over its life
   std::string table_spec;  // memory node 0's
+  ClientWait client_wait = ClientWait::kPoll;  // how the fabric's transports wait (kAuto resolved)
+};
+
+// How a --connect client's fabric reaches and waits for its memory nodes (UcxFabricConfig's fields).
+struct UcxClientOptions {
+  // UcxFabricConfig::direct_access: a client reaches a same-host memory node's region with loads
+  // and stores; its atomics keep the UCX path.
+  bool direct_access = true;
+  ClientWait client_wait = ClientWait::kAuto;  // UcxFabricConfig::client_wait
+  std::chrono::microseconds client_spin = kDefaultClientSpin;
 };
 
 // Connects to memory nodes 0..K-1 at `addresses` (host:port each). Throws FabricError naming the
 // address: "memory node ADDR refused the connection: REASON", or why it could not be reached.
 // `token`: the secret of --token-file (empty: none). A client with a token also checks that every
 // server proves it holds the same one.
-// `direct_access`: UcxFabricConfig::direct_access of the client's fabric (a client reaches a
-// same-host memory node's region with loads and stores; its atomics keep the UCX path).
+// `options`: the client fabric's settings (UcxClientOptions).
 UcxConnection connect_ucx_servers(const std::vector<std::string>& addresses, const std::string& token = "",
-                                  bool direct_access = true);
+                                  const UcxClientOptions& options = {});
 
 // Reads the secret of a --token-file (trailing newline and spaces dropped). With `create`, a
 // missing file is created with mode 0600 holding 32 random bytes as 64 hex digits (*created is set).

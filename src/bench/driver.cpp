@@ -585,6 +585,7 @@ class UcxBackend final : public Backend {
     p.clients = fabric_.client_count();
     // Memory node 0's (this process, rank 0, unless symmetric: then every rank serves and is a client).
     p.serve_mode = serve_mode_name(fabric_.serve_mode());
+    p.client_wait = client_wait_name(fabric_.client_wait());  // every rank resolves it from the same options
     p.ucx_transports = fabric_.transports();
     return p;
   }
@@ -642,6 +643,7 @@ class ConnectBackend final : public Backend {
   PointInfo layout() const override {
     PointInfo p;
     p.fabric = "ucx-connect";
+    p.client_wait = client_wait_name(conn_.client_wait);
     p.ranks = 1;
     p.memory_nodes = conn_.fabric->memory_nodes();
     p.clients = 1;
@@ -774,8 +776,10 @@ int run_ucx_ranks(const BenchOptions& o_in, uint64_t region) {
   fc.symmetric = o.symmetric;
   fc.region_bytes = region;
   fc.direct_access = o.direct_access == "on";
-  fc.serve_mode = parse_serve_mode(o.serve_mode);
+  fc.serve_mode = serve_mode_of(o);
   fc.serve_spin = std::chrono::microseconds(o.serve_spin_us);
+  fc.client_wait = client_wait_of(o);
+  fc.client_spin = std::chrono::microseconds(o.client_spin_us);
   // --pm-path: the memory node (rank 0) exposes the file mapping as its region; the adapter owning
   // the mapping outlives the fabric that registered it.
   int my_rank = 0;
@@ -797,12 +801,14 @@ int run_ucx_ranks(const BenchOptions& o_in, uint64_t region) {
   return 0;
 }
 
-ServeMode parse_serve_mode(const std::string& mode) {
-  if (mode == "auto") return ServeMode::kAuto;
-  if (mode == "event") return ServeMode::kEvent;
-  if (mode == "hybrid") return ServeMode::kHybrid;
-  if (mode == "poll") return ServeMode::kPoll;
-  throw InvalidArgument("--serve-mode must be auto, event, hybrid or poll, got '" + mode + "'");
+ServeMode serve_mode_of(const BenchOptions& o) {
+  if (auto m = parse_serve_mode(o.serve_mode)) return *m;
+  throw InvalidArgument(o.error());
+}
+
+ClientWait client_wait_of(const BenchOptions& o) {
+  if (auto w = parse_client_wait(o.client_wait)) return *w;
+  throw InvalidArgument(o.error());
 }
 
 int run_connect(const BenchOptions& o_in) {
@@ -817,7 +823,11 @@ int run_connect(const BenchOptions& o_in) {
     }
   }
   try {
-    conn = connect_ucx_servers(o.connect, token, o.direct_access == "on");
+    UcxClientOptions co;
+    co.direct_access = o.direct_access == "on";
+    co.client_wait = client_wait_of(o);
+    co.client_spin = std::chrono::microseconds(o.client_spin_us);
+    conn = connect_ucx_servers(o.connect, token, co);
   } catch (const FabricError& e) {  // refused or unreachable: the address is the bad input
     throw InvalidArgument(e.what());
   }
@@ -866,7 +876,7 @@ int run_serve(const BenchOptions& o_in, const ServeOptions& s) {
       throw InvalidArgument(e.what());
     }
   }
-  sc.serve_mode = parse_serve_mode(o.serve_mode);
+  sc.serve_mode = serve_mode_of(o);
   sc.spin = std::chrono::microseconds(o.serve_spin_us);
   std::unique_ptr<UcxServer> server;
   try {

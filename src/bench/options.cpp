@@ -7,6 +7,7 @@
 
 #include "bench/kv_mix.h"
 #include "rdmahash/table.h"
+#include "rdmahash/ucx_fabric.h"
 
 namespace rdmahash::bench {
 
@@ -102,8 +103,13 @@ std::string BenchOptions::error() const {
              "--memory-nodes 1 (not --symmetric), or --ycsb (the clients insert the records)";
   }
   if (direct_access != "on" && direct_access != "off") return "--direct-access must be on or off";
-  if (serve_mode != "auto" && serve_mode != "event" && serve_mode != "hybrid" && serve_mode != "poll")
-    return "--serve-mode must be auto, event, hybrid or poll, got '" + serve_mode + "'";
+  // The names are checked by rdmahash::parse_serve_mode / parse_client_wait only (the driver's
+  // serve_mode_of() / client_wait_of() rely on this check having passed).
+  if (!parse_serve_mode(serve_mode))
+    return "--serve-mode must be " + std::string(serve_mode_names()) + ", got '" + serve_mode + "'";
+  if (!parse_client_wait(client_wait))
+    return "--client-wait must be " + std::string(client_wait_names()) + ", got '" + client_wait + "'";
+  if (client_spin_us < 1 || client_spin_us > 100000) return "--client-spin-us must be in [1, 100000] (microseconds)";
   if (serve_spin_us < 1 || serve_spin_us > 999) return "--serve-spin-us must be in [1, 999] (microseconds: below the 1 ms at which a spin stops to look at its sockets)";
   if (sbuckets < 1 || sbuckets > 4) return "--sbuckets must be in [1, 4] (the indicator word has 24 valid bits)";
   if (max_resizes > 16) return "--max-resizes must be at most 16";

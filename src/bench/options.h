@@ -48,6 +48,8 @@ struct BenchOptions {
   std::string direct_access = "on";     // ucx: same-host regions by loads/stores/CPU atomics (on) or UCX requests (off)
   std::string serve_mode = "auto";      // ucx memory nodes: auto | event | hybrid | poll (rdmahash::ServeMode)
   uint32_t serve_spin_us = 50;          // ucx memory nodes: hybrid mode's spin (rdmahash::kDefaultServeSpin)
+  std::string client_wait = "auto";     // ucx clients: auto | poll | hybrid | event (rdmahash::ClientWait)
+  uint32_t client_spin_us = 20;         // ucx clients: hybrid's spin (rdmahash::kDefaultClientSpin)
   uint32_t initial_depth = 0;          // race: 2^N subtables at start
   uint32_t race_groups = 64;           // race: bucket groups per subtable
   uint32_t sbuckets = 3;               // continuity: SBuckets per segment pair (1..4)

@@ -141,6 +141,7 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   if (const char* tls = std::getenv("UCX_TLS"); tls && p.fabric == "ucx") j["ucx_tls"] = tls;
   if (p.fabric == "ucx") j["direct_access"] = o.direct_access;
   if (!p.serve_mode.empty()) j["serve_mode"] = p.serve_mode;
+  if (!p.client_wait.empty()) j["client_wait"] = p.client_wait;
   if (!p.ucx_transports.empty()) j["ucx_transports"] = p.ucx_transports;
   j["ranks"] = p.ranks;
   j["memory_nodes"] = p.memory_nodes;

@@ -64,6 +64,8 @@ struct PointInfo {
   std::optional<bool> resizing_start, resizing_end;  // continuity: a resize in progress then
   // ucx (mpirun): rank 0's serve mode as resolved (ServeMode) and its UCX context's transports.
   std::string serve_mode, ucx_transports;
+  // ucx, ucx-connect: how the clients wait for their requests, as resolved (ClientWait).
+  std::string client_wait;
 };
 
 std::string to_json_line(const BenchOptions& o, const PointInfo& p, const ClientResult& total);

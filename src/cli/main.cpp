@@ -81,8 +81,8 @@ void add_serve_wait_options(CLI::App& cmd, BenchOptions& o) {
                  "how a memory node waits for UCX work: event (sleep on the worker's event fd whenever idle), hybrid "
                  "(spin --serve-spin-us after the last event, then sleep), poll (never sleep: takes a core) or auto "
                  "(hybrid when UCX can only use TCP, which makes the memory node execute every one-sided operation; "
-                 "else event)")
-      ->check(CLI::IsMember({"auto", "event", "hybrid", "poll"}))->capture_default_str();
+                 "else event); checked with the other options (BenchOptions::error)")
+      ->capture_default_str();
   cmd.add_option("--serve-spin-us", o.serve_spin_us, "hybrid mode: microseconds without an event before the memory node sleeps (below 1000: a spin stops every 1 ms to look at its sockets)")
       ->check(CLI::Range(1u, 999u))->capture_default_str();
 }
@@ -151,6 +151,14 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
   cmd.add_flag("!--no-progress", o.progress, "no progress bar while loading");
   cmd.add_flag("--quiet", o.quiet, "no summary table on stdout");
   add_serve_wait_options(cmd, o);
+  // How clients wait for their requests (rdmahash::ClientWait): mpirun client ranks and --connect.
+  cmd.add_option("--client-wait", o.client_wait,
+                 "how a ucx client waits for its requests: poll (progress in a loop), hybrid (spin --client-spin-us "
+                 "without an event, then sleep on the worker's event fd), event (sleep as soon as nothing is ready) "
+                 "or auto (hybrid when UCX can only use TCP, else poll)")
+      ->capture_default_str();
+  cmd.add_option("--client-spin-us", o.client_spin_us, "--client-wait hybrid: microseconds without an event before a client sleeps")
+      ->capture_default_str();
 
 }
 
@@ -314,6 +322,10 @@ int main(int argc, char** argv) {
 
   if (opts.fabric == "local" && (bench->count("--serve-mode") > 0 || bench->count("--serve-spin-us") > 0)) {
     std::fprintf(stderr, "rdmahash bench: error: --serve-mode and --serve-spin-us apply to --fabric ucx (the local fabric has no memory node processes)\n");
+    return 2;
+  }
+  if (opts.fabric == "local" && (bench->count("--client-wait") > 0 || bench->count("--client-spin-us") > 0)) {
+    std::fprintf(stderr, "rdmahash bench: error: --client-wait and --client-spin-us apply to --fabric ucx and --connect (local clients call no UCX)\n");
     return 2;
   }
   if (opts.fabric == "local") {

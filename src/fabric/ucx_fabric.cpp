@@ -23,7 +23,11 @@
 // * execute() posts every request with the non-blocking *_nbx calls (at most kMaxInFlight at a
 //   time; a batch of thousands is posted in waves), then busy-progresses the worker until every
 //   request has completed (a failed request does not stop the others; each request's status is
-//   its own, fabric.h). PUT completion in UCP is only local, so a batch that wrote to a node
+//   its own, fabric.h). Between progress calls that find nothing it waits as config.client_wait
+//   says (ClientWait, ucx_fabric.h; UcxFabricImpl::client_idle() below): keep polling, or spin
+//   for client_spin and then arm the worker and sleep in poll() on its event fd (bounded by
+//   kClientSleepBound). kAuto is resolved with serve_mode in query_transports(). PUT completion
+//   in UCP is only local, so a batch that wrote to a node
 //   ends with ucp_ep_flush_nbx on that node's endpoint: when execute() returns, the writes are
 //   visible to every other client. CSWAP follows the UCP 1.13 convention: `buffer` holds the
 //   compare value, `reply_buffer` holds the swap value on input and receives the old value.
@@ -248,6 +252,14 @@ class UcxFabricImpl final : public UcxFabric {
   // caller should look at its other fds without sleeping and call again (poll mode, or hybrid
   // mode while events keep coming: at most ~1 ms per step).
   bool serve_step();
+  // A client's wait between progress calls (ClientWait): `progressed` is what the last
+  // ucp_worker_progress returned. Returns true when it slept in poll() (the caller then looks at
+  // the clock: liveness checks). Never throws: a failing arm turns the policy into kPoll.
+  struct IdleState {
+    std::chrono::steady_clock::time_point since{};  // first idle progress of this stretch
+    bool idle = false;
+  };
+  bool client_idle(unsigned progressed, IdleState& st);
   bool ep_failed() const { return ep_failed_; }
   void set_ep_failed() { ep_failed_ = true; }
   void set_liveness(std::function<std::string()> f) { liveness_ = std::move(f); }
@@ -291,6 +303,7 @@ class UcxFabricImpl final : public UcxFabric {
   void client_done() override;
   void serve() override;
   ServeMode serve_mode() const override { return serve_mode_; }
+  ClientWait client_wait() const override { return client_wait_; }
   std::string transports() const override { return transports_; }
   uint64_t spin_pauses() const { return spin_pauses_; }
   std::vector<std::vector<std::byte>> gather(std::span<const std::byte> mine) override;
@@ -367,6 +380,8 @@ class UcxFabricImpl final : public UcxFabric {
   uint64_t next_req_id_ = 1;
   uint64_t done_received_ = 0;  // "done" messages not yet consumed by serve()
   ServeMode serve_mode_ = ServeMode::kEvent;  // config_.serve_mode, kAuto resolved
+  ClientWait client_wait_ = ClientWait::kPoll;  // config_.client_wait, kAuto resolved
+  int efd_ = -1;                                // the worker's event fd (client_idle), once asked
   // Hybrid mode: no spinning until then (the last spin was preempted), and how often that happened.
   static constexpr std::chrono::milliseconds kSpinPause{100};
   std::chrono::steady_clock::time_point spin_paused_until_{};
@@ -548,6 +563,40 @@ bool UcxFabricImpl::serve_step() {
   return drain_and_arm();
 }
 
+bool UcxFabricImpl::client_idle(unsigned progressed, IdleState& st) {
+  if (client_wait_ == ClientWait::kPoll) return false;
+  if (progressed != 0) {
+    st.idle = false;
+    return false;
+  }
+  using clock = std::chrono::steady_clock;
+  if (client_wait_ == ClientWait::kHybrid) {
+    const auto now = clock::now();
+    if (!st.idle) {
+      st.idle = true;
+      st.since = now;
+    }
+    // No sched_yield() here (unlike the memory node's spin): clients that yield to each other
+    // ping-pong the CPU away from the process they wait for; a spin of client_spin is bounded.
+    if (now - st.since < config_.client_spin) return false;
+  }
+  if (efd_ < 0 && ucp_worker_get_efd(worker_, &efd_) != UCS_OK) {
+    efd_ = -1;
+    client_wait_ = ClientWait::kPoll;
+    return false;
+  }
+  const ucs_status_t st_arm = ucp_worker_arm(worker_);
+  if (st_arm == UCS_ERR_BUSY) return false;  // events arrived meanwhile: progress them
+  if (st_arm != UCS_OK) {
+    client_wait_ = ClientWait::kPoll;  // cannot sleep safely: poll from now on
+    return false;
+  }
+  pollfd pfd{efd_, POLLIN, 0};
+  ::poll(&pfd, 1, static_cast<int>(kClientSleepBound.count()));  // EINTR, timeout: progress again
+  st.idle = false;
+  return true;
+}
+
 void UcxFabricImpl::init() {
   one_host_ = all_ranks_on_this_host();
   std::string error;
@@ -687,6 +736,7 @@ void UcxFabricImpl::query_transports() {
     tls.push_back(tl_dev.substr(0, tl_dev.find('/')));
   }
   serve_mode_ = resolve_serve_mode(config_.serve_mode, tls);
+  client_wait_ = resolve_client_wait(config_.client_wait, tls);
 }
 
 void UcxFabricImpl::set_am_handler(uint16_t id, ucp_am_recv_callback_t cb) {
@@ -1325,6 +1375,7 @@ void UcxTransport::execute(std::span<Request> batch) {
   ucp_worker_h worker = fabric_.worker();
   uint64_t spins = 0;
   std::chrono::steady_clock::time_point last_look{};  // set at the first look of a long wait
+  UcxFabricImpl::IdleState idle;
   for (;;) {
     // A failed request does not stop the others: each request's outcome is its own (fabric.h).
     while (next < batch.size() && outstanding_ < kMaxInFlight) post(slots_[next++]);
@@ -1339,10 +1390,11 @@ void UcxTransport::execute(std::span<Request> batch) {
       }
     }
     if (outstanding_ == 0 && next == batch.size()) break;
-    ucp_worker_progress(worker);
+    const bool slept = fabric_.client_idle(ucp_worker_progress(worker), idle);
     // A batch that waits long may wait on a dead memory node (service clients can ask): look
-    // every 200 ms, reading the clock once per 4096 spins so that the fast path does not pay.
-    if ((++spins & 4095) == 0 && fabric_.has_liveness()) {
+    // every 200 ms, reading the clock once per 4096 spins (or after a sleep) so that the fast
+    // path does not pay.
+    if (((++spins & 4095) == 0 || slept) && fabric_.has_liveness()) {
       const auto now = std::chrono::steady_clock::now();
       if (last_look == std::chrono::steady_clock::time_point{}) last_look = now;  // the wait is long: start the clock
       if (now - last_look >= std::chrono::milliseconds(200)) {
@@ -1395,6 +1447,34 @@ const char* serve_mode_name(ServeMode mode) {
     case ServeMode::kPoll: return "poll";
   }
   return "?";
+}
+
+std::optional<ServeMode> parse_serve_mode(std::string_view name) {
+  for (ServeMode m : {ServeMode::kAuto, ServeMode::kEvent, ServeMode::kHybrid, ServeMode::kPoll})
+    if (name == serve_mode_name(m)) return m;
+  return std::nullopt;
+}
+
+const char* client_wait_name(ClientWait wait) {
+  switch (wait) {
+    case ClientWait::kAuto: return "auto";
+    case ClientWait::kPoll: return "poll";
+    case ClientWait::kHybrid: return "hybrid";
+    case ClientWait::kEvent: return "event";
+  }
+  return "?";
+}
+
+std::optional<ClientWait> parse_client_wait(std::string_view name) {
+  for (ClientWait w : {ClientWait::kAuto, ClientWait::kPoll, ClientWait::kHybrid, ClientWait::kEvent})
+    if (name == client_wait_name(w)) return w;
+  return std::nullopt;
+}
+
+ClientWait resolve_client_wait(ClientWait wait, const std::vector<std::string>& transports) {
+  if (wait != ClientWait::kAuto) return wait;
+  // The same test as kAuto's serve mode: TCP only (besides "self").
+  return resolve_serve_mode(ServeMode::kAuto, transports) == ServeMode::kHybrid ? ClientWait::kHybrid : ClientWait::kPoll;
 }
 
 ServeMode resolve_serve_mode(ServeMode mode, const std::vector<std::string>& transports) {

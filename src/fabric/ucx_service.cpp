@@ -825,7 +825,7 @@ std::string load_token_file(const std::string& path, bool create, bool* created)
 std::unique_ptr<UcxServer> UcxServer::create(const UcxServerConfig& config) { return std::make_unique<Server>(config); }
 
 UcxConnection connect_ucx_servers(const std::vector<std::string>& addresses, const std::string& token,
-                                  bool direct_access) {
+                                  const UcxClientOptions& options) {
   if (addresses.empty()) throw std::invalid_argument("--connect needs at least one memory node address");
   std::vector<Fd> socks(addresses.size());
   std::vector<Welcome> w;
@@ -847,7 +847,9 @@ UcxConnection connect_ucx_servers(const std::vector<std::string>& addresses, con
   std::memcpy(&bytes, w.front().remote.region_export.data() + 8, 8);
   fc.region_bytes = bytes;
   fc.net_devices = all_loopback ? "lo" : "";
-  fc.direct_access = direct_access;
+  fc.direct_access = options.direct_access;
+  fc.client_wait = options.client_wait;
+  fc.client_spin = options.client_spin;
   std::vector<detail::UcxRemoteNode> remote;
   const std::string me = host_id();
   const bool shm = shared_memory_allowed();
@@ -870,7 +872,9 @@ UcxConnection connect_ucx_servers(const std::vector<std::string>& addresses, con
     }
     return {};
   };
-  c.fabric = std::make_unique<ClientFabric>(detail::make_ucx_service_client(fc, c.client_id, remote, liveness), shared);
+  auto fabric = detail::make_ucx_service_client(fc, c.client_id, remote, liveness);
+  c.client_wait = dynamic_cast<const UcxFabric&>(*fabric).client_wait();
+  c.fabric = std::make_unique<ClientFabric>(std::move(fabric), shared);
   return c;
 }
 
