@@ -425,7 +425,7 @@ class LinearClient final : public KvClient {
   template <class Sink>
   Task<typename Sink::Ret> lookup(uint64_t key, Sink sink);
   // The lookup of update, erase and a find_or_put past its M chunks (get has its own: lookup).
-  Task<Located> locate(uint64_t key, const LinearPlacement& p, std::span<std::byte> value_out, uint32_t& reads);
+  Task<Located> locate(uint64_t key, const LinearPlacement& p, uint32_t& reads);
   Task<bool> read_stable(uint32_t node, uint64_t slot, std::byte* dst);
   uint32_t read_slots(uint32_t node, uint64_t slot) const;
   void observe_clusters(uint32_t node, uint64_t start, const std::byte* slots, uint64_t n, uint64_t& run_start) const;

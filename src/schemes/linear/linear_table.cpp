@@ -546,8 +546,7 @@ uint64_t LinearClient::window(uint32_t node, uint64_t slot) const {
   return std::min<uint64_t>(read_slots(node, slot), cfg_.total_slots() - slot);
 }
 
-Task<LinearClient::Located> LinearClient::locate(uint64_t key, const LinearPlacement& p,
-                                                 std::span<std::byte> value_out, uint32_t& reads) {
+Task<LinearClient::Located> LinearClient::locate(uint64_t key, const LinearPlacement& p, uint32_t& reads) {
   const uint64_t total = cfg_.total_slots();
   const InlineLayout l(cfg_);
   std::vector<std::byte> big;
@@ -575,8 +574,6 @@ Task<LinearClient::Located> LinearClient::locate(uint64_t key, const LinearPlace
         sl = one.data();
         if (cfg_.key_bytes == 8 && load64(sl + l.key_off) != key) continue;
       }
-      if (!value_out.empty())
-        std::memcpy(value_out.data(), sl + l.val_off, std::min<size_t>(value_out.size(), cfg_.value_bytes));
       co_return Located{true, s + j, load64(sl)};
     }
     s += n;
@@ -723,9 +720,10 @@ uint32_t ClusterReadSizer::size_at(uint32_t node, uint64_t slot) {
 struct LinearClient::CopySink {  // get(): the value copied to value_out, the OpResult returned
   using Ret = OpResult;
   std::span<std::byte> out;
-  std::span<std::byte> buffer(std::vector<std::byte>&, uint32_t) const { return out; }
+  void check(uint32_t) const {}  // any value_out: the value is copied, cut or zero-padded by the caller
+  std::span<std::byte> buffer(Scratch&, uint32_t) const { return out; }
   OpResult hit(uint64_t, const OpResult& r, std::span<const std::byte> value) const {
-    if (!out.empty()) std::memcpy(out.data(), value.data(), std::min(out.size(), value.size()));
+    if (!out.empty() && !value.empty()) std::memcpy(out.data(), value.data(), std::min(out.size(), value.size()));
     return r;
   }
   OpResult copied(uint64_t, const OpResult& r, std::span<std::byte>) const { return r; }
@@ -733,9 +731,15 @@ struct LinearClient::CopySink {  // get(): the value copied to value_out, the Op
 struct LinearClient::VisitSink {  // get_visit(): the visitor sees the value where it lies
   using Ret = void;
   GetVisitor* v;
-  std::span<std::byte> buffer(std::vector<std::byte>& tmp, uint32_t value_bytes) const {
-    tmp.assign(value_bytes, std::byte{0});
-    return tmp;
+  uint32_t value_bytes;  // the caller's: must be the table's (the value is handed over where it lies)
+  void check(uint32_t table_value_bytes) const {
+    if (value_bytes != table_value_bytes)
+      throw InvalidArgument("linear get_visit: value_bytes " + std::to_string(value_bytes) +
+                            " is not the table's value size " + std::to_string(table_value_bytes));
+  }
+  std::span<std::byte> buffer(Scratch& frame, uint32_t value_bytes) const {  // frame.size() >= value_bytes
+    std::fill_n(frame.data(), value_bytes, std::byte{0});
+    return {frame.data(), value_bytes};
   }
   void hit(uint64_t key, const OpResult& r, std::span<const std::byte> value) const { v->on_get(key, r, value); }
   void copied(uint64_t key, const OpResult& r, std::span<std::byte> buf) const {
@@ -747,7 +751,9 @@ Task<OpResult> LinearClient::get(uint64_t key, std::span<std::byte> value_out) {
   return lookup(key, CopySink{value_out});  // not a coroutine itself: get's frame is lookup's
 }
 
-Task<void> LinearClient::get_visit(uint64_t key, uint32_t, GetVisitor& v) { return lookup(key, VisitSink{&v}); }
+Task<void> LinearClient::get_visit(uint64_t key, uint32_t value_bytes, GetVisitor& v) {
+  return lookup(key, VisitSink{&v, value_bytes});
+}
 
 // The lookup (seed 000 §4.3): READ a window of R slots from the home slot, scan it, read the next
 // window while no slot answers; the requests are locate()'s exactly (one READ per window, a
@@ -756,11 +762,14 @@ Task<void> LinearClient::get_visit(uint64_t key, uint32_t, GetVisitor& v) { retu
 template <class Sink>
 Task<typename Sink::Ret> LinearClient::lookup(uint64_t key, Sink sink) {
   validate_key(key);
+  sink.check(cfg_.value_bytes);
   OpResult r;
   const LinearPlacement p = linear_place(cfg_, key);
+  // The window buffer (inline), or the value's when a heap record is copied out: in the frame
+  // unless larger than its inline bytes (no malloc per get).
+  Scratch buf(cfg_.heap() ? cfg_.value_bytes : 0);
   if (cfg_.heap()) {
-    std::vector<std::byte> tmp;
-    const std::span<std::byte> out = sink.buffer(tmp, cfg_.value_bytes);
+    const std::span<std::byte> out = sink.buffer(buf, cfg_.value_bytes);
     const Located loc = co_await heap_scan(key, p, false, out, nullptr, r);
     r.status = loc.found ? Status::kFound : Status::kNotFound;
     r.matches = loc.found ? 1 : 0;
@@ -768,7 +777,6 @@ Task<typename Sink::Ret> LinearClient::lookup(uint64_t key, Sink sink) {
   }
   const InlineLayout l(cfg_);
   const uint64_t total = cfg_.total_slots();
-  Scratch buf(0);
   std::vector<std::byte> big, one;
   uint64_t run_start = p.home;
   for (uint64_t s = p.home; s < total;) {
@@ -895,7 +903,7 @@ Task<OpResult> LinearClient::insert(uint64_t key, std::span<const std::byte> val
   // M chunks held neither the key nor an empty slot. Lookups scan on to the first empty slot, so
   // a key past M chunks (inserted by a client with a larger M) is present: answer as get would,
   // never kFull for a present key.
-  if ((co_await locate(key, p, {}, r.chunks)).found) {
+  if ((co_await locate(key, p, r.chunks)).found) {
     r.status = Status::kFound;
     r.matches = 1;
     co_return r;
@@ -914,7 +922,7 @@ Task<OpResult> LinearClient::update(uint64_t key, std::span<const std::byte> val
   const InlineLayout l(cfg_);
   std::vector<std::byte> payload(slot_bytes_);
   for (;;) {
-    const Located loc = co_await locate(key, p, {}, r.chunks);
+    const Located loc = co_await locate(key, p, r.chunks);
     if (!loc.found) { r.status = Status::kNotFound; co_return r; }
     const RemoteAddr a = slot_addr(p.node, loc.slot);
     const uint64_t locked = loc.ctrl | kLock;
@@ -970,7 +978,7 @@ Task<OpResult> LinearClient::erase(uint64_t key) {
   OpResult r;
   const LinearPlacement p = linear_place(cfg_, key);
   for (;;) {
-    const Located loc = co_await locate(key, p, {}, r.chunks);
+    const Located loc = co_await locate(key, p, r.chunks);
     if (!loc.found) { r.status = Status::kNotFound; co_return r; }
     const uint64_t dead = cfg_.format == SlotFormat::kSet
                               ? kSetTombstone
