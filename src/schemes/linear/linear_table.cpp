@@ -688,7 +688,7 @@ struct LinearClient::CopySink {  // get(): the value copied to value_out, the Op
   using Ret = OpResult;
   std::span<std::byte> out;
   void check(uint32_t) const {}  // any value_out: the value is copied, cut or zero-padded by the caller
-  std::span<std::byte> buffer(Scratch&, uint32_t) const { return out; }
+  std::span<std::byte> buffer(Scratch&, std::vector<std::byte>&, uint32_t) const { return out; }
   OpResult hit(uint64_t, const OpResult& r, std::span<const std::byte> value, const Located&) const {
     if (!out.empty() && !value.empty()) std::memcpy(out.data(), value.data(), std::min(out.size(), value.size()));
     return r;
@@ -704,7 +704,11 @@ struct LinearClient::VisitSink {  // get_visit(): the visitor sees the value whe
       throw InvalidArgument("linear get_visit: value_bytes " + std::to_string(value_bytes) +
                             " is not the table's value size " + std::to_string(table_value_bytes));
   }
-  std::span<std::byte> buffer(Scratch& frame, uint32_t value_bytes) const {  // frame.size() >= value_bytes
+  std::span<std::byte> buffer(Scratch& frame, std::vector<std::byte>& big, uint32_t value_bytes) const {
+    if (value_bytes > frame.size()) {
+      big.assign(value_bytes, std::byte{0});
+      return big;
+    }
     std::fill_n(frame.data(), value_bytes, std::byte{0});
     return {frame.data(), value_bytes};
   }
@@ -720,7 +724,7 @@ struct LinearClient::LocateSink {  // locate(): the key's slot and ctrl word; th
   using Ret = Located;
   uint32_t* reads;
   void check(uint32_t) const {}
-  std::span<std::byte> buffer(Scratch&, uint32_t) const {  // heap tables have heap_scan instead
+  std::span<std::byte> buffer(Scratch&, std::vector<std::byte>&, uint32_t) const {  // heap tables: heap_scan
     throw std::logic_error("linear: locate on a heap table");
   }
   Located hit(uint64_t, const OpResult& r, std::span<const std::byte>, const Located& at) const {
@@ -755,11 +759,12 @@ Task<typename Sink::Ret> LinearClient::lookup(uint64_t key, Sink sink) {
   sink.check(cfg_.value_bytes);
   OpResult r;
   const LinearPlacement p = linear_place(cfg_, key);
-  // The window buffer (inline), or the value's when a heap record is copied out: in the frame
-  // unless larger than its inline bytes (no malloc per get).
-  Scratch buf(cfg_.heap() ? cfg_.value_bytes : 0);
+  // The window buffer (inline), or get_visit's value buffer when a heap record is copied out: in
+  // the frame unless larger than its inline bytes (no malloc per get).
+  Scratch buf(0);
+  std::vector<std::byte> big, one;
   if (cfg_.heap()) {
-    const std::span<std::byte> out = sink.buffer(buf, cfg_.value_bytes);
+    const std::span<std::byte> out = sink.buffer(buf, big, cfg_.value_bytes);
     const Located loc = co_await heap_scan(key, p, false, out, nullptr, r);
     r.status = loc.found ? Status::kFound : Status::kNotFound;
     r.matches = loc.found ? 1 : 0;
@@ -767,7 +772,6 @@ Task<typename Sink::Ret> LinearClient::lookup(uint64_t key, Sink sink) {
   }
   const InlineLayout l(cfg_);
   const uint64_t total = cfg_.total_slots();
-  std::vector<std::byte> big, one;
   uint64_t run_start = p.home;
   for (uint64_t s = p.home; s < total;) {
     const uint64_t n = window(p.node, s);
