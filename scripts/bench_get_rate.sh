@@ -36,6 +36,8 @@ for round in $(seq "$ROUNDS"); do
       --ops 200000 --depth 16 --repeat 5 --direct-access on
     # The model's read size (--read-size model: R* of seed 000's cost model for this load), get
     # beside a raw read of the same R* slots' bytes; R* comes from the JSON of a short get run.
+    # The JSON has no slot size: 32 bytes is the inline slot of --key-bytes 8 --value-bytes 8
+    # (ctrl + key + value + check word); change both together.
     for lf in 0.5 0.8; do
       tmp=$(mktemp)
       mpirun --oversubscribe -n 2 "$bin" bench --fabric ucx --memory-nodes 1 --slot-format inline --key-bytes 8 \

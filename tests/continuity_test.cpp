@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -192,6 +193,32 @@ TEST(Continuity, BadInputFailsBeforeAnyRequest) {
   EXPECT_THROW(wrong_added.run(wrong_added.client.find_or_put(1, std::vector<std::byte>(8))), InvalidArgument);
   EXPECT_THROW(wrong_added.engine.run(wrong_added.client.read_header(0)), InvalidArgument);
   EXPECT_EQ(t.server->records(), 0u);
+  // A header of another format version (checksum made valid) or magic is no table of this build.
+  std::byte* hdr = t.fabric->local_region(0).data();
+  ContinuityHeader saved{};
+  std::memcpy(&saved, hdr, sizeof saved);
+  auto expect_refused = [&](const ContinuityHeader& bad, const std::string& why) {
+    std::memcpy(hdr, &bad, sizeof bad);
+    try {
+      cl.engine.run(cl.client.read_header(0));
+      ADD_FAILURE() << why << ": accepted";
+    } catch (const FabricError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+    std::memcpy(hdr, &saved, sizeof saved);
+  };
+  ContinuityHeader bad = saved;
+  bad.format_version = kContinuityFormatVersion + 1;
+  bad.checksum = image_header_checksum(&bad, kContinuityMagic);
+  expect_refused(bad, "format version");
+  bad = saved;
+  bad.checksum ^= 1;
+  expect_refused(bad, "checksum");
+  bad = saved;
+  bad.magic ^= 1;
+  bad.checksum = image_header_checksum(&bad, bad.magic);
+  expect_refused(bad, "not a continuity table image");
+  EXPECT_NO_THROW(cl.engine.run(cl.client.read_header(0)));
 }
 
 // Forced interleavings: node-side writes (inserts, out-of-place updates, erases, and so slot

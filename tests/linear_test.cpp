@@ -203,6 +203,17 @@ TEST_P(LinearOracle, LookupsReadEachWindowOnce) {
     while (slots[e]) ++e;
     expect_windows(k, e, Status::kNotFound);
   }
+  // get_visit hands the value over where it lies, so it takes only the table's value size: any
+  // other fails with a clear error, before any request and without calling the visitor.
+  struct Never final : GetVisitor {
+    int calls = 0;
+    void on_get(uint64_t, const OpResult&, std::span<const std::byte>) override { ++calls; }
+  } never;
+  const uint64_t some = where.begin()->first;
+  const uint64_t reads = client.engine().transport().counters().batches;
+  EXPECT_THROW(client.engine().run(client.table().get_visit(some, t.cfg.value_bytes + 1, never)), InvalidArgument);
+  EXPECT_EQ(never.calls, 0);
+  EXPECT_EQ(client.engine().transport().counters().batches, reads);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, LinearOracle,

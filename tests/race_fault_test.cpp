@@ -870,6 +870,92 @@ TEST(RaceFault, VoidSplitIsNotCountedAndItsChildrenAreReused) {
 }
 
 
+// A void split released by ANOTHER runner before its installer's own VOID test: A stalls just
+// before installing its split of S; B splits S; A installs its (now void) descriptor and stalls
+// right after; B's next split meets that descriptor and releases it (B's VOID test). A resumes:
+// its release CAS fails (kUnknown) and dir[s] names neither S nor A, exactly as after a published
+// split whose child was split since, so only A's slot 0, still RESERVED, tells A the split was
+// void: A does not count it and its next split reuses both children (no new allocation).
+TEST(RaceFault, VoidSplitReleasedByAnotherRunnerIsNotCountedAndItsChildrenAreReused) {
+  const RaceConfig cfg = fault_cfg();
+  const SplitPoint sp = find_split(cfg, 3);
+  Table t(cfg);
+  Client a(*t.fabric, cfg, 1), b(*t.fabric, cfg, 2);
+  std::unordered_map<std::string, std::string> oracle;
+  put_before_split(a, sp, oracle);
+  Gate before_install, after_install;
+  int stage = 0;  // 0: before A's install, 1: installed (pause at the next request), 2: past both
+  bool counting = false;
+  uint64_t allocs = 0;
+  a.tr->before = [&](const Request& r) {
+    if (counting) allocs += is_subtable_alloc(cfg, r);
+    if (stage == 1) {
+      stage = 2;
+      after_install.pause();
+    } else if (stage == 0 && is_install(r)) {
+      stage = 1;
+      before_install.pause();
+    }
+  };
+  OpResult ar{};
+  std::thread ta([&] {
+    ar = a.put(key(sp.put), val(sp.put, 0));
+    before_install.finished();
+    after_install.finished();
+  });
+  struct Join {  // a failed ASSERT returns early: let A run on and end its thread
+    Gate &g1, &g2;
+    std::thread& th;
+    ~Join() {
+      g1.release();
+      g2.release();
+      if (th.joinable()) th.join();
+    }
+  } join{before_install, after_install, ta};
+  before_install.wait_paused();
+  ASSERT_EQ(stage, 1) << "A must stall before installing its split";
+  const uint64_t b_splits = b.client.stats().splits;
+  ASSERT_EQ(b.put(key(sp.put), val(sp.put, 1)).status, Status::kInserted);  // splits S itself
+  ASSERT_EQ(b.client.stats().splits, b_splits + 1);
+  before_install.release();
+  after_install.wait_paused();
+  ASSERT_EQ(stage, 2) << "A must stall after installing its split";
+  auto split_word = [&] {
+    uint64_t v = 0;
+    std::memcpy(&v, t.fabric->local_region(0).data() + offsetof(RaceNodeHeader, split), 8);
+    return v;
+  };
+  ASSERT_NE(split_word(), 0u) << "A's void descriptor must be installed";
+  ASSERT_EQ(split_word() >> 48, 1u + 1) << "the installed word must be A's";
+  int i = 3000;
+  for (; split_word() != 0 && i < 3400; ++i) {  // B's next split meets A's descriptor first
+    ASSERT_EQ(b.put(key(i), val(i, 1)).status, Status::kInserted);
+    oracle[key(i)] = val(i, 1);
+  }
+  ASSERT_EQ(split_word(), 0u) << "B must release A's void descriptor";
+  const uint64_t a_splits = a.client.stats().splits;
+  counting = true;
+  after_install.release();
+  ta.join();
+  EXPECT_EQ(ar.status, Status::kUpdated);
+  oracle[key(sp.put)] = val(sp.put, 0);
+  EXPECT_EQ(a.client.stats().splits, a_splits) << "a void split is nobody's, even when another runner released it";
+  expect_split_count(t, {&a, &b}, "after the void split released by B");
+  for (int j = 5000; j < 5400 && a.client.stats().splits == a_splits; ++j) {
+    ASSERT_EQ(a.put(key(j), val(j, 2)).status, Status::kInserted);
+    oracle[key(j)] = val(j, 2);
+  }
+  a.tr->before = nullptr;
+  ASSERT_GT(a.client.stats().splits, a_splits);
+  EXPECT_EQ(allocs, 0u) << "A's next split must reuse the children of its void split";
+  Client c(*t.fabric, cfg, 3);
+  for (const auto& [k, v] : oracle) ASSERT_EQ(c.get(k), v) << k;
+  const RaceInspection in = race_inspect(*t.fabric, cfg);
+  EXPECT_EQ(in.committed, oracle.size());
+  EXPECT_EQ(in.frozen + in.tentative, 0u);
+  expect_split_count(t, {&a, &b}, "after A's next split");
+}
+
 // Two helpers at once: A (the splitter) is stalled mid-split, B starts helping and is stalled
 // before its first request of one kind (a copy CAS, a doubling CAS, a directory CAS, the global
 // depth CAS, a retiring header WRITE, the split word's release); C finishes the split, splits the

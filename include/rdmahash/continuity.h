@@ -245,6 +245,7 @@
 // thread-safe (one mutex per shard), readers never lock.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -333,6 +334,7 @@ struct ContinuityHeader {
   uint64_t checksum;  // of the 56 bytes before it
 };
 static_assert(sizeof(ContinuityHeader) == kContinuityHeaderBytes);
+static_assert(offsetof(ContinuityHeader, format_version) == 8);  // check_image_frame reads bytes 8..11
 
 // Where a key lives: pure function of the config.
 struct ContinuityPlacement {

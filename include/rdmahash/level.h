@@ -131,6 +131,7 @@
 // thread-safe (one mutex per shard); readers never lock.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -191,6 +192,7 @@ struct LevelHeader {
   uint64_t checksum;  // of the 56 bytes before it
 };
 static_assert(sizeof(LevelHeader) == kLevelHeaderBytes);
+static_assert(offsetof(LevelHeader, format_version) == 8);  // check_image_frame reads bytes 8..11
 
 // Validates an existing image (a --pm-path file) for node `node` of `cfg` without writing to it:
 // its length covers the header, then magic (another format, e.g. a continuity image, is named by

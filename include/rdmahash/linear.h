@@ -419,13 +419,15 @@ class LinearClient final : public KvClient {
   enum class Probe : uint8_t;
   Probe scan(uint64_t key, const LinearPlacement& p, const std::byte* data, uint64_t n, uint64_t& j) const;
   uint64_t window(uint32_t node, uint64_t slot) const;
-  // get and get_visit: the lookup, in one frame; `Sink` says where the answer goes.
+  // get, get_visit and locate: the lookup, in one frame; `Sink` says where the answer goes.
   struct CopySink;
   struct VisitSink;
+  struct LocateSink;
   template <class Sink>
   Task<typename Sink::Ret> lookup(uint64_t key, Sink sink);
-  // The lookup of update, erase and a find_or_put past its M chunks (get has its own: lookup).
-  Task<Located> locate(uint64_t key, const LinearPlacement& p, std::span<std::byte> value_out, uint32_t& reads);
+  // The lookup of update, erase and a find_or_put past its M chunks (inline tables): lookup's
+  // requests, answering the key's slot and ctrl word; its READs are added to `reads`.
+  Task<Located> locate(uint64_t key, uint32_t& reads);
   Task<bool> read_stable(uint32_t node, uint64_t slot, std::byte* dst);
   uint32_t read_slots(uint32_t node, uint64_t slot) const;
   void observe_clusters(uint32_t node, uint64_t start, const std::byte* slots, uint64_t n, uint64_t& run_start) const;

@@ -344,8 +344,9 @@ class RaceLoader {
 };
 
 struct RaceClientStats {
-  // Splits this client installed and that were published (a void one counts for nobody), so the
-  // clients' sum is the live subtables less the initial ones.
+  // Splits this client installed and that were published (a void one counts for nobody), so once
+  // every client has finished its operations the clients' sum is the live subtables less the
+  // initial ones (a client stopped inside a split it installed has not counted it yet).
   uint64_t splits = 0;
   uint64_t dir_refreshes = 0;    // directory re-reads (stale cache, cache off, splits)
   uint64_t stale_detected = 0;   // headers or directory checks that revealed a stale cache

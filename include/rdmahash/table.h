@@ -69,8 +69,8 @@ inline constexpr size_t kMaxKeyBytes = 256;
 inline constexpr size_t kMaxValueBytes = 15 * 1024;
 
 // Receives a get's answer where the scheme holds it (KvClient::get_visit): `value` is the found
-// value's `value_bytes` bytes (empty when not found or the table has no values), valid only during
-// the call.
+// value's `value_bytes` bytes — the table's value size (empty when not found or the table has no
+// values) — valid only during the call.
 class GetVisitor {
  public:
   virtual void on_get(uint64_t key, const OpResult& r, std::span<const std::byte> value) = 0;
@@ -90,7 +90,9 @@ class KvClient {
   // get() whose answer goes to `v.on_get` before the task completes (not if it throws): the same
   // requests as get(), but a scheme may hand over the value in its read buffer instead of copying
   // it, in the task's own frame (linear: no caller coroutine around get, no second copy; the
-  // benchmark's get loop). Default: get() into a buffer of `value_bytes`.
+  // benchmark's get loop). `value_bytes` must be the table's value size: linear hands over the
+  // value where it lies and fails with InvalidArgument (in the task) on any other size; the
+  // default, get() into a buffer of `value_bytes`, cuts or zero-pads a value of another size.
   virtual Task<void> get_visit(uint64_t key, uint32_t value_bytes, GetVisitor& v);
   // Replace the value of a present key (kUpdated) or report kNotFound.
   virtual Task<OpResult> update(uint64_t key, std::span<const std::byte> value) = 0;

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -67,23 +68,14 @@ Task<void> do_op(KvClient* kv, Engine* engine, Op op, uint32_t value_bytes, Clie
     if (value_bytes)
       for (size_t i = 0; i + value_bytes <= values.size(); i += value_bytes)
         if (!value_matches(op.key, std::span<const std::byte>(values).subspan(i, value_bytes))) ++r->value_mismatches;
-  } else if (op.kind == OpKind::kGet) {  // (run_client hands gets to GetCheck instead)
-    res = co_await kv->get(op.key, buf);
-    if (res.status == Status::kFound && value_bytes && !value_matches(op.key, buf)) ++r->value_mismatches;
   } else {
+    // A find-or-put: gets never come here (run_client hands them to get_visit and GetCheck).
+    if (op.kind != OpKind::kFindOrPut) throw std::logic_error("do_op: a get must go to get_visit");
     fill_value(op.key, buf);
     res = co_await kv->find_or_put(op.key, buf);
   }
-  r->chunks += res.chunks;
+  r->add_outcome(res);
   r->matches += res.matches;
-  r->persists += res.persists;
-  switch (res.status) {
-    case Status::kFound: ++r->found; break;
-    case Status::kInserted: ++r->inserted; break;
-    case Status::kFull: ++r->full; break;
-    case Status::kNotFound: ++r->not_found; break;
-    default: break;
-  }
 }
 
 // One client's share of one point.

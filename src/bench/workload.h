@@ -64,17 +64,15 @@ bool value_matches(uint64_t key, std::span<const std::byte> value);
 
 // The benchmark's gets (KvClient::get_visit) report here: every found value is checked against
 // its key's (value_matches) where the scheme read it — no buffer of the caller's, no copy, no
-// coroutine around get — and the outcome is counted as do_op counts the other operations'.
+// coroutine around get — and the outcome is counted as do_op counts the other operations'
+// (ClientResult::add_outcome, plus matches).
 class GetCheck final : public GetVisitor {
  public:
   GetCheck(ClientResult* r, uint32_t value_bytes) : r_(r), value_bytes_(value_bytes) {}
   void on_get(uint64_t key, const OpResult& res, std::span<const std::byte> value) override {
     if (res.status == Status::kFound && value_bytes_ && !value_matches(key, value)) ++r_->value_mismatches;
-    r_->chunks += res.chunks;
+    r_->add_outcome(res);
     r_->matches += res.matches;
-    r_->persists += res.persists;
-    if (res.status == Status::kFound) ++r_->found;
-    else if (res.status == Status::kNotFound) ++r_->not_found;
   }
 
  private:

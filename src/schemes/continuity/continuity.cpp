@@ -902,8 +902,11 @@ Task<ContinuityHeader> ContinuityClient::read_header(uint32_t node) {
   if (node >= cfg_.memory_nodes) throw InvalidArgument("node " + std::to_string(node) + " holds no shard of this table");
   ContinuityHeader h{};
   co_await engine_.read(RemoteAddr{node, 0}, &h, sizeof h);
-  if (h.magic != kContinuityMagic || h.checksum != header_checksum(h))
-    throw FabricError("node " + std::to_string(node) + " holds no valid continuity table");
+  try {
+    check_image_frame(&h, "continuity", kContinuityMagic, kContinuityFormatVersion);  // magic, version, checksum
+  } catch (const PmemError& e) {  // over the fabric: not a file's image, the node's table
+    throw FabricError("node " + std::to_string(node) + " holds no valid continuity table: " + e.what());
+  }
   if (h.buckets != cfg_.buckets_per_node || h.sbuckets != cfg_.sbuckets || h.value_bytes != cfg_.value_bytes ||
       h.hash_seed != cfg_.hash_seed || h.memory_nodes != cfg_.memory_nodes || h.added_group_pairs != cfg_.added_group_pairs)
     throw InvalidArgument("continuity shard " + std::to_string(node) + " was built with a different configuration");

@@ -99,10 +99,6 @@ uint32_t level_resizes_for(const LevelConfig& c, uint64_t capacity) {
   return r;
 }
 
-namespace {
-// A magic word as its 8 characters when they are printable ("RDHCONT1": a continuity image).
-}  // namespace
-
 void level_check_image(std::span<const std::byte> image, const LevelConfig& cfg, uint32_t node) {
   if (image.size() < kLevelHeaderBytes)
     throw PmemError("image of " + std::to_string(image.size()) + " bytes is shorter than the level header (truncated file?)");

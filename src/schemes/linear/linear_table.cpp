@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -546,44 +547,6 @@ uint64_t LinearClient::window(uint32_t node, uint64_t slot) const {
   return std::min<uint64_t>(read_slots(node, slot), cfg_.total_slots() - slot);
 }
 
-Task<LinearClient::Located> LinearClient::locate(uint64_t key, const LinearPlacement& p,
-                                                 std::span<std::byte> value_out, uint32_t& reads) {
-  const uint64_t total = cfg_.total_slots();
-  const InlineLayout l(cfg_);
-  std::vector<std::byte> big;
-  Scratch buf(0);
-  std::vector<std::byte> one;
-  uint64_t run_start = p.home;
-  for (uint64_t s = p.home; s < total;) {
-    const uint64_t n = window(p.node, s);
-    std::byte* data = buf.data();
-    if (n * slot_bytes_ > buf.size()) {
-      big.resize(n * slot_bytes_);
-      data = big.data();
-    }
-    co_await engine_.read(slot_addr(p.node, s), data, static_cast<uint32_t>(n * slot_bytes_));
-    ++reads;
-    observe_clusters(p.node, s, data, n, run_start);
-    for (uint64_t j = 0;; ++j) {
-      const Probe found = scan(key, p, data, n, j);
-      if (found == Probe::kMiss) co_return Located{};
-      if (found == Probe::kMore) break;
-      const std::byte* sl = data + j * slot_bytes_;
-      if (found == Probe::kUnstable) {
-        one.resize(slot_bytes_);
-        if (!co_await read_stable(p.node, s + j, one.data())) continue;
-        sl = one.data();
-        if (cfg_.key_bytes == 8 && load64(sl + l.key_off) != key) continue;
-      }
-      if (!value_out.empty())
-        std::memcpy(value_out.data(), sl + l.val_off, std::min<size_t>(value_out.size(), cfg_.value_bytes));
-      co_return Located{true, s + j, load64(sl)};
-    }
-    s += n;
-  }
-  co_return Located{};
-}
-
 uint32_t LinearClient::read_slots(uint32_t node, uint64_t slot) const {
   return probe_.read_sizer ? std::max<uint32_t>(1, probe_.read_sizer->size_at(node, slot)) : probe_.read_size;
 }
@@ -717,15 +680,17 @@ uint32_t ClusterReadSizer::size_at(uint32_t node, uint64_t slot) {
   return r;
 }
 
-// Where a lookup's answer goes. `buffer` is where a value is copied when it does not come from a
-// window in the frame (a re-read slot, a heap record); `hit` hands over a value in place, `copied`
-// one already in `buffer` (or none: not found).
+// Where a lookup's answer goes. `check` vets the sink against the table's value size; `buffer` is
+// where a value is copied when it does not come from a window in the frame (a heap record); `hit`
+// hands over an inline hit in place (its value, and `at`: its slot and the ctrl word read), `copied`
+// a value already in `buffer` (or none: not found).
 struct LinearClient::CopySink {  // get(): the value copied to value_out, the OpResult returned
   using Ret = OpResult;
   std::span<std::byte> out;
-  std::span<std::byte> buffer(std::vector<std::byte>&, uint32_t) const { return out; }
-  OpResult hit(uint64_t, const OpResult& r, std::span<const std::byte> value) const {
-    if (!out.empty()) std::memcpy(out.data(), value.data(), std::min(out.size(), value.size()));
+  void check(uint32_t) const {}  // any value_out: the value is copied, cut or zero-padded by the caller
+  std::span<std::byte> buffer(Scratch&, std::vector<std::byte>&, uint32_t) const { return out; }
+  OpResult hit(uint64_t, const OpResult& r, std::span<const std::byte> value, const Located&) const {
+    if (!out.empty() && !value.empty()) std::memcpy(out.data(), value.data(), std::min(out.size(), value.size()));
     return r;
   }
   OpResult copied(uint64_t, const OpResult& r, std::span<std::byte>) const { return r; }
@@ -733,34 +698,73 @@ struct LinearClient::CopySink {  // get(): the value copied to value_out, the Op
 struct LinearClient::VisitSink {  // get_visit(): the visitor sees the value where it lies
   using Ret = void;
   GetVisitor* v;
-  std::span<std::byte> buffer(std::vector<std::byte>& tmp, uint32_t value_bytes) const {
-    tmp.assign(value_bytes, std::byte{0});
-    return tmp;
+  uint32_t value_bytes;  // the caller's: must be the table's (the value is handed over where it lies)
+  void check(uint32_t table_value_bytes) const {
+    if (value_bytes != table_value_bytes)
+      throw InvalidArgument("linear get_visit: value_bytes " + std::to_string(value_bytes) +
+                            " is not the table's value size " + std::to_string(table_value_bytes));
   }
-  void hit(uint64_t key, const OpResult& r, std::span<const std::byte> value) const { v->on_get(key, r, value); }
+  std::span<std::byte> buffer(Scratch& frame, std::vector<std::byte>& big, uint32_t value_bytes) const {
+    if (value_bytes > frame.size()) {
+      big.assign(value_bytes, std::byte{0});
+      return big;
+    }
+    std::fill_n(frame.data(), value_bytes, std::byte{0});
+    return {frame.data(), value_bytes};
+  }
+  void hit(uint64_t key, const OpResult& r, std::span<const std::byte> value, const Located&) const {
+    v->on_get(key, r, value);
+  }
   void copied(uint64_t key, const OpResult& r, std::span<std::byte> buf) const {
     v->on_get(key, r, r.status == Status::kFound ? std::span<const std::byte>(buf) : std::span<const std::byte>());
   }
 };
 
+struct LinearClient::LocateSink {  // locate(): the key's slot and ctrl word; the READs added to `reads`
+  using Ret = Located;
+  uint32_t* reads;
+  void check(uint32_t) const {}
+  std::span<std::byte> buffer(Scratch&, std::vector<std::byte>&, uint32_t) const {  // heap tables: heap_scan
+    throw std::logic_error("linear: locate on a heap table");
+  }
+  Located hit(uint64_t, const OpResult& r, std::span<const std::byte>, const Located& at) const {
+    *reads += r.chunks;
+    return at;
+  }
+  Located copied(uint64_t, const OpResult& r, std::span<std::byte>) const {  // inline: a miss
+    *reads += r.chunks;
+    return Located{};
+  }
+};
+
+Task<LinearClient::Located> LinearClient::locate(uint64_t key, uint32_t& reads) {
+  return lookup(key, LocateSink{&reads});  // not a coroutine itself: the lookup's frame is the only one
+}
+
 Task<OpResult> LinearClient::get(uint64_t key, std::span<std::byte> value_out) {
   return lookup(key, CopySink{value_out});  // not a coroutine itself: get's frame is lookup's
 }
 
-Task<void> LinearClient::get_visit(uint64_t key, uint32_t, GetVisitor& v) { return lookup(key, VisitSink{&v}); }
+Task<void> LinearClient::get_visit(uint64_t key, uint32_t value_bytes, GetVisitor& v) {
+  return lookup(key, VisitSink{&v, value_bytes});
+}
 
-// The lookup (seed 000 §4.3): READ a window of R slots from the home slot, scan it, read the next
-// window while no slot answers; the requests are locate()'s exactly (one READ per window, a
-// re-read of a locked or torn slot of the key), but every window is read and scanned in this
-// frame: no locate() coroutine, and the value of a hit is handed to the sink from the window.
+// The lookup (seed 000 §4.3) of get, get_visit and locate: READ a window of R slots from the home
+// slot, scan it, read the next window while no slot answers (one READ per window, a re-read of a
+// locked or torn slot of the key), all in this one frame; a hit is handed to the sink from the
+// window.
 template <class Sink>
 Task<typename Sink::Ret> LinearClient::lookup(uint64_t key, Sink sink) {
   validate_key(key);
+  sink.check(cfg_.value_bytes);
   OpResult r;
   const LinearPlacement p = linear_place(cfg_, key);
+  // The window buffer (inline), or get_visit's value buffer when a heap record is copied out: in
+  // the frame unless larger than its inline bytes (no malloc per get).
+  Scratch buf(0);
+  std::vector<std::byte> big, one;
   if (cfg_.heap()) {
-    std::vector<std::byte> tmp;
-    const std::span<std::byte> out = sink.buffer(tmp, cfg_.value_bytes);
+    const std::span<std::byte> out = sink.buffer(buf, big, cfg_.value_bytes);
     const Located loc = co_await heap_scan(key, p, false, out, nullptr, r);
     r.status = loc.found ? Status::kFound : Status::kNotFound;
     r.matches = loc.found ? 1 : 0;
@@ -768,8 +772,6 @@ Task<typename Sink::Ret> LinearClient::lookup(uint64_t key, Sink sink) {
   }
   const InlineLayout l(cfg_);
   const uint64_t total = cfg_.total_slots();
-  Scratch buf(0);
-  std::vector<std::byte> big, one;
   uint64_t run_start = p.home;
   for (uint64_t s = p.home; s < total;) {
     const uint64_t n = window(p.node, s);
@@ -794,8 +796,10 @@ Task<typename Sink::Ret> LinearClient::lookup(uint64_t key, Sink sink) {
       }
       r.status = Status::kFound;
       r.matches = 1;
-      co_return sink.hit(key, r, cfg_.value_bytes ? std::span<const std::byte>(sl + l.val_off, cfg_.value_bytes)
-                                                  : std::span<const std::byte>());
+      co_return sink.hit(key, r,
+                         cfg_.value_bytes ? std::span<const std::byte>(sl + l.val_off, cfg_.value_bytes)
+                                          : std::span<const std::byte>(),
+                         Located{true, s + j, load64(sl)});
     }
     s += n;
   }
@@ -895,7 +899,7 @@ Task<OpResult> LinearClient::insert(uint64_t key, std::span<const std::byte> val
   // M chunks held neither the key nor an empty slot. Lookups scan on to the first empty slot, so
   // a key past M chunks (inserted by a client with a larger M) is present: answer as get would,
   // never kFull for a present key.
-  if ((co_await locate(key, p, {}, r.chunks)).found) {
+  if ((co_await locate(key, r.chunks)).found) {
     r.status = Status::kFound;
     r.matches = 1;
     co_return r;
@@ -914,7 +918,7 @@ Task<OpResult> LinearClient::update(uint64_t key, std::span<const std::byte> val
   const InlineLayout l(cfg_);
   std::vector<std::byte> payload(slot_bytes_);
   for (;;) {
-    const Located loc = co_await locate(key, p, {}, r.chunks);
+    const Located loc = co_await locate(key, r.chunks);
     if (!loc.found) { r.status = Status::kNotFound; co_return r; }
     const RemoteAddr a = slot_addr(p.node, loc.slot);
     const uint64_t locked = loc.ctrl | kLock;
@@ -970,7 +974,7 @@ Task<OpResult> LinearClient::erase(uint64_t key) {
   OpResult r;
   const LinearPlacement p = linear_place(cfg_, key);
   for (;;) {
-    const Located loc = co_await locate(key, p, {}, r.chunks);
+    const Located loc = co_await locate(key, r.chunks);
     if (!loc.found) { r.status = Status::kNotFound; co_return r; }
     const uint64_t dead = cfg_.format == SlotFormat::kSet
                               ? kSetTombstone

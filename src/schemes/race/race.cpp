@@ -410,8 +410,9 @@ struct RaceClient::Impl {
   // runner can tell: kPublished (dir[s] named S or A: the split is real), kVoid (the descriptor
   // is void — its subtable had been split before it was installed — and our CAS released the
   // word, so the test ran while it was installed; nobody touched A or B), or kUnknown (another
-  // operation of ours ran it, or the word was released before our test: dir[s] naming neither S
-  // nor A then also fits a finished split whose child A was split since). Only the installer
+  // operation of ours ran it; the split is not of `only`; or the word was released before our
+  // test: dir[s] naming neither S nor A then also fits a finished split whose child A was split
+  // since). Only the installer
   // needs to know (its statistics and its spare children): see split_published.
   enum class End { kPublished, kVoid, kUnknown };
   Task<End> run_split(uint64_t w, const RemoteAddr* only, bool mine) {
