@@ -72,6 +72,27 @@
 //       keep the UCX path and only READ/WRITE go direct. A plain store racing with a NIC atomic on
 //       the same word is no different from an RDMA PUT racing with it (the schemes never WRITE a
 //       word others CAS concurrently without owning it), and an aligned 8-byte load sees either value.
+// * Read coalescing (config.read_coalescing, ReadCoalescing in ucx_fabric.h; kAuto = on when every
+//   transport is TCP). Over TCP UCX emulates each ucp_get with an active message that the memory
+//   node's CPU answers: per 64-byte READ one sendto each way and ~6 µs of kernel CPU on each side.
+//   When a batch's requests to a node are all READs, none fenced, at least 2 (at most
+//   kMaxReadvRanges, kMaxReadvBytes in all) and the node is not mapped for direct access, execute()
+//   sends them as ONE kAmReadv message instead (coalesce(), post_readv()); the memory node's
+//   on_readv() checks every range against its region (the bound an rkey enforces; a bad range
+//   refuses the whole message: those READs fail with FabricError, the memory node goes on),
+//   copies the ranges word-wise into one reply (the atomicity of a GET the target's CPU emulates:
+//   aligned 8-byte words, no more — what the schemes' check words assume anyway), and the client
+//   scatters the reply into the READs' buffers. Sound because READs of one batch are unordered with
+//   respect to each other (fabric.h); a WRITE, CAS, FAA or RPC to the node, or a fence, keeps every
+//   request of the batch to that node on the per-operation path, whose ordering (one endpoint, in
+//   posting order, ucp_worker_fence) is unchanged. A coalesced READ's status is its message's:
+//   all of them landed or none is valid. Counters count requests as before (engine RT/op,
+//   requests/op, bytes/op do not change); FabricCounters::coalesced_* say what was coalesced.
+//   Access: the memory node accepts kAmReadv from any endpoint that reaches its worker, exactly as
+//   it accepts UCX's own emulated GETs over TCP (which check no rkey at the target) and kAmRpc: a
+//   `serve` client learns the worker address only from the sealed welcome that also carries the
+//   rkey (docs/security.md), an mpirun rank from MPI. A readv can read nothing a READ through the
+//   rkey could not: only [0, region_bytes) of the region.
 // * Destruction: close every endpoint in FLUSH mode while progressing, then a non-blocking MPI
 //   barrier while still progressing (a peer may need our progress to finish its own flushes,
 //   e.g. over TCP), then unmap the region and destroy worker and context. When the destructor
@@ -85,6 +106,11 @@
 //   kAmReply  memory node -> client. header ReplyHeader {u64 req_id; u32 status; u32 reserved}
 //             (16 B); data = reply bytes (status kOk) or an error message (other statuses).
 //   kAmDone   client -> memory node. header DoneHeader {u32 src_rank; u32 reserved} (8 B); no data.
+//   kAmReadv  client -> memory node (UCP_AM_SEND_FLAG_REPLY | EAGER). header ReadvHeader {u64 req_id;
+//             u32 count; u32 reserved} (16 B); data = count x ReadvRange {u64 offset; u32 len; u32
+//             reserved} (16 B each; offsets relative to the region). Answered with kAmReply: status
+//             kOk and the ranges' bytes concatenated in order, or kRpcBadRequest and a message (a
+//             range outside the region, too many ranges or bytes, ranges sent by rendezvous).
 //
 // Threading: the worker is single-threaded. connect() may be called from any thread, but every
 // Transport of one UcxFabric, serve() and client_done() must be used from one thread at a time.
