@@ -221,6 +221,13 @@ add_test(NAME serve_server_death_cuckoo_client_event
 set_tests_properties(serve_server_death_cuckoo_client_event PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
   ENVIRONMENT "CLIENT_FLAGS=--client-wait event" TIMEOUT 300 LABELS serve)
 
+# The same over TCP with READ coalescing on: a coalesced READ whose memory node died (its reply
+# never comes, or its send fails on the peer-failure endpoint) must end in MemoryNodeLost too.
+add_test(NAME serve_server_death_linear_set_tcp_read_coalescing
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_server_death_test.sh $<TARGET_FILE:rdmahash_cli> --records 1000 --slot-format set)
+set_tests_properties(serve_server_death_linear_set_tcp_read_coalescing PROPERTIES PASS_REGULAR_EXPRESSION "PASS"
+  FAIL_REGULAR_EXPRESSION "FAIL" ENVIRONMENT "UCX_TLS=tcp;CLIENT_FLAGS=--read-coalescing on" TIMEOUT 300 LABELS serve)
+
 # The token handshake (issue 16): no token, a wrong token, a replayed handshake, random, truncated
 # and slow proofs are refused with their messages while a client with the token runs; then a good
 # client runs and the histories are linearizable.
