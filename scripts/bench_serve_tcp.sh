@@ -8,11 +8,14 @@
 #             add one thing rdmahash does (REF_VARIANTS: rma = context with RMA only, peer =
 #             UCP_ERR_HANDLING_MODE_PEER endpoints, batch = post 16, await all 16, post the next 16,
 #             as rdmahash's engine does): the bisection of where raw-read loses to plain UCP.
-#   rdmahash  CONFIGS, each "LAUNCH:SERVE_MODE:CLIENT_WAIT":
+#   rdmahash  CONFIGS, each "LAUNCH:SERVE_MODE:CLIENT_WAIT[:READ_COALESCING]":
 #               mpirun  mpirun -n 2 rdmahash bench --fabric ucx (rank 0 the memory node, rank 1 the client)
 #               serve1  rdmahash serve + one bench --connect client
 #               serve2  rdmahash serve + two bench --connect clients at once (3 processes on the 2 cores)
-#             SERVE_MODE = the memory node's --serve-mode, CLIENT_WAIT = the clients' --client-wait.
+#             SERVE_MODE = the memory node's --serve-mode, CLIENT_WAIT = the clients' --client-wait,
+#             READ_COALESCING = the clients' --read-coalescing (default auto, which is on over TCP:
+#             a batch's READs to the memory node go as one active message; off: one emulated
+#             ucp_get each, as before). The default CONFIGS run each launch with it off and on.
 #             Each config runs these workloads, every one a 64-byte READ window at depth 16:
 #               raw-read        --read-bytes 64 (1 READ of 64 B per op: what perftest does)
 #               get64x1 (old)   inline slots of 8-byte keys + 48-byte values = 64-byte slots, R = 1: a
@@ -28,8 +31,10 @@
 # endpoint configuration ("ep_cfg[0]: rma_am(tcp/lo) ...") of the memory node and of the client.
 # usage: scripts/bench_serve_tcp.sh [BIN] [ROUNDS] [OPS] [CONFIGS] [REF_VARIANTS]
 #   BIN default build/rel/rdmahash; ROUNDS 3; OPS per client and workload 100000;
-#   CONFIGS default "mpirun:hybrid:auto serve1:hybrid:auto serve1:hybrid:poll serve1:poll:poll
-#   serve2:hybrid:poll serve2:hybrid:hybrid serve2:hybrid:event serve2:event:event"; REF_VARIANTS
+#   CONFIGS default "mpirun:hybrid:auto:off mpirun:hybrid:auto:on serve1:hybrid:auto:off
+#   serve1:hybrid:auto:on serve1:poll:poll:off serve1:poll:poll:on serve2:hybrid:auto:off
+#   serve2:hybrid:auto:on" (the client-wait variants of earlier runs: pass them, e.g.
+#   "serve2:hybrid:event:auto"); REF_VARIANTS
 #   "plain batch rma peer". Results: results/serve_tcp/*.jsonl; the summary table on stdout (and in
 #   results/serve_tcp/summary.txt).
 set -euo pipefail
@@ -37,7 +42,7 @@ cd "$(dirname "$0")/.."
 BIN=${1:-build/rel/rdmahash}
 ROUNDS=${2:-3}
 OPS=${3:-100000}
-CONFIGS=${4:-mpirun:hybrid:auto serve1:hybrid:auto serve1:hybrid:poll serve1:poll:poll serve2:hybrid:poll serve2:hybrid:hybrid serve2:hybrid:event serve2:event:event}
+CONFIGS=${4:-mpirun:hybrid:auto:off mpirun:hybrid:auto:on serve1:hybrid:auto:off serve1:hybrid:auto:on serve1:poll:poll:off serve1:poll:poll:on serve2:hybrid:auto:off serve2:hybrid:auto:on}
 REF_VARIANTS=${5:-plain batch rma peer}
 DIR=results/serve_tcp
 rm -rf "$DIR"
@@ -143,12 +148,12 @@ ref_run() {
     >> "$DIR/ref.jsonl"
   echo "round $round ucp_get_ref $mode $variant: $out" >&2
 }
-# One config on one table: tag = LAUNCH.ROUND.MODE.WAIT.TABLE
+# One config on one table: tag = LAUNCH.ROUND.MODE.WAIT.COALESCING.TABLE
 rdmahash_run() {
-  local launch=$1 round=$2 mode=$3 wait=$4 table=$5 tag c pids=()
-  tag=$launch.$round.$mode.$wait.$table
+  local launch=$1 round=$2 mode=$3 wait=$4 rc=$5 table=$6 tag c pids=()
+  tag=$launch.$round.$mode.$wait.$rc.$table
   # shellcheck disable=SC2206
-  local topts=(${TABLE_OPTS[$table]}) run=(${TABLE_RUN[$table]} "${COMMON[@]}" --client-wait "$wait")
+  local topts=(${TABLE_OPTS[$table]}) run=(${TABLE_RUN[$table]} "${COMMON[@]}" --client-wait "$wait" --read-coalescing "$rc")
   if [ "$launch" = mpirun ]; then
     mpirun --oversubscribe -n 1 perf stat -x, -o "$DIR/$tag.stat" -e "$EVENTS" "$BIN" bench --fabric ucx "${topts[@]}" "${run[@]}" \
       --serve-mode "$mode" --json "$DIR/$tag.jsonl" : -n 1 "$BIN" bench --fabric ucx "${topts[@]}" "${run[@]}" \
@@ -170,9 +175,10 @@ for round in $(seq "$ROUNDS"); do
   ref_run "$round" event plain
   ref_run "$round" event batch
   for cfg in $CONFIGS; do
-    IFS=: read -r launch mode wait <<< "$cfg"
-    echo "round $round: $launch serve-mode $mode client-wait $wait" >&2
-    for table in $TABLES; do rdmahash_run "$launch" "$round" "$mode" "$wait" "$table"; done
+    IFS=: read -r launch mode wait rc <<< "$cfg"
+    rc=${rc:-auto}
+    echo "round $round: $launch serve-mode $mode client-wait $wait read-coalescing $rc" >&2
+    for table in $TABLES; do rdmahash_run "$launch" "$round" "$mode" "$wait" "$rc" "$table"; done
   done
 done
 uptime | tee "$DIR/uptime_end.txt"
@@ -195,7 +201,7 @@ WORDER = list(LABEL)
 rows = {}  # (launch, mode, wait, table, workload) -> list of dicts per round
 for tag_path in sorted(glob.glob(f"{d}/*.stat")):
     tag = os.path.basename(tag_path)[:-5]
-    launch, rnd, mode, wait, table = tag.split(".")
+    launch, rnd, mode, wait, rc, table = tag.split(".")
     rnd = int(rnd)
     jsonl = sorted(glob.glob(f"{d}/{tag}.jsonl") + glob.glob(f"{d}/{tag}.c*.jsonl"))
     pts = [json.loads(l) for p in jsonl for l in open(p)]
@@ -211,7 +217,7 @@ for tag_path in sorted(glob.glob(f"{d}/*.stat")):
         if not sel:
             continue
         rate = sum(p["throughput_ops_per_s"] for p in sel)
-        rows.setdefault((launch, mode, wait, table, w), []).append({
+        rows.setdefault((launch, mode, wait, rc, table, w), []).append({
             "rate": rate,
             "ratio": rate / perf[rnd] if perf.get(rnd) else float("nan"),
             "p50": max(p["latency_us"]["p50"] for p in sel), "p99": max(p["latency_us"]["p99"] for p in sel),
@@ -222,7 +228,7 @@ for tag_path in sorted(glob.glob(f"{d}/*.stat")):
             "cs": per_req.get("context-switches", float("nan")),
             "sys": per_req.get("raw_syscalls:sys_enter", float("nan")),
             "srv_us": per_req.get("task-clock", float("nan")) * 1e3,  # task-clock is in ms
-            "seen": (sel[0].get("serve_mode", "-"), sel[0].get("client_wait", "-")),
+            "seen": (sel[0].get("serve_mode", "-"), sel[0].get("client_wait", "-"), sel[0].get("read_coalescing", "-")),
         })
 refs = [json.loads(l) for l in open(f"{d}/ref.jsonl")] if os.path.exists(f"{d}/ref.jsonl") else []
 up = [open(f"{d}/uptime_{x}.txt").read().strip() for x in ("start", "end")]
@@ -245,19 +251,23 @@ print("  (batch: 16 GETs posted, all 16 awaited, then the next 16 - how rdmahash
 print("\nrdmahash: medians over rounds. ratio = rate / the same round's perftest (serve2: both clients' rates summed,"
       " p50/p99 of the slower client).\nRT/op, req/op, B/op: round trips, requests and bytes per operation (do not depend on load);"
       " cli ns/op: client CPU per op;\nsrv us/req, cs/req, sys/req: memory node CPU time, context switches and syscalls per request"
-      " it served (perf stat, whole run of that table).")
-hdr = (f"{'launch':7} {'serve':6} {'client':11} {'workload':30} {'k ops/s':>8} {'ratio':>6} {'p50 us':>8} {'p99 us':>9} "
+      " it served (perf stat, whole run of that table).\nreadv: the clients' --read-coalescing (=resolved):"
+      " on sends a batch's READs to the memory node as one active message, off one emulated ucp_get per READ;"
+      "\n  with it on, req/op still counts READs (the engine counts requests), while the memory node serves one message per batch.")
+hdr = (f"{'launch':7} {'serve':6} {'client':11} {'readv':8} {'workload':30} {'k ops/s':>8} {'ratio':>6} {'p50 us':>8} {'p99 us':>9} "
        f"{'RT/op':>6} {'req/op':>6} {'B/op':>6} {'cli ns/op':>9} {'srv us/req':>10} {'cs/req':>6} {'sys/req':>7}")
 print(hdr)
 order = {c: i for i, c in enumerate(configs)}
 def key(kv):
-    launch, mode, wait, table, w = kv[0]
-    return (order.get(f"{launch}:{mode}:{wait}", 99), WORDER.index((table, w)) if (table, w) in WORDER else 9)
-for (launch, mode, wait, table, w), rs in sorted(rows.items(), key=key):
+    launch, mode, wait, rc, table, w = kv[0]
+    cfg = f"{launch}:{mode}:{wait}:{rc}"
+    return (order.get(cfg, order.get(f"{launch}:{mode}:{wait}", 99)), WORDER.index((table, w)) if (table, w) in WORDER else 9, rc)
+for (launch, mode, wait, rc, table, w), rs in sorted(rows.items(), key=key):
     m = lambda k: med(r[k] for r in rs)
-    seen_mode, seen_wait = rs[0]["seen"]
+    seen_mode, seen_wait, seen_rc = rs[0]["seen"]
     wait_txt = wait if wait != "auto" else f"auto={seen_wait}"
-    print(f"{launch:7} {mode:6} {wait_txt:11} {LABEL.get((table, w), table + ' ' + w):30} {m('rate')/1e3:8.1f} {m('ratio'):6.2f} "
+    rc_txt = rc if rc != "auto" else f"auto={seen_rc}"
+    print(f"{launch:7} {mode:6} {wait_txt:11} {rc_txt:8} {LABEL.get((table, w), table + ' ' + w):30} {m('rate')/1e3:8.1f} {m('ratio'):6.2f} "
           f"{m('p50'):8.1f} {m('p99'):9.1f} {m('rt'):6.2f} {m('req'):6.2f} {m('bytes'):6.1f} {m('cpu'):9.0f} "
           f"{m('srv_us'):10.2f} {m('cs'):6.2f} {m('sys'):7.2f}")
 print("\nTargets (issue 12): serve1/mpirun raw-read ratio >= 0.9; get ratio >= 0.8; serve2 p99 < 1000 us.")

@@ -75,5 +75,7 @@ edge_bad(slots_per_bucket_2 "--slots-per-bucket must be 1 or 4" --scheme cuckoo 
 # --client-wait / --client-spin-us (ucx clients; valid values run in cli_tests.cmake and
 # serve_tests.cmake over TCP): bad values are rejected whatever the fabric.
 edge_bad(client_wait_bad "--client-wait must be auto, poll, hybrid or event, got 'busy'" --client-wait busy)
+# --read-coalescing (ucx clients; on/off/auto run in tests/CMakeLists.txt and cli_tests.cmake).
+edge_bad(read_coalescing_bad "--read-coalescing must be auto, on or off, got 'yes'" --read-coalescing yes)
 edge_bad(client_spin_zero "--client-spin-us must be in \\[1, 100000\\]" --client-spin-us 0)
 edge_bad(client_spin_over "--client-spin-us must be in \\[1, 100000\\]" --client-spin-us 100001)

@@ -72,6 +72,20 @@ foreach(entry "tcp_auto|tcp|auto|hybrid|2" "tcp_poll|tcp|poll|poll|2" "tcp_hybri
   list(FILTER env EXCLUDE REGEX "^UCX_TLS=")
   set_tests_properties(bench_ucx_client_wait_${name} PROPERTIES ENVIRONMENT "${env};UCX_TLS=${tls}" TIMEOUT 300)
 endforeach()
+# --read-coalescing auto resolves to on where UCX has only TCP, off with shared memory (JSON field
+# read_coalescing), with the JSON's outcome checks.
+foreach(entry "tcp|on" "self,sm|off")
+  string(REPLACE "|" ";" parts "${entry}")
+  list(GET parts 0 tls)
+  list(GET parts 1 resolved)
+  string(REPLACE "," "_" name "${tls}")
+  add_test(NAME bench_ucx_read_coalescing_auto_${name} COMMAND python3 ${CHECK_JSON} --expect read_coalescing=${resolved} --
+    ${RDMAHASH_MPIRUN} -n 2 ${RDMAHASH_BIN} bench --fabric ucx --memory-nodes 1 --records 5000 --slot-format inline
+    --value-bytes 16 --workload raw-read,get --ops 1000 --depth 16)
+  set(env ${RDMAHASH_MPI_ENV})
+  list(FILTER env EXCLUDE REGEX "^UCX_TLS=")
+  set_tests_properties(bench_ucx_read_coalescing_auto_${name} PROPERTIES ENVIRONMENT "${env};UCX_TLS=${tls}" TIMEOUT 300)
+endforeach()
 # Symmetric over TCP with sleeping clients: a rank that sleeps while its own batch is in flight
 # must still serve the other rank's one-sided operations on its shard (their events wake it).
 add_test(NAME bench_ucx_client_wait_tcp_event_symmetric COMMAND python3 ${CHECK_JSON} --expect client_wait=event --

@@ -4,7 +4,11 @@ command twice, with --direct-access on and off, and checks that every point repo
 round trips, requests, bytes, chunks and outcomes per operation (one client: the workload and the
 batching are deterministic, so the figures must be identical, not merely close).
 
-usage: direct_access_counters.py -- COMMAND...   (COMMAND without --direct-access and --json)"""
+The same for --read-coalescing on/off (`--option read-coalescing`): coalescing READs into one
+message changes the messages on the wire, never what the engine counts per operation.
+
+usage: direct_access_counters.py [--option direct-access|read-coalescing] -- COMMAND...
+       (COMMAND without that option and --json)"""
 import json
 import os
 import subprocess
@@ -15,37 +19,48 @@ COUNTED = ["round_trips_per_op", "requests_per_op", "bytes_per_op", "chunks_per_
            "records_start", "records_end", "workload", "load_factor"]
 
 
+OPTION = "direct-access"
+
+
 def run(cmd, mode, d):
     path = os.path.join(d, f"{mode}.jsonl")
-    proc = subprocess.run(cmd + ["--direct-access", mode, "--json", path], capture_output=True, text=True, timeout=280)
+    proc = subprocess.run(cmd + [f"--{OPTION}", mode, "--json", path], capture_output=True, text=True, timeout=280)
     sys.stdout.write(proc.stdout)
     sys.stderr.write(proc.stderr)
     if proc.returncode != 0:
-        print(f"FAIL: --direct-access {mode}: exit status {proc.returncode}")
+        print(f"FAIL: --{OPTION} {mode}: exit status {proc.returncode}")
         sys.exit(1)
     rows = [json.loads(line) for line in open(path)]
+    key = OPTION.replace("-", "_")
     for r in rows:
-        if r.get("direct_access") != mode:
-            print(f"FAIL: the JSON records direct_access={r.get('direct_access')!r}, the run used {mode}")
+        if r.get(key) != mode:
+            print(f"FAIL: the JSON records {key}={r.get(key)!r}, the run used {mode}")
             sys.exit(1)
     return rows
 
 
 def main():
+    global OPTION
+    args = sys.argv[1:sys.argv.index("--")]
+    if args[:1] == ["--option"] and len(args) == 2 and args[1] in ("direct-access", "read-coalescing"):
+        OPTION = args[1]
+    elif args:
+        print(__doc__)
+        sys.exit(2)
     cmd = sys.argv[sys.argv.index("--") + 1:]
     with tempfile.TemporaryDirectory() as d:
         on, off = run(cmd, "on", d), run(cmd, "off", d)
     if len(on) != len(off) or not on:
-        print(f"FAIL: {len(on)} points with direct access on, {len(off)} off")
+        print(f"FAIL: {len(on)} points with --{OPTION} on, {len(off)} off")
         sys.exit(1)
     for a, b in zip(on, off):
         for k in COUNTED:
             if a.get(k) != b.get(k):
-                print(f"FAIL: {a['workload']}: {k} is {a.get(k)} with direct access on, {b.get(k)} off")
+                print(f"FAIL: {a['workload']}: {k} is {a.get(k)} with --{OPTION} on, {b.get(k)} off")
                 sys.exit(1)
         print(f"ok: {a['workload']}: {a['round_trips_per_op']} RT/op, {a['requests_per_op']} requests/op, "
               f"{a['bytes_per_op']} bytes/op on and off")
-    print(f"direct access counters identical: {len(on)} points")
+    print(f"--{OPTION} on/off: counters identical: {len(on)} points")
 
 
 if __name__ == "__main__":

@@ -115,6 +115,14 @@ foreach(wait poll hybrid event)
   set_tests_properties(serve_linear_set_tcp_client_${wait} PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
     ENVIRONMENT "UCX_TLS=tcp;NO_KILL=1;CLIENT_FLAGS=--client-wait ${wait} --client-spin-us 5" TIMEOUT 600 LABELS serve)
 endforeach()
+# Served linear set table over TCP with READ coalescing forced on and off (auto is on over TCP, so
+# the tests above run with it too): the histories must stay linearizable either way.
+foreach(rc on off)
+  add_test(NAME serve_linear_set_tcp_read_coalescing_${rc}
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_kill_test.sh $<TARGET_FILE:rdmahash_cli> 1 2000 --records 1000 --slot-format set)
+  set_tests_properties(serve_linear_set_tcp_read_coalescing_${rc} PROPERTIES PASS_REGULAR_EXPRESSION "PASS"
+    FAIL_REGULAR_EXPRESSION "FAIL" ENVIRONMENT "UCX_TLS=tcp;NO_KILL=1;CLIENT_FLAGS=--read-coalescing ${rc}" TIMEOUT 600 LABELS serve)
+endforeach()
 # Kills with the server in hybrid mode over shared memory (clients' one-sided traffic needs no
 # server CPU; loss handling, RPCs and the sockets still go through the spin-then-sleep loop).
 add_test(NAME serve_kill_linear_inline_lock_death_hybrid
@@ -163,6 +171,12 @@ add_test(NAME serve_bad_serve_mode COMMAND ${EF} "--serve-mode must be auto, eve
 add_test(NAME bench_bad_serve_mode COMMAND ${EF} "--serve-mode must be auto, event, hybrid or poll, got 'Poll'"
   $<TARGET_FILE:rdmahash_cli> bench --fabric ucx --records 100 --serve-mode Poll)
 # --client-wait: checked before anything connects; not for the local fabric nor for serve.
+# --read-coalescing: checked before anything connects; not for the local fabric.
+add_test(NAME serve_connect_bad_read_coalescing COMMAND ${EF} "--read-coalescing must be auto, on or off, got 'maybe'"
+  $<TARGET_FILE:rdmahash_cli> bench --connect 127.0.0.1:1 --read-coalescing maybe)
+add_test(NAME bench_local_read_coalescing COMMAND ${EF} "--read-coalescing applies to --fabric ucx and --connect"
+  $<TARGET_FILE:rdmahash_cli> bench --fabric local --records 100 --read-coalescing on)
+set_tests_properties(serve_connect_bad_read_coalescing bench_local_read_coalescing PROPERTIES LABELS serve TIMEOUT 60)
 add_test(NAME serve_connect_bad_client_wait COMMAND ${EF} "--client-wait must be auto, poll, hybrid or event, got 'spin'"
   $<TARGET_FILE:rdmahash_cli> bench --connect 127.0.0.1:1 --client-wait spin)
 add_test(NAME bench_local_client_wait COMMAND ${EF} "--client-wait and --client-spin-us apply to --fabric ucx and --connect"
@@ -206,6 +220,13 @@ add_test(NAME serve_server_death_cuckoo_client_event
           --value-bytes 16)
 set_tests_properties(serve_server_death_cuckoo_client_event PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
   ENVIRONMENT "CLIENT_FLAGS=--client-wait event" TIMEOUT 300 LABELS serve)
+
+# The same over TCP with READ coalescing on: a coalesced READ whose memory node died (its reply
+# never comes, or its send fails on the peer-failure endpoint) must end in MemoryNodeLost too.
+add_test(NAME serve_server_death_linear_set_tcp_read_coalescing
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_server_death_test.sh $<TARGET_FILE:rdmahash_cli> --records 1000 --slot-format set)
+set_tests_properties(serve_server_death_linear_set_tcp_read_coalescing PROPERTIES PASS_REGULAR_EXPRESSION "PASS"
+  FAIL_REGULAR_EXPRESSION "FAIL" ENVIRONMENT "UCX_TLS=tcp;CLIENT_FLAGS=--read-coalescing on" TIMEOUT 300 LABELS serve)
 
 # The token handshake (issue 16): no token, a wrong token, a replayed handshake, random, truncated
 # and slow proofs are refused with their messages while a client with the token runs; then a good

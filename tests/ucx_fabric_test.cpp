@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "rdmahash/ucx_fabric.h"
+#include "fabric/ucx_internal.h"
 
 using namespace rdmahash;
 
@@ -515,6 +516,117 @@ void check_persisted(Ctx& c, Counted& t, const std::vector<uint64_t>& wins) {
   }
 }
 
+// Read coalescing (--read-coalescing on, run with UCX_TLS=tcp and --expect-readv): which batches
+// go as one kAmReadv message (the transport's coalesced_* counters against the rule: all READs to
+// a node, none fenced, at least 2), that their data is right, and that a memory node refuses a
+// message with a range outside its region with an error instead of reading it.
+bool g_expect_readv = false;
+
+void test_readv(Ctx& c) {
+  auto t = c.f.connect();
+  const uint32_t n = 0;
+  const uint32_t sizes[] = {8, 16, 64, 100, 512, 4096, 1, 24};
+  std::vector<std::vector<std::byte>> bufs;
+  std::vector<Request> reads;
+  for (size_t i = 0; i < 40; ++i) {
+    const uint32_t size = sizes[i % std::size(sizes)];
+    const uint64_t off = mix(i * 977 + 5) % (kReadBytes - size + 1);
+    bufs.emplace_back(size);
+    reads.push_back(read_req(n, c.lay.read_area + off, bufs.back().data(), size));
+  }
+  auto data_ok = [&](const std::vector<Request>& b) {
+    for (const Request& r : b) {
+      if (r.kind != ReqKind::kRead) continue;
+      const auto* got = static_cast<const std::byte*>(r.buf);
+      for (uint32_t j = 0; j < r.len; ++j)
+        if (got[j] != read_byte(r.addr.node, r.addr.offset - c.lay.read_area + j)) return false;
+    }
+    return true;
+  };
+  auto run = [&](std::vector<Request> b, uint64_t want_reads, uint64_t want_msgs, const std::string& what) {
+    for (const Request& r : b)
+      if (r.kind == ReqKind::kRead && r.len) std::memset(r.buf, 0, r.len);
+    const FabricCounters before = t->counters();
+    t->execute(b);
+    const FabricCounters& after = t->counters();
+    const uint64_t got_reads = after.coalesced_reads - before.coalesced_reads;
+    const uint64_t got_msgs = after.coalesced_messages - before.coalesced_messages;
+    c.ck.check(data_ok(b), what + ": every READ returned the region's bytes");
+    c.ck.check(got_reads == want_reads && got_msgs == want_msgs,
+               what + ": " + std::to_string(got_reads) + " coalesced READs in " + std::to_string(got_msgs) +
+                   " messages, expected " + std::to_string(want_reads) + " in " + std::to_string(want_msgs));
+  };
+  run(reads, 40, 1, "40 READs to one node");
+  run({reads[0], reads[1]}, 2, 1, "2 READs");
+  run({reads[0]}, 0, 0, "a single READ");
+  {
+    auto b = reads;
+    Request z = read_req(n, c.lay.read_area, nullptr, 0);
+    b.push_back(z);
+    run(b, 40, 1, "40 READs and an empty one");
+  }
+  {
+    auto b = reads;
+    b[7].fence = true;
+    run(b, 0, 0, "READs, one fenced");
+  }
+  uint64_t word = 0x5eed0000 + c.me;
+  const uint64_t w = c.lay.priv + uint64_t{c.me} * 128 + 96;
+  {
+    auto b = reads;
+    b.push_back(write_req(n, w, &word, 8));
+    run(b, 0, 0, "READs and a WRITE to the same node");
+  }
+  {
+    uint64_t old = 0;
+    auto b = reads;
+    b.push_back(faa_req(n, w, 0, &old));
+    run(b, 0, 0, "READs and an FAA to the same node");
+    c.ck.check(old == word, "the FAA of that batch saw the earlier WRITE");
+  }
+  {
+    // A READ that fails validation fails alone; the others are still coalesced and land.
+    auto b = reads;
+    std::byte sink[8];
+    b.insert(b.begin() + 3, read_req(n, c.lay.region, sink, 8));
+    for (const Request& r : b)
+      if (r.len && r.addr.offset < c.lay.region) std::memset(r.buf, 0, r.len);
+    const FabricCounters before = t->counters();
+    bool threw = false;
+    try {
+      t->execute(b);
+    } catch (const FabricError&) {
+      threw = true;
+    }
+    bool statuses = b[3].status == ReqStatus::kFailed;
+    for (size_t i = 0; i < b.size(); ++i)
+      if (i != 3) statuses = statuses && b[i].status == ReqStatus::kOk;
+    b.erase(b.begin() + 3);
+    c.ck.check(threw && statuses && data_ok(b) && t->counters().coalesced_reads - before.coalesced_reads == 40,
+               "a READ outside the region fails alone; the other 40 are coalesced and land");
+  }
+  // The memory node's own bound check (a client's range checks bypassed).
+  const auto good = detail::raw_readv(*t, n, {{c.lay.read_area + 3, 5}, {c.lay.read_area + 100, 8}});
+  bool ok = good.size() == 13;
+  for (size_t j = 0; j < 5 && ok; ++j) ok = good[j] == read_byte(n, 3 + j);
+  for (size_t j = 0; j < 8 && ok; ++j) ok = good[5 + j] == read_byte(n, 100 + j);
+  c.ck.check(ok, "a raw readv returns the bytes of its ranges in order");
+  auto refused = [&](const std::vector<std::pair<uint64_t, uint32_t>>& ranges, const std::string& want, const std::string& what) {
+    try {
+      detail::raw_readv(*t, n, ranges);
+      c.ck.check(false, what + ": the memory node answered instead of refusing");
+    } catch (const FabricError& e) {
+      c.ck.check(std::string(e.what()).find(want) != std::string::npos, what + ": refused with '" + e.what() + "'");
+    }
+  };
+  refused({{c.lay.read_area, 8}, {c.lay.region - 4, 8}}, "outside the region", "a range crossing the region's end");
+  refused({{uint64_t{1} << 40, 8}}, "outside the region", "a range far outside the region");
+  refused({{c.lay.read_area, 8}, {~uint64_t{0} - 2, 8}}, "outside the region", "a range whose end wraps around");
+  refused({}, "0 ranges", "no range");
+  // The connection stays healthy.
+  run(reads, 40, 1, "40 READs after the refusals");
+}
+
 int parse_args(int argc, char** argv, UcxFabricConfig& cfg, int& iters) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -522,6 +634,11 @@ int parse_args(int argc, char** argv, UcxFabricConfig& cfg, int& iters) {
     else if (a == "--memory-nodes" && i + 1 < argc) cfg.memory_nodes = static_cast<uint32_t>(std::stoul(argv[++i]));
     else if (a == "--bench-iters" && i + 1 < argc) iters = std::stoi(argv[++i]);
     else if (a == "--direct-access" && i + 1 < argc) cfg.direct_access = std::string(argv[++i]) == "on";
+    else if (a == "--read-coalescing" && i + 1 < argc) {
+      const auto m = parse_read_coalescing(argv[++i]);
+      if (!m) return 1;
+      cfg.read_coalescing = *m;
+    } else if (a == "--expect-readv") g_expect_readv = true;
     else return 1;
   }
   return 0;
@@ -614,6 +731,10 @@ int main(int argc, char** argv) {
       ck.run("rpc", [&] { test_rpc(c, t, *errors); });
       ck.run("counters", [&] { test_counters(c); });
       ck.run("errors", [&] { test_errors(c, *errors); });
+      if (g_expect_readv) {
+        ck.check(f.read_coalescing() == ReadCoalescing::kOn, "read coalescing is on");
+        ck.run("readv", [&] { test_readv(c); });
+      }
       f.client_done();
     }
     f.serve();  // memory nodes: blocks (event fd) until every client rank called client_done()

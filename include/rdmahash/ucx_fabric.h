@@ -88,6 +88,22 @@ constexpr std::chrono::microseconds kDefaultClientSpin{20};
 constexpr std::chrono::milliseconds kClientSleepBound{1};
 ClientWait resolve_client_wait(ClientWait wait, const std::vector<std::string>& transports);
 
+// Whether a client sends the READs of one batch to one memory node as one active message
+// (kAmReadv, ucx_fabric.cpp) instead of one ucp_get each.
+//   kOn:   coalesce where it is sound: a batch's requests to a node (one that is not mapped for
+//          direct access) are all READs, none fenced, at least 2 of them.
+//   kOff:  one ucp_get per READ.
+//   kAuto: kOn when every transport is TCP (UCX then emulates each ucp_get with an active message
+//          that the memory node's CPU answers: one message per READ each way, a system call each;
+//          one message for the batch does the same work), else kOff (shared memory and RDMA have
+//          real one-sided READs that need no CPU at the memory node).
+enum class ReadCoalescing { kAuto, kOn, kOff };
+const char* read_coalescing_name(ReadCoalescing mode);
+// The one place --read-coalescing's value is checked.
+std::optional<ReadCoalescing> parse_read_coalescing(std::string_view name);
+inline constexpr const char* read_coalescing_names() { return "auto, on or off"; }
+ReadCoalescing resolve_read_coalescing(ReadCoalescing mode, const std::vector<std::string>& transports);
+
 struct UcxFabricConfig {
   uint32_t memory_nodes = 1;   // K: ranks 0..K-1 host a region (ignored when symmetric)
   bool symmetric = false;      // every rank hosts a region and runs a client
@@ -114,6 +130,8 @@ struct UcxFabricConfig {
   // from the transports of the UCX context.
   ClientWait client_wait = ClientWait::kAuto;
   std::chrono::microseconds client_spin = kDefaultClientSpin;
+  // Clients: READ coalescing over TCP (see ReadCoalescing); kAuto is resolved by create().
+  ReadCoalescing read_coalescing = ReadCoalescing::kAuto;
 };
 
 class UcxFabric : public Fabric {
@@ -137,6 +155,7 @@ class UcxFabric : public Fabric {
   // ("tcp/lo,self/memory0", from ucp_context_print_info): what `bench` reports in its JSON.
   virtual ServeMode serve_mode() const = 0;
   virtual ClientWait client_wait() const = 0;  // kAuto resolved
+  virtual ReadCoalescing read_coalescing() const = 0;  // kAuto resolved: kOn or kOff
   virtual std::string transports() const = 0;
   // Gathers each rank's bytes at rank 0 (index = rank); other ranks get an empty vector.
   virtual std::vector<std::vector<std::byte>> gather(std::span<const std::byte> mine) = 0;

@@ -159,6 +159,7 @@ struct UcxConnection {
   uint32_t client_id = 0;  // given by memory node 0; unique over its life
   std::string table_spec;  // memory node 0's
   ClientWait client_wait = ClientWait::kPoll;  // how the fabric's transports wait (kAuto resolved)
+  ReadCoalescing read_coalescing = ReadCoalescing::kOff;  // kAuto resolved (UcxFabricConfig)
 };
 
 // How a --connect client's fabric reaches and waits for its memory nodes (UcxFabricConfig's fields).
@@ -168,6 +169,7 @@ struct UcxClientOptions {
   bool direct_access = true;
   ClientWait client_wait = ClientWait::kAuto;  // UcxFabricConfig::client_wait
   std::chrono::microseconds client_spin = kDefaultClientSpin;
+  ReadCoalescing read_coalescing = ReadCoalescing::kAuto;  // UcxFabricConfig::read_coalescing
 };
 
 // Connects to memory nodes 0..K-1 at `addresses` (host:port each). Throws FabricError naming the

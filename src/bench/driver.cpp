@@ -578,6 +578,7 @@ class UcxBackend final : public Backend {
     // Memory node 0's (this process, rank 0, unless symmetric: then every rank serves and is a client).
     p.serve_mode = serve_mode_name(fabric_.serve_mode());
     p.client_wait = client_wait_name(fabric_.client_wait());  // every rank resolves it from the same options
+    p.read_coalescing = read_coalescing_name(fabric_.read_coalescing());
     p.ucx_transports = fabric_.transports();
     return p;
   }
@@ -636,6 +637,7 @@ class ConnectBackend final : public Backend {
     PointInfo p;
     p.fabric = "ucx-connect";
     p.client_wait = client_wait_name(conn_.client_wait);
+    p.read_coalescing = read_coalescing_name(conn_.read_coalescing);
     p.ranks = 1;
     p.memory_nodes = conn_.fabric->memory_nodes();
     p.clients = 1;
@@ -772,6 +774,7 @@ int run_ucx_ranks(const BenchOptions& o_in, uint64_t region) {
   fc.serve_spin = std::chrono::microseconds(o.serve_spin_us);
   fc.client_wait = client_wait_of(o);
   fc.client_spin = std::chrono::microseconds(o.client_spin_us);
+  fc.read_coalescing = read_coalescing_of(o);
   // --pm-path: the memory node (rank 0) exposes the file mapping as its region; the adapter owning
   // the mapping outlives the fabric that registered it.
   int my_rank = 0;
@@ -798,6 +801,11 @@ ServeMode serve_mode_of(const BenchOptions& o) {
   throw InvalidArgument(o.error());
 }
 
+ReadCoalescing read_coalescing_of(const BenchOptions& o) {
+  if (auto m = parse_read_coalescing(o.read_coalescing)) return *m;
+  throw InvalidArgument(o.error());
+}
+
 ClientWait client_wait_of(const BenchOptions& o) {
   if (auto w = parse_client_wait(o.client_wait)) return *w;
   throw InvalidArgument(o.error());
@@ -819,6 +827,7 @@ int run_connect(const BenchOptions& o_in) {
     co.direct_access = o.direct_access == "on";
     co.client_wait = client_wait_of(o);
     co.client_spin = std::chrono::microseconds(o.client_spin_us);
+    co.read_coalescing = read_coalescing_of(o);
     conn = connect_ucx_servers(o.connect, token, co);
   } catch (const FabricError& e) {  // refused or unreachable: the address is the bad input
     throw InvalidArgument(e.what());

@@ -53,5 +53,6 @@ int run_serve(const BenchOptions& o, const ServeOptions& s);
 // rdmahash::parse_serve_mode / parse_client_wait; InvalidArgument if that check was skipped).
 ServeMode serve_mode_of(const BenchOptions& o);
 ClientWait client_wait_of(const BenchOptions& o);
+ReadCoalescing read_coalescing_of(const BenchOptions& o);  // --read-coalescing (checked the same way)
 
 }  // namespace rdmahash::bench

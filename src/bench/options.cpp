@@ -109,6 +109,8 @@ std::string BenchOptions::error() const {
     return "--serve-mode must be " + std::string(serve_mode_names()) + ", got '" + serve_mode + "'";
   if (!parse_client_wait(client_wait))
     return "--client-wait must be " + std::string(client_wait_names()) + ", got '" + client_wait + "'";
+  if (!parse_read_coalescing(read_coalescing))
+    return "--read-coalescing must be " + std::string(read_coalescing_names()) + ", got '" + read_coalescing + "'";
   if (client_spin_us < 1 || client_spin_us > 100000) return "--client-spin-us must be in [1, 100000] (microseconds)";
   if (serve_spin_us < 1 || serve_spin_us > 999) return "--serve-spin-us must be in [1, 999] (microseconds: below the 1 ms at which a spin stops to look at its sockets)";
   if (sbuckets < 1 || sbuckets > 4) return "--sbuckets must be in [1, 4] (the indicator word has 24 valid bits)";

@@ -49,6 +49,7 @@ struct BenchOptions {
   std::string serve_mode = "auto";      // ucx memory nodes: auto | event | hybrid | poll (rdmahash::ServeMode)
   uint32_t serve_spin_us = 50;          // ucx memory nodes: hybrid mode's spin (rdmahash::kDefaultServeSpin)
   std::string client_wait = "auto";     // ucx clients: auto | poll | hybrid | event (rdmahash::ClientWait)
+  std::string read_coalescing = "auto";  // ucx clients: auto | on | off (rdmahash::ReadCoalescing)
   uint32_t client_spin_us = 20;         // ucx clients: hybrid's spin (rdmahash::kDefaultClientSpin)
   uint32_t initial_depth = 0;          // race: 2^N subtables at start
   uint32_t race_groups = 64;           // race: bucket groups per subtable

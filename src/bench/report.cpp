@@ -142,6 +142,7 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   if (p.fabric == "ucx") j["direct_access"] = o.direct_access;
   if (!p.serve_mode.empty()) j["serve_mode"] = p.serve_mode;
   if (!p.client_wait.empty()) j["client_wait"] = p.client_wait;
+  if (!p.read_coalescing.empty()) j["read_coalescing"] = p.read_coalescing;
   if (!p.ucx_transports.empty()) j["ucx_transports"] = p.ucx_transports;
   j["ranks"] = p.ranks;
   j["memory_nodes"] = p.memory_nodes;

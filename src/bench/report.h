@@ -66,6 +66,8 @@ struct PointInfo {
   std::string serve_mode, ucx_transports;
   // ucx, ucx-connect: how the clients wait for their requests, as resolved (ClientWait).
   std::string client_wait;
+  // ucx, ucx-connect: READ coalescing as resolved (ReadCoalescing: on or off).
+  std::string read_coalescing;
 };
 
 std::string to_json_line(const BenchOptions& o, const PointInfo& p, const ClientResult& total);

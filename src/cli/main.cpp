@@ -157,6 +157,11 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
                  "without an event, then sleep on the worker's event fd), event (sleep as soon as nothing is ready) "
                  "or auto (hybrid when UCX can only use TCP, else poll)")
       ->capture_default_str();
+  cmd.add_option("--read-coalescing", o.read_coalescing,
+                 "ucx clients: send a batch's READs to one memory node as one active message when the batch's "
+                 "requests to it are all unfenced READs: on, off, or auto (on when UCX can only use TCP, whose "
+                 "emulated READs cost the memory node's CPU a message each)")
+      ->capture_default_str();
   cmd.add_option("--client-spin-us", o.client_spin_us, "--client-wait hybrid: microseconds without an event before a client sleeps")
       ->capture_default_str();
 
@@ -322,6 +327,10 @@ int main(int argc, char** argv) {
 
   if (opts.fabric == "local" && (bench->count("--serve-mode") > 0 || bench->count("--serve-spin-us") > 0)) {
     std::fprintf(stderr, "rdmahash bench: error: --serve-mode and --serve-spin-us apply to --fabric ucx (the local fabric has no memory node processes)\n");
+    return 2;
+  }
+  if (opts.fabric == "local" && bench->count("--read-coalescing") > 0) {
+    std::fprintf(stderr, "rdmahash bench: error: --read-coalescing applies to --fabric ucx and --connect (local clients call no UCX)\n");
     return 2;
   }
   if (opts.fabric == "local" && (bench->count("--client-wait") > 0 || bench->count("--client-spin-us") > 0)) {

@@ -72,6 +72,27 @@
 //       keep the UCX path and only READ/WRITE go direct. A plain store racing with a NIC atomic on
 //       the same word is no different from an RDMA PUT racing with it (the schemes never WRITE a
 //       word others CAS concurrently without owning it), and an aligned 8-byte load sees either value.
+// * Read coalescing (config.read_coalescing, ReadCoalescing in ucx_fabric.h; kAuto = on when every
+//   transport is TCP). Over TCP UCX emulates each ucp_get with an active message that the memory
+//   node's CPU answers: per 64-byte READ one sendto each way and ~6 µs of kernel CPU on each side.
+//   When a batch's requests to a node are all READs, none fenced, at least 2 (at most
+//   kMaxReadvRanges, kMaxReadvBytes in all) and the node is not mapped for direct access, execute()
+//   sends them as ONE kAmReadv message instead (coalesce(), post_readv()); the memory node's
+//   on_readv() checks every range against its region (the bound an rkey enforces; a bad range
+//   refuses the whole message: those READs fail with FabricError, the memory node goes on),
+//   copies the ranges word-wise into one reply (the atomicity of a GET the target's CPU emulates:
+//   aligned 8-byte words, no more — what the schemes' check words assume anyway), and the client
+//   scatters the reply into the READs' buffers. Sound because READs of one batch are unordered with
+//   respect to each other (fabric.h); a WRITE, CAS, FAA or RPC to the node, or a fence, keeps every
+//   request of the batch to that node on the per-operation path, whose ordering (one endpoint, in
+//   posting order, ucp_worker_fence) is unchanged. A coalesced READ's status is its message's:
+//   all of them landed or none is valid. Counters count requests as before (engine RT/op,
+//   requests/op, bytes/op do not change); FabricCounters::coalesced_* say what was coalesced.
+//   Access: the memory node accepts kAmReadv from any endpoint that reaches its worker, exactly as
+//   it accepts UCX's own emulated GETs over TCP (which check no rkey at the target) and kAmRpc: a
+//   `serve` client learns the worker address only from the sealed welcome that also carries the
+//   rkey (docs/security.md), an mpirun rank from MPI. A readv can read nothing a READ through the
+//   rkey could not: only [0, region_bytes) of the region.
 // * Destruction: close every endpoint in FLUSH mode while progressing, then a non-blocking MPI
 //   barrier while still progressing (a peer may need our progress to finish its own flushes,
 //   e.g. over TCP), then unmap the region and destroy worker and context. When the destructor
@@ -85,6 +106,11 @@
 //   kAmReply  memory node -> client. header ReplyHeader {u64 req_id; u32 status; u32 reserved}
 //             (16 B); data = reply bytes (status kOk) or an error message (other statuses).
 //   kAmDone   client -> memory node. header DoneHeader {u32 src_rank; u32 reserved} (8 B); no data.
+//   kAmReadv  client -> memory node (UCP_AM_SEND_FLAG_REPLY | EAGER). header ReadvHeader {u64 req_id;
+//             u32 count; u32 reserved} (16 B); data = count x ReadvRange {u64 offset; u32 len; u32
+//             reserved} (16 B each; offsets relative to the region). Answered with kAmReply: status
+//             kOk and the ranges' bytes concatenated in order, or kRpcBadRequest and a message (a
+//             range outside the region, too many ranges or bytes, ranges sent by rendezvous).
 //
 // Threading: the worker is single-threaded. connect() may be called from any thread, but every
 // Transport of one UcxFabric, serve() and client_done() must be used from one thread at a time.
@@ -120,6 +146,12 @@ namespace {
 constexpr uint16_t kAmRpc = 1;
 constexpr uint16_t kAmReply = 2;
 constexpr uint16_t kAmDone = 3;
+constexpr uint16_t kAmReadv = 4;
+
+// Coalesced READs (kAmReadv): at most this many ranges and reply bytes per message. The client
+// coalesces only batches within both; a memory node refuses a message beyond either.
+constexpr uint32_t kMaxReadvRanges = 1024;
+constexpr uint64_t kMaxReadvBytes = uint64_t{1} << 20;
 
 // Upper bound on requests of one batch that are posted but not completed. Keeps UCX's internal
 // request pool and pending queues small for batches of thousands of requests.
@@ -140,7 +172,18 @@ struct DoneHeader {
   uint32_t src_rank;
   uint32_t reserved;
 };
+struct ReadvHeader {
+  uint64_t req_id;
+  uint32_t count;
+  uint32_t reserved;
+};
+struct ReadvRange {
+  uint64_t offset;
+  uint32_t len;
+  uint32_t reserved;
+};
 static_assert(sizeof(RpcHeader) == 16 && sizeof(ReplyHeader) == 16 && sizeof(DoneHeader) == 8);
+static_assert(sizeof(ReadvHeader) == 16 && sizeof(ReadvRange) == 16);
 
 enum RpcStatus : uint32_t { kRpcOk = 0, kRpcNoHandler = 1, kRpcHandlerFailed = 2, kRpcBadRequest = 3 };
 
@@ -181,7 +224,17 @@ struct Slot {
   int pending = 0;         // completions still expected (RPC: send + reply)
   ucs_status_t status = UCS_OK;
   std::string error;       // RPC: error reported by the memory node
-  RpcHeader hdr{};         // RPC: must stay valid until the send completes
+  RpcHeader hdr{};         // RPC: must stay valid until the send completes (readv: hdr.req_id is its id)
+  // Read coalescing. A member READ's slot names its message (`group`, index into groups_); the
+  // message's slot (req == null) holds the members, the ranges sent and the header.
+  int32_t group = -1;
+  bool leader = false;                 // member that posts the message (the first one)
+  bool readv = false;                  // this slot is a coalesced message
+  std::vector<Request*> members;       // readv: the READs, in range order
+  std::vector<ReadvRange> ranges;      // readv: must stay valid until the send completes
+  ReadvHeader rhdr{};                  // readv
+  uint64_t total = 0;                  // readv: reply bytes expected
+  std::vector<std::byte> scratch;      // readv: a reply that arrives by rendezvous
 };
 
 // A reply being sent by a memory node; freed when the send completes.
@@ -212,6 +265,10 @@ class UcxTransport final : public Transport {
     if (s.error.empty()) s.error = std::move(message);
     complete_unit(s, UCS_ERR_REJECTED);
   }
+  // A coalesced message's reply (`len` bytes at `data`): scatters it into the members' buffers.
+  void readv_reply(Slot& g, const std::byte* data, size_t len);
+  // detail::raw_readv (tests): one message with the given ranges, no client-side checks.
+  std::vector<std::byte> raw_readv(uint32_t node, const std::vector<std::pair<uint64_t, uint32_t>>& ranges);
 
  private:
   void validate(const Request& r) const;
@@ -220,11 +277,15 @@ class UcxTransport final : public Transport {
   bool goes_direct(const Request& r) const;
   void post(Slot& s);
   void post_flush(Slot& s);
+  void post_readv(Slot& g);
+  // Forms groups_: the READs of this batch that go to one memory node as one message.
+  void coalesce(std::span<Request> batch);
   void settle(Slot& s, ucs_status_ptr_t sp);
 
   UcxFabricImpl& fabric_;
   std::vector<Slot> slots_;
   std::vector<Slot> flush_slots_;
+  std::vector<Slot> groups_;  // coalesced messages of this batch (never resized while in flight)
   std::vector<char> wrote_;  // per node: this batch wrote to it
   std::vector<char> posted_; // per node: this batch posted a UCX request to it (fences, see post())
   size_t outstanding_ = 0;   // slots with pending > 0
@@ -304,6 +365,7 @@ class UcxFabricImpl final : public UcxFabric {
   void serve() override;
   ServeMode serve_mode() const override { return serve_mode_; }
   ClientWait client_wait() const override { return client_wait_; }
+  ReadCoalescing read_coalescing() const override { return read_coalescing_; }
   std::string transports() const override { return transports_; }
   uint64_t spin_pauses() const { return spin_pauses_; }
   std::vector<std::vector<std::byte>> gather(std::span<const std::byte> mine) override;
@@ -324,6 +386,8 @@ class UcxFabricImpl final : public UcxFabric {
                              const ucp_am_recv_param_t* param);
   static void on_rpc_data(void* request, ucs_status_t status, size_t length, void* user_data);
   static ucs_status_t on_reply(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                               const ucp_am_recv_param_t* param);
+  static ucs_status_t on_readv(void* arg, const void* header, size_t header_length, void* data, size_t length,
                                const ucp_am_recv_param_t* param);
   static ucs_status_t on_done(void* arg, const void* header, size_t header_length, void* data, size_t length,
                               const ucp_am_recv_param_t* param);
@@ -381,6 +445,7 @@ class UcxFabricImpl final : public UcxFabric {
   uint64_t done_received_ = 0;  // "done" messages not yet consumed by serve()
   ServeMode serve_mode_ = ServeMode::kEvent;  // config_.serve_mode, kAuto resolved
   ClientWait client_wait_ = ClientWait::kPoll;  // config_.client_wait, kAuto resolved
+  ReadCoalescing read_coalescing_ = ReadCoalescing::kOff;  // config_.read_coalescing, kAuto resolved
   int efd_ = -1;                                // the worker's event fd (client_idle), once asked
   // Hybrid mode: no spinning until then (the last spin was preempted), and how often that happened.
   static constexpr std::chrono::milliseconds kSpinPause{100};
@@ -689,6 +754,7 @@ void UcxFabricImpl::init_local() {
   set_am_handler(kAmRpc, &on_rpc);
   set_am_handler(kAmReply, &on_reply);
   set_am_handler(kAmDone, &on_done);
+  set_am_handler(kAmReadv, &on_readv);
 
   if (is_memory_node()) {
     ucp_mem_map_params_t mp{};
@@ -737,6 +803,7 @@ void UcxFabricImpl::query_transports() {
   }
   serve_mode_ = resolve_serve_mode(config_.serve_mode, tls);
   client_wait_ = resolve_client_wait(config_.client_wait, tls);
+  read_coalescing_ = resolve_read_coalescing(config_.read_coalescing, tls);
 }
 
 void UcxFabricImpl::set_am_handler(uint16_t id, ucp_am_recv_callback_t cb) {
@@ -1048,6 +1115,69 @@ ucs_status_t UcxFabricImpl::on_rpc(void* arg, const void* header, size_t header_
   return UCS_INPROGRESS;
 }
 
+// A coalesced READ (kAmReadv): every range is checked against the region as an rkey access would
+// be, then copied (word-wise, as a direct READ: no atomicity beyond aligned 8-byte words, like
+// UCX's own emulation of a GET) into one reply. Any bad range fails the whole message with
+// kRpcBadRequest: the client fails those READs (FabricError), nothing is copied.
+ucs_status_t UcxFabricImpl::on_readv(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                                     const ucp_am_recv_param_t* param) {
+  auto* f = static_cast<UcxFabricImpl*>(arg);
+  if (header_length != sizeof(ReadvHeader) || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
+    std::fprintf(stderr, "ucx fabric: rank %d: dropping a malformed readv message\n", f->rank_);
+    return UCS_OK;
+  }
+  ReadvHeader h;
+  std::memcpy(&h, header, sizeof h);
+  auto* out = new OutgoingReply;
+  out->hdr = {h.req_id, kRpcOk, 0};
+  auto refuse = [&](const std::string& why) {
+    out->hdr.status = kRpcBadRequest;
+    const std::string msg = "ucx fabric: memory node " + std::to_string(f->rank_) + " refused a coalesced READ: " + why;
+    out->data.assign(reinterpret_cast<const std::byte*>(msg.data()), reinterpret_cast<const std::byte*>(msg.data() + msg.size()));
+  };
+  const uint64_t region = f->region_ != nullptr ? f->config_.region_bytes : 0;
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+    refuse("its ranges did not arrive eagerly");
+  } else if (!f->is_memory_node() || f->region_ == nullptr) {
+    refuse("this process hosts no region");
+  } else if (h.count == 0 || h.count > kMaxReadvRanges || length != uint64_t{h.count} * sizeof(ReadvRange)) {
+    refuse(std::to_string(h.count) + " ranges in " + std::to_string(length) + " bytes (at most " +
+           std::to_string(kMaxReadvRanges) + ")");
+  } else {
+    std::vector<ReadvRange> ranges(h.count);
+    std::memcpy(ranges.data(), data, length);
+    uint64_t total = 0;
+    std::string bad;
+    for (const ReadvRange& r : ranges) {
+      // The bound an rkey enforces: [offset, offset + len) inside the region.
+      if (r.offset > region || r.len > region - r.offset) {
+        bad = "range [" + std::to_string(r.offset) + ", +" + std::to_string(r.len) + ") outside the region of " +
+              std::to_string(region) + " bytes";
+        break;
+      }
+      total += r.len;
+    }
+    if (bad.empty() && total > kMaxReadvBytes)
+      bad = std::to_string(total) + " bytes requested (at most " + std::to_string(kMaxReadvBytes) + ")";
+    if (!bad.empty()) {
+      refuse(bad);
+    } else {
+      out->data.resize(total);
+      std::byte* dst = out->data.data();
+      for (const ReadvRange& r : ranges) {
+        Request read{};
+        read.kind = ReqKind::kRead;
+        read.buf = dst;
+        read.len = r.len;
+        detail::direct_execute(read, f->region_ + r.offset);
+        dst += r.len;
+      }
+    }
+  }
+  f->send_reply(param->reply_ep, out);
+  return UCS_OK;
+}
+
 void UcxFabricImpl::on_rpc_data(void* request, ucs_status_t status, size_t, void* user_data) {
   auto* in = static_cast<IncomingRpc*>(user_data);
   if (status == UCS_OK) {
@@ -1107,6 +1237,13 @@ void UcxFabricImpl::on_reply_sent(void* request, ucs_status_t status, void* user
   ucp_request_free(request);
 }
 
+void on_readv_data(void* request, ucs_status_t status, size_t length, void* user_data) {
+  Slot& s = *static_cast<Slot*>(user_data);
+  if (status == UCS_OK) s.owner->readv_reply(s, s.scratch.data(), length);
+  else s.owner->complete_unit(s, status);
+  ucp_request_free(request);
+}
+
 void on_reply_data(void* request, ucs_status_t status, size_t, void* user_data) {
   Slot& s = *static_cast<Slot*>(user_data);
   s.owner->complete_unit(s, status);
@@ -1124,6 +1261,37 @@ ucs_status_t UcxFabricImpl::on_reply(void* arg, const void* header, size_t heade
   Slot& s = *it->second;
   f->rpc_waiting_.erase(it);
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  if (s.readv) {
+    if (h.status != kRpcOk) {
+      std::string msg = "ucx fabric: " + std::to_string(s.members.size()) + " coalesced READs failed on node " + std::to_string(s.node);
+      if (!rndv) msg.assign(static_cast<const char*>(data), length);
+      s.owner->fail_rpc(s, std::move(msg));
+      return UCS_OK;
+    }
+    if (length != s.total) {
+      s.owner->fail_rpc(s, "ucx fabric: node " + std::to_string(s.node) + " answered " + std::to_string(s.members.size()) +
+                               " coalesced READs of " + std::to_string(s.total) + " bytes with " + std::to_string(length) + " bytes");
+      return UCS_OK;
+    }
+    if (!rndv) {
+      s.owner->readv_reply(s, static_cast<const std::byte*>(data), length);
+      return UCS_OK;
+    }
+    s.scratch.resize(length);
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.recv_am = &on_readv_data;
+    p.user_data = &s;
+    ucs_status_ptr_t sp = ucp_am_recv_data_nbx(f->worker_, data, s.scratch.data(), length, &p);
+    if (sp == nullptr) {
+      s.owner->readv_reply(s, s.scratch.data(), length);
+    } else if (UCS_PTR_IS_ERR(sp)) {
+      s.owner->complete_unit(s, UCS_PTR_STATUS(sp));
+    } else {
+      return UCS_INPROGRESS;
+    }
+    return UCS_OK;
+  }
   if (h.status != kRpcOk) {
     std::string msg = "ucx fabric: rpc " + std::to_string(s.req->rpc_id) + " failed on node " + std::to_string(s.req->addr.node);
     if (!rndv) msg.assign(static_cast<const char*>(data), length);
@@ -1202,7 +1370,7 @@ void UcxTransport::settle(Slot& s, ucs_status_ptr_t sp) {
   if (sp == nullptr) {
     complete_unit(s, UCS_OK);
   } else if (UCS_PTR_IS_ERR(sp)) {
-    if (s.req && s.req->kind == ReqKind::kRpc && fabric_.rpc_waiting().erase(s.hdr.req_id) > 0)
+    if (((s.req && s.req->kind == ReqKind::kRpc) || s.readv) && fabric_.rpc_waiting().erase(s.hdr.req_id) > 0)
       complete_unit(s, UCS_PTR_STATUS(sp));  // no reply will come
     complete_unit(s, UCS_PTR_STATUS(sp));
   }
@@ -1227,6 +1395,10 @@ void UcxTransport::post(Slot& s) {
         r.status = ReqStatus::kFailed;
         return;
       }
+  if (s.group >= 0) {  // a coalesced READ: its message goes out with the first member
+    if (s.leader) post_readv(groups_[static_cast<size_t>(s.group)]);
+    return;
+  }
   ++outstanding_;
   s.pending = 1;
   if ((r.kind == ReqKind::kRead || r.kind == ReqKind::kWrite) && r.len == 0) {
@@ -1293,6 +1465,118 @@ void UcxTransport::post(Slot& s) {
       break;
   }
   settle(s, sp);
+}
+
+void UcxTransport::post_readv(Slot& g) {
+  ++outstanding_;
+  g.pending = 2;  // the send and the reply
+  g.hdr.req_id = fabric_.next_request_id();
+  g.rhdr = ReadvHeader{g.hdr.req_id, static_cast<uint32_t>(g.ranges.size()), 0};
+  posted_[g.node] = 1;
+  fabric_.rpc_waiting()[g.hdr.req_id] = &g;  // before sending: the reply may arrive inside the send
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  p.cb.send = &on_rpc_sent;
+  p.user_data = &g;
+  // EAGER: the memory node reads the ranges inside its AM callback (it refuses a rendezvous).
+  p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+  settle(g, ucp_am_send_nbx(fabric_.ep(g.node), kAmReadv, &g.rhdr, sizeof g.rhdr, g.ranges.data(),
+                            g.ranges.size() * sizeof(ReadvRange), &p));
+}
+
+void UcxTransport::readv_reply(Slot& g, const std::byte* data, size_t len) {
+  if (len != g.total) {
+    fail_rpc(g, "ucx fabric: coalesced READs: reply of " + std::to_string(len) + " bytes, expected " + std::to_string(g.total));
+    return;
+  }
+  for (Request* r : g.members) {
+    std::memcpy(r->buf, data, r->len);
+    data += r->len;
+  }
+  complete_unit(g, UCS_OK);
+}
+
+// Read coalescing (ReadCoalescing, ucx_fabric.h): the READs of this batch to node n become one
+// kAmReadv message when n is not mapped for direct access and the batch's requests to n that will
+// be posted are all READs and none is fenced. Only then is it sound: READs of one batch are not
+// ordered with respect to each other (fabric.h), so performing them together at the memory node
+// changes nothing that anyone may rely on, whereas a WRITE, atomic or RPC to n, or a fence, asks
+// for an order between requests that separate UCX operations keep and one message would not.
+void UcxTransport::coalesce(std::span<Request> batch) {
+  groups_.clear();
+  if (fabric_.read_coalescing() != ReadCoalescing::kOn) return;
+  const uint32_t k = fabric_.memory_nodes();
+  std::vector<uint32_t> reads(k, 0);
+  std::vector<uint64_t> bytes(k, 0);
+  std::vector<char> mixed(k, 0);  // a request to the node that must keep its own UCX operation
+  for (const Request& r : batch) {
+    if (r.status == ReqStatus::kFailed) continue;  // failed validation: never posted (node may not exist)
+    const uint32_t n = r.addr.node;
+    if (r.kind != ReqKind::kRead || r.fence) {
+      mixed[n] = 1;
+      continue;
+    }
+    if (r.len == 0) continue;  // completes without a message
+    ++reads[n];
+    bytes[n] += r.len;
+  }
+  std::vector<int32_t> group_of(k, -1);
+  for (uint32_t n = 0; n < k; ++n) {
+    if (mixed[n] || reads[n] < 2 || reads[n] > kMaxReadvRanges || bytes[n] > kMaxReadvBytes) continue;
+    if (fabric_.direct(n) != nullptr) continue;  // real loads: nothing to save
+    group_of[n] = static_cast<int32_t>(groups_.size());
+    Slot g{};
+    g.owner = this;
+    g.node = n;
+    g.readv = true;
+    g.total = bytes[n];
+    g.members.reserve(reads[n]);
+    g.ranges.reserve(reads[n]);
+    groups_.push_back(std::move(g));
+  }
+  if (groups_.empty()) return;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Request& r = batch[i];
+    if (r.status == ReqStatus::kFailed || r.len == 0) continue;
+    const int32_t gi = group_of[r.addr.node];
+    if (gi < 0) continue;
+    Slot& g = groups_[static_cast<size_t>(gi)];
+    slots_[i].group = gi;
+    slots_[i].leader = g.members.empty();
+    g.members.push_back(&r);
+    g.ranges.push_back(ReadvRange{r.addr.offset, r.len, 0});
+  }
+}
+
+std::vector<std::byte> UcxTransport::raw_readv(uint32_t node, const std::vector<std::pair<uint64_t, uint32_t>>& ranges) {
+  if (node >= fabric_.memory_nodes()) throw FabricError("raw_readv: no memory node " + std::to_string(node));
+  uint64_t total = 0;
+  for (const auto& r : ranges) total += r.second;
+  std::vector<std::byte> out(total);
+  std::vector<Request> reads(ranges.size());
+  slots_.clear();
+  groups_.assign(1, Slot{});
+  posted_.assign(fabric_.memory_nodes(), 0);
+  outstanding_ = 0;
+  Slot& g = groups_[0];
+  g.owner = this;
+  g.node = node;
+  g.readv = true;
+  g.total = total;
+  std::byte* at = out.data();
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    reads[i].buf = at;
+    reads[i].len = ranges[i].second;
+    at += ranges[i].second;
+    g.members.push_back(&reads[i]);
+    g.ranges.push_back(ReadvRange{ranges[i].first, ranges[i].second, 0});
+  }
+  post_readv(g);
+  while (outstanding_ != 0) ucp_worker_progress(fabric_.worker());
+  const Slot done = std::move(groups_[0]);
+  groups_.clear();
+  if (done.status != UCS_OK) throw FabricError(!done.error.empty() ? done.error : ucx_error("raw readv", done.status));
+  return out;
 }
 
 void UcxTransport::post_flush(Slot& s) {
@@ -1366,6 +1650,7 @@ void UcxTransport::execute(std::span<Request> batch) {
     if (batch[i].kind == ReqKind::kRead)
       if (std::byte* base = fabric_.direct(batch[i].addr.node)) detail::prefetch(base + batch[i].addr.offset, batch[i].len);
   }
+  coalesce(batch);
   // Direct requests are ordered like a completed RDMA request: nothing of an earlier batch is
   // reordered after them, and what they wrote is visible when execute() returns (fence below).
   std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -1402,6 +1687,7 @@ void UcxTransport::execute(std::span<Request> batch) {
         if (std::string dead = fabric_.dead_node(); !dead.empty()) {
           for (Slot& sl : slots_)
             if (sl.req && sl.req->kind == ReqKind::kRpc) fabric_.rpc_waiting().erase(sl.hdr.req_id);
+          for (Slot& g : groups_) fabric_.rpc_waiting().erase(g.hdr.req_id);
           fabric_.set_broken();
           throw MemoryNodeLost("ucx fabric: " + dead);
         }
@@ -1415,7 +1701,8 @@ void UcxTransport::execute(std::span<Request> batch) {
   // flush failed is kUnknown (it may or may not be visible there).
   for (size_t i = 0; i < batch.size(); ++i) {
     Request& r = batch[i];
-    const Slot& s = slots_[i];
+    // A coalesced READ's outcome is its message's: all its READs landed, or none is valid.
+    const Slot& s = slots_[i].group >= 0 ? groups_[static_cast<size_t>(slots_[i].group)] : slots_[i];
     if (r.status == ReqStatus::kFailed) continue;  // failed validation; error already set
     if (i >= next) {
       r.status = ReqStatus::kFailed;
@@ -1423,11 +1710,14 @@ void UcxTransport::execute(std::span<Request> batch) {
     } else if (s.status == UCS_OK) {
       r.status = ReqStatus::kOk;
       counters_.add(r);
+      if (slots_[i].group >= 0) ++counters_.coalesced_reads;
     } else {
       r.status = ReqStatus::kFailed;
       if (error.empty()) error = !s.error.empty() ? s.error : ucx_error(describe(r) + " failed", s.status);
     }
   }
+  for (const Slot& g : groups_)
+    if (g.status == UCS_OK) ++counters_.coalesced_messages;
   for (const Slot& s : flush_slots_) {
     if (s.status == UCS_OK) continue;
     if (error.empty()) error = ucx_error("flushing writes to node " + std::to_string(s.node), s.status);
@@ -1477,6 +1767,27 @@ ClientWait resolve_client_wait(ClientWait wait, const std::vector<std::string>& 
   return resolve_serve_mode(ServeMode::kAuto, transports) == ServeMode::kHybrid ? ClientWait::kHybrid : ClientWait::kPoll;
 }
 
+const char* read_coalescing_name(ReadCoalescing mode) {
+  switch (mode) {
+    case ReadCoalescing::kAuto: return "auto";
+    case ReadCoalescing::kOn: return "on";
+    case ReadCoalescing::kOff: return "off";
+  }
+  return "?";
+}
+
+std::optional<ReadCoalescing> parse_read_coalescing(std::string_view name) {
+  for (ReadCoalescing m : {ReadCoalescing::kAuto, ReadCoalescing::kOn, ReadCoalescing::kOff})
+    if (name == read_coalescing_name(m)) return m;
+  return std::nullopt;
+}
+
+ReadCoalescing resolve_read_coalescing(ReadCoalescing mode, const std::vector<std::string>& transports) {
+  if (mode != ReadCoalescing::kAuto) return mode;
+  // TCP only (besides "self"): the test of kAuto's serve mode.
+  return resolve_serve_mode(ServeMode::kAuto, transports) == ServeMode::kHybrid ? ReadCoalescing::kOn : ReadCoalescing::kOff;
+}
+
 ServeMode resolve_serve_mode(ServeMode mode, const std::vector<std::string>& transports) {
   if (mode != ServeMode::kAuto) return mode;
   bool any = false;
@@ -1520,6 +1831,13 @@ class ServiceNode final : public UcxServiceNode {
 
 std::unique_ptr<UcxServiceNode> make_ucx_service_node(const UcxFabricConfig& config, uint32_t node, uint32_t nodes) {
   return std::make_unique<ServiceNode>(config, node, nodes);
+}
+
+std::vector<std::byte> raw_readv(Transport& transport, uint32_t node,
+                                 const std::vector<std::pair<uint64_t, uint32_t>>& ranges) {
+  auto* t = dynamic_cast<UcxTransport*>(&transport);
+  if (t == nullptr) throw FabricError("raw_readv: not a UCX transport");
+  return t->raw_readv(node, ranges);
 }
 
 std::unique_ptr<Fabric> make_ucx_service_client(const UcxFabricConfig& config, uint32_t client_id,

@@ -850,6 +850,7 @@ UcxConnection connect_ucx_servers(const std::vector<std::string>& addresses, con
   fc.direct_access = options.direct_access;
   fc.client_wait = options.client_wait;
   fc.client_spin = options.client_spin;
+  fc.read_coalescing = options.read_coalescing;
   std::vector<detail::UcxRemoteNode> remote;
   const std::string me = host_id();
   const bool shm = shared_memory_allowed();
@@ -874,6 +875,7 @@ UcxConnection connect_ucx_servers(const std::vector<std::string>& addresses, con
   };
   auto fabric = detail::make_ucx_service_client(fc, c.client_id, remote, liveness);
   c.client_wait = dynamic_cast<const UcxFabric&>(*fabric).client_wait();
+  c.read_coalescing = dynamic_cast<const UcxFabric&>(*fabric).read_coalescing();
   c.fabric = std::make_unique<ClientFabric>(std::move(fabric), shared);
   return c;
 }
