@@ -685,6 +685,29 @@ bool is_subtable_alloc(const RaceConfig& cfg, const Request& r) {
   return bytes == cfg.subtable_bytes();
 }
 
+// The end of the split-accounting tests: A puts new keys until its next split, which must
+// allocate `want_allocs` subtables (counted into `allocs` by A's request hook: 2 = fresh
+// children, 0 = the spares of its void split); then a third client reads every key of the
+// oracle, nothing is left frozen or tentative, and the split counts agree.
+void expect_next_split_then_oracle(Table& t, Client& a, const Client& b, const uint64_t& allocs, uint64_t want_allocs,
+                                   std::unordered_map<std::string, std::string>& oracle, const std::string& label) {
+  const uint64_t a_splits = a.client.stats().splits;
+  for (int j = 5000; j < 5400 && a.client.stats().splits == a_splits; ++j) {
+    ASSERT_EQ(a.put(key(j), val(j, 2)).status, Status::kInserted) << label;
+    oracle[key(j)] = val(j, 2);
+  }
+  a.tr->before = nullptr;
+  ASSERT_GT(a.client.stats().splits, a_splits) << label;
+  EXPECT_EQ(allocs, want_allocs) << label << (want_allocs ? ": A's next split must allocate both children afresh"
+                                                          : ": A's next split must reuse the children of its void split");
+  Client c(*t.fabric, t.cfg, 3);
+  for (const auto& [k, v] : oracle) ASSERT_EQ(c.get(k), v) << label << " key " << k;
+  const RaceInspection in = race_inspect(*t.fabric, t.cfg);
+  EXPECT_EQ(in.committed, oracle.size()) << label;
+  EXPECT_EQ(in.frozen + in.tentative, 0u) << label;
+  expect_split_count(t, {&a, &b}, label);
+}
+
 // A LIVE splitter is stalled before each request of the put that splits (the first split, which
 // doubles the directory, and the third, which does not), not marked dead. B updates every key, erases a third, and inserts new keys — both halves of the
 // splitting subtable included — and every operation completes at once, agreeing with the oracle.
@@ -798,20 +821,7 @@ TEST(RaceFault, InstallerStalledPastItsPublishedSplitCountsItAndKeepsNoChild) {
     // A's next split allocates fresh children (it kept none of the published ones).
     uint64_t allocs = 0;
     a.tr->before = [&](const Request& r) { allocs += is_subtable_alloc(cfg, r); };
-    const uint64_t a_splits = a.client.stats().splits;
-    for (int j = 5000; j < 5400 && a.client.stats().splits == a_splits; ++j) {
-      ASSERT_EQ(a.put(key(j), val(j, 2)).status, Status::kInserted) << label;
-      oracle[key(j)] = val(j, 2);
-    }
-    a.tr->before = nullptr;
-    ASSERT_GT(a.client.stats().splits, a_splits) << label;
-    EXPECT_EQ(allocs, 2u) << label << ": A's next split must allocate both children afresh";
-    Client c(*t.fabric, cfg, 3);
-    for (const auto& [k, v] : oracle) ASSERT_EQ(c.get(k), v) << label << " key " << k;
-    const RaceInspection in = race_inspect(*t.fabric, cfg);
-    EXPECT_EQ(in.committed, oracle.size()) << label;
-    EXPECT_EQ(in.frozen + in.tentative, 0u) << label;
-    expect_split_count(t, {&a, &b}, label);
+    expect_next_split_then_oracle(t, a, b, allocs, 2, oracle, label);
   }
 }
 
@@ -854,19 +864,7 @@ TEST(RaceFault, VoidSplitIsNotCountedAndItsChildrenAreReused) {
   EXPECT_EQ(a.client.stats().splits, a_splits) << "a void split is nobody's";
   EXPECT_EQ(race_inspect(*t.fabric, cfg).split_word_clear, true);
   expect_split_count(t, {&a, &b}, "after the void split");
-  for (int j = 5000; j < 5400 && a.client.stats().splits == a_splits; ++j) {
-    ASSERT_EQ(a.put(key(j), val(j, 2)).status, Status::kInserted);
-    oracle[key(j)] = val(j, 2);
-  }
-  a.tr->before = nullptr;
-  ASSERT_GT(a.client.stats().splits, a_splits);
-  EXPECT_EQ(allocs, 0u) << "A's next split must reuse the children of its void split";
-  Client c(*t.fabric, cfg, 3);
-  for (const auto& [k, v] : oracle) ASSERT_EQ(c.get(k), v) << k;
-  const RaceInspection in = race_inspect(*t.fabric, cfg);
-  EXPECT_EQ(in.committed, oracle.size());
-  EXPECT_EQ(in.frozen + in.tentative, 0u);
-  expect_split_count(t, {&a, &b}, "after A's next split");
+  expect_next_split_then_oracle(t, a, b, allocs, 0, oracle, "after A's next split");
 }
 
 
@@ -941,19 +939,7 @@ TEST(RaceFault, VoidSplitReleasedByAnotherRunnerIsNotCountedAndItsChildrenAreReu
   oracle[key(sp.put)] = val(sp.put, 0);
   EXPECT_EQ(a.client.stats().splits, a_splits) << "a void split is nobody's, even when another runner released it";
   expect_split_count(t, {&a, &b}, "after the void split released by B");
-  for (int j = 5000; j < 5400 && a.client.stats().splits == a_splits; ++j) {
-    ASSERT_EQ(a.put(key(j), val(j, 2)).status, Status::kInserted);
-    oracle[key(j)] = val(j, 2);
-  }
-  a.tr->before = nullptr;
-  ASSERT_GT(a.client.stats().splits, a_splits);
-  EXPECT_EQ(allocs, 0u) << "A's next split must reuse the children of its void split";
-  Client c(*t.fabric, cfg, 3);
-  for (const auto& [k, v] : oracle) ASSERT_EQ(c.get(k), v) << k;
-  const RaceInspection in = race_inspect(*t.fabric, cfg);
-  EXPECT_EQ(in.committed, oracle.size());
-  EXPECT_EQ(in.frozen + in.tentative, 0u);
-  expect_split_count(t, {&a, &b}, "after A's next split");
+  expect_next_split_then_oracle(t, a, b, allocs, 0, oracle, "after A's next split");
 }
 
 // Two helpers at once: A (the splitter) is stalled mid-split, B starts helping and is stalled
