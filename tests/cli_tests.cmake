@@ -298,3 +298,12 @@ add_test(NAME cli_serve_level_pm_path_device COMMAND ${EXPECT_FAIL} "pm-path: /d
 # --direct-access takes on or off.
 add_test(NAME cli_bad_direct_access COMMAND ${EXPECT_FAIL} "--direct-access: maybe not in"
   ${RDMAHASH_BIN} bench --direct-access maybe --records 10)
+
+# --speculative-claim takes auto, on or off; the row says which (linear find-or-put, linear.h).
+add_test(NAME cli_bad_speculative_claim COMMAND ${EXPECT_FAIL} "--speculative-claim: maybe not in"
+  ${RDMAHASH_BIN} bench --speculative-claim maybe --records 10)
+foreach(claim on off)
+  add_test(NAME bench_local_speculative_claim_${claim} COMMAND python3 ${CHECK_JSON} --expect speculative_claim=${claim} --
+    ${RDMAHASH_BIN} bench --fabric local --clients 2 --slot-format inline --key-bytes 8 --value-bytes 8 --records 20000
+    --workload find-or-put,mixed --repeat 2 --ops 2000 --speculative-claim ${claim})
+endforeach()

@@ -206,16 +206,7 @@ LinearConfig config_for(const Format& f) {
   return c;
 }
 
-// Keys of this table whose home slot is `home` (a crowded neighbourhood for the key under test).
-std::vector<uint64_t> keys_homed_at(const LinearConfig& c, uint64_t home, size_t n, uint64_t seed) {
-  std::vector<uint64_t> out;
-  const uint64_t mask = c.format == SlotFormat::kSet ? (1ULL << 63) - 1 : c.key_bytes == 4 ? 0xffffffffULL : ~0ULL;
-  for (uint64_t k = seed; out.size() < n; ++k) {
-    const uint64_t key = (k * 0x9E3779B97F4A7C15ULL) & mask;
-    if (key > 1 && linear_place(c, key).home == home) out.push_back(key);
-  }
-  return out;
-}
+using test::keys_homed_at;
 
 class LinearInterleaving : public testing::TestWithParam<Format> {};
 
@@ -223,11 +214,17 @@ class LinearInterleaving : public testing::TestWithParam<Format> {};
 // client puts k with its own value; at every stop a third client reads k. The reader sees k
 // absent (until someone's insert of it was acknowledged), or a value someone wrote — never torn or
 // unpublished bytes; at the end k is stored exactly once, and at most one insert of it succeeded.
-void run_writer_stops(const Format& f, bool preload) {
+// Every client claims with `claim` (linear.h, "Speculative claim"); with `home_free` k's home slot
+// is free (a speculative claim can win it), else three other keys homed there fill it and the next
+// two slots.
+void run_writer_stops(const Format& f, bool preload, SpeculativeClaim claim = SpeculativeClaim::kAuto,
+                      bool home_free = false) {
+  SCOPED_TRACE(std::string("claim ") + to_string(claim) + (home_free ? ", home free" : ", home taken"));
   const LinearConfig c = config_for(f);
   const uint32_t vb = c.value_bytes;
   const bool set = c.format == SlotFormat::kSet;
-  const ProbeConfig p = test::probe(8, 16, 8);
+  ProbeConfig p = test::probe(8, 16, 8);
+  p.speculative_claim = claim;
   // j = -1: the writer alone, to count its stops; then the second writer at each of them.
   int solo_stops = 0;
   for (int j = -1; j <= solo_stops; ++j) {
@@ -236,7 +233,8 @@ void run_writer_stops(const Format& f, bool preload) {
     const auto neighbours = keys_homed_at(c, 20, 4, 1);
     const uint64_t k = neighbours[0];
     Client loader(*t.fabric, c, p);
-    for (size_t i = 1; i < neighbours.size(); ++i)
+    const size_t others = home_free ? 0 : neighbours.size() - 1;
+    for (size_t i = 1; i <= others; ++i)
       ASSERT_EQ(loader.find_or_put(neighbours[i], value_for(neighbours[i], 0, vb)).status, Status::kInserted);
     std::vector<std::vector<std::byte>> written;  // every value of k anyone has started to write
     bool present = false;                         // an insert of k was acknowledged (or preloaded)
@@ -317,16 +315,17 @@ void run_writer_stops(const Format& f, bool preload) {
     check_reader("after the writer finished", true);
     const auto keys = t.all_keys();
     EXPECT_EQ(std::count(keys.begin(), keys.end(), k), 1) << "k must be stored exactly once";
-    for (size_t i = 1; i < neighbours.size(); ++i)
+    for (size_t i = 1; i <= others; ++i)
       EXPECT_EQ(std::count(keys.begin(), keys.end(), neighbours[i]), 1);
-    EXPECT_EQ(keys.size(), neighbours.size());
+    EXPECT_EQ(keys.size(), others + 1);
     if (j < 0) solo_stops = stop;
     (void)retries;
   }
 }
 
 TEST_P(LinearInterleaving, InsertStoppedAtEveryStepKeepsTheKeyOnceAndReadersSane) {
-  run_writer_stops(GetParam(), false);
+  for (SpeculativeClaim claim : {SpeculativeClaim::kOn, SpeculativeClaim::kOff})
+    for (bool home_free : {true, false}) run_writer_stops(GetParam(), false, claim, home_free);
 }
 
 TEST_P(LinearInterleaving, UpdateStoppedAtEveryStepNeverExposesTornBytes) {

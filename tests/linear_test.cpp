@@ -349,6 +349,111 @@ INSTANTIATE_TEST_SUITE_P(Formats, LinearBoundary,
                                          Format{SlotFormat::kHeap, 8, 24}),
                          name_of);
 
+// find_or_put's round trips and requests by the distance d of the key's first free slot from its
+// home, with the speculative claim on and off (linear.h, "Speculative claim"), and a second
+// find_or_put of the key (present). The counts are the protocol's, exactly.
+class LinearClaim : public testing::TestWithParam<Format> {};
+
+TEST_P(LinearClaim, RoundTripsAndRequestsByFirstFreeSlot) {
+  LinearConfig c = test::config_of(GetParam());
+  c.home_slots = 256;
+  c.tail_slots = 64;
+  constexpr uint32_t C = 8;
+  const bool one_word = c.slot_bytes() == 8;  // published by its claim CAS
+  const uint32_t pub = one_word ? 0 : 1, writes = one_word ? 0 : 2;
+  const uint32_t vb = c.format == SlotFormat::kSet ? 0 : c.value_bytes;
+  struct Cost { uint32_t rt, reads, cas, writes; };
+  auto expect_cost = [](const OpStats& s, Cost want, const std::string& what) {
+    EXPECT_EQ(s.round_trips, want.rt) << what;
+    EXPECT_EQ(s.reads, want.reads) << what;
+    EXPECT_EQ(s.cas, want.cas) << what;
+    EXPECT_EQ(s.writes, want.writes) << what;
+  };
+  for (SpeculativeClaim mode : {SpeculativeClaim::kOn, SpeculativeClaim::kOff}) {
+    for (uint64_t d : {uint64_t{0}, uint64_t{3}, uint64_t{C + 2}}) {
+      const std::string what = std::string("claim ") + to_string(mode) + ", d = " + std::to_string(d);
+      const bool on = mode == SpeculativeClaim::kOn;
+      LocalTable t(c);
+      const uint64_t home = 40;
+      const auto keys = test::keys_homed_at(c, home, d + 1, 3);
+      ProbeConfig p = test::probe(C, 64, 8);
+      p.speculative_claim = SpeculativeClaim::kOff;
+      Client loader(*t.fabric, c, p);
+      for (uint64_t i = 1; i <= d; ++i) ASSERT_EQ(loader.find_or_put(keys[i], value_for(keys[i], 0, vb)).status, Status::kInserted);
+      p.speculative_claim = mode;
+      Client client(*t.fabric, c, p);
+      const uint64_t k = keys[0];
+      ASSERT_EQ(client.find_or_put(k, value_for(k, 1, vb)).status, Status::kInserted) << what;
+      if (on) {
+        expect_cost(client.last_stats(), d == 0 ? Cost{1 + pub, 1, 1, writes}
+                                         : d < C ? Cost{2 + pub, 1, 2, writes}
+                                                 : Cost{3 + pub, 3, 2, writes}, what + ": insert");
+      } else {
+        expect_cost(client.last_stats(), d < C ? Cost{2 + pub, 2, 1, writes} : Cost{2 + pub, 3, 1, writes},
+                    what + ": insert");
+      }
+      // Present: found, never inserted twice (a lost speculative claim still scans the home slot).
+      ASSERT_EQ(client.find_or_put(k, value_for(k, 2, vb)).status, Status::kFound) << what;
+      if (on) {
+        expect_cost(client.last_stats(), d < C ? Cost{1, 1, 1, 0} : Cost{2, 3, 1, 0}, what + ": find");
+      } else {
+        expect_cost(client.last_stats(), Cost{1, 2, 0, 0}, what + ": find");
+      }
+      std::vector<std::byte> out(vb);
+      ASSERT_EQ(client.get(k, out).status, Status::kFound) << what;
+      EXPECT_EQ(out, value_for(k, 1, vb)) << what;
+      const auto stored = t.all_keys();
+      EXPECT_EQ(std::count(stored.begin(), stored.end(), k), 1) << what;
+      EXPECT_EQ(stored.size(), d + 1) << what;
+    }
+  }
+}
+
+// kAuto speculates while this client's inserts found their home free at least as often as chunk 0
+// full, and follows the evidence both ways (a speculating insert with d = 3 costs 2 CAS, else 1).
+TEST_P(LinearClaim, AutoFollowsWhereInsertsFoundTheirFirstFreeSlot) {
+  LinearConfig c = test::config_of(GetParam());
+  c.home_slots = 1024;
+  c.tail_slots = 64;
+  constexpr uint32_t C = 8;
+  const uint32_t vb = c.format == SlotFormat::kSet ? 0 : c.value_bytes;
+  LocalTable t(c);
+  ProbeConfig p = test::probe(C, 64, 8);
+  p.speculative_claim = SpeculativeClaim::kOff;
+  Client loader(*t.fabric, c, p);
+  p.speculative_claim = SpeculativeClaim::kAuto;
+  Client client(*t.fabric, c, p);
+  auto& lc = dynamic_cast<LinearClient&>(client.table());
+  uint64_t home = 16;
+  // Inserts a new key whose first free slot is d slots from its home (a fresh neighbourhood each).
+  auto insert_at = [&](uint64_t d) {
+    const auto keys = test::keys_homed_at(c, home, d + 1, 100 + home);
+    home += 32;
+    for (uint64_t i = 1; i <= d; ++i) ASSERT_EQ(loader.find_or_put(keys[i], value_for(keys[i], 0, vb)).status, Status::kInserted);
+    ASSERT_EQ(client.find_or_put(keys[0], value_for(keys[0], 0, vb)).status, Status::kInserted);
+  };
+  EXPECT_TRUE(lc.speculating()) << "no evidence yet: speculate";
+  insert_at(C + 2);
+  EXPECT_EQ(client.last_stats().cas, 2u);
+  EXPECT_FALSE(lc.speculating()) << "chunk 0 full 1, home free 0";
+  insert_at(3);
+  EXPECT_EQ(client.last_stats().cas, 1u) << "not speculating";
+  EXPECT_FALSE(lc.speculating());
+  insert_at(0);
+  EXPECT_EQ(client.last_stats().cas, 1u);
+  EXPECT_TRUE(lc.speculating()) << "home free 1, chunk 0 full 1";
+  insert_at(3);
+  EXPECT_EQ(client.last_stats().cas, 2u) << "speculated and lost";
+  insert_at(C);
+  insert_at(2 * C);
+  EXPECT_FALSE(lc.speculating()) << "home free 1, chunk 0 full 3";
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, LinearClaim,
+                         testing::Values(Format{SlotFormat::kSet, 8, 0}, Format{SlotFormat::kInline, 8, 8},
+                                         Format{SlotFormat::kInline, 4, 0}, Format{SlotFormat::kInline, 4, 8}),
+                         name_of);
+
 TEST(Linear, TombstonesAreSkippedAndNeverReused) {
   LinearConfig c;
   c.home_slots = 1;  // every key probes from slot 0: one cluster

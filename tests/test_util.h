@@ -53,6 +53,18 @@ inline ProbeConfig probe(uint32_t chunk, uint32_t max_chunks, uint32_t read_size
   return p;
 }
 
+// `n` keys of this (one-node) linear table whose home slot is `home`, found by trying keys in a
+// fixed order from `seed` (a crowded neighbourhood for the key under test).
+inline std::vector<uint64_t> keys_homed_at(const LinearConfig& c, uint64_t home, size_t n, uint64_t seed) {
+  std::vector<uint64_t> out;
+  const uint64_t mask = c.format == SlotFormat::kSet ? (1ULL << 63) - 1 : c.key_bytes == 4 ? 0xffffffffULL : ~0ULL;
+  for (uint64_t k = seed; out.size() < n; ++k) {
+    const uint64_t key = (k * 0x9E3779B97F4A7C15ULL) & mask;
+    if (key > 1 && linear_place(c, key).home == home) out.push_back(key);
+  }
+  return out;
+}
+
 inline std::vector<std::byte> value_for(uint64_t key, uint32_t salt, uint32_t bytes) {
   std::vector<std::byte> v(bytes);
   uint64_t s = key * 0x9E3779B97F4A7C15ULL + salt;

@@ -42,6 +42,23 @@
 //    fails — so the holder's store overwrites nothing. The one exception is the server's lock
 //    recovery (LinearLockSweeper), which by its stated assumption only touches locks whose holder
 //    is dead. (A failed CAS writes nothing on any transport: UCX returns the old value.)
+// Speculative claim (ProbeConfig::speculative_claim, default on; inline and set slots — a heap
+// record must be written before its CAS): find_or_put posts the READ of chunk 0 and the claim CAS
+// on the key's home slot (expected 0) in ONE batch. Winning that CAS proves the key absent at that
+// instant: a key lies at or after its home and every slot from its home up to it is non-empty
+// (slots never return to empty, and an insert claims only the first empty slot of its probe
+// sequence), so a present key has a non-empty home. The winner publishes as above; the home slot
+// is the first slot of the probe sequence, so the claim is the one seed 001 would have made. A
+// lost CAS changes nothing: the insert goes on from chunk 0's READ as seed 001 does, home slot
+// included (the READ may predate the winner's claim: then the claim CAS there fails and re-checks
+// the winner as any lost claim does), except that chunk 1 is READ only once chunk 0 holds neither
+// the key nor a free slot (from there on chunk i+1 overlaps chunk i as before). The CAS and the
+// READ may share a batch (unordered) because the claim does not depend on the READ and the READ
+// is used only when the claim was lost. Cost against seed 001's order, d = the first free slot's
+// distance from home: d = 0: 1 round trip and 1 request fewer (2 round trips for an inline record,
+// 1 for a one-word slot, whose CAS is its publication); 0 < d < C: the same round trips and
+// requests (chunk 1's READ becomes the failed CAS); chunk 0 full: 1 round trip and 1 CAS more. A
+// find of a present key: the same round trips, 1 failed CAS instead of chunk 1's READ.
 // A reader accepts a slot only if its ctrl is unlocked and `check` matches the
 // version in ctrl and the key/value it read; otherwise it re-reads that slot (a READ of several
 // words may be torn: the checksum, not the read order, makes a torn read detectable, as in Pilaf).
@@ -142,6 +159,8 @@
 //    (linear-insert-probe-bound); heap capacity (linear-heap-take-record-capacity)
 //  * chunk overlap: chunk i+1 lands in the other half of a double buffer
 //    (linear-insert-chunk-overlap-one-buffer)
+//  * speculative claim: only the home slot is claimed before a scan (linear-spec-claim-not-home),
+//    and a lost speculative claim still scans the home slot for the key (linear-spec-lost-skips-home)
 //  Not mutated, because removing them is equivalent (docs/testing.md): readers' LOCK test (a locked
 //  record's check never matches its ctrl's version), the LOCK bit of an insert's claim (same reason).
 //
@@ -186,6 +205,7 @@
 #include <unordered_map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "rdmahash/engine.h"
@@ -265,10 +285,19 @@ class ClusterReadSizer final : public ReadSizer {
 };
 
 // Probing parameters: a client-side choice, not part of the table.
+enum class SpeculativeClaim : uint8_t { kOff = 0, kOn = 1, kAuto = 2 };
+const char* to_string(SpeculativeClaim s);
+std::optional<SpeculativeClaim> parse_speculative_claim(std::string_view name);  // "off", "on", "auto"
+
 struct ProbeConfig {
   uint32_t chunk = 8;         // C: slots per find_or_put read (seed 001)
   uint32_t max_chunks = 128;  // M: find_or_put claims slots within M chunks (else kFull if absent)
   uint32_t read_size = 8;     // R: slots per get/update/erase read (seed 000)
+  // find_or_put's speculative claim (linear.h, "Speculative claim"): kOn posts the claim CAS on the
+  // home slot in chunk 0's batch; kOff is seed 001's order (chunks 0 and 1 READ first, a claim only
+  // after a scan); kAuto speculates while this client's recent inserts found their home free at
+  // least as often as chunk 0 full (the round trip it saves vs the one it costs).
+  SpeculativeClaim speculative_claim = SpeculativeClaim::kAuto;
   std::shared_ptr<ReadSizer> read_sizer;  // optional: chooses R per read (model, cluster hints)
   // Fault injection for the lock-recovery tests (0: off): the process kills itself (SIGKILL) while
   // holding its Nth inline slot lock — before the payload WRITE when N is even, after it when N is
@@ -411,6 +440,9 @@ class LinearClient final : public KvClient {
   // Throws InvalidArgument if `key` cannot be stored in this table.
   void validate_key(uint64_t key) const;
   ProbeConfig& probe() { return probe_; }
+  // Whether the next find_or_put claims its home slot speculatively (ProbeConfig::speculative_claim;
+  // under kAuto, from this client's recent inserts).
+  bool speculating() const;
 
  private:
   struct Located;
@@ -450,6 +482,10 @@ class LinearClient final : public KvClient {
   LinearConfig cfg_;
   ProbeConfig probe_;
   uint64_t locks_taken_ = 0;  // for ProbeConfig::die_holding_lock
+  // SpeculativeClaim::kAuto's evidence, over this client's recent inserts (halved every
+  // kClaimWindow): how many claimed their home slot, and how many claimed past chunk 0.
+  uint32_t claims_ = 0, claims_home_ = 0, claims_past_chunk0_ = 0;
+  void note_claim(uint64_t distance);
   uint64_t lock_taken();
   Task<void> publish(RemoteAddr a, const std::byte* rec, uint64_t lock);
   void maybe_die_holding_lock(uint64_t lock, bool payload_written);

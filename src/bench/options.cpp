@@ -6,6 +6,7 @@
 #include <string>
 
 #include "bench/kv_mix.h"
+#include "rdmahash/linear.h"
 #include "rdmahash/table.h"
 #include "rdmahash/ucx_fabric.h"
 
@@ -103,6 +104,8 @@ std::string BenchOptions::error() const {
              "--memory-nodes 1 (not --symmetric), or --ycsb (the clients insert the records)";
   }
   if (direct_access != "on" && direct_access != "off") return "--direct-access must be on or off";
+  if (!parse_speculative_claim(speculative_claim))
+    return "--speculative-claim must be on, off or auto, got '" + speculative_claim + "'";
   // The names are checked by rdmahash::parse_serve_mode / parse_client_wait only (the driver's
   // serve_mode_of() / client_wait_of() rely on this check having passed).
   if (!parse_serve_mode(serve_mode))

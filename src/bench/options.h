@@ -70,6 +70,7 @@ struct BenchOptions {
   uint32_t depth = 16;
   uint32_t chunk = 8;
   uint32_t max_chunks = 128;
+  std::string speculative_claim = "auto";  // linear find-or-put: claim the home slot with chunk 0's READ (linear.h)
   std::vector<ReadSizeSpec> read_sizes{ReadSizeSpec{}};  // lookup read sizes (a list sweeps)
   uint32_t clusters = 1000;            // clusters tracked per client (--read-size cluster)
   double assumed_load_factor = 0;      // model R from this load factor instead of the table's (0: table's)

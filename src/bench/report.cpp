@@ -167,6 +167,7 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   j["depth"] = o.depth;
   j["chunk"] = o.chunk;
   j["max_chunks"] = o.max_chunks;
+  j["speculative_claim"] = o.speculative_claim;
   j["read_size"] = t.read_size ? t.read_size : p.read_size;
   j["read_size_policy"] = p.read_size_policy;
   j["clusters"] = o.clusters;

@@ -158,6 +158,7 @@ class LinearAdapter final : public SchemeAdapter {
     cfg_.validate();
     probe_.chunk = o.chunk;
     probe_.max_chunks = o.max_chunks;
+    probe_.speculative_claim = *parse_speculative_claim(o.speculative_claim);
     probe_.die_holding_lock = o.die_holding_lock;
     probe_.validate();
     cost_params_ = o.cost_params ? *o.cost_params : model::paper_cost_params(cfg_.slot_bytes());

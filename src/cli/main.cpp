@@ -116,6 +116,10 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
   cmd.add_option("--depth", o.depth, "operations in flight per client")->capture_default_str();
   cmd.add_option("--chunk", o.chunk, "find-or-put chunk size C (slots)")->capture_default_str();
   cmd.add_option("--max-chunks", o.max_chunks, "find-or-put gives up after M chunks")->capture_default_str();
+  cmd.add_option("--speculative-claim", o.speculative_claim,
+                 "linear find-or-put: CAS the claim of the home slot in chunk 0's batch (on), only after a scan "
+                 "(off, seed 001), or on while it wins at least as often as chunk 0 is full (auto)")
+      ->check(CLI::IsMember({"on", "off", "auto"}))->capture_default_str();
   cmd.add_option("--read-size", read_sizes,
                  "lookup READ size: N or fixed:N slots, model, model-unconstrained, cluster (a list sweeps)")
       ->delimiter(',');

@@ -216,6 +216,21 @@ std::optional<std::pair<uint64_t, std::vector<std::byte>>> linear_heap_record(co
   return std::make_pair(key, std::vector<std::byte>(rec.begin() + l.val_off, rec.begin() + l.val_off + cfg.value_bytes));
 }
 
+const char* to_string(SpeculativeClaim s) {
+  switch (s) {
+    case SpeculativeClaim::kOff: return "off";
+    case SpeculativeClaim::kOn: return "on";
+    case SpeculativeClaim::kAuto: return "auto";
+  }
+  return "?";
+}
+
+std::optional<SpeculativeClaim> parse_speculative_claim(std::string_view name) {
+  for (SpeculativeClaim s : {SpeculativeClaim::kOff, SpeculativeClaim::kOn, SpeculativeClaim::kAuto})
+    if (name == to_string(s)) return s;
+  return std::nullopt;
+}
+
 void ProbeConfig::validate() const {
   if (chunk == 0) throw InvalidArgument("chunk size must be at least 1 slot");
   if (max_chunks == 0) throw InvalidArgument("max chunks must be at least 1");
@@ -806,6 +821,28 @@ Task<typename Sink::Ret> LinearClient::lookup(uint64_t key, Sink sink) {
   co_return sink.copied(key, r, {});
 }
 
+bool LinearClient::speculating() const {
+  switch (probe_.speculative_claim) {
+    case SpeculativeClaim::kOff: return false;
+    case SpeculativeClaim::kOn: return true;
+    case SpeculativeClaim::kAuto: break;
+  }
+  // A won speculation saves a round trip; an insert whose chunk 0 is full pays one more with it
+  // (chunk 1 is no longer overlapped). Ties, and a client with no evidence yet, speculate.
+  return claims_home_ >= claims_past_chunk0_;
+}
+
+void LinearClient::note_claim(uint64_t distance) {
+  constexpr uint32_t kClaimWindow = 256;  // recent inserts weigh most: the load factor moves
+  if (++claims_ > kClaimWindow) {
+    claims_ /= 2;
+    claims_home_ /= 2;
+    claims_past_chunk0_ /= 2;
+  }
+  claims_home_ += distance == 0;
+  claims_past_chunk0_ += distance >= probe_.chunk;
+}
+
 Task<OpResult> LinearClient::find_or_put(uint64_t key, std::span<const std::byte> value) {
   validate_key(key);
   check_value(value, false);
@@ -850,11 +887,41 @@ Task<OpResult> LinearClient::insert(uint64_t key, std::span<const std::byte> val
   };
 
   if (chunk_len(0) == 0) { r.status = Status::kFull; co_return r; }
+  // A slot that is one word (sets; 4-byte keys without a value) is published by the CAS itself; a
+  // larger record is claimed locked and published after its payload.
+  const bool one_word = slot_bytes_ == 8;
+  const uint64_t claim = set ? (kOcc | key) : one_word ? make_ctrl(1, p.kbits) : (kOcc | kLock | p.kbits);
+  // `slot` is claimed: publish the payload, then the unlocking ctrl fenced after it, in one round
+  // trip (see the protocol in linear.h).
+  auto publish_claim = [&](uint64_t slot) -> Task<void> {
+    if (one_word) co_return;
+    const uint64_t lock = lock_taken();
+    maybe_die_holding_lock(lock, false);
+    std::memset(one.data(), 0, one.size());
+    build_payload(cfg_, l, key, 1, value, one.data());
+    store64(one.data(), make_ctrl(1, p.kbits));
+    co_await publish(slot_addr(p.node, slot), one.data(), lock);
+  };
+
   std::optional<Pending> cur(post(0));
+  // Speculative claim (linear.h): the home slot's claim CAS goes in chunk 0's batch. Won, the key
+  // is absent and the READ is not needed; lost, chunk 0 is scanned as usual, home included.
+  const bool speculate = speculating();
+  if (speculate && co_await engine_.cas(slot_addr(p.node, p.home), 0, claim) == 0) {
+    ++r.chunks;
+    note_claim(0);
+    co_await publish_claim(p.home);
+    r.status = Status::kInserted;
+    co_return r;
+  }
   for (uint32_t i = 0; i < M; ++i) {
     const uint64_t n = chunk_len(i);
+    const bool more = i + 1 < M && chunk_len(i + 1) > 0;
+    // Seed 001 posts chunk i+1 before it scans chunk i; after a lost speculative claim chunk 1 is
+    // posted only if chunk 0 turns out full (the READ it saves pays for the failed CAS).
+    const bool overlap = !(speculate && i == 0);
     std::optional<Pending> next;
-    if (i + 1 < M && chunk_len(i + 1) > 0) next.emplace(post(i + 1));
+    if (overlap && more) next.emplace(post(i + 1));
     co_await std::move(*cur);
     cur.reset();
     ++r.chunks;
@@ -865,22 +932,10 @@ Task<OpResult> LinearClient::insert(uint64_t key, std::span<const std::byte> val
       const uint64_t slot = start + j;
       uint64_t w = load64(sl);
       if (w == 0) {
-        // A slot that is one word (sets; 4-byte keys without a value) is published by the CAS
-        // itself; a larger record is claimed locked and published after its payload.
-        const bool one_word = slot_bytes_ == 8;
-        const uint64_t claim = set ? (kOcc | key) : one_word ? make_ctrl(1, p.kbits) : (kOcc | kLock | p.kbits);
         const uint64_t old = co_await engine_.cas(slot_addr(p.node, slot), 0, claim);
         if (old == 0) {
-          if (!one_word) {
-            const uint64_t lock = lock_taken();
-            maybe_die_holding_lock(lock, false);
-            // Publish: payload, then the unlocking ctrl fenced after it, in one round trip (see
-            // the protocol in linear.h).
-            std::memset(one.data(), 0, one.size());
-            build_payload(cfg_, l, key, 1, value, one.data());
-            store64(one.data(), make_ctrl(1, p.kbits));
-            co_await publish(slot_addr(p.node, slot), one.data(), lock);
-          }
+          note_claim(slot - p.home);
+          co_await publish_claim(slot);
           r.status = Status::kInserted;
           co_return r;
         }
@@ -893,6 +948,7 @@ Task<OpResult> LinearClient::insert(uint64_t key, std::span<const std::byte> val
       const bool may_be_mine = set ? w == (kOcc | key) : !(w & kDel) && static_cast<uint32_t>(w) == p.kbits;
       if (may_be_mine && co_await is_mine(w, slot, sl)) { r.status = Status::kFound; r.matches = 1; co_return r; }
     }
+    if (!overlap && more) next.emplace(post(i + 1));
     if (!next) break;
     cur.emplace(std::move(*next));
   }
