@@ -43,9 +43,16 @@ for r in $(seq "$rounds"); do
   pids=()
   lock_n=$(( (RANDOM % 200) * 2 + 1 + r % 2 ))  # odd and even rounds alternate: roll forward, roll back
   [ "${RACE_SPLIT_DEATH:-}" = 1 ] && lock_n=$((RANDOM % 12 + 1))
+  # A victim killed from outside gets 4x the operations: the kill lands at event `target` (at most
+  # 80 % of `ops`), and the poll below may be descheduled for a while on a loaded machine; the
+  # victim must still be running then, or the kill proves nothing.
+  victim_ops=$((ops * 4))
+  { [ "${NO_KILL:-}" = 1 ] || [ "${LOCK_DEATH:-}" = 1 ] || [ "${RACE_SPLIT_DEATH:-}" = 1 ]; } && victim_ops=$ops
   for c in 1 2 3; do
     if { [ "${LOCK_DEATH:-}" = 1 ] || [ "${RACE_SPLIT_DEATH:-}" = 1 ]; } && [ $c = 2 ]; then
       RDMAHASH_TEST_DIE_HOLDING_LOCK=$lock_n "$bin" bench "${run[@]}" --ops "$ops" --history "$dir/h$c.bin" > "$dir/c$c.err" 2>&1 &
+    elif [ $c = 2 ]; then
+      "$bin" bench "${run[@]}" --ops "$victim_ops" --history "$dir/h$c.bin" > "$dir/c$c.err" 2>&1 &
     else
       "$bin" bench "${run[@]}" --ops "$ops" --history "$dir/h$c.bin" > "$dir/c$c.err" 2>&1 &
     fi
