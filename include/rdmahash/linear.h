@@ -128,8 +128,8 @@
 // Safety mechanisms (each one is removed by a mutant of tests/mutants/linear.json, which the tests
 // must kill: scripts/mutants.sh, docs/testing.md)
 //  * check word: readers accept an inline record only if `check` matches (linear-inline-consistent-true);
-//    it covers every value word (linear-check-skips-a-value-word) and the version
-//    (linear-check-ignores-version); heap records: the record's key (linear-heap-record-key-check)
+//    it covers every value word (linear-check-skips-a-value-word); heap records: the record's key
+//    (linear-heap-record-key-check)
 //  * lock bit: update CASes LOCK on before rewriting (linear-update-no-lock); unlock: update's and
 //    insert's ctrl WRITE clears it (linear-update-unlock-keeps-lock, linear-insert-publish-keeps-lock)
 //  * publish fence: the unlocking ctrl WRITE is fenced after the payload WRITE of its batch

@@ -45,15 +45,15 @@ uint64_t KeySpace::key(uint64_t i) const {
 void fill_value(uint64_t key, std::span<std::byte> out) {
   uint64_t s = key;
   for (size_t i = 0; i < out.size(); i += 8) {
-    s = hash::mix64(s + kValueStep);
+    s = hash::mix64(s + 0x2545F4914F6CDD1DULL);
     std::memcpy(out.data() + i, &s, std::min<size_t>(8, out.size() - i));
   }
 }
 
-bool value_matches_any(uint64_t key, std::span<const std::byte> value) {
+bool value_matches(uint64_t key, std::span<const std::byte> value) {
   uint64_t s = key;
   for (size_t i = 0; i < value.size(); i += 8) {
-    s = hash::mix64(s + kValueStep);
+    s = hash::mix64(s + 0x2545F4914F6CDD1DULL);
     if (value.size() - i >= 8) {
       uint64_t w;
       std::memcpy(&w, value.data() + i, 8);
