@@ -64,7 +64,7 @@ std::vector<std::pair<uint64_t, std::vector<std::byte>>> scan(const LinearConfig
                                                               std::vector<std::string>& errors) {
   std::vector<std::pair<uint64_t, std::vector<std::byte>>> out;
   const uint32_t sb = c.slot_bytes();
-  const record::Layout l(c.key_bytes, c.value_bytes, 0, record::CheckFn::kMultiplyShift);  // linear's (linear_table.cpp)
+  const record::Layout l(c.key_bytes, c.value_bytes);
   for (uint64_t s = 0; s < c.total_slots(); ++s) {
     const std::byte* slot = region.data() + sizeof(ShardHeader) + s * sb;
     const uint64_t w = record::load64(slot);

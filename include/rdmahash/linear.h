@@ -17,9 +17,7 @@
 //        bit 63 OCC (never cleared) | bit 62 LOCK | bit 61 DEL (tombstone) |
 //        bits 32..60 version (29 bits, wraps) | bits 0..31 the key (4-byte keys) or a 32-bit
 //        fingerprint of the key (8-byte keys).
-//    check = hash(version, key, value): vector multiply-shift, strongly universal, so a torn read
-//    (a tuple of words no single write produced) passes with probability 2^-64 (schemes/record.h,
-//    CheckFn::kMultiplyShift). Keys: 4-byte (< 2^32) or 8-byte (any value).
+//    check = hash(version, key, value). Keys: 4-byte (< 2^32) or 8-byte (any value).
 //
 // Publication protocol (inline records): a writer owns a slot only while LOCK is set.
 //   insert: CAS ctrl 0 → OCC|LOCK|v0|kbits ; WRITE key,value,check(v1) + fence + WRITE ctrl OCC|v1|kbits
@@ -128,8 +126,7 @@
 // Safety mechanisms (each one is removed by a mutant of tests/mutants/linear.json, which the tests
 // must kill: scripts/mutants.sh, docs/testing.md)
 //  * check word: readers accept an inline record only if `check` matches (linear-inline-consistent-true);
-//    it covers every value word (linear-check-skips-a-value-word); heap records: the record's key
-//    (linear-heap-record-key-check)
+//    heap records: the record's key (linear-heap-record-key-check)
 //  * lock bit: update CASes LOCK on before rewriting (linear-update-no-lock); unlock: update's and
 //    insert's ctrl WRITE clears it (linear-update-unlock-keeps-lock, linear-insert-publish-keeps-lock)
 //  * publish fence: the unlocking ctrl WRITE is fenced after the payload WRITE of its batch

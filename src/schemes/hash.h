@@ -6,7 +6,7 @@
 namespace rdmahash::hash {
 
 // splitmix64's finalizer: a bijective 64-bit mixer with full avalanche.
-constexpr uint64_t mix64(uint64_t x) {
+inline uint64_t mix64(uint64_t x) {
   x ^= x >> 30;
   x *= 0xBF58476D1CE4E5B9ULL;
   x ^= x >> 27;

@@ -62,13 +62,9 @@ using record::make_ctrl;
 using record::store64;
 using record::version_of;
 
-// Inline slots and heap records use the shared record format (schemes/record.h) with the
-// multiply-shift check word (record::CheckFn::kMultiplyShift: why it detects torn reads as the
-// chained mix64 does, at about a quarter of the latency). Every writer and reader of a linear
-// table — clients, LinearShardLoader, LinearLockSweeper, linear_heap_record — builds this layout.
+// Inline slots and heap records use the shared record format (schemes/record.h).
 struct InlineLayout : record::Layout {
-  explicit InlineLayout(const LinearConfig& c)
-      : record::Layout(c.key_bytes, c.value_bytes, 0, record::CheckFn::kMultiplyShift) {}
+  explicit InlineLayout(const LinearConfig& c) : record::Layout(c.key_bytes, c.value_bytes) {}
 };
 
 // The key stored in a published inline slot.
