@@ -10,7 +10,8 @@
 #        noisy for comparing binaries; DA="off on" picks the client paths)
 # Summary on stdout, per direct access, load and binary: median M ops/s of get and raw-read and
 # their ratio (the target: >= 0.9 at load 0.5, >= 0.85 at 0.8), median client CPU ns/op of both
-# and raw/get, and RT, requests and bytes per get (which must not differ between binaries).
+# with raw/get and get - raw, and RT, requests and bytes per get (which must not differ between
+# binaries). Compare binaries built the same way: code layout alone moves raw-read by a few ns/op.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: $0 BIN [BIN...]" >&2; exit 2; }
