@@ -627,6 +627,26 @@ void test_readv(Ctx& c) {
                "a READ outside the region fails alone; the other 40 are coalesced and land");
   }
 
+  {
+    // A fenced request behind one that failed validation is not performed (post()'s rule), also
+    // when its node's other requests are coalesced.
+    const uint64_t z = c.lay.priv + uint64_t{c.me} * 128 + 120;
+    uint64_t v1 = 0xF1F1 + c.me, v2 = 0xF2F2 + c.me, sink = 0, r1 = 0, now = 0;
+    std::vector<Request> b{read_req(n, c.lay.region, &sink, 8), write_req(n, z, &v1, 8),
+                           read_req(n, c.lay.read_area, &r1, 8), write_req(n, z, &v2, 8)};
+    b[3].fence = true;
+    bool threw = false;
+    try {
+      t->execute(b);
+    } catch (const FabricError&) {
+      threw = true;
+    }
+    run({read_req(n, z, &now, 8), read_req(n, c.lay.read_area, &r1, 8)}, 2, 1, "reading the fenced word back");
+    c.ck.check(threw && b[0].status == ReqStatus::kFailed && b[1].status == ReqStatus::kOk && b[2].status == ReqStatus::kOk &&
+                   b[3].status == ReqStatus::kFailed && now == v1,
+               "a fenced WRITE behind a READ that failed validation is not performed; the others are");
+  }
+
   // Posting order (fences, fabric.h): a mixed batch to one word — WRITE, a fenced WRITE of the
   // same word, CASes that succeed and fail, an FAA, fenced READs — against a std oracle that
   // performs the batch in batch order. Performed in any other order the old values differ.

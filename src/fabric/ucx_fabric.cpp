@@ -72,27 +72,45 @@
 //       keep the UCX path and only READ/WRITE go direct. A plain store racing with a NIC atomic on
 //       the same word is no different from an RDMA PUT racing with it (the schemes never WRITE a
 //       word others CAS concurrently without owning it), and an aligned 8-byte load sees either value.
-// * Read coalescing (config.read_coalescing, ReadCoalescing in ucx_fabric.h; kAuto = on when every
-//   transport is TCP). Over TCP UCX emulates each ucp_get with an active message that the memory
-//   node's CPU answers: per 64-byte READ one sendto each way and ~6 µs of kernel CPU on each side.
-//   When a batch's requests to a node are all READs, none fenced, at least 2 (at most
-//   kMaxReadvRanges, kMaxReadvBytes in all) and the node is not mapped for direct access, execute()
-//   sends them as ONE kAmReadv message instead (coalesce(), post_readv()); the memory node's
-//   on_readv() checks every range against its region (the bound an rkey enforces; a bad range
-//   refuses the whole message: those READs fail with FabricError, the memory node goes on),
-//   copies the ranges word-wise into one reply (the atomicity of a GET the target's CPU emulates:
-//   aligned 8-byte words, no more — what the schemes' check words assume anyway), and the client
-//   scatters the reply into the READs' buffers. Sound because READs of one batch are unordered with
-//   respect to each other (fabric.h); a WRITE, CAS, FAA or RPC to the node, or a fence, keeps every
-//   request of the batch to that node on the per-operation path, whose ordering (one endpoint, in
-//   posting order, ucp_worker_fence) is unchanged. A coalesced READ's status is its message's:
-//   all of them landed or none is valid. Counters count requests as before (engine RT/op,
-//   requests/op, bytes/op do not change); FabricCounters::coalesced_* say what was coalesced.
-//   Access: the memory node accepts kAmReadv from any endpoint that reaches its worker, exactly as
-//   it accepts UCX's own emulated GETs over TCP (which check no rkey at the target) and kAmRpc: a
-//   `serve` client learns the worker address only from the sealed welcome that also carries the
-//   rkey (docs/security.md), an mpirun rank from MPI. A readv can read nothing a READ through the
-//   rkey could not: only [0, region_bytes) of the region.
+// * Coalescing (config.read_coalescing, ReadCoalescing in ucx_fabric.h, --read-coalescing; kAuto =
+//   on when every transport is TCP). Over TCP UCX emulates each ucp_get, ucp_put and ucp_atomic
+//   with an active message that the memory node's CPU answers: per request one sendto each way and
+//   ~6 µs of kernel CPU on each side. When a batch sends a node at least 2 requests (at most
+//   kMaxOpvOps, kMaxOpvBytes each way), no RPC, and the node is not mapped for direct access,
+//   execute() sends its READs, WRITEs, CASes and FAAs — fenced or not — as ONE kAmOpv message
+//   (coalesce(), post_opv()) and the memory node's on_opv() answers with one reply.
+//     Order: on_opv() performs the requests in posting (batch) order, each completely before the
+//   next, so every fence of fabric.h holds trivially (a fenced request is performed after all
+//   earlier requests of the batch to that node) and so does every order the per-operation path
+//   keeps. An RPC to the node keeps all of the batch's requests to that node on the per-operation
+//   path (its handler runs in its own message; its order with the others stays the one that path
+//   gives). A fenced request behind one that failed validation is not posted, as in post().
+//     Atomicity: CAS/FAA run as seq_cst __atomic compare-exchange / fetch-add on the 8-byte-aligned
+//   word, so they are atomic with respect to every other accessor that may reach the word
+//   concurrently: other messages and UCX's own emulated AMOs over TCP (this worker runs its
+//   callbacks one at a time; UCX's AM atomics are ucs_atomic_* on this CPU too), and clients on this
+//   host that map the region (direct access: CPU atomics, lock cmpxchg / lock xadd). A NIC's device
+//   atomics are not in that list, but coalescing runs only where every transport is TCP, and direct
+//   atomics only when every atomic of the job is a CPU atomic (above). READ/WRITE bytes are copied
+//   word-wise with relaxed atomic loads/stores (aligned 8-byte words never torn, tails byte-wise):
+//   what the per-operation path over TCP gives and the schemes' check words assume.
+//     Checks: on_opv() checks every request before performing any (the bound an rkey enforces:
+//   [offset, offset + len) inside [0, region_bytes); CAS/FAA 8-byte aligned; a known kind; the
+//   WRITE payloads exactly the bytes after the descriptors; reply within kMaxOpvBytes). One bad
+//   request refuses the whole message: nothing is performed, those requests fail with FabricError,
+//   the memory node goes on.
+//     Outcome (fabric.h): a coalesced request's status is its message's — all completed (kOk: its
+//   effect happened, READ bytes and old values are in) or none did. A refused message: kFailed
+//   (nothing happened). A message whose send failed or whose reply was lost or malformed: READs
+//   kFailed (no valid bytes, as a failed ucp_get), WRITE/CAS/FAA kUnknown (performed or not).
+//   No flush follows a coalesced WRITE: the reply comes after the memory node performed it.
+//     Counters count requests as before (engine RT/op, requests/op, bytes/op do not change with
+//   coalescing on or off); FabricCounters::coalesced_* say what was coalesced.
+//     Access: the memory node accepts kAmOpv from any endpoint that reaches its worker, exactly as
+//   it accepts UCX's own emulated GET/PUT/AMO over TCP (which check no rkey at the target) and
+//   kAmRpc: a `serve` client learns the worker address only from the sealed welcome that also
+//   carries the rkey (docs/security.md), an mpirun rank from MPI. A message can do nothing a
+//   request through the rkey could not: only [0, region_bytes) of the region.
 // * Destruction: close every endpoint in FLUSH mode while progressing, then a non-blocking MPI
 //   barrier while still progressing (a peer may need our progress to finish its own flushes,
 //   e.g. over TCP), then unmap the region and destroy worker and context. When the destructor
@@ -106,11 +124,15 @@
 //   kAmReply  memory node -> client. header ReplyHeader {u64 req_id; u32 status; u32 reserved}
 //             (16 B); data = reply bytes (status kOk) or an error message (other statuses).
 //   kAmDone   client -> memory node. header DoneHeader {u32 src_rank; u32 reserved} (8 B); no data.
-//   kAmReadv  client -> memory node (UCP_AM_SEND_FLAG_REPLY | EAGER). header ReadvHeader {u64 req_id;
-//             u32 count; u32 reserved} (16 B); data = count x ReadvRange {u64 offset; u32 len; u32
-//             reserved} (16 B each; offsets relative to the region). Answered with kAmReply: status
-//             kOk and the ranges' bytes concatenated in order, or kRpcBadRequest and a message (a
-//             range outside the region, too many ranges or bytes, ranges sent by rendezvous).
+//   kAmOpv    client -> memory node (UCP_AM_SEND_FLAG_REPLY | EAGER). header OpvHeader {u64 req_id;
+//             u32 count; u32 reserved} (16 B); data = count x OpvOp {u64 offset; u32 len; u8 kind
+//             (ReqKind: READ 0, WRITE 1, CAS 2, FAA 3); u8 reserved[3]; u64 operand (CAS compare,
+//             FAA addend); u64 swap (CAS)} (32 B each; offsets relative to the region), then the
+//             WRITEs' payloads concatenated in order. Answered with kAmReply: status kOk and, in
+//             request order, each READ's bytes and each CAS/FAA's old value (8 B); or
+//             kRpcBadRequest and a message (a request outside the region, a misaligned atomic, an
+//             unknown kind, payload bytes that do not match, too many requests or bytes, data sent
+//             by rendezvous), nothing performed.
 //
 // Threading: the worker is single-threaded. connect() may be called from any thread, but every
 // Transport of one UcxFabric, serve() and client_done() must be used from one thread at a time.
