@@ -896,10 +896,13 @@ int main(int argc, char** argv) {
     std::atomic<bool> stop_helper{false};
     uint64_t helper_wins = 0;
     std::thread helper;
+    cpu_set_t saved_cpus;
+    CPU_ZERO(&saved_cpus);
     if (g_expect_readv && f.is_memory_node()) {
       auto region = f.local_region(static_cast<uint32_t>(f.rank()));
       // Two CPUs: the serving thread on one, the incrementing thread on the other, so that they
       // overlap while the memory node performs a chain (clients wait in event mode, sleeping).
+      sched_getaffinity(0, sizeof saved_cpus, &saved_cpus);
       if (std::thread::hardware_concurrency() >= 2) {
         cpu_set_t set;
         CPU_ZERO(&set);
@@ -937,6 +940,7 @@ int main(int argc, char** argv) {
       stop_helper = true;
       helper.join();
       setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 0);
+      if (CPU_COUNT(&saved_cpus) > 0) sched_setaffinity(0, sizeof saved_cpus, &saved_cpus);
       uint64_t v = 0, client_wins = 0;
       std::memcpy(&v, f.local_region(static_cast<uint32_t>(f.rank())).data() + contested_word(lay), 8);
       std::memcpy(&client_wins, f.local_region(static_cast<uint32_t>(f.rank())).data() + contested_wins(lay), 8);
