@@ -4,8 +4,9 @@ command twice, with --direct-access on and off, and checks that every point repo
 round trips, requests, bytes, chunks and outcomes per operation (one client: the workload and the
 batching are deterministic, so the figures must be identical, not merely close).
 
-The same for --read-coalescing on/off (`--option read-coalescing`): coalescing READs into one
-message changes the messages on the wire, never what the engine counts per operation.
+The same for --read-coalescing on/off (`--option read-coalescing`): coalescing a batch's one-sided
+requests to a node into one message changes the messages on the wire, never what the engine counts
+per operation.
 
 usage: direct_access_counters.py [--option direct-access|read-coalescing] -- COMMAND...
        (COMMAND without that option and --json)"""

@@ -11,6 +11,10 @@
 // rank counts passed/failed checks; rank 0 prints the sum, and the exit status is non-zero if any
 // check failed anywhere.
 #include <mpi.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -21,7 +25,9 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
+#include <atomic>
 
 #include "rdmahash/ucx_fabric.h"
 #include "fabric/ucx_internal.h"
@@ -516,11 +522,19 @@ void check_persisted(Ctx& c, Counted& t, const std::vector<uint64_t>& wins) {
   }
 }
 
-// Read coalescing (--read-coalescing on, run with UCX_TLS=tcp and --expect-readv): which batches
-// go as one kAmReadv message (the transport's coalesced_* counters against the rule: all READs to
-// a node, none fenced, at least 2), that their data is right, and that a memory node refuses a
-// message with a range outside its region with an error instead of reading it.
+// Coalescing (--read-coalescing on, run with UCX_TLS=tcp and --expect-readv): which batches go
+// as one kAmOpv message (the transport's coalesced_* counters against the rule: every READ, WRITE,
+// CAS, FAA of the batch to a node, fenced or not, unless an RPC goes there too; at least 2), that
+// their data and old values are right (a std oracle performing the batch in posting order), and
+// that a memory node refuses a message with a request outside its region or a misaligned atomic
+// with an error instead of performing any of it.
 bool g_expect_readv = false;
+// Contested CAS counter (test_opv_cas_counter): the word, the clients' "finished" FAA word, and
+// how many increments each client makes.
+uint64_t contested_word(const Layout& lay) { return lay.counter + 8; }
+uint64_t contested_done(const Layout& lay) { return lay.counter + 16; }
+uint64_t contested_wins(const Layout& lay) { return lay.counter + 24; }  // the clients' increments (FAA)
+constexpr uint64_t kContestedPerClient = 4000;
 
 void test_readv(Ctx& c) {
   auto t = c.f.connect();
@@ -536,25 +550,25 @@ void test_readv(Ctx& c) {
   }
   auto data_ok = [&](const std::vector<Request>& b) {
     for (const Request& r : b) {
-      if (r.kind != ReqKind::kRead) continue;
+      if (r.kind != ReqKind::kRead || r.addr.offset < c.lay.read_area || r.addr.offset >= c.lay.read_area + kReadBytes) continue;
       const auto* got = static_cast<const std::byte*>(r.buf);
       for (uint32_t j = 0; j < r.len; ++j)
         if (got[j] != read_byte(r.addr.node, r.addr.offset - c.lay.read_area + j)) return false;
     }
     return true;
   };
-  auto run = [&](std::vector<Request> b, uint64_t want_reads, uint64_t want_msgs, const std::string& what) {
+  auto run = [&](std::vector<Request> b, uint64_t want_reqs, uint64_t want_msgs, const std::string& what) {
     for (const Request& r : b)
       if (r.kind == ReqKind::kRead && r.len) std::memset(r.buf, 0, r.len);
     const FabricCounters before = t->counters();
     t->execute(b);
     const FabricCounters& after = t->counters();
-    const uint64_t got_reads = after.coalesced_reads - before.coalesced_reads;
+    const uint64_t got_reqs = after.coalesced_requests - before.coalesced_requests;
     const uint64_t got_msgs = after.coalesced_messages - before.coalesced_messages;
     c.ck.check(data_ok(b), what + ": every READ returned the region's bytes");
-    c.ck.check(got_reads == want_reads && got_msgs == want_msgs,
-               what + ": " + std::to_string(got_reads) + " coalesced READs in " + std::to_string(got_msgs) +
-                   " messages, expected " + std::to_string(want_reads) + " in " + std::to_string(want_msgs));
+    c.ck.check(got_reqs == want_reqs && got_msgs == want_msgs,
+               what + ": " + std::to_string(got_reqs) + " coalesced requests in " + std::to_string(got_msgs) +
+                   " messages, expected " + std::to_string(want_reqs) + " in " + std::to_string(want_msgs));
   };
   run(reads, 40, 1, "40 READs to one node");
   run({reads[0], reads[1]}, 2, 1, "2 READs");
@@ -568,21 +582,28 @@ void test_readv(Ctx& c) {
   {
     auto b = reads;
     b[7].fence = true;
-    run(b, 0, 0, "READs, one fenced");
+    run(b, 40, 1, "READs, one fenced");
   }
   uint64_t word = 0x5eed0000 + c.me;
   const uint64_t w = c.lay.priv + uint64_t{c.me} * 128 + 96;
   {
     auto b = reads;
     b.push_back(write_req(n, w, &word, 8));
-    run(b, 0, 0, "READs and a WRITE to the same node");
+    run(b, 41, 1, "READs and a WRITE to the same node");
   }
   {
     uint64_t old = 0;
     auto b = reads;
     b.push_back(faa_req(n, w, 0, &old));
-    run(b, 0, 0, "READs and an FAA to the same node");
+    run(b, 41, 1, "READs and an FAA to the same node");
     c.ck.check(old == word, "the FAA of that batch saw the earlier WRITE");
+  }
+  {
+    std::vector<std::byte> reply;
+    uint64_t payload = 7;
+    auto b = reads;
+    b.push_back(rpc_req(n, kRpcEcho, &payload, 8, &reply));
+    run(b, 0, 0, "READs and an RPC to the same node (per-operation path)");
   }
   {
     // A READ that fails validation fails alone; the others are still coalesced and land.
@@ -602,29 +623,158 @@ void test_readv(Ctx& c) {
     for (size_t i = 0; i < b.size(); ++i)
       if (i != 3) statuses = statuses && b[i].status == ReqStatus::kOk;
     b.erase(b.begin() + 3);
-    c.ck.check(threw && statuses && data_ok(b) && t->counters().coalesced_reads - before.coalesced_reads == 40,
+    c.ck.check(threw && statuses && data_ok(b) && t->counters().coalesced_requests - before.coalesced_requests == 40,
                "a READ outside the region fails alone; the other 40 are coalesced and land");
   }
-  // The memory node's own bound check (a client's range checks bypassed).
-  const auto good = detail::raw_readv(*t, n, {{c.lay.read_area + 3, 5}, {c.lay.read_area + 100, 8}});
-  bool ok = good.size() == 13;
-  for (size_t j = 0; j < 5 && ok; ++j) ok = good[j] == read_byte(n, 3 + j);
-  for (size_t j = 0; j < 8 && ok; ++j) ok = good[5 + j] == read_byte(n, 100 + j);
-  c.ck.check(ok, "a raw readv returns the bytes of its ranges in order");
-  auto refused = [&](const std::vector<std::pair<uint64_t, uint32_t>>& ranges, const std::string& want, const std::string& what) {
+
+  {
+    // A fenced request behind one that failed validation is not performed (post()'s rule), also
+    // when its node's other requests are coalesced.
+    const uint64_t z = c.lay.priv + uint64_t{c.me} * 128 + 120;
+    uint64_t v1 = 0xF1F1 + c.me, v2 = 0xF2F2 + c.me, sink = 0, r1 = 0, now = 0;
+    std::vector<Request> b{read_req(n, c.lay.region, &sink, 8), write_req(n, z, &v1, 8),
+                           read_req(n, c.lay.read_area, &r1, 8), write_req(n, z, &v2, 8)};
+    b[3].fence = true;
+    bool threw = false;
     try {
-      detail::raw_readv(*t, n, ranges);
+      t->execute(b);
+    } catch (const FabricError&) {
+      threw = true;
+    }
+    run({read_req(n, z, &now, 8), read_req(n, c.lay.read_area, &r1, 8)}, 2, 1, "reading the fenced word back");
+    c.ck.check(threw && b[0].status == ReqStatus::kFailed && b[1].status == ReqStatus::kOk && b[2].status == ReqStatus::kOk &&
+                   b[3].status == ReqStatus::kFailed && now == v1,
+               "a fenced WRITE behind a READ that failed validation is not performed; the others are");
+  }
+
+  // Posting order (fences, fabric.h): a mixed batch to one word — WRITE, a fenced WRITE of the
+  // same word, CASes that succeed and fail, an FAA, fenced READs — against a std oracle that
+  // performs the batch in batch order. Performed in any other order the old values differ.
+  const uint64_t x = c.lay.priv + uint64_t{c.me} * 128 + 104;  // this client's word
+  for (int round = 0; round < 3; ++round) {
+    const uint64_t base = 0x1000 * (round + 1) + c.me;
+    uint64_t v1 = base, v2 = base + 100, got1 = 0, got2 = 0, got3 = 0;
+    uint64_t cas_ok = 0, cas_bad = 0, faa_old = 0;
+    std::vector<Request> b{write_req(n, x, &v1, 8), write_req(n, x, &v2, 8),
+                           cas_req(n, x, base + 100, base + 200, &cas_ok), read_req(n, x, &got1, 8),
+                           cas_req(n, x, base + 100, base + 999, &cas_bad), faa_req(n, x, 5, &faa_old),
+                           read_req(n, x, &got2, 8), read_req(n, c.lay.read_area, &got3, 8)};
+    for (size_t i = 1; i < b.size(); ++i) b[i].fence = true;
+    b.back().fence = false;  // unordered with the rest: a different word
+    // Oracle: the batch in posting order on a std::map of words.
+    std::map<uint64_t, uint64_t> mem{{x, 0}};
+    std::vector<uint64_t> want_old;
+    std::vector<uint64_t> want_read;
+    for (const Request& r : b) {
+      if (r.addr.offset != x) continue;
+      uint64_t& m = mem[x];
+      if (r.kind == ReqKind::kWrite) std::memcpy(&m, r.buf, 8);
+      else if (r.kind == ReqKind::kRead) want_read.push_back(m);
+      else if (r.kind == ReqKind::kCas) { want_old.push_back(m); if (m == r.compare) m = r.swap; }
+      else if (r.kind == ReqKind::kFaa) { want_old.push_back(m); m += r.compare; }
+    }
+    std::byte want3[8];
+    for (uint64_t j = 0; j < 8; ++j) want3[j] = read_byte(n, j);
+    run(b, b.size(), 1, "a fenced mixed batch (round " + std::to_string(round) + ")");
+    c.ck.check(cas_ok == want_old[0] && cas_bad == want_old[1] && faa_old == want_old[2] && got1 == want_read[0] &&
+                   got2 == want_read[1] && std::memcmp(&got3, want3, 8) == 0,
+               "a fenced mixed batch is performed in posting order: CAS olds " + std::to_string(cas_ok) + "/" +
+                   std::to_string(cas_bad) + ", FAA old " + std::to_string(faa_old) + ", READs " + std::to_string(got1) +
+                   "/" + std::to_string(got2) + " (oracle " + std::to_string(want_old[0]) + "/" + std::to_string(want_old[1]) +
+                   ", " + std::to_string(want_old[2]) + ", " + std::to_string(want_read[0]) + "/" + std::to_string(want_read[1]) + ")");
+    uint64_t now = 0;
+    run({read_req(n, x, &now, 8), read_req(n, c.lay.read_area, &got3, 8)}, 2, 1, "reading the word back");
+    c.ck.check(now == mem[x], "the word holds the oracle's final value after the batch");
+  }
+
+  // The memory node's own checks (the client's bounds and alignment checks bypassed).
+  {
+    std::byte got[13];
+    std::vector<Request> ok_reqs{read_req(n, c.lay.read_area + 3, got, 5), read_req(n, c.lay.read_area + 100, got + 5, 8)};
+    detail::raw_opv(*t, n, ok_reqs);
+    bool ok = true;
+    for (size_t j = 0; j < 5 && ok; ++j) ok = got[j] == read_byte(n, 3 + j);
+    for (size_t j = 0; j < 8 && ok; ++j) ok = got[5 + j] == read_byte(n, 100 + j);
+    c.ck.check(ok, "a raw message returns the bytes of its READs in order");
+  }
+  const uint64_t y = c.lay.priv + uint64_t{c.me} * 128 + 112;  // written first by every refused message
+  uint64_t y0 = 0x77770000 + c.me, scratch = 0, old = 0;
+  run({write_req(n, y, &y0, 8), read_req(n, c.lay.read_area, &scratch, 8)}, 2, 1, "setting the refusal witness");
+  auto refused = [&](Request bad, const std::string& want, const std::string& what) {
+    uint64_t other = 0xBAD0BAD0;
+    std::vector<Request> b{write_req(n, y, &other, 8), bad};
+    try {
+      detail::raw_opv(*t, n, b);
       c.ck.check(false, what + ": the memory node answered instead of refusing");
     } catch (const FabricError& e) {
       c.ck.check(std::string(e.what()).find(want) != std::string::npos, what + ": refused with '" + e.what() + "'");
     }
+    uint64_t now = 0;
+    run({read_req(n, y, &now, 8), read_req(n, c.lay.read_area, &scratch, 8)}, 2, 1, "reading the witness");
+    c.ck.check(now == y0, what + ": nothing of the refused message was performed (its WRITE did not land)");
   };
-  refused({{c.lay.read_area, 8}, {c.lay.region - 4, 8}}, "outside the region", "a range crossing the region's end");
-  refused({{uint64_t{1} << 40, 8}}, "outside the region", "a range far outside the region");
-  refused({{c.lay.read_area, 8}, {~uint64_t{0} - 2, 8}}, "outside the region", "a range whose end wraps around");
-  refused({}, "0 ranges", "no range");
+  refused(read_req(n, c.lay.region - 4, &scratch, 8), "outside the region", "a READ crossing the region's end");
+  refused(read_req(n, uint64_t{1} << 40, &scratch, 8), "outside the region", "a READ far outside the region");
+  refused(read_req(n, ~uint64_t{0} - 2, &scratch, 8), "outside the region", "a READ whose end wraps around");
+  refused(write_req(n, c.lay.region - 4, &scratch, 8), "outside the region", "a WRITE crossing the region's end");
+  refused(cas_req(n, c.lay.region, 0, 1, &old), "outside the region", "a CAS at the region's end");
+  refused(faa_req(n, ~uint64_t{0} - 7, 1, &old), "outside the region", "an FAA near 2^64");
+  refused(cas_req(n, c.lay.priv + 4, 0, 1, &old), "not 8-byte aligned", "a misaligned CAS");
+  refused(faa_req(n, c.lay.priv + 12, 1, &old), "not 8-byte aligned", "a misaligned FAA");
+  {
+    Request rpc = rpc_req(n, kRpcEcho, nullptr, 0, nullptr);
+    refused(rpc, "cannot be coalesced", "an RPC inside a message");
+  }
+  try {
+    std::vector<Request> none;
+    detail::raw_opv(*t, n, none);
+    c.ck.check(false, "an empty message: the memory node answered instead of refusing");
+  } catch (const FabricError& e) {
+    c.ck.check(std::string(e.what()).find("0 requests") != std::string::npos, std::string("an empty message: refused with '") + e.what() + "'");
+  }
   // The connection stays healthy.
   run(reads, 40, 1, "40 READs after the refusals");
+}
+
+// Atomicity of a coalesced CAS against other accessors of the word: every client adds
+// kContestedPerClient to the contested word with CAS loops — chains of up to 512 CASes per message
+// (compare g+i, swap g+i+1: a chain goes on after an interfering increment) — while a thread of the
+// memory node's process (what a client with direct access is: CPU atomics on the region) adds 1
+// with a CPU CAS each time it sees the word change, i.e. right while the memory node performs a
+// chain. The memory node checks the word is exactly the sum of all successful increments: a CAS it
+// performed non-atomically (load, compare, store) overwrites some of the thread's.
+void test_opv_cas_counter(Ctx& c) {
+  auto t = c.f.connect();
+  const uint32_t n = 0;
+  const uint64_t w = contested_word(c.lay);
+  uint64_t guess = 0, scratch = 0, old = 0, wins = 0, messages = 0, interleaved = 0;
+  std::vector<uint64_t> olds(512);
+  const uint64_t before = t->counters().coalesced_messages;
+  // Until the thread was seen between two CASes of a chain often enough (a failure right after a
+  // success: only the thread can change the word there, the memory node performs a message at a
+  // time), or a bound on messages when it is not scheduled alongside.
+  while (wins < kContestedPerClient || (interleaved < 100 && messages < 1000)) {
+    std::vector<Request> b;
+    for (uint64_t i = 0; i < olds.size(); ++i) b.push_back(cas_req(n, w, guess + i, guess + i + 1, &olds[i]));
+    b.push_back(read_req(n, c.lay.read_area, &scratch, 8));
+    t->execute(b);
+    ++messages;
+    for (uint64_t i = 0; i < olds.size(); ++i) {
+      const bool won = olds[i] == guess + i;
+      wins += won;
+      interleaved += i > 0 && !won && olds[i - 1] == guess + i - 1;
+    }
+    const uint64_t last = olds.size() - 1;
+    guess = olds[last] == guess + last ? guess + last + 1 : olds[last];
+  }
+  std::vector<Request> fin{faa_req(n, contested_wins(c.lay), wins, &old), read_req(n, c.lay.read_area, &scratch, 8)};
+  t->execute(fin);
+  std::vector<Request> fin2{faa_req(n, contested_done(c.lay), 1, &old), read_req(n, c.lay.read_area, &scratch, 8)};
+  t->execute(fin2);
+  c.ck.check(t->counters().coalesced_messages - before == messages + 2, "every CAS chain went in one coalesced message");
+  std::printf("info: client %u: %llu CAS increments in %llu messages, the memory node's thread seen %llu times between two\n",
+              c.me, static_cast<unsigned long long>(wins), static_cast<unsigned long long>(messages),
+              static_cast<unsigned long long>(interleaved));
 }
 
 int parse_args(int argc, char** argv, UcxFabricConfig& cfg, int& iters) {
@@ -638,7 +788,10 @@ int parse_args(int argc, char** argv, UcxFabricConfig& cfg, int& iters) {
       const auto m = parse_read_coalescing(argv[++i]);
       if (!m) return 1;
       cfg.read_coalescing = *m;
-    } else if (a == "--expect-readv") g_expect_readv = true;
+    } else if (a == "--expect-readv") {
+      g_expect_readv = true;
+      cfg.client_wait = ClientWait::kEvent;  // leaves the CPUs to the memory node (test_opv_cas_counter)
+    }
     else return 1;
   }
   return 0;
@@ -734,10 +887,71 @@ int main(int argc, char** argv) {
       if (g_expect_readv) {
         ck.check(f.read_coalescing() == ReadCoalescing::kOn, "read coalescing is on");
         ck.run("readv", [&] { test_readv(c); });
+        ck.run("contested CAS counter", [&] { test_opv_cas_counter(c); });
       }
       f.client_done();
     }
+    // --expect-readv: a thread of the memory node increments the contested word with CPU atomics
+    // while clients increment it with coalesced CASes (test_opv_cas_counter), until they finish.
+    std::atomic<bool> stop_helper{false};
+    uint64_t helper_wins = 0;
+    std::thread helper;
+    cpu_set_t saved_cpus;
+    CPU_ZERO(&saved_cpus);
+    if (g_expect_readv && f.is_memory_node()) {
+      auto region = f.local_region(static_cast<uint32_t>(f.rank()));
+      // Two CPUs: the serving thread on one, the incrementing thread on the other, so that they
+      // overlap while the memory node performs a chain (clients wait in event mode, sleeping).
+      sched_getaffinity(0, sizeof saved_cpus, &saved_cpus);
+      if (std::thread::hardware_concurrency() >= 2) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(0, &set);
+        sched_setaffinity(0, sizeof set, &set);
+      }
+      // And ahead of other work on a shared machine (allowed to root only; best effort).
+      setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), -15);
+      helper = std::thread([&, region] {
+        if (std::thread::hardware_concurrency() >= 2) {
+          cpu_set_t set;
+          CPU_ZERO(&set);
+          CPU_SET(1, &set);
+          pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+        }
+        setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), -15);
+        std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(region.data() + contested_word(lay)));
+        std::atomic_ref<uint64_t> done(*reinterpret_cast<uint64_t*>(region.data() + contested_done(lay)));
+        while (!stop_helper.load() && word.load() == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        uint64_t seen = 0;  // the value after the thread's own last increment
+        while (!stop_helper.load() && done.load() < c.clients) {
+          uint64_t v = word.load();
+          if (v == seen) continue;  // wait for someone else's change
+          if (word.compare_exchange_strong(v, v + 1)) {
+            ++helper_wins;
+            seen = v + 1;
+          } else {
+            seen = 0;
+          }
+        }
+      });
+    }
     f.serve();  // memory nodes: blocks (event fd) until every client rank called client_done()
+    if (helper.joinable()) {
+      stop_helper = true;
+      helper.join();
+      setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 0);
+      if (CPU_COUNT(&saved_cpus) > 0) sched_setaffinity(0, sizeof saved_cpus, &saved_cpus);
+      uint64_t v = 0, client_wins = 0;
+      std::memcpy(&v, f.local_region(static_cast<uint32_t>(f.rank())).data() + contested_word(lay), 8);
+      std::memcpy(&client_wins, f.local_region(static_cast<uint32_t>(f.rank())).data() + contested_wins(lay), 8);
+      ck.check(client_wins >= uint64_t{c.clients} * kContestedPerClient, "memory node: every client made its CAS increments");
+      ck.check(v == helper_wins + client_wins,
+               "memory node: the contested word (" + std::to_string(v) + ") is the CPU thread's " + std::to_string(helper_wins) +
+                   " + the clients' " + std::to_string(client_wins) + " successful CAS increments");
+      ck.check(helper_wins > 0, "memory node: the CPU thread incremented the contested word concurrently");
+      std::printf("info: contested word %llu: CPU thread %llu increments, clients %llu\n", static_cast<unsigned long long>(v),
+                  static_cast<unsigned long long>(helper_wins), static_cast<unsigned long long>(client_wins));
+    }
 
     if (f.is_memory_node()) {
       const uint32_t node = static_cast<uint32_t>(f.rank());

@@ -113,9 +113,9 @@ struct FabricCounters {
   uint64_t batches = 0;
   uint64_t reads = 0, writes = 0, cas = 0, faa = 0, rpcs = 0;
   uint64_t bytes_read = 0, bytes_written = 0;  // payload bytes; atomics count 8 each way
-  // UCX over TCP (read coalescing, ucx_fabric.h): READs that travelled in a coalesced message, and
-  // those messages. Already counted in `reads` (a coalesced READ is still one request).
-  uint64_t coalesced_reads = 0, coalesced_messages = 0;
+  // UCX over TCP (coalescing, ucx_fabric.h): requests that travelled in a coalesced message, and
+  // those messages. Already counted above (a coalesced request is still one request).
+  uint64_t coalesced_requests = 0, coalesced_messages = 0;
   void add(const Request& r);
 };
 

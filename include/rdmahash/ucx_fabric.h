@@ -88,15 +88,18 @@ constexpr std::chrono::microseconds kDefaultClientSpin{20};
 constexpr std::chrono::milliseconds kClientSleepBound{1};
 ClientWait resolve_client_wait(ClientWait wait, const std::vector<std::string>& transports);
 
-// Whether a client sends the READs of one batch to one memory node as one active message
-// (kAmReadv, ucx_fabric.cpp) instead of one ucp_get each.
-//   kOn:   coalesce where it is sound: a batch's requests to a node (one that is not mapped for
-//          direct access) are all READs, none fenced, at least 2 of them.
-//   kOff:  one ucp_get per READ.
-//   kAuto: kOn when every transport is TCP (UCX then emulates each ucp_get with an active message
-//          that the memory node's CPU answers: one message per READ each way, a system call each;
-//          one message for the batch does the same work), else kOff (shared memory and RDMA have
-//          real one-sided READs that need no CPU at the memory node).
+// Whether a client sends the one-sided requests of one batch to one memory node (READ, WRITE, CAS,
+// FAA, fenced or not) as one active message (kAmOpv, ucx_fabric.cpp), which the memory node
+// performs in posting order and answers with one reply, instead of one UCX operation each. The
+// name (and --read-coalescing) is from when it covered READs only; it covers every one-sided request.
+//   kOn:   coalesce a batch's requests to a node (one that is not mapped for direct access) when
+//          there are at least 2 and none of them is an RPC (an RPC keeps the node's requests on the
+//          per-operation path).
+//   kOff:  one ucp_get / ucp_put / ucp_atomic_op per request.
+//   kAuto: kOn when every transport is TCP (UCX then emulates each one-sided operation with an
+//          active message that the memory node's CPU answers: one message per request each way, a
+//          system call each; one message for the batch does the same work), else kOff (shared
+//          memory and RDMA have real one-sided operations that need no CPU at the memory node).
 enum class ReadCoalescing { kAuto, kOn, kOff };
 const char* read_coalescing_name(ReadCoalescing mode);
 // The one place --read-coalescing's value is checked.
@@ -130,7 +133,7 @@ struct UcxFabricConfig {
   // from the transports of the UCX context.
   ClientWait client_wait = ClientWait::kAuto;
   std::chrono::microseconds client_spin = kDefaultClientSpin;
-  // Clients: READ coalescing over TCP (see ReadCoalescing); kAuto is resolved by create().
+  // Clients: coalescing of one-sided requests over TCP (see ReadCoalescing); kAuto is resolved by create().
   ReadCoalescing read_coalescing = ReadCoalescing::kAuto;
 };
 

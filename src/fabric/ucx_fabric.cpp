@@ -72,27 +72,45 @@
 //       keep the UCX path and only READ/WRITE go direct. A plain store racing with a NIC atomic on
 //       the same word is no different from an RDMA PUT racing with it (the schemes never WRITE a
 //       word others CAS concurrently without owning it), and an aligned 8-byte load sees either value.
-// * Read coalescing (config.read_coalescing, ReadCoalescing in ucx_fabric.h; kAuto = on when every
-//   transport is TCP). Over TCP UCX emulates each ucp_get with an active message that the memory
-//   node's CPU answers: per 64-byte READ one sendto each way and ~6 µs of kernel CPU on each side.
-//   When a batch's requests to a node are all READs, none fenced, at least 2 (at most
-//   kMaxReadvRanges, kMaxReadvBytes in all) and the node is not mapped for direct access, execute()
-//   sends them as ONE kAmReadv message instead (coalesce(), post_readv()); the memory node's
-//   on_readv() checks every range against its region (the bound an rkey enforces; a bad range
-//   refuses the whole message: those READs fail with FabricError, the memory node goes on),
-//   copies the ranges word-wise into one reply (the atomicity of a GET the target's CPU emulates:
-//   aligned 8-byte words, no more — what the schemes' check words assume anyway), and the client
-//   scatters the reply into the READs' buffers. Sound because READs of one batch are unordered with
-//   respect to each other (fabric.h); a WRITE, CAS, FAA or RPC to the node, or a fence, keeps every
-//   request of the batch to that node on the per-operation path, whose ordering (one endpoint, in
-//   posting order, ucp_worker_fence) is unchanged. A coalesced READ's status is its message's:
-//   all of them landed or none is valid. Counters count requests as before (engine RT/op,
-//   requests/op, bytes/op do not change); FabricCounters::coalesced_* say what was coalesced.
-//   Access: the memory node accepts kAmReadv from any endpoint that reaches its worker, exactly as
-//   it accepts UCX's own emulated GETs over TCP (which check no rkey at the target) and kAmRpc: a
-//   `serve` client learns the worker address only from the sealed welcome that also carries the
-//   rkey (docs/security.md), an mpirun rank from MPI. A readv can read nothing a READ through the
-//   rkey could not: only [0, region_bytes) of the region.
+// * Coalescing (config.read_coalescing, ReadCoalescing in ucx_fabric.h, --read-coalescing; kAuto =
+//   on when every transport is TCP). Over TCP UCX emulates each ucp_get, ucp_put and ucp_atomic
+//   with an active message that the memory node's CPU answers: per request one sendto each way and
+//   ~6 µs of kernel CPU on each side. When a batch sends a node at least 2 requests (at most
+//   kMaxOpvOps, kMaxOpvBytes each way), no RPC, and the node is not mapped for direct access,
+//   execute() sends its READs, WRITEs, CASes and FAAs — fenced or not — as ONE kAmOpv message
+//   (coalesce(), post_opv()) and the memory node's on_opv() answers with one reply.
+//     Order: on_opv() performs the requests in posting (batch) order, each completely before the
+//   next, so every fence of fabric.h holds trivially (a fenced request is performed after all
+//   earlier requests of the batch to that node) and so does every order the per-operation path
+//   keeps. An RPC to the node keeps all of the batch's requests to that node on the per-operation
+//   path (its handler runs in its own message; its order with the others stays the one that path
+//   gives). A fenced request behind one that failed validation is not posted, as in post().
+//     Atomicity: CAS/FAA run as seq_cst __atomic compare-exchange / fetch-add on the 8-byte-aligned
+//   word, so they are atomic with respect to every other accessor that may reach the word
+//   concurrently: other messages and UCX's own emulated AMOs over TCP (this worker runs its
+//   callbacks one at a time; UCX's AM atomics are ucs_atomic_* on this CPU too), and clients on this
+//   host that map the region (direct access: CPU atomics, lock cmpxchg / lock xadd). A NIC's device
+//   atomics are not in that list, but coalescing runs only where every transport is TCP, and direct
+//   atomics only when every atomic of the job is a CPU atomic (above). READ/WRITE bytes are copied
+//   word-wise with relaxed atomic loads/stores (aligned 8-byte words never torn, tails byte-wise):
+//   what the per-operation path over TCP gives and the schemes' check words assume.
+//     Checks: on_opv() checks every request before performing any (the bound an rkey enforces:
+//   [offset, offset + len) inside [0, region_bytes); CAS/FAA 8-byte aligned; a known kind; the
+//   WRITE payloads exactly the bytes after the descriptors; reply within kMaxOpvBytes). One bad
+//   request refuses the whole message: nothing is performed, those requests fail with FabricError,
+//   the memory node goes on.
+//     Outcome (fabric.h): a coalesced request's status is its message's — all completed (kOk: its
+//   effect happened, READ bytes and old values are in) or none did. A refused message: kFailed
+//   (nothing happened). A message whose send failed or whose reply was lost or malformed: READs
+//   kFailed (no valid bytes, as a failed ucp_get), WRITE/CAS/FAA kUnknown (performed or not).
+//   No flush follows a coalesced WRITE: the reply comes after the memory node performed it.
+//     Counters count requests as before (engine RT/op, requests/op, bytes/op do not change with
+//   coalescing on or off); FabricCounters::coalesced_* say what was coalesced.
+//     Access: the memory node accepts kAmOpv from any endpoint that reaches its worker, exactly as
+//   it accepts UCX's own emulated GET/PUT/AMO over TCP (which check no rkey at the target) and
+//   kAmRpc: a `serve` client learns the worker address only from the sealed welcome that also
+//   carries the rkey (docs/security.md), an mpirun rank from MPI. A message can do nothing a
+//   request through the rkey could not: only [0, region_bytes) of the region.
 // * Destruction: close every endpoint in FLUSH mode while progressing, then a non-blocking MPI
 //   barrier while still progressing (a peer may need our progress to finish its own flushes,
 //   e.g. over TCP), then unmap the region and destroy worker and context. When the destructor
@@ -106,11 +124,15 @@
 //   kAmReply  memory node -> client. header ReplyHeader {u64 req_id; u32 status; u32 reserved}
 //             (16 B); data = reply bytes (status kOk) or an error message (other statuses).
 //   kAmDone   client -> memory node. header DoneHeader {u32 src_rank; u32 reserved} (8 B); no data.
-//   kAmReadv  client -> memory node (UCP_AM_SEND_FLAG_REPLY | EAGER). header ReadvHeader {u64 req_id;
-//             u32 count; u32 reserved} (16 B); data = count x ReadvRange {u64 offset; u32 len; u32
-//             reserved} (16 B each; offsets relative to the region). Answered with kAmReply: status
-//             kOk and the ranges' bytes concatenated in order, or kRpcBadRequest and a message (a
-//             range outside the region, too many ranges or bytes, ranges sent by rendezvous).
+//   kAmOpv    client -> memory node (UCP_AM_SEND_FLAG_REPLY | EAGER). header OpvHeader {u64 req_id;
+//             u32 count; u32 reserved} (16 B); data = count x OpvOp {u64 offset; u32 len; u8 kind
+//             (ReqKind: READ 0, WRITE 1, CAS 2, FAA 3); u8 reserved[3]; u64 operand (CAS compare,
+//             FAA addend); u64 swap (CAS)} (32 B each; offsets relative to the region), then the
+//             WRITEs' payloads concatenated in order. Answered with kAmReply: status kOk and, in
+//             request order, each READ's bytes and each CAS/FAA's old value (8 B); or
+//             kRpcBadRequest and a message (a request outside the region, a misaligned atomic, an
+//             unknown kind, payload bytes that do not match, too many requests or bytes, data sent
+//             by rendezvous), nothing performed.
 //
 // Threading: the worker is single-threaded. connect() may be called from any thread, but every
 // Transport of one UcxFabric, serve() and client_done() must be used from one thread at a time.
@@ -146,12 +168,13 @@ namespace {
 constexpr uint16_t kAmRpc = 1;
 constexpr uint16_t kAmReply = 2;
 constexpr uint16_t kAmDone = 3;
-constexpr uint16_t kAmReadv = 4;
+constexpr uint16_t kAmOpv = 4;
 
-// Coalesced READs (kAmReadv): at most this many ranges and reply bytes per message. The client
-// coalesces only batches within both; a memory node refuses a message beyond either.
-constexpr uint32_t kMaxReadvRanges = 1024;
-constexpr uint64_t kMaxReadvBytes = uint64_t{1} << 20;
+// Coalesced requests (kAmOpv): at most this many requests, request bytes (descriptors and WRITE
+// payloads) and reply bytes (READ bytes and atomics' old values) per message. The client coalesces
+// only batches within all three; a memory node refuses a message beyond any.
+constexpr uint32_t kMaxOpvOps = 1024;
+constexpr uint64_t kMaxOpvBytes = uint64_t{1} << 20;
 
 // Upper bound on requests of one batch that are posted but not completed. Keeps UCX's internal
 // request pool and pending queues small for batches of thousands of requests.
@@ -172,18 +195,29 @@ struct DoneHeader {
   uint32_t src_rank;
   uint32_t reserved;
 };
-struct ReadvHeader {
+struct OpvHeader {
   uint64_t req_id;
   uint32_t count;
   uint32_t reserved;
 };
-struct ReadvRange {
+// One request of a kAmOpv message. kind: a ReqKind (READ, WRITE, CAS, FAA); len: READ/WRITE bytes
+// (8 for atomics); operand: CAS compare value, FAA addend; swap: CAS swap value.
+struct OpvOp {
   uint64_t offset;
   uint32_t len;
-  uint32_t reserved;
+  uint8_t kind;
+  uint8_t reserved[3];
+  uint64_t operand;
+  uint64_t swap;
 };
 static_assert(sizeof(RpcHeader) == 16 && sizeof(ReplyHeader) == 16 && sizeof(DoneHeader) == 8);
-static_assert(sizeof(ReadvHeader) == 16 && sizeof(ReadvRange) == 16);
+static_assert(sizeof(OpvHeader) == 16 && sizeof(OpvOp) == 32);
+
+// Bytes a request adds to a kAmOpv message (descriptor + WRITE payload) and to its reply.
+inline uint64_t opv_request_bytes(const Request& r) { return sizeof(OpvOp) + (r.kind == ReqKind::kWrite ? r.len : 0); }
+inline uint64_t opv_reply_bytes(const Request& r) {
+  return r.kind == ReqKind::kRead ? r.len : (r.kind == ReqKind::kCas || r.kind == ReqKind::kFaa) ? 8 : 0;
+}
 
 enum RpcStatus : uint32_t { kRpcOk = 0, kRpcNoHandler = 1, kRpcHandlerFailed = 2, kRpcBadRequest = 3 };
 
@@ -224,17 +258,18 @@ struct Slot {
   int pending = 0;         // completions still expected (RPC: send + reply)
   ucs_status_t status = UCS_OK;
   std::string error;       // RPC: error reported by the memory node
-  RpcHeader hdr{};         // RPC: must stay valid until the send completes (readv: hdr.req_id is its id)
-  // Read coalescing. A member READ's slot names its message (`group`, index into groups_); the
-  // message's slot (req == null) holds the members, the ranges sent and the header.
+  RpcHeader hdr{};         // RPC: must stay valid until the send completes (opv: hdr.req_id is its id)
+  // Coalescing. A member request's slot names its message (`group`, index into groups_); the
+  // message's slot (req == null) holds the members, the bytes sent and the header.
   int32_t group = -1;
   bool leader = false;                 // member that posts the message (the first one)
-  bool readv = false;                  // this slot is a coalesced message
-  std::vector<Request*> members;       // readv: the READs, in range order
-  std::vector<ReadvRange> ranges;      // readv: must stay valid until the send completes
-  ReadvHeader rhdr{};                  // readv
-  uint64_t total = 0;                  // readv: reply bytes expected
-  std::vector<std::byte> scratch;      // readv: a reply that arrives by rendezvous
+  bool opv = false;                    // this slot is a coalesced message
+  bool refused = false;                // opv: the memory node refused it (nothing was performed)
+  std::vector<Request*> members;       // opv: the requests, in posting (batch) order
+  std::vector<std::byte> body;         // opv: OpvOps then WRITE payloads; valid until the send completes
+  OpvHeader ohdr{};                    // opv
+  uint64_t total = 0;                  // opv: reply bytes expected
+  std::vector<std::byte> scratch;      // opv: a reply that arrives by rendezvous
 };
 
 // A reply being sent by a memory node; freed when the send completes.
@@ -265,10 +300,11 @@ class UcxTransport final : public Transport {
     if (s.error.empty()) s.error = std::move(message);
     complete_unit(s, UCS_ERR_REJECTED);
   }
-  // A coalesced message's reply (`len` bytes at `data`): scatters it into the members' buffers.
-  void readv_reply(Slot& g, const std::byte* data, size_t len);
-  // detail::raw_readv (tests): one message with the given ranges, no client-side checks.
-  std::vector<std::byte> raw_readv(uint32_t node, const std::vector<std::pair<uint64_t, uint32_t>>& ranges);
+  // A coalesced message's reply (`len` bytes at `data`): scatters it into the members' buffers
+  // (READ bytes, CAS/FAA old values).
+  void opv_reply(Slot& g, const std::byte* data, size_t len);
+  // detail::raw_opv (tests): one message with the given requests, no client-side checks.
+  void raw_opv(uint32_t node, std::span<Request> reqs);
 
  private:
   void validate(const Request& r) const;
@@ -277,9 +313,11 @@ class UcxTransport final : public Transport {
   bool goes_direct(const Request& r) const;
   void post(Slot& s);
   void post_flush(Slot& s);
-  void post_readv(Slot& g);
-  // Forms groups_: the READs of this batch that go to one memory node as one message.
+  void post_opv(Slot& g);
+  // Forms groups_: the requests of this batch that go to one memory node as one message.
   void coalesce(std::span<Request> batch);
+  // Appends `r` to message `g` (descriptor, WRITE payload, reply size).
+  static void add_member(Slot& g, Request& r);
   void settle(Slot& s, ucs_status_ptr_t sp);
 
   UcxFabricImpl& fabric_;
@@ -387,7 +425,7 @@ class UcxFabricImpl final : public UcxFabric {
   static void on_rpc_data(void* request, ucs_status_t status, size_t length, void* user_data);
   static ucs_status_t on_reply(void* arg, const void* header, size_t header_length, void* data, size_t length,
                                const ucp_am_recv_param_t* param);
-  static ucs_status_t on_readv(void* arg, const void* header, size_t header_length, void* data, size_t length,
+  static ucs_status_t on_opv(void* arg, const void* header, size_t header_length, void* data, size_t length,
                                const ucp_am_recv_param_t* param);
   static ucs_status_t on_done(void* arg, const void* header, size_t header_length, void* data, size_t length,
                               const ucp_am_recv_param_t* param);
@@ -754,7 +792,7 @@ void UcxFabricImpl::init_local() {
   set_am_handler(kAmRpc, &on_rpc);
   set_am_handler(kAmReply, &on_reply);
   set_am_handler(kAmDone, &on_done);
-  set_am_handler(kAmReadv, &on_readv);
+  set_am_handler(kAmOpv, &on_opv);
 
   if (is_memory_node()) {
     ucp_mem_map_params_t mp{};
@@ -1115,62 +1153,108 @@ ucs_status_t UcxFabricImpl::on_rpc(void* arg, const void* header, size_t header_
   return UCS_INPROGRESS;
 }
 
-// A coalesced READ (kAmReadv): every range is checked against the region as an rkey access would
-// be, then copied (word-wise, as a direct READ: no atomicity beyond aligned 8-byte words, like
-// UCX's own emulation of a GET) into one reply. Any bad range fails the whole message with
-// kRpcBadRequest: the client fails those READs (FabricError), nothing is copied.
-ucs_status_t UcxFabricImpl::on_readv(void* arg, const void* header, size_t header_length, void* data, size_t length,
-                                     const ucp_am_recv_param_t* param) {
+// A coalesced message (kAmOpv): every request is checked first, as an rkey access would be
+// (kind, [offset, offset + len) inside the region, CAS/FAA on an 8-byte-aligned word, the WRITE
+// payloads exactly the bytes that follow the descriptors); any bad one refuses the whole message
+// with kRpcBadRequest and nothing is performed (the client fails those requests, FabricError).
+// Then the requests are performed in posting order, each completely before the next (so a fenced
+// request follows every earlier one of its batch to this node, fabric.h), and the reply carries
+// the READ bytes and the CAS/FAA old values in that order. READ/WRITE copy word-wise with relaxed
+// atomic loads/stores (direct_access.h: aligned 8-byte words are never torn, as the schemes' check
+// words assume); CAS/FAA are seq_cst __atomic read-modify-writes, atomic with respect to every other
+// accessor of the word: UCX's own emulated AMOs (ucs_atomic_* on this CPU), CPU atomics of clients
+// that map this region (direct access) and other messages (this worker runs them one at a time).
+ucs_status_t UcxFabricImpl::on_opv(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                                   const ucp_am_recv_param_t* param) {
   auto* f = static_cast<UcxFabricImpl*>(arg);
-  if (header_length != sizeof(ReadvHeader) || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
-    std::fprintf(stderr, "ucx fabric: rank %d: dropping a malformed readv message\n", f->rank_);
+  if (header_length != sizeof(OpvHeader) || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
+    std::fprintf(stderr, "ucx fabric: rank %d: dropping a malformed coalesced message\n", f->rank_);
     return UCS_OK;
   }
-  ReadvHeader h;
+  OpvHeader h;
   std::memcpy(&h, header, sizeof h);
   auto* out = new OutgoingReply;
   out->hdr = {h.req_id, kRpcOk, 0};
   auto refuse = [&](const std::string& why) {
     out->hdr.status = kRpcBadRequest;
-    const std::string msg = "ucx fabric: memory node " + std::to_string(f->rank_) + " refused a coalesced READ: " + why;
+    const std::string msg = "ucx fabric: memory node " + std::to_string(f->rank_) + " refused a coalesced message: " + why;
     out->data.assign(reinterpret_cast<const std::byte*>(msg.data()), reinterpret_cast<const std::byte*>(msg.data() + msg.size()));
   };
   const uint64_t region = f->region_ != nullptr ? f->config_.region_bytes : 0;
   if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
-    refuse("its ranges did not arrive eagerly");
+    refuse("its requests did not arrive eagerly");
   } else if (!f->is_memory_node() || f->region_ == nullptr) {
     refuse("this process hosts no region");
-  } else if (h.count == 0 || h.count > kMaxReadvRanges || length != uint64_t{h.count} * sizeof(ReadvRange)) {
-    refuse(std::to_string(h.count) + " ranges in " + std::to_string(length) + " bytes (at most " +
-           std::to_string(kMaxReadvRanges) + ")");
+  } else if (h.count == 0 || h.count > kMaxOpvOps || length < uint64_t{h.count} * sizeof(OpvOp) || length > kMaxOpvBytes) {
+    refuse(std::to_string(h.count) + " requests in " + std::to_string(length) + " bytes (at most " +
+           std::to_string(kMaxOpvOps) + " requests, " + std::to_string(kMaxOpvBytes) + " bytes)");
   } else {
-    std::vector<ReadvRange> ranges(h.count);
-    std::memcpy(ranges.data(), data, length);
-    uint64_t total = 0;
+    std::vector<OpvOp> ops(h.count);
+    std::memcpy(ops.data(), data, uint64_t{h.count} * sizeof(OpvOp));
+    const auto* payload = static_cast<const std::byte*>(data) + uint64_t{h.count} * sizeof(OpvOp);
+    const uint64_t payload_len = length - uint64_t{h.count} * sizeof(OpvOp);
+    uint64_t total = 0, written = 0;
     std::string bad;
-    for (const ReadvRange& r : ranges) {
-      // The bound an rkey enforces: [offset, offset + len) inside the region.
-      if (r.offset > region || r.len > region - r.offset) {
-        bad = "range [" + std::to_string(r.offset) + ", +" + std::to_string(r.len) + ") outside the region of " +
-              std::to_string(region) + " bytes";
+    for (const OpvOp& r : ops) {
+      const auto kind = static_cast<ReqKind>(r.kind);
+      const bool atomic = kind == ReqKind::kCas || kind == ReqKind::kFaa;
+      if (kind != ReqKind::kRead && kind != ReqKind::kWrite && !atomic) {
+        bad = "request kind " + std::to_string(r.kind) + " cannot be coalesced";
         break;
       }
-      total += r.len;
+      const uint64_t len = atomic ? 8 : r.len;
+      // The bound an rkey enforces: [offset, offset + len) inside the region.
+      if (r.offset > region || len > region - r.offset) {
+        bad = std::string(kind_name(kind)) + " [" + std::to_string(r.offset) + ", +" + std::to_string(len) +
+              ") outside the region of " + std::to_string(region) + " bytes";
+        break;
+      }
+      if (atomic && r.offset % 8 != 0) {
+        bad = std::string(kind_name(kind)) + " at offset " + std::to_string(r.offset) + ", not 8-byte aligned";
+        break;
+      }
+      if (kind == ReqKind::kWrite) written += len;
+      if (kind != ReqKind::kWrite) total += len;
     }
-    if (bad.empty() && total > kMaxReadvBytes)
-      bad = std::to_string(total) + " bytes requested (at most " + std::to_string(kMaxReadvBytes) + ")";
+    if (bad.empty() && written != payload_len)
+      bad = std::to_string(payload_len) + " payload bytes for WRITEs of " + std::to_string(written) + " bytes";
+    if (bad.empty() && total > kMaxOpvBytes)
+      bad = std::to_string(total) + " reply bytes (at most " + std::to_string(kMaxOpvBytes) + ")";
     if (!bad.empty()) {
       refuse(bad);
     } else {
       out->data.resize(total);
       std::byte* dst = out->data.data();
-      for (const ReadvRange& r : ranges) {
-        Request read{};
-        read.kind = ReqKind::kRead;
-        read.buf = dst;
-        read.len = r.len;
-        detail::direct_execute(read, f->region_ + r.offset);
-        dst += r.len;
+      // In posting order: each request is performed before the next one starts (fences, fabric.h).
+      for (size_t i = 0; i < ops.size(); ++i) {
+        const OpvOp& r = ops[i];
+        std::byte* target = f->region_ + r.offset;
+        switch (static_cast<ReqKind>(r.kind)) {
+          case ReqKind::kRead:
+            detail::copy_in(dst, target, r.len);
+            dst += r.len;
+            break;
+          case ReqKind::kWrite:
+            detail::copy_out(target, payload, r.len);
+            payload += r.len;
+            break;
+          case ReqKind::kCas: {
+            uint64_t expected = r.operand;
+            __atomic_compare_exchange_n(reinterpret_cast<uint64_t*>(target), &expected, r.swap, false, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST);
+            std::memcpy(dst, &expected, 8);  // the old value whether or not the swap happened
+            dst += 8;
+            break;
+          }
+          case ReqKind::kFaa: {
+            const uint64_t old = __atomic_fetch_add(reinterpret_cast<uint64_t*>(target), r.operand, __ATOMIC_SEQ_CST);
+            std::memcpy(dst, &old, 8);
+            dst += 8;
+            break;
+          }
+          case ReqKind::kRpc:
+            break;  // refused above
+        }
       }
     }
   }
@@ -1237,9 +1321,9 @@ void UcxFabricImpl::on_reply_sent(void* request, ucs_status_t status, void* user
   ucp_request_free(request);
 }
 
-void on_readv_data(void* request, ucs_status_t status, size_t length, void* user_data) {
+void on_opv_data(void* request, ucs_status_t status, size_t length, void* user_data) {
   Slot& s = *static_cast<Slot*>(user_data);
-  if (status == UCS_OK) s.owner->readv_reply(s, s.scratch.data(), length);
+  if (status == UCS_OK) s.owner->opv_reply(s, s.scratch.data(), length);
   else s.owner->complete_unit(s, status);
   ucp_request_free(request);
 }
@@ -1261,30 +1345,32 @@ ucs_status_t UcxFabricImpl::on_reply(void* arg, const void* header, size_t heade
   Slot& s = *it->second;
   f->rpc_waiting_.erase(it);
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-  if (s.readv) {
+  if (s.opv) {
     if (h.status != kRpcOk) {
-      std::string msg = "ucx fabric: " + std::to_string(s.members.size()) + " coalesced READs failed on node " + std::to_string(s.node);
+      // Refused: the memory node performed none of the message's requests.
+      s.refused = true;
+      std::string msg = "ucx fabric: " + std::to_string(s.members.size()) + " coalesced requests failed on node " + std::to_string(s.node);
       if (!rndv) msg.assign(static_cast<const char*>(data), length);
       s.owner->fail_rpc(s, std::move(msg));
       return UCS_OK;
     }
     if (length != s.total) {
       s.owner->fail_rpc(s, "ucx fabric: node " + std::to_string(s.node) + " answered " + std::to_string(s.members.size()) +
-                               " coalesced READs of " + std::to_string(s.total) + " bytes with " + std::to_string(length) + " bytes");
+                               " coalesced requests expecting " + std::to_string(s.total) + " bytes with " + std::to_string(length) + " bytes");
       return UCS_OK;
     }
     if (!rndv) {
-      s.owner->readv_reply(s, static_cast<const std::byte*>(data), length);
+      s.owner->opv_reply(s, static_cast<const std::byte*>(data), length);
       return UCS_OK;
     }
     s.scratch.resize(length);
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p.cb.recv_am = &on_readv_data;
+    p.cb.recv_am = &on_opv_data;
     p.user_data = &s;
     ucs_status_ptr_t sp = ucp_am_recv_data_nbx(f->worker_, data, s.scratch.data(), length, &p);
     if (sp == nullptr) {
-      s.owner->readv_reply(s, s.scratch.data(), length);
+      s.owner->opv_reply(s, s.scratch.data(), length);
     } else if (UCS_PTR_IS_ERR(sp)) {
       s.owner->complete_unit(s, UCS_PTR_STATUS(sp));
     } else {
@@ -1370,7 +1456,7 @@ void UcxTransport::settle(Slot& s, ucs_status_ptr_t sp) {
   if (sp == nullptr) {
     complete_unit(s, UCS_OK);
   } else if (UCS_PTR_IS_ERR(sp)) {
-    if (((s.req && s.req->kind == ReqKind::kRpc) || s.readv) && fabric_.rpc_waiting().erase(s.hdr.req_id) > 0)
+    if (((s.req && s.req->kind == ReqKind::kRpc) || s.opv) && fabric_.rpc_waiting().erase(s.hdr.req_id) > 0)
       complete_unit(s, UCS_PTR_STATUS(sp));  // no reply will come
     complete_unit(s, UCS_PTR_STATUS(sp));
   }
@@ -1385,6 +1471,10 @@ inline bool UcxTransport::goes_direct(const Request& r) const {
 void UcxTransport::post(Slot& s) {
   Request& r = *s.req;
   if (r.status == ReqStatus::kFailed) return;  // failed validation: never posted
+  if (s.group >= 0) {  // a coalesced request: its message goes out with the first member
+    if (s.leader) post_opv(groups_[static_cast<size_t>(s.group)]);
+    return;
+  }
   // A fenced request depends on what precedes it (an unlock published after its payload): behind
   // a request that failed validation it is not posted either (error already set for that one).
   // A failure UCX reports only at completion cannot hold it back; on RDMA the queue pair's error
@@ -1395,10 +1485,6 @@ void UcxTransport::post(Slot& s) {
         r.status = ReqStatus::kFailed;
         return;
       }
-  if (s.group >= 0) {  // a coalesced READ: its message goes out with the first member
-    if (s.leader) post_readv(groups_[static_cast<size_t>(s.group)]);
-    return;
-  }
   ++outstanding_;
   s.pending = 1;
   if ((r.kind == ReqKind::kRead || r.kind == ReqKind::kWrite) && r.len == 0) {
@@ -1467,93 +1553,125 @@ void UcxTransport::post(Slot& s) {
   settle(s, sp);
 }
 
-void UcxTransport::post_readv(Slot& g) {
+void UcxTransport::post_opv(Slot& g) {
   ++outstanding_;
   g.pending = 2;  // the send and the reply
   g.hdr.req_id = fabric_.next_request_id();
-  g.rhdr = ReadvHeader{g.hdr.req_id, static_cast<uint32_t>(g.ranges.size()), 0};
+  g.ohdr = OpvHeader{g.hdr.req_id, static_cast<uint32_t>(g.members.size()), 0};
   posted_[g.node] = 1;
+  // No flush for its WRITEs: the reply comes after the memory node performed them.
   fabric_.rpc_waiting()[g.hdr.req_id] = &g;  // before sending: the reply may arrive inside the send
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   p.cb.send = &on_rpc_sent;
   p.user_data = &g;
-  // EAGER: the memory node reads the ranges inside its AM callback (it refuses a rendezvous).
+  // EAGER: the memory node performs the requests inside its AM callback (it refuses a rendezvous).
   p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
-  settle(g, ucp_am_send_nbx(fabric_.ep(g.node), kAmReadv, &g.rhdr, sizeof g.rhdr, g.ranges.data(),
-                            g.ranges.size() * sizeof(ReadvRange), &p));
+  settle(g, ucp_am_send_nbx(fabric_.ep(g.node), kAmOpv, &g.ohdr, sizeof g.ohdr, g.body.data(), g.body.size(), &p));
 }
 
-void UcxTransport::readv_reply(Slot& g, const std::byte* data, size_t len) {
+void UcxTransport::opv_reply(Slot& g, const std::byte* data, size_t len) {
   if (len != g.total) {
-    fail_rpc(g, "ucx fabric: coalesced READs: reply of " + std::to_string(len) + " bytes, expected " + std::to_string(g.total));
+    fail_rpc(g, "ucx fabric: coalesced requests: reply of " + std::to_string(len) + " bytes, expected " + std::to_string(g.total));
     return;
   }
   for (Request* r : g.members) {
-    std::memcpy(r->buf, data, r->len);
-    data += r->len;
+    if (r->kind == ReqKind::kRead) {
+      std::memcpy(r->buf, data, r->len);
+      data += r->len;
+    } else if (r->kind == ReqKind::kCas || r->kind == ReqKind::kFaa) {
+      std::memcpy(r->result, data, 8);
+      data += 8;
+    }
   }
   complete_unit(g, UCS_OK);
 }
 
-// Read coalescing (ReadCoalescing, ucx_fabric.h): the READs of this batch to node n become one
-// kAmReadv message when n is not mapped for direct access and the batch's requests to n that will
-// be posted are all READs and none is fenced. Only then is it sound: READs of one batch are not
-// ordered with respect to each other (fabric.h), so performing them together at the memory node
-// changes nothing that anyone may rely on, whereas a WRITE, atomic or RPC to n, or a fence, asks
-// for an order between requests that separate UCX operations keep and one message would not.
+void UcxTransport::add_member(Slot& g, Request& r) {
+  OpvOp op{};
+  op.offset = r.addr.offset;
+  op.len = (r.kind == ReqKind::kCas || r.kind == ReqKind::kFaa) ? 8 : r.len;
+  op.kind = static_cast<uint8_t>(r.kind);
+  op.operand = r.compare;
+  op.swap = r.swap;
+  // Descriptors first, WRITE payloads after them: insert this descriptor after the earlier ones.
+  const size_t at = g.members.size() * sizeof(OpvOp);
+  g.body.insert(g.body.begin() + static_cast<std::ptrdiff_t>(at), reinterpret_cast<const std::byte*>(&op),
+                reinterpret_cast<const std::byte*>(&op) + sizeof op);
+  if (r.kind == ReqKind::kWrite && r.len > 0) {
+    const auto* src = static_cast<const std::byte*>(r.buf);
+    g.body.insert(g.body.end(), src, src + r.len);
+  }
+  g.total += opv_reply_bytes(r);
+  g.members.push_back(&r);
+}
+
+// Coalescing (ReadCoalescing, ucx_fabric.h): the requests of this batch to node n — READ, WRITE,
+// CAS, FAA, fenced or not — become one kAmOpv message when n is not mapped for direct access, the
+// batch sends n no RPC and at least 2 requests, within kMaxOpvOps / kMaxOpvBytes. Sound because the
+// memory node performs them in posting order, each before the next: every order the per-operation
+// path keeps (one endpoint, ucp_worker_fence before a fenced request) it keeps too, and more. An
+// RPC to n keeps every request to n on the per-operation path (an RPC handler runs in the AM
+// callback of its own message; its order with respect to the others is the per-operation path's).
 void UcxTransport::coalesce(std::span<Request> batch) {
   groups_.clear();
   if (fabric_.read_coalescing() != ReadCoalescing::kOn) return;
   const uint32_t k = fabric_.memory_nodes();
-  std::vector<uint32_t> reads(k, 0);
-  std::vector<uint64_t> bytes(k, 0);
-  std::vector<char> mixed(k, 0);  // a request to the node that must keep its own UCX operation
-  for (const Request& r : batch) {
-    if (r.status == ReqStatus::kFailed) continue;  // failed validation: never posted (node may not exist)
+  std::vector<uint32_t> count(k, 0);
+  std::vector<uint64_t> sent(k, 0), reply(k, 0);
+  std::vector<char> mixed(k, 0);  // an RPC to the node: its requests keep their own UCX operations
+  bool failed_before = false;
+  for (Request& r : batch) {
+    if (r.status == ReqStatus::kFailed) {  // failed validation: never posted (node may not exist)
+      failed_before = true;
+      continue;
+    }
+    // post()'s rule: a fenced request behind one that failed validation is not posted either.
+    if (r.fence && failed_before) continue;
     const uint32_t n = r.addr.node;
-    if (r.kind != ReqKind::kRead || r.fence) {
+    if (r.kind == ReqKind::kRpc) {
       mixed[n] = 1;
       continue;
     }
-    if (r.len == 0) continue;  // completes without a message
-    ++reads[n];
-    bytes[n] += r.len;
+    if ((r.kind == ReqKind::kRead || r.kind == ReqKind::kWrite) && r.len == 0) continue;  // completes without a message
+    ++count[n];
+    sent[n] += opv_request_bytes(r);
+    reply[n] += opv_reply_bytes(r);
   }
   std::vector<int32_t> group_of(k, -1);
   for (uint32_t n = 0; n < k; ++n) {
-    if (mixed[n] || reads[n] < 2 || reads[n] > kMaxReadvRanges || bytes[n] > kMaxReadvBytes) continue;
-    if (fabric_.direct(n) != nullptr) continue;  // real loads: nothing to save
+    if (mixed[n] || count[n] < 2 || count[n] > kMaxOpvOps || sent[n] > kMaxOpvBytes || reply[n] > kMaxOpvBytes) continue;
+    if (fabric_.direct(n) != nullptr) continue;  // real loads, stores and atomics: nothing to save
     group_of[n] = static_cast<int32_t>(groups_.size());
     Slot g{};
     g.owner = this;
     g.node = n;
-    g.readv = true;
-    g.total = bytes[n];
-    g.members.reserve(reads[n]);
-    g.ranges.reserve(reads[n]);
+    g.opv = true;
+    g.members.reserve(count[n]);
+    g.body.reserve(sent[n]);
     groups_.push_back(std::move(g));
   }
   if (groups_.empty()) return;
+  failed_before = false;
   for (size_t i = 0; i < batch.size(); ++i) {
     Request& r = batch[i];
-    if (r.status == ReqStatus::kFailed || r.len == 0) continue;
+    if (r.status == ReqStatus::kFailed) {
+      failed_before = true;
+      continue;
+    }
+    if (r.fence && failed_before) continue;  // post() fails it
+    if ((r.kind == ReqKind::kRead || r.kind == ReqKind::kWrite) && r.len == 0) continue;
     const int32_t gi = group_of[r.addr.node];
     if (gi < 0) continue;
     Slot& g = groups_[static_cast<size_t>(gi)];
     slots_[i].group = gi;
     slots_[i].leader = g.members.empty();
-    g.members.push_back(&r);
-    g.ranges.push_back(ReadvRange{r.addr.offset, r.len, 0});
+    add_member(g, r);
   }
 }
 
-std::vector<std::byte> UcxTransport::raw_readv(uint32_t node, const std::vector<std::pair<uint64_t, uint32_t>>& ranges) {
-  if (node >= fabric_.memory_nodes()) throw FabricError("raw_readv: no memory node " + std::to_string(node));
-  uint64_t total = 0;
-  for (const auto& r : ranges) total += r.second;
-  std::vector<std::byte> out(total);
-  std::vector<Request> reads(ranges.size());
+void UcxTransport::raw_opv(uint32_t node, std::span<Request> reqs) {
+  if (node >= fabric_.memory_nodes()) throw FabricError("raw_opv: no memory node " + std::to_string(node));
   slots_.clear();
   groups_.assign(1, Slot{});
   posted_.assign(fabric_.memory_nodes(), 0);
@@ -1561,22 +1679,13 @@ std::vector<std::byte> UcxTransport::raw_readv(uint32_t node, const std::vector<
   Slot& g = groups_[0];
   g.owner = this;
   g.node = node;
-  g.readv = true;
-  g.total = total;
-  std::byte* at = out.data();
-  for (size_t i = 0; i < ranges.size(); ++i) {
-    reads[i].buf = at;
-    reads[i].len = ranges[i].second;
-    at += ranges[i].second;
-    g.members.push_back(&reads[i]);
-    g.ranges.push_back(ReadvRange{ranges[i].first, ranges[i].second, 0});
-  }
-  post_readv(g);
+  g.opv = true;
+  for (Request& r : reqs) add_member(g, r);
+  post_opv(g);
   while (outstanding_ != 0) ucp_worker_progress(fabric_.worker());
   const Slot done = std::move(groups_[0]);
   groups_.clear();
-  if (done.status != UCS_OK) throw FabricError(!done.error.empty() ? done.error : ucx_error("raw readv", done.status));
-  return out;
+  if (done.status != UCS_OK) throw FabricError(!done.error.empty() ? done.error : ucx_error("raw coalesced message", done.status));
 }
 
 void UcxTransport::post_flush(Slot& s) {
@@ -1701,7 +1810,7 @@ void UcxTransport::execute(std::span<Request> batch) {
   // flush failed is kUnknown (it may or may not be visible there).
   for (size_t i = 0; i < batch.size(); ++i) {
     Request& r = batch[i];
-    // A coalesced READ's outcome is its message's: all its READs landed, or none is valid.
+    // A coalesced request's outcome is its message's: all its requests completed, or none did.
     const Slot& s = slots_[i].group >= 0 ? groups_[static_cast<size_t>(slots_[i].group)] : slots_[i];
     if (r.status == ReqStatus::kFailed) continue;  // failed validation; error already set
     if (i >= next) {
@@ -1710,9 +1819,12 @@ void UcxTransport::execute(std::span<Request> batch) {
     } else if (s.status == UCS_OK) {
       r.status = ReqStatus::kOk;
       counters_.add(r);
-      if (slots_[i].group >= 0) ++counters_.coalesced_reads;
+      if (slots_[i].group >= 0) ++counters_.coalesced_requests;
     } else {
-      r.status = ReqStatus::kFailed;
+      // A refused message performed nothing (kFailed). Otherwise (the send failed, the reply was
+      // lost or malformed) the memory node may have performed it: a READ's result is not valid
+      // (kFailed, as for a failed ucp_get), a WRITE's or atomic's effect may have happened (kUnknown).
+      r.status = (slots_[i].group >= 0 && !s.refused && r.kind != ReqKind::kRead) ? ReqStatus::kUnknown : ReqStatus::kFailed;
       if (error.empty()) error = !s.error.empty() ? s.error : ucx_error(describe(r) + " failed", s.status);
     }
   }
@@ -1833,11 +1945,10 @@ std::unique_ptr<UcxServiceNode> make_ucx_service_node(const UcxFabricConfig& con
   return std::make_unique<ServiceNode>(config, node, nodes);
 }
 
-std::vector<std::byte> raw_readv(Transport& transport, uint32_t node,
-                                 const std::vector<std::pair<uint64_t, uint32_t>>& ranges) {
+void raw_opv(Transport& transport, uint32_t node, std::span<Request> requests) {
   auto* t = dynamic_cast<UcxTransport*>(&transport);
-  if (t == nullptr) throw FabricError("raw_readv: not a UCX transport");
-  return t->raw_readv(node, ranges);
+  if (t == nullptr) throw FabricError("raw_opv: not a UCX transport");
+  t->raw_opv(node, requests);
 }
 
 std::unique_ptr<Fabric> make_ucx_service_client(const UcxFabricConfig& config, uint32_t client_id,

@@ -53,11 +53,11 @@ struct UcxRemoteNode {
 // go on "succeeding" on the dead node's segment, so a batch also looks every 1024 batches). Then it
 // throws MemoryNodeLost; the fabric is unusable and leaks its UCX resources rather than free
 // requests UCX may still complete.
-// Tests: sends one coalesced-READ message (kAmReadv) of `ranges` ({offset, len}) to memory node
-// `node` through `transport` (a UcxFabric's), without the client's own range checks, and returns
-// the reply's bytes; throws FabricError with the memory node's answer when it refuses.
-std::vector<std::byte> raw_readv(Transport& transport, uint32_t node,
-                                 const std::vector<std::pair<uint64_t, uint32_t>>& ranges);
+// Tests: sends `requests` (READ, WRITE, CAS, FAA; their addr.node is ignored) as one coalesced
+// message (kAmOpv) to memory node `node` through `transport` (a UcxFabric's), without the client's
+// own checks (bounds, alignment), and scatters the reply into them; throws FabricError with the
+// memory node's answer when it refuses.
+void raw_opv(Transport& transport, uint32_t node, std::span<Request> requests);
 
 std::unique_ptr<Fabric> make_ucx_service_client(const UcxFabricConfig& config, uint32_t client_id,
                                                 const std::vector<UcxRemoteNode>& nodes,
