@@ -8,6 +8,7 @@
 #include "bench/report.h"
 #include "bench/workload.h"
 #include "rdmahash/table.h"
+#include "rdmahash/ucx_fabric.h"
 #include "schemes/hash.h"
 
 namespace rdmahash::bench {
@@ -119,6 +120,18 @@ TEST(GetCheck, CountsOutcomesAndWrongValues) {
   no_values.on_get(9, found, {});
   EXPECT_EQ(r.value_mismatches, 2u);
   EXPECT_EQ(r.found, 4u);
+}
+
+// Request coalescing puts CAS/FAA in a message (the memory node's CPU atomics) only when no
+// transport of the context may perform atomics on a NIC (ucx_fabric.cpp, coalesce_atomics).
+TEST(UcxCoalescing, AtomicsOnlyWhereEveryTransportUsesCpuAtomics) {
+  EXPECT_TRUE(cpu_atomics_only({"self", "tcp"}));
+  EXPECT_TRUE(cpu_atomics_only({"self", "posix", "sysv", "cma", "tcp"}));
+  EXPECT_TRUE(cpu_atomics_only({}));
+  EXPECT_FALSE(cpu_atomics_only({"self", "tcp", "rc_mlx5"}));
+  EXPECT_FALSE(cpu_atomics_only({"rc_verbs"}));
+  EXPECT_FALSE(cpu_atomics_only({"posix", "dc_mlx5"}));
+  EXPECT_FALSE(cpu_atomics_only({"ud_verbs", "tcp"}));
 }
 
 }  // namespace

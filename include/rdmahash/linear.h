@@ -42,7 +42,7 @@
 //    fails — so the holder's store overwrites nothing. The one exception is the server's lock
 //    recovery (LinearLockSweeper), which by its stated assumption only touches locks whose holder
 //    is dead. (A failed CAS writes nothing on any transport: UCX returns the old value.)
-// Speculative claim (ProbeConfig::speculative_claim, default on; inline and set slots — a heap
+// Speculative claim (ProbeConfig::speculative_claim, default auto; inline and set slots — a heap
 // record must be written before its CAS): find_or_put posts the READ of chunk 0 and the claim CAS
 // on the key's home slot (expected 0) in ONE batch. Winning that CAS proves the key absent at that
 // instant: a key lies at or after its home and every slot from its home up to it is non-empty

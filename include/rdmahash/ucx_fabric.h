@@ -106,6 +106,10 @@ const char* read_coalescing_name(ReadCoalescing mode);
 std::optional<ReadCoalescing> parse_read_coalescing(std::string_view name);
 inline constexpr const char* read_coalescing_names() { return "auto, on or off"; }
 ReadCoalescing resolve_read_coalescing(ReadCoalescing mode, const std::vector<std::string>& transports);
+// Whether every transport of a context performs atomics on a CPU (self, TCP's emulation, shared
+// memory): only then may a coalesced message carry CAS/FAA, which the memory node performs as CPU
+// atomics; a CPU atomic is not atomic against a NIC's (RDMA: atomics keep UCX's path).
+bool cpu_atomics_only(const std::vector<std::string>& transports);
 
 struct UcxFabricConfig {
   uint32_t memory_nodes = 1;   // K: ranks 0..K-1 host a region (ignored when symmetric)

@@ -162,9 +162,10 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
                  "or auto (hybrid when UCX can only use TCP, else poll)")
       ->capture_default_str();
   cmd.add_option("--read-coalescing", o.read_coalescing,
-                 "ucx clients: send a batch's READs to one memory node as one active message when the batch's "
-                 "requests to it are all unfenced READs: on, off, or auto (on when UCX can only use TCP, whose "
-                 "emulated READs cost the memory node's CPU a message each)")
+                 "ucx clients: send a batch's READs, WRITEs, CASes and FAAs to one memory node as one active "
+                 "message performed in posting order (not when the batch sends that node an RPC; atomics only where "
+                 "no NIC performs atomics): on, off, or auto (on when UCX can only use TCP, whose emulated "
+                 "requests cost the memory node's CPU a message each)")
       ->capture_default_str();
   cmd.add_option("--client-spin-us", o.client_spin_us, "--client-wait hybrid: microseconds without an event before a client sleeps")
       ->capture_default_str();

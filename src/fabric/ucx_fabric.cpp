@@ -90,8 +90,13 @@
 //   concurrently: other messages and UCX's own emulated AMOs over TCP (this worker runs its
 //   callbacks one at a time; UCX's AM atomics are ucs_atomic_* on this CPU too), and clients on this
 //   host that map the region (direct access: CPU atomics, lock cmpxchg / lock xadd). A NIC's device
-//   atomics are not in that list, but coalescing runs only where every transport is TCP, and direct
-//   atomics only when every atomic of the job is a CPU atomic (above). READ/WRITE bytes are copied
+//   atomics are not in that list: `auto` coalesces only where every transport is TCP, and a
+//   context with any transport that may use device atomics (RDMA; `--read-coalescing on` there)
+//   never puts a CAS/FAA in a message — a batch with one keeps that node on the per-operation path
+//   (coalesce_atomics()). Direct atomics run only when every atomic of the job is a CPU atomic
+//   (above). A client that reaches a memory node only over TCP while others reach it by RDMA gets
+//   CPU atomics either way (UCX's own TCP emulation performs them on the node's CPU too): such a
+//   mixed cluster needs UCX_ATOMIC_MODE=cpu on the RDMA clients, for UCX as for us. READ/WRITE bytes are copied
 //   word-wise with relaxed atomic loads/stores (aligned 8-byte words never torn, tails byte-wise):
 //   what the per-operation path over TCP gives and the schemes' check words assume.
 //     Checks: on_opv() checks every request before performing any (the bound an rkey enforces:
@@ -267,6 +272,7 @@ struct Slot {
   bool refused = false;                // opv: the memory node refused it (nothing was performed)
   std::vector<Request*> members;       // opv: the requests, in posting (batch) order
   std::vector<std::byte> body;         // opv: OpvOps then WRITE payloads; valid until the send completes
+  std::vector<std::byte> payload;      // opv, while the message is built: the WRITE payloads (then appended to body)
   OpvHeader ohdr{};                    // opv
   uint64_t total = 0;                  // opv: reply bytes expected
   std::vector<std::byte> scratch;      // opv: a reply that arrives by rendezvous
@@ -404,6 +410,11 @@ class UcxFabricImpl final : public UcxFabric {
   ServeMode serve_mode() const override { return serve_mode_; }
   ClientWait client_wait() const override { return client_wait_; }
   ReadCoalescing read_coalescing() const override { return read_coalescing_; }
+  // May a coalesced message carry CAS/FAA? Its atomics are the memory node's CPU atomics, atomic
+  // only against other CPU atomics: true when every transport of this context performs atomics on
+  // a CPU (TCP's emulation, shared memory), false when a NIC may (RDMA: `--read-coalescing on`
+  // there coalesces READs and WRITEs only, and a batch's atomics keep the node on UCX's path).
+  bool coalesce_atomics() const { return coalesce_atomics_; }
   std::string transports() const override { return transports_; }
   uint64_t spin_pauses() const { return spin_pauses_; }
   std::vector<std::vector<std::byte>> gather(std::span<const std::byte> mine) override;
@@ -484,6 +495,7 @@ class UcxFabricImpl final : public UcxFabric {
   ServeMode serve_mode_ = ServeMode::kEvent;  // config_.serve_mode, kAuto resolved
   ClientWait client_wait_ = ClientWait::kPoll;  // config_.client_wait, kAuto resolved
   ReadCoalescing read_coalescing_ = ReadCoalescing::kOff;  // config_.read_coalescing, kAuto resolved
+  bool coalesce_atomics_ = true;
   int efd_ = -1;                                // the worker's event fd (client_idle), once asked
   // Hybrid mode: no spinning until then (the last spin was preempted), and how often that happened.
   static constexpr std::chrono::milliseconds kSpinPause{100};
@@ -842,6 +854,7 @@ void UcxFabricImpl::query_transports() {
   serve_mode_ = resolve_serve_mode(config_.serve_mode, tls);
   client_wait_ = resolve_client_wait(config_.client_wait, tls);
   read_coalescing_ = resolve_read_coalescing(config_.read_coalescing, tls);
+  coalesce_atomics_ = cpu_atomics_only(tls);
 }
 
 void UcxFabricImpl::set_am_handler(uint16_t id, ucp_am_recv_callback_t cb) {
@@ -1558,6 +1571,8 @@ void UcxTransport::post_opv(Slot& g) {
   g.pending = 2;  // the send and the reply
   g.hdr.req_id = fabric_.next_request_id();
   g.ohdr = OpvHeader{g.hdr.req_id, static_cast<uint32_t>(g.members.size()), 0};
+  g.body.insert(g.body.end(), g.payload.begin(), g.payload.end());
+  g.payload.clear();
   posted_[g.node] = 1;
   // No flush for its WRITEs: the reply comes after the memory node performed them.
   fabric_.rpc_waiting()[g.hdr.req_id] = &g;  // before sending: the reply may arrive inside the send
@@ -1594,13 +1609,12 @@ void UcxTransport::add_member(Slot& g, Request& r) {
   op.kind = static_cast<uint8_t>(r.kind);
   op.operand = r.compare;
   op.swap = r.swap;
-  // Descriptors first, WRITE payloads after them: insert this descriptor after the earlier ones.
-  const size_t at = g.members.size() * sizeof(OpvOp);
-  g.body.insert(g.body.begin() + static_cast<std::ptrdiff_t>(at), reinterpret_cast<const std::byte*>(&op),
-                reinterpret_cast<const std::byte*>(&op) + sizeof op);
+  // Descriptors first, WRITE payloads after them: each kept apart while the message is built (an
+  // insert before earlier payloads would make building quadratic) and joined by post_opv.
+  g.body.insert(g.body.end(), reinterpret_cast<const std::byte*>(&op), reinterpret_cast<const std::byte*>(&op) + sizeof op);
   if (r.kind == ReqKind::kWrite && r.len > 0) {
     const auto* src = static_cast<const std::byte*>(r.buf);
-    g.body.insert(g.body.end(), src, src + r.len);
+    g.payload.insert(g.payload.end(), src, src + r.len);
   }
   g.total += opv_reply_bytes(r);
   g.members.push_back(&r);
@@ -1629,7 +1643,13 @@ void UcxTransport::coalesce(std::span<Request> batch) {
     // post()'s rule: a fenced request behind one that failed validation is not posted either.
     if (r.fence && failed_before) continue;
     const uint32_t n = r.addr.node;
+    // An atomic where a NIC may perform other clients' atomics on the same word (coalesce_atomics)
+    // keeps the node on the per-operation path too: a CPU CAS is not atomic against a NIC's.
     if (r.kind == ReqKind::kRpc) {
+      mixed[n] = 1;
+      continue;
+    }
+    if (!fabric_.coalesce_atomics() && (r.kind == ReqKind::kCas || r.kind == ReqKind::kFaa)) {
       mixed[n] = 1;
       continue;
     }
@@ -1892,6 +1912,13 @@ std::optional<ReadCoalescing> parse_read_coalescing(std::string_view name) {
   for (ReadCoalescing m : {ReadCoalescing::kAuto, ReadCoalescing::kOn, ReadCoalescing::kOff})
     if (name == read_coalescing_name(m)) return m;
   return std::nullopt;
+}
+
+bool cpu_atomics_only(const std::vector<std::string>& transports) {
+  static const char* const kCpuAtomics[] = {"self", "tcp", "posix", "sysv", "xpmem", "cma", "knem"};
+  for (const auto& tl : transports)
+    if (std::find(std::begin(kCpuAtomics), std::end(kCpuAtomics), tl) == std::end(kCpuAtomics)) return false;
+  return true;
 }
 
 ReadCoalescing resolve_read_coalescing(ReadCoalescing mode, const std::vector<std::string>& transports) {
