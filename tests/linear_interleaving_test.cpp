@@ -385,6 +385,40 @@ TEST_P(LinearInterleaving, ReadsTornByUpdatesNeverReturnMixedValues) {
   EXPECT_GT(updates, 200u) << "updates must overlap the reads";
 }
 
+// A 4-byte key's ctrl word holds the whole key, so a claim names the key before its insert is
+// published. A find_or_put of that key must not answer kFound then: the claimer may die and lock
+// recovery roll the claim back to a tombstone (LinearLockSweeper), which would make that kFound a
+// key that never existed. It waits for the claim (here: retries); once published, kFound.
+TEST(LinearInterleavingClaim, FourByteKeyUnpublishedClaimIsNotFound) {
+  for (SpeculativeClaim claim : {SpeculativeClaim::kOn, SpeculativeClaim::kOff}) {
+    SCOPED_TRACE(std::string("claim ") + to_string(claim));
+    const LinearConfig c = config_for(Format{SlotFormat::kInline, 4, 8});
+    LocalTable t(c);
+    ProbeConfig p = test::probe(8, 16, 8);
+    p.speculative_claim = claim;
+    const uint64_t k = keys_homed_at(c, 20, 1, 5)[0];
+    SteppedWriter w(*t.fabric, c, p);
+    w.start([&](LinearClient& cl) { return cl.find_or_put(k, value_for(k, 1, c.value_bytes)); });
+    while (!any_slot_locked(*t.fabric, c)) ASSERT_TRUE(w.step()) << "the writer never claimed a slot";
+    OtherTransport ot(t.fabric->connect(), 6);
+    Engine oe(ot);
+    LinearClient other(c, p, oe);
+    const auto v2 = value_for(k, 2, c.value_bytes);
+    ot.new_op();
+    try {
+      const OpResult r = oe.run(other.find_or_put(k, v2));
+      ADD_FAILURE() << "find_or_put answered " << to_string(r.status) << " while k's only slot is an unpublished claim";
+    } catch (const FabricError& e) {
+      if (!is_retry(e)) throw;
+    }
+    while (w.step()) {
+    }
+    EXPECT_EQ(w.result().status, Status::kInserted);
+    ot.new_op();
+    EXPECT_EQ(oe.run(other.find_or_put(k, v2)).status, Status::kFound);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, LinearInterleaving,
                          testing::Values(Format{SlotFormat::kSet, 8, 0}, Format{SlotFormat::kInline, 8, 24},
                                          Format{SlotFormat::kInline, 4, 8}, Format{SlotFormat::kHeap, 8, 24},

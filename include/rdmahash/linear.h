@@ -151,7 +151,9 @@
 //  * version bump: update publishes v+1. No mutant: keeping v is equivalent for readers, because the
 //    check word covers key and whole value, so no mix of two writes passes it (docs/testing.md)
 //  * CAS re-check: after a lost claim, insert re-checks the winner's key
-//    (linear-insert-no-recheck-after-lost-cas, linear-heap-insert-no-recheck-after-lost-cas)
+//    (linear-insert-no-recheck-after-lost-cas, linear-heap-insert-no-recheck-after-lost-cas); a
+//    4-byte key's unpublished claim is waited for, not taken for the key
+//    (linear-unpublished-claim-taken-for-key)
 //  * publication order (heap): the record's WRITE completes before the slot CAS
 //    (linear-heap-publish-before-record-written)
 //  * table boundary: chunks and lookup READs end at the last tail slot
@@ -172,8 +174,9 @@
 //    CASes. The operation in flight took effect or did not, as its CAS says.
 //  * kInline: a client dead between its LOCK CAS and its unlocking CAS leaves the slot locked:
 //    readers and writers of that key re-read (until their retry budget, a time, is spent: then
-//    they fail with RetryBudgetExceeded, see ProbeConfig::retry_budget) and an unpublished
-//    claim makes find_or_put of a 4-byte key answer kFound for a record no one can read yet —
+//    they fail with RetryBudgetExceeded, see ProbeConfig::retry_budget) — find_or_put of the key
+//    too: an unpublished claim (locked, version 0) is not taken for the key's presence, even where
+//    the ctrl word holds the whole (4-byte) key, since its recovery may roll it back —
 //    until the lock is recovered (by a pass of the server, which learns of the
 //    death from the closed connection): `rdmahash serve` runs LinearLockSweeper (below) a grace
 //    period after a client's connection closes without goodbye, which rolls each orphaned lock

@@ -878,7 +878,12 @@ Task<OpResult> LinearClient::insert(uint64_t key, std::span<const std::byte> val
   auto is_mine = [&](uint64_t w, uint64_t slot, const std::byte* bytes) -> Task<bool> {
     if (set) co_return w == (kOcc | key);
     if ((w & kDel) || static_cast<uint32_t>(w) != p.kbits) co_return false;
-    if (cfg_.key_bytes == 4) co_return true;  // the ctrl word holds the whole key
+    if (cfg_.key_bytes == 4) {
+      // The ctrl word holds the whole key. But a locked version-0 ctrl is a claim whose insert is
+      // not published yet, and a sweeper rolls it back if its holder died: wait for it.
+      if (!(w & kLock) || version_of(w) != 0) co_return true;
+      co_return co_await read_stable(p.node, slot, one.data());
+    }
     if (!bytes || (w & kLock) || !inline_consistent(cfg_, l, bytes)) {
       if (!co_await read_stable(p.node, slot, one.data())) co_return false;
       bytes = one.data();
