@@ -34,28 +34,22 @@ foreach(entry IN LISTS HISTORY_SCHEMES)
     PASS_REGULAR_EXPRESSION "linearizable: [0-9][0-9][0-9][0-9][0-9][0-9]+ events" TIMEOUT 600
     ENVIRONMENT "${RDMAHASH_MPI_ENV}" LABELS history)
 endforeach()
-# The same over UCX with the same-host fast path off (the runs above use the default, on).
-foreach(entry IN LISTS HISTORY_SCHEMES)
-  string(REPLACE "|" ";" parts "${entry}")
-  list(GET parts 0 name)
-  list(GET parts 1 flags)
-  if(NOT name MATCHES "^(linear_inline|race)$")
-    continue()
-  endif()
-  separate_arguments(flags)
-  set(ucx_file ${HISTORY_DIR}/${name}_ucx_direct_off.bin)
-  add_test(NAME history_${name}_ucx_direct_off
+# history_ucx(TEST FILE ENV ARGS...): mpirun -n 5 bench over UCX with ARGS recording FILE, then
+# check-history must find it linearizable. Used by the variants below.
+function(history_ucx test file env)
+  add_test(NAME ${test}
     COMMAND sh -c "m=\"$1\" b=\"$2\" f=\"$3\"; shift 3; rm -f \"$f\" && $m -n 5 \"$b\" bench --fabric ucx --memory-nodes 1 \"\$@\" --history \"$f\" && \"$b\" check-history --timeout-per-key 120 \"$f\""
-            sh "${MPIEXEC_EXECUTABLE} --oversubscribe" $<TARGET_FILE:rdmahash_cli> ${ucx_file} ${flags} ${HISTORY_RUN} --direct-access off)
-  set_tests_properties(history_${name}_ucx_direct_off PROPERTIES
+            sh "${MPIEXEC_EXECUTABLE} --oversubscribe" $<TARGET_FILE:rdmahash_cli> ${file} ${ARGN})
+  set_tests_properties(${test} PROPERTIES
     PASS_REGULAR_EXPRESSION "linearizable: [0-9][0-9][0-9][0-9][0-9][0-9]+ events" TIMEOUT 600
-    ENVIRONMENT "${RDMAHASH_MPI_ENV}" LABELS history)
-endforeach()
+    ENVIRONMENT "${env}" LABELS history)
+endfunction()
 
-# The same over TCP (UCX_TLS=tcp), where coalescing is on (auto): a batch's READs, CASes and fenced
-# WRITEs to the memory node travel as one kAmOpv message performed in posting order.
-# 64 keys instead of 16: with 16, 4 clients and the memory node on 2 cores, linear's find-or-puts
-# spin ~70 round trips per op on each other's locks (45 s with coalescing, 91 s without); 64 keys: ~10 s.
+# The same over UCX with the same-host fast path off (the runs above use the default, on), and over
+# TCP (UCX_TLS=tcp), where coalescing is on (auto): a batch's READs, CASes and fenced WRITEs to the
+# memory node travel as one kAmOpv message performed in posting order. Over TCP 64 keys instead of
+# 16: with 16, 4 clients and the memory node on 2 cores, linear's find-or-puts spin ~70 round trips
+# per op on each other's locks (45 s with coalescing, 91 s without); 64 keys: ~10 s.
 set(HISTORY_RUN_TCP ${HISTORY_RUN})
 list(TRANSFORM HISTORY_RUN_TCP REPLACE "^16$" "64")
 set(history_tcp_env ${RDMAHASH_MPI_ENV})
@@ -68,13 +62,10 @@ foreach(entry IN LISTS HISTORY_SCHEMES)
     continue()
   endif()
   separate_arguments(flags)
-  set(ucx_file ${HISTORY_DIR}/${name}_ucx_tcp.bin)
-  add_test(NAME history_${name}_ucx_tcp
-    COMMAND sh -c "m=\"$1\" b=\"$2\" f=\"$3\"; shift 3; rm -f \"$f\" && $m -n 5 \"$b\" bench --fabric ucx --memory-nodes 1 \"\$@\" --history \"$f\" && \"$b\" check-history --timeout-per-key 120 \"$f\""
-            sh "${MPIEXEC_EXECUTABLE} --oversubscribe" $<TARGET_FILE:rdmahash_cli> ${ucx_file} ${flags} ${HISTORY_RUN_TCP} --read-coalescing on)
-  set_tests_properties(history_${name}_ucx_tcp PROPERTIES
-    PASS_REGULAR_EXPRESSION "linearizable: [0-9][0-9][0-9][0-9][0-9][0-9]+ events" TIMEOUT 600
-    ENVIRONMENT "${history_tcp_env};UCX_TLS=tcp" LABELS history)
+  history_ucx(history_${name}_ucx_direct_off ${HISTORY_DIR}/${name}_ucx_direct_off.bin "${RDMAHASH_MPI_ENV}"
+              ${flags} ${HISTORY_RUN} --direct-access off)
+  history_ucx(history_${name}_ucx_tcp ${HISTORY_DIR}/${name}_ucx_tcp.bin "${history_tcp_env};UCX_TLS=tcp"
+              ${flags} ${HISTORY_RUN_TCP} --read-coalescing on)
 endforeach()
 
 # Continuity while its table grows online: 8000 keys of which the 2000 bulk-loaded ones are present
