@@ -398,7 +398,8 @@ TEST(LinearInterleavingClaim, FourByteKeyUnpublishedClaimIsNotFound) {
     p.speculative_claim = claim;
     const uint64_t k = keys_homed_at(c, 20, 1, 5)[0];
     SteppedWriter w(*t.fabric, c, p);
-    w.start([&](LinearClient& cl) { return cl.find_or_put(k, value_for(k, 1, c.value_bytes)); });
+    const auto v1 = value_for(k, 1, c.value_bytes);  // outlives the writer's coroutine, which holds a span of it
+    w.start([&](LinearClient& cl) { return cl.find_or_put(k, v1); });
     while (!any_slot_locked(*t.fabric, c)) ASSERT_TRUE(w.step()) << "the writer never claimed a slot";
     OtherTransport ot(t.fabric->connect(), 6);
     Engine oe(ot);
