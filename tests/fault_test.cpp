@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -220,6 +221,73 @@ TEST(PerRequestFailure, LinearInlineFailedUnlockReportsFailureAndLeavesTheKeyLoc
   LinearClient reader(t.cfg, probe_with_budget(std::chrono::nanoseconds(0)), re);
   std::vector<std::byte> out(t.cfg.value_bytes);
   EXPECT_THROW(re.run(reader.get(key, out)), RetryBudgetExceeded);
+}
+
+// Heap records (linear.h, "publication order"): a record whose WRITE failed is never published.
+// The record's WRITE goes in an earlier batch than the publishing CAS (a spare record, claim off:
+// with chunk 0's READ), or in the CAS's own batch, fenced before it (no spare: after the FAA; or
+// the speculative claim). Either way the insert (or update) reports FabricError, every live slot
+// still points to a complete record, and a retry succeeds.
+TEST(PerRequestFailure, LinearHeapRecordWhoseWriteFailedIsNeverPublished) {
+  LinearConfig c;
+  c.format = SlotFormat::kHeap;
+  c.key_bytes = 8;
+  c.value_bytes = 24;
+  c.memory_nodes = 1;
+  c.home_slots = 512;
+  struct Case {
+    SpeculativeClaim claim;
+    bool spare;
+  };
+  for (const Case cs : {Case{SpeculativeClaim::kOff, true}, Case{SpeculativeClaim::kOff, false},
+                        Case{SpeculativeClaim::kOn, true}, Case{SpeculativeClaim::kOn, false}}) {
+    SCOPED_TRACE(std::string("claim ") + to_string(cs.claim) + (cs.spare ? ", a spare record" : ", no spare record"));
+    for (bool update : {false, true}) {
+      SCOPED_TRACE(update ? "update" : "insert");
+      LocalTable t(c);
+      bool armed = false;
+      FaultTransport ft(t.fabric->connect(), [&](const Request& r, uint64_t) {
+        if (!armed || r.kind != ReqKind::kWrite) return false;
+        armed = false;
+        return true;
+      });
+      Engine e(ft);
+      ProbeConfig p;
+      p.speculative_claim = cs.claim;
+      const uint64_t k = 4242;
+      const auto v0 = value_for(k, 0, c.value_bytes), v1 = value_for(k, 1, c.value_bytes);
+      std::optional<LinearClient> client;
+      client.emplace(c, p, e);
+      if (update) {
+        ASSERT_EQ(e.run(client->find_or_put(k, v0)).status, Status::kInserted);
+      }
+      if (!cs.spare) client.emplace(c, p, e);  // a fresh client holds no heap block yet
+      if (cs.spare && !update) {
+        ASSERT_EQ(e.run(client->find_or_put(1, v0)).status, Status::kInserted);
+      }
+      armed = true;
+      EXPECT_THROW(e.run(update ? client->update(k, v1) : client->find_or_put(k, v1)), FabricError);
+      EXPECT_EQ(ft.injected(), 1u);
+      const std::span<std::byte> region = t.fabric->local_region(0);
+      for (uint64_t s = 0; s < c.total_slots(); ++s) {
+        uint64_t w;
+        std::memcpy(&w, region.data() + 64 + s * 8, 8);
+        const HeapSlot hs = decode_heap_slot(w);
+        if (hs.empty || hs.tombstone) continue;
+        EXPECT_TRUE(linear_heap_record(c, region, hs.index).has_value())
+            << "slot " << s << " points to record " << hs.index << ", whose WRITE failed";
+      }
+      std::vector<std::byte> out(c.value_bytes);
+      ASSERT_EQ(e.run(client->get(k, out)).status, update ? Status::kFound : Status::kNotFound);
+      if (update) {
+        EXPECT_EQ(out, v0);
+      }
+      ASSERT_EQ(e.run(update ? client->update(k, v1) : client->find_or_put(k, v1)).status,
+                update ? Status::kUpdated : Status::kInserted);
+      ASSERT_EQ(e.run(client->get(k, out)).status, Status::kFound);
+      EXPECT_EQ(out, v1);
+    }
+  }
 }
 
 // --- retry budget ----------------------------------------------------------------------------

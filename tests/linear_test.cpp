@@ -359,15 +359,17 @@ TEST_P(LinearClaim, RoundTripsAndRequestsByFirstFreeSlot) {
   c.home_slots = 256;
   c.tail_slots = 64;
   constexpr uint32_t C = 8;
-  const bool one_word = c.slot_bytes() == 8;  // published by its claim CAS
+  const bool heap = c.format == SlotFormat::kHeap;
+  const bool one_word = c.slot_bytes() == 8 && !heap;  // published by its claim CAS
   const uint32_t pub = one_word ? 0 : 1, writes = one_word ? 0 : 2;
   const uint32_t vb = c.format == SlotFormat::kSet ? 0 : c.value_bytes;
-  struct Cost { uint32_t rt, reads, cas, writes; };
+  struct Cost { uint32_t rt, reads, cas, writes, faa = 0; };
   auto expect_cost = [](const OpStats& s, Cost want, const std::string& what) {
     EXPECT_EQ(s.round_trips, want.rt) << what;
     EXPECT_EQ(s.reads, want.reads) << what;
     EXPECT_EQ(s.cas, want.cas) << what;
     EXPECT_EQ(s.writes, want.writes) << what;
+    EXPECT_EQ(s.faa, want.faa) << what;
   };
   for (SpeculativeClaim mode : {SpeculativeClaim::kOn, SpeculativeClaim::kOff}) {
     for (uint64_t d : {uint64_t{0}, uint64_t{3}, uint64_t{C + 2}}) {
@@ -383,8 +385,23 @@ TEST_P(LinearClaim, RoundTripsAndRequestsByFirstFreeSlot) {
       p.speculative_claim = mode;
       Client client(*t.fabric, c, p);
       const uint64_t k = keys[0];
+      if (heap) {
+        for (uint64_t i = 1; i <= d; ++i) ASSERT_NE(linear_place(c, keys[i]).fp16, linear_place(c, k).fp16);
+      }
       ASSERT_EQ(client.find_or_put(k, value_for(k, 1, vb)).status, Status::kInserted) << what;
-      if (on) {
+      if (heap) {
+        // The client's first record costs an FAA (a heap block): up front when speculating (the
+        // claim CAS publishes it), else at the first free slot, where its WRITE shares the
+        // publishing CAS's batch (fenced). The WRITE is the only one; the CAS publishes. k's
+        // neighbours' fingerprints differ from k's (checked below), so no record is READ.
+        if (on) {
+          expect_cost(client.last_stats(), d == 0 ? Cost{2, 1, 1, 1, 1}
+                                           : d < C ? Cost{3, 1, 2, 1, 1}
+                                                   : Cost{4, 3, 2, 1, 1}, what + ": insert");
+        } else {
+          expect_cost(client.last_stats(), d < C ? Cost{3, 2, 1, 1, 1} : Cost{3, 3, 1, 1, 1}, what + ": insert");
+        }
+      } else if (on) {
         expect_cost(client.last_stats(), d == 0 ? Cost{1 + pub, 1, 1, writes}
                                          : d < C ? Cost{2 + pub, 1, 2, writes}
                                                  : Cost{3 + pub, 3, 2, writes}, what + ": insert");
@@ -394,7 +411,15 @@ TEST_P(LinearClaim, RoundTripsAndRequestsByFirstFreeSlot) {
       }
       // Present: found, never inserted twice (a lost speculative claim still scans the home slot).
       ASSERT_EQ(client.find_or_put(k, value_for(k, 2, vb)).status, Status::kFound) << what;
-      if (on) {
+      if (heap) {
+        // A spare record is written speculatively in the first batch (and stays private); k's slot
+        // matches its fingerprint, so its record is READ to compare keys.
+        if (on) {
+          expect_cost(client.last_stats(), d < C ? Cost{2, 2, 1, 1} : Cost{3, 4, 1, 1}, what + ": find");
+        } else {
+          expect_cost(client.last_stats(), d < C ? Cost{2, 3, 0, 1} : Cost{2, 4, 0, 1}, what + ": find");
+        }
+      } else if (on) {
         expect_cost(client.last_stats(), d < C ? Cost{1, 1, 1, 0} : Cost{2, 3, 1, 0}, what + ": find");
       } else {
         expect_cost(client.last_stats(), Cost{1, 2, 0, 0}, what + ": find");
@@ -451,7 +476,8 @@ TEST_P(LinearClaim, AutoFollowsWhereInsertsFoundTheirFirstFreeSlot) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, LinearClaim,
                          testing::Values(Format{SlotFormat::kSet, 8, 0}, Format{SlotFormat::kInline, 8, 8},
-                                         Format{SlotFormat::kInline, 4, 0}, Format{SlotFormat::kInline, 4, 8}),
+                                         Format{SlotFormat::kInline, 4, 0}, Format{SlotFormat::kInline, 4, 8},
+                                         Format{SlotFormat::kHeap, 8, 24}, Format{SlotFormat::kHeap, 4, 8}),
                          name_of);
 
 TEST(Linear, TombstonesAreSkippedAndNeverReused) {

@@ -1,5 +1,5 @@
 // The review transport of issue 10 (item 6), kept as a test: two kv-mix clients of one table on
-// LocalFabric, in one thread. Client A's transport reorders each batch at random and splits every
+// LocalFabric, in one thread. Client A's transport reorders each batch at random (fences kept) and splits every
 // READ into 8-byte words executed in random order; between any two of A's requests (and pieces)
 // client B executes its batches (strict alternation: one client at a time). Both record a history (kv-mix tags make every written value
 // unique), written to OUT for `rdmahash check-history` (Porcupine). Few keys, so A and B collide.
@@ -30,7 +30,7 @@
 namespace rdmahash {
 namespace {
 
-// Reorders every batch and splits every READ into its 8-byte-aligned words, read in random order;
+// Reorders every batch (within its fences) and splits every READ into its 8-byte-aligned words, read in random order;
 // `hook` may run (one other client's operation) before any request or piece. Each request's status
 // is its own (fabric.h).
 class ReorderSplitTransport final : public Transport {
@@ -39,9 +39,15 @@ class ReorderSplitTransport final : public Transport {
       : inner_(std::move(inner)), hook_(std::move(hook)), rng_(seed) {}
   void execute(std::span<Request> batch) override {
     ++counters_.batches;
+    // A batch is unordered except across fences (fabric.h): segments [begin, end) start at a
+    // fenced request; each is shuffled, the segments keep their order.
     std::vector<size_t> order(batch.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::shuffle(order.begin(), order.end(), rng_);
+    for (size_t begin = 0, end = 0; begin < batch.size(); begin = end) {
+      end = begin + 1;
+      while (end < batch.size() && !batch[end].fence) ++end;
+      std::shuffle(order.begin() + static_cast<std::ptrdiff_t>(begin), order.begin() + static_cast<std::ptrdiff_t>(end), rng_);
+    }
     std::string error;
     for (size_t i : order) {
       Request& r = batch[i];

@@ -143,6 +143,10 @@ class FaultTransport final : public Transport {
         ++injected_;
         continue;
       }
+      if (r.fence && failed) {  // fabric.h: not performed behind a failed request of its batch
+        r.status = ReqStatus::kFailed;
+        continue;
+      }
       inner_->execute(std::span<Request>(&r, 1));
       r.status = ReqStatus::kOk;
       counters_.add(r);

@@ -99,6 +99,9 @@ class Engine {
   // transport fences it (fabric.h), so both can go in one batch. The queue keeps its order.
   Pending write_fenced(RemoteAddr addr, const void* src, uint32_t len);
   Pending cas(RemoteAddr addr, uint64_t expected, uint64_t desired);
+  // A CAS performed after every request queued before it (to the same memory node), as
+  // write_fenced: e.g. a record's WRITE and the CAS that publishes it share one batch.
+  Pending cas_fenced(RemoteAddr addr, uint64_t expected, uint64_t desired);
   Pending faa(RemoteAddr addr, uint64_t add);
   Pending rpc(uint32_t node, uint16_t id, const void* payload, uint32_t len,
               std::vector<std::byte>* reply);

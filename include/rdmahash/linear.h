@@ -42,8 +42,8 @@
 //    fails — so the holder's store overwrites nothing. The one exception is the server's lock
 //    recovery (LinearLockSweeper), which by its stated assumption only touches locks whose holder
 //    is dead. (A failed CAS writes nothing on any transport: UCX returns the old value.)
-// Speculative claim (ProbeConfig::speculative_claim, default auto; inline and set slots — a heap
-// record must be written before its CAS): find_or_put posts the READ of chunk 0 and the claim CAS
+// Speculative claim (ProbeConfig::speculative_claim, default auto; every format that inserts
+// online; heap records below): find_or_put posts the READ of chunk 0 and the claim CAS
 // on the key's home slot (expected 0) in ONE batch. Winning that CAS proves the key absent at that
 // instant: a key lies at or after its home and every slot from its home up to it is non-empty
 // (slots never return to empty, and an insert claims only the first empty slot of its probe
@@ -100,11 +100,20 @@
 //        READ(s) — the record is private, so writing it speculatively is harmless; if the key turns
 //        out to be present, i stays private and is reused by the next insert) ;
 //        scan chunks as for inline records (fingerprint match → READ the record to compare keys) ;
-//        at the first empty slot: await the WRITE, THEN CAS slot 0 → OCC|fp|i+1.
+//        at the first empty slot: CAS slot 0 → OCC|fp|i+1, FENCED after the record's WRITE. If the
+//        WRITE went in an earlier batch it has completed: it is awaited first (no round trip), so
+//        a failed WRITE is never published. If i was only taken now (an FAA at the free slot, the
+//        client's spare records spent), the WRITE and the fenced CAS share one batch.
 //        CAS lost: re-check the winner (its record, if the fingerprints match) exactly like inline;
 //        my key → kFound (i stays private), else continue scanning.
+//        Speculative claim (as above): the record's WRITE, the home slot's CAS 0 → OCC|fp|i+1
+//        fenced after it, and chunk 0's READ go in ONE batch (a client with no spare record takes
+//        a heap block first, an FAA per kHeapBlock inserts). Won: the key was absent and the CAS
+//        published a complete record: 1 round trip (seed 001's order: 2). Lost: i stays private and
+//        the scan goes on from chunk 0, home included, exactly as for inline records.
 //    update: WRITE a new record into a private index j (same batch as the first slot READ), find
-//        the key's slot word w (reading its record to compare keys), CAS w → OCC|fp|j+1 ; CAS lost
+//        the key's slot word w (reading its record to compare keys), CAS w → OCC|fp|j+1 fenced after
+//        the WRITE (awaited first if it went in an earlier batch, as for insert) ; CAS lost
 //        → j stays private, retry. The superseded record is garbage (never reclaimed: there are no
 //        one-sided means to know when readers are done with it).
 //    erase: find w as above, CAS w → w|DEL. The record stays (garbage).
@@ -136,7 +145,10 @@
 // Invariants (heap)
 //  * A slot word goes empty → live(i) → live(j)* → tombstone; an index is published at most once.
 //  * A slot never points to a record that is not completely written: the CAS that publishes an
-//    index is posted only after the WRITE of that record has completed.
+//    index is fenced after the WRITE of that record (fabric.h: performed after it at the memory
+//    node, on every transport, as the inline publish fence above), and posted only after that
+//    WRITE completed when the WRITE went in an earlier batch; a fenced request behind a failed
+//    one of its batch is not performed.
 //  * A key occupies at most one live slot of its shard (same first-empty-slot CAS argument as
 //    inline; the winner's key is read from its record when fingerprints match).
 //
@@ -154,15 +166,18 @@
 //    (linear-insert-no-recheck-after-lost-cas, linear-heap-insert-no-recheck-after-lost-cas); a
 //    4-byte key's unpublished claim is waited for, not taken for the key
 //    (linear-unpublished-claim-taken-for-key)
-//  * publication order (heap): the record's WRITE completes before the slot CAS
-//    (linear-heap-publish-before-record-written)
+//  * publication order (heap): the slot CAS is fenced after the record's WRITE
+//    (linear-heap-publish-before-record-written, linear-heap-update-cas-not-fenced), and a WRITE
+//    of an earlier batch is awaited before the CAS is posted (linear-heap-earlier-write-not-awaited,
+//    linear-heap-update-earlier-write-not-awaited)
 //  * table boundary: chunks and lookup READs end at the last tail slot
 //    (linear-insert-chunk-skips-last-slot, linear-locate-reads-past-the-tail); probe bound M
 //    (linear-insert-probe-bound); heap capacity (linear-heap-take-record-capacity)
 //  * chunk overlap: chunk i+1 lands in the other half of a double buffer
 //    (linear-insert-chunk-overlap-one-buffer)
-//  * speculative claim: only the home slot is claimed before a scan (linear-spec-claim-not-home),
-//    and a lost speculative claim still scans the home slot for the key (linear-spec-lost-skips-home)
+//  * speculative claim: only the home slot is claimed before a scan (linear-spec-claim-not-home,
+//    linear-heap-spec-claim-not-home), and a lost speculative claim still scans the home slot for
+//    the key (linear-spec-lost-skips-home, linear-heap-spec-lost-skips-home)
 //  Not mutated, because removing them is equivalent (docs/testing.md): readers' LOCK test (a locked
 //  record's check never matches its ctrl's version), the LOCK bit of an insert's claim (same reason).
 //

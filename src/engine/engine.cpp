@@ -111,6 +111,12 @@ Pending Engine::cas(RemoteAddr addr, uint64_t expected, uint64_t desired) {
   return Pending(this, enqueue(r));
 }
 
+Pending Engine::cas_fenced(RemoteAddr addr, uint64_t expected, uint64_t desired) {
+  Request r;
+  r.kind = ReqKind::kCas; r.addr = addr; r.compare = expected; r.swap = desired; r.len = 8; r.fence = true;
+  return Pending(this, enqueue(r));
+}
+
 Pending Engine::faa(RemoteAddr addr, uint64_t add) {
   Request r;
   r.kind = ReqKind::kFaa; r.addr = addr; r.compare = add; r.len = 8;

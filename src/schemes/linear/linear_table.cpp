@@ -1196,11 +1196,7 @@ Task<OpResult> LinearClient::heap_insert(uint64_t key, std::span<const std::byte
   Scratch bufs(2 * chunk_bytes);
   std::vector<std::byte> rec(record_bytes_);
   build_record(key, value, rec.data());
-  // A private record, written speculatively in the same batch as the first chunk READs.
-  std::optional<uint64_t> index = pop_spare(p.node);
-  std::optional<Pending> write;
-  if (index) write.emplace(engine_.write(record_addr(p.node, *index), rec.data(), record_bytes_));
-  auto finish = [&](Status st) {  // the record was not published: keep it private for later
+  auto finish = [&](std::optional<uint64_t>& index, Status st) {  // not published: keep it private
     if (index) give_back(p.node, *index);
     r.status = st;
     r.matches = st == Status::kFound ? 1 : 0;
@@ -1214,12 +1210,47 @@ Task<OpResult> LinearClient::heap_insert(uint64_t key, std::span<const std::byte
     return engine_.read(slot_addr(p.node, p.home + static_cast<uint64_t>(i) * C), bufs.data() + (i % 2) * chunk_bytes,
                         static_cast<uint32_t>(chunk_len(i) * 8));
   };
-  if (chunk_len(0) == 0) co_return finish(Status::kFull);
-  std::optional<Pending> cur(post(0));
+  // A speculative claim publishes the record with its CAS, so it needs a record now: take one up
+  // front if none is spare (an FAA once per kHeapBlock inserts; none left: insert as seed 001).
+  bool speculate = speculating();
+  std::optional<uint64_t> index = pop_spare(p.node);
+  if (speculate && !index && chunk_len(0) > 0) {
+    index = co_await take_record(p.node);
+    speculate = index.has_value();
+  }
+  // The private record, written speculatively in the first batch (harmless: no slot points to it).
+  std::optional<Pending> write;
+  auto post_write = [&] { write.emplace(engine_.write(record_addr(p.node, *index), rec.data(), record_bytes_)); };
+  if (index) post_write();
+  // The CAS that makes `slot` point to the record is fenced after the record's WRITE (linear.h,
+  // "publication order"), so the two may share a batch.
+  auto publish_cas = [&](uint64_t slot) { return engine_.cas_fenced(slot_addr(p.node, slot), 0, heap_word(p.fp16, *index)); };
+  if (chunk_len(0) == 0) co_return finish(index, Status::kFull);
+
+  std::optional<Pending> cur;
+  if (speculate) {
+    // Speculative claim (linear.h): WRITE, home CAS (fenced after it), chunk 0's READ, one batch.
+    Pending claim = publish_cas(p.home);
+    cur.emplace(post(0));
+    const uint64_t old = co_await std::move(claim);
+    co_await std::move(*write);
+    write.reset();
+    if (old == 0) {
+      ++r.chunks;
+      note_claim(0);
+      r.status = Status::kInserted;
+      co_return r;
+    }
+  } else {
+    cur.emplace(post(0));
+  }
   for (uint32_t i = 0; i < M; ++i) {
     const uint64_t n = chunk_len(i);
+    const bool more = i + 1 < M && chunk_len(i + 1) > 0;
+    // As in insert(): after a lost speculative claim chunk 1 is READ only if chunk 0 is full.
+    const bool overlap = !(speculate && i == 0);
     std::optional<Pending> next;
-    if (i + 1 < M && chunk_len(i + 1) > 0) next.emplace(post(i + 1));
+    if (overlap && more) next.emplace(post(i + 1));
     co_await std::move(*cur);
     cur.reset();
     ++r.chunks;
@@ -1229,27 +1260,34 @@ Task<OpResult> LinearClient::heap_insert(uint64_t key, std::span<const std::byte
       const uint64_t slot = start + j;
       const uint64_t w = load64(chunk + j * 8);
       if (w != 0) {
-        if (co_await heap_is_mine(w, key, p)) co_return finish(Status::kFound);
+        if (co_await heap_is_mine(w, key, p)) co_return finish(index, Status::kFound);
         continue;
       }
       if (!index) {
         index = co_await take_record(p.node);
-        if (!index) co_return finish(Status::kFull);
-        write.emplace(engine_.write(record_addr(p.node, *index), rec.data(), record_bytes_));
+        if (!index) co_return finish(index, Status::kFull);
+        post_write();  // shares the CAS's batch
+      } else if (write) {
+        // Posted in an earlier batch, so complete: awaiting costs no round trip, and a failed
+        // WRITE stops here, before any slot can point to its record.
+        co_await std::move(*write);
+        write.reset();
       }
-      // The record must be completely written before the slot can point to it.
+      Pending claim = publish_cas(slot);
+      const uint64_t old = co_await std::move(claim);
       if (write) {
         co_await std::move(*write);
         write.reset();
       }
-      const uint64_t old = co_await engine_.cas(slot_addr(p.node, slot), 0, heap_word(p.fp16, *index));
       if (old == 0) {
+        note_claim(slot - p.home);
         r.status = Status::kInserted;  // the record is published: no longer ours to reuse
         co_return r;
       }
       // Someone else claimed the slot first: re-check the winner (seed 001, line 15).
-      if (co_await heap_is_mine(old, key, p)) co_return finish(Status::kFound);
+      if (co_await heap_is_mine(old, key, p)) co_return finish(index, Status::kFound);
     }
+    if (!overlap && more) next.emplace(post(i + 1));
     if (!next) break;
     cur.emplace(std::move(*next));
   }
@@ -1257,7 +1295,7 @@ Task<OpResult> LinearClient::heap_insert(uint64_t key, std::span<const std::byte
   OpResult scan;
   const bool present = (co_await heap_scan(key, p, false, {}, nullptr, scan)).found;
   r.chunks += scan.chunks;
-  co_return finish(present ? Status::kFound : Status::kFull);
+  co_return finish(index, present ? Status::kFound : Status::kFull);
 }
 
 Task<OpResult> LinearClient::heap_update(uint64_t key, std::span<const std::byte> value) {
@@ -1279,13 +1317,18 @@ Task<OpResult> LinearClient::heap_update(uint64_t key, std::span<const std::byte
     if (!index) {
       index = co_await take_record(p.node);
       if (!index) { r.status = Status::kFull; co_return r; }
-      write.emplace(engine_.write(record_addr(p.node, *index), rec.data(), record_bytes_));
+      write.emplace(engine_.write(record_addr(p.node, *index), rec.data(), record_bytes_));  // the CAS's batch
+    } else if (write) {
+      co_await std::move(*write);  // an earlier batch's: complete; a failed WRITE stops here
+      write.reset();
     }
+    Pending swap = engine_.cas_fenced(slot_addr(p.node, loc.slot), loc.ctrl, heap_word(p.fp16, *index));
+    const uint64_t old = co_await std::move(swap);
     if (write) {
       co_await std::move(*write);
       write.reset();
     }
-    if (co_await engine_.cas(slot_addr(p.node, loc.slot), loc.ctrl, heap_word(p.fp16, *index)) == loc.ctrl) {
+    if (old == loc.ctrl) {
       r.status = Status::kUpdated;
       r.matches = 1;
       co_return r;
