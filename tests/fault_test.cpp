@@ -79,6 +79,82 @@ TEST(PerRequestFailure, OneFailedRequestFailsOnlyItsOperation) {
   EXPECT_GT(t.injected(), 0u);
 }
 
+// fabric.h, "Fence": a failed request holds back the fenced requests behind it to its own node
+// only (they may depend on it); a fenced request to another node is performed.
+TEST(PerRequestFailure, LocalFabricFencedRequestWaitsOnlyForItsOwnNode) {
+  auto f = make_local_fabric({4096, 4096});
+  auto t = f->connect();
+  uint64_t sink = 0, v = 5, old = ~0ULL;
+  auto req = [](ReqKind k, uint32_t node, uint64_t off) {
+    Request r;
+    r.kind = k;
+    r.addr = {node, off};
+    r.len = 8;
+    return r;
+  };
+  std::vector<Request> b{req(ReqKind::kRead, 1, 4096), req(ReqKind::kWrite, 0, 0), req(ReqKind::kCas, 0, 8)};
+  b[0].buf = &sink;
+  b[1].buf = &v;
+  b[2].compare = 0; b[2].swap = 9; b[2].result = &old; b[2].fence = true;
+  EXPECT_THROW(t->execute(b), FabricError);
+  EXPECT_EQ(b[0].status, ReqStatus::kFailed);
+  EXPECT_EQ(b[1].status, ReqStatus::kOk);
+  EXPECT_EQ(b[2].status, ReqStatus::kOk) << "node 1's failure held back a fenced CAS to node 0";
+  EXPECT_EQ(old, 0u);
+  b[0].addr = {0, 4096};  // now the failure is at the fenced CAS's own node
+  b[2].compare = 9; b[2].swap = 10;
+  EXPECT_THROW(t->execute(b), FabricError);
+  EXPECT_EQ(b[1].status, ReqStatus::kOk);
+  EXPECT_EQ(b[2].status, ReqStatus::kFailed) << "a fenced CAS was performed behind a failed request to its node";
+  uint64_t w = 0;
+  std::memcpy(&w, f->local_region(0).data() + 8, 8);
+  EXPECT_EQ(w, 9u);
+}
+
+// The same through a scheme: heap inserts on node 0 (their publishing CAS fenced after the record
+// WRITE, often in one batch) share batches with operations on node 1 whose second request fails.
+// Every node-0 insert succeeds and is found; no node-1 failure leaks into them.
+TEST(PerRequestFailure, LinearHeapInsertsAreNotFailedByAnotherNodesFailure) {
+  LinearConfig c;
+  c.format = SlotFormat::kHeap;
+  c.key_bytes = 8;
+  c.value_bytes = 16;
+  c.memory_nodes = 2;
+  c.home_slots = 512;
+  LocalTable t(c);
+  auto tr = t.fabric->connect();
+  Engine e(*tr);
+  ProbeConfig p;
+  p.speculative_claim = SpeculativeClaim::kOn;
+  LinearClient client(c, p, e);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 1; keys.size() < 200; ++k)
+    if (linear_place(c, k * 7919).node == 0) keys.push_back(k * 7919);
+  std::vector<Status> st(keys.size(), Status::kFull);
+  uint64_t node0_errors = 0, node1_errors = 0;
+  const uint64_t bad = t.fabric->region_bytes(1);
+  e.run_many(
+      2 * keys.size(), 16,
+      [&](uint64_t i) -> Task<void> {
+        if (i % 2 == 0) {
+          st[i / 2] = (co_await client.find_or_put(keys[i / 2], value_for(keys[i / 2], 1, c.value_bytes))).status;
+        } else {
+          uint64_t x = 0;
+          co_await e.read({1, 64}, &x, 8);
+          co_await e.read({1, bad}, &x, 8);  // fails validation
+        }
+      },
+      [&](const Engine::Completion& comp) { (comp.index % 2 == 0 ? node0_errors : node1_errors) += comp.error ? 1 : 0; });
+  EXPECT_EQ(node0_errors, 0u);
+  EXPECT_EQ(node1_errors, keys.size());
+  std::vector<std::byte> out(c.value_bytes);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_EQ(st[i], Status::kInserted) << "key " << keys[i];
+    ASSERT_EQ(e.run(client.get(keys[i], out)).status, Status::kFound);
+    EXPECT_EQ(out, value_for(keys[i], 1, c.value_bytes));
+  }
+}
+
 TEST(PerRequestFailure, LocalFabricThrowingRpcFailsOnlyItself) {
   auto f = make_local_fabric({4096});
   f->register_rpc(7, [](uint32_t, std::span<const std::byte>, std::vector<std::byte>&) {

@@ -289,6 +289,13 @@ TEST(Heap, ExhaustedHeapReportsFullAndLosesNothing) {
   }
   EXPECT_EQ(stored.size(), 40u);
   EXPECT_EQ(full, 20u);
+  // One FAA tells an insert the heap is exhausted, whether it asked before its speculative claim
+  // or at the free slot.
+  for (SpeculativeClaim claim : {SpeculativeClaim::kOn, SpeculativeClaim::kOff}) {
+    dynamic_cast<LinearClient&>(client.table()).probe().speculative_claim = claim;
+    EXPECT_EQ(client.find_or_put(1000, value_for(1000, 0, 8)).status, Status::kFull);
+    EXPECT_EQ(client.last_stats().faa, 1u) << to_string(claim);
+  }
   EXPECT_EQ(client.update(1, value_for(1, 9, 8)).status, Status::kFull);  // no room for an out-of-place copy
   std::vector<std::byte> out(8);
   for (const auto& [k, v] : stored) {

@@ -134,17 +134,21 @@ class FaultTransport final : public Transport {
   void execute(std::span<Request> batch) override {
     ++counters_.batches;
     bool failed = false;
+    std::vector<uint32_t> failed_nodes;
+    auto failed_at = [&](uint32_t node) { return std::find(failed_nodes.begin(), failed_nodes.end(), node) != failed_nodes.end(); };
     for (Request& r : batch) {
       const uint64_t ordinal = next_++;
       if (before_) before_(r, ordinal);
       if (fail_ && fail_(r, ordinal)) {
         r.status = ReqStatus::kFailed;
         failed = true;
+        failed_nodes.push_back(r.addr.node);
         ++injected_;
         continue;
       }
-      if (r.fence && failed) {  // fabric.h: not performed behind a failed request of its batch
+      if (r.fence && failed_at(r.addr.node)) {  // fabric.h: not performed behind a failed request to its node
         r.status = ReqStatus::kFailed;
+        failed_nodes.push_back(r.addr.node);
         continue;
       }
       inner_->execute(std::span<Request>(&r, 1));

@@ -479,6 +479,55 @@ void test_errors(Ctx& c, Transport& t) {
   c.ck.check(std::memcmp(&v, want, 8) == 0, "the transport still works after errors");
 }
 
+// Fences (fabric.h) on every path this configuration takes (direct access, UCX requests, coalesced
+// messages): a batch to one word — WRITE, then fenced: WRITE, CAS (wins), READ, CAS (loses), FAA,
+// READ — against a std oracle performing it in posting order; a fenced CAS behind a WRITE of
+// another word (the heap record's publication, linear.h) sees that WRITE; and a request that fails
+// validation holds back a fenced request to its own node only.
+void test_fences(Ctx& c, Transport& t) {
+  for (uint32_t n = 0; n < c.nodes; ++n) {
+    const std::string at = " (node " + std::to_string(n) + ")";
+    const uint64_t x = c.lay.priv + uint64_t{c.me} * 128 + 72, y = x + 8;
+    const uint64_t base = 0x7000 + (uint64_t{n} << 20) + c.me;
+    uint64_t v1 = base, v2 = base + 100, got1 = 0, got2 = 0, cas_ok = 0, cas_bad = 0, faa_old = 0;
+    std::vector<Request> b{write_req(n, x, &v1, 8), write_req(n, x, &v2, 8), cas_req(n, x, base + 100, base + 200, &cas_ok),
+                           read_req(n, x, &got1, 8), cas_req(n, x, base + 100, base + 999, &cas_bad), faa_req(n, x, 5, &faa_old),
+                           read_req(n, x, &got2, 8)};
+    for (size_t i = 1; i < b.size(); ++i) b[i].fence = true;
+    t.execute(b);
+    c.ck.check(cas_ok == base + 100 && got1 == base + 200 && cas_bad == base + 200 && faa_old == base + 200 &&
+                   got2 == base + 205,
+               "a fenced batch to one word is performed in posting order" + at);
+    // WRITE a record word, then a fenced CAS of another word that "publishes" it, then a fenced
+    // READ of the record: the CAS and the READ come after the WRITE.
+    uint64_t rec = base + 7, slot_old = 1, rec_back = 0, zero = 0;
+    std::vector<Request> reset{write_req(n, y, &zero, 8)};
+    t.execute(reset);
+    std::vector<Request> pub{write_req(n, x, &rec, 8), cas_req(n, y, 0, rec, &slot_old), read_req(n, x, &rec_back, 8)};
+    pub[1].fence = true;
+    pub[2].fence = true;
+    t.execute(pub);
+    c.ck.check(slot_old == 0 && rec_back == rec, "a WRITE and the CAS fenced after it, in one batch" + at);
+    // A failed request holds back only its own node's fenced requests.
+    uint64_t sink = 0, w2 = base + 11, cas2 = 1, back = 0;
+    std::vector<Request> other{read_req(c.nodes, 0, &sink, 8), write_req(n, x, &w2, 8), cas_req(n, y, rec, w2, &cas2)};
+    other[2].fence = true;
+    c.ck.expect_throw("a batch with a request to a node that does not exist" + at, [&] { t.execute(other); });
+    c.ck.check(other[0].status == ReqStatus::kFailed && other[1].status == ReqStatus::kOk &&
+                   other[2].status == ReqStatus::kOk && cas2 == rec,
+               "a fenced CAS is performed behind another node's failed request" + at);
+    uint64_t w3 = base + 13, cas3 = 0;
+    std::vector<Request> same{read_req(n, c.lay.region, &sink, 8), write_req(n, x, &w3, 8), cas_req(n, y, w2, w3, &cas3)};
+    same[2].fence = true;
+    c.ck.expect_throw("a batch with a READ outside the region" + at, [&] { t.execute(same); });
+    std::vector<Request> check{read_req(n, y, &back, 8)};
+    t.execute(check);
+    c.ck.check(same[0].status == ReqStatus::kFailed && same[1].status == ReqStatus::kOk &&
+                   same[2].status == ReqStatus::kFailed && back == w2,
+               "a fenced CAS behind its own node's failed request is not performed" + at);
+  }
+}
+
 void measure(Ctx& c, Counted& t, int iters) {
   // Latency target: a node in another process when there is one.
   const uint32_t n = (c.f.is_memory_node() && c.nodes > 1) ? static_cast<uint32_t>((c.rank + 1) % c.nodes) : 0;
@@ -884,6 +933,7 @@ int main(int argc, char** argv) {
       ck.run("rpc", [&] { test_rpc(c, t, *errors); });
       ck.run("counters", [&] { test_counters(c); });
       ck.run("errors", [&] { test_errors(c, *errors); });
+      ck.run("fences", [&] { test_fences(c, *errors); });
       if (g_expect_readv) {
         ck.check(f.read_coalescing() == ReadCoalescing::kOn, "read coalescing is on");
         ck.run("readv", [&] { test_readv(c); });

@@ -15,7 +15,12 @@
 // Fence: a request with `fence` set is performed at its memory node only after every earlier
 // request of the batch to that node has been performed there (what a UCX fence gives: UCX posts
 // it after ucp_worker_fence). It orders without a round trip: e.g. a payload WRITE and the WRITE
-// that publishes it go in one batch. A fence is not a request: it is not counted.
+// (or CAS) that publishes it go in one batch. A fence is not a request: it is not counted.
+// Behind a failed request to its node a fenced request is not performed (it fails too: what it was
+// ordered after may not have happened), as a work request behind a failed one on an RDMA queue
+// pair; failures at other nodes do not concern it. (UCX: a failure known when posting — a request
+// that failed validation; one UCX reports only at completion cannot hold back what was posted
+// after it, see ucx_fabric.cpp.)
 //
 // Operations:
 //   kRead   copy `len` bytes at `addr` into `buf`.

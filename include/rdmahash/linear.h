@@ -37,6 +37,17 @@
 //    where an earlier READ/atomic must complete first. Direct access (ucx_fabric.cpp) performs
 //    the WRITEs as stores in order, with a full thread fence before the fenced one; and if an
 //    earlier request of the batch to that node went through UCX, the fenced one does too.
+//    The heap's publishing CAS fenced after its record's WRITE (below) rests on the same
+//    argument for an atomic: ucp_worker_fence orders the operations of an endpoint posted before
+//    it ahead of those after it, atomics included (ucp.h); shared memory performs the CAS with
+//    the CPU in the posting call, after the PUT's copy; TCP emulates both as active messages on
+//    the endpoint's one ordered stream (or one coalesced message performed in posting order); RC
+//    executes a QP's WRITE and a later atomic in order. Caveat for RDMA clusters: the UCX 1.13 we
+//    build against implements the worker fence as a weak per-interface fence, which need not order
+//    operations UCX put on different lanes (multi-rail RMA, or atomics on another lane than PUTs);
+//    later UCX adds a strong fence for that case (UCX_WORKER_STRONG_FENCE, openucx/ucx#8596). This
+//    applies to the inline publish fence above as much as to the heap's; on one lane per endpoint
+//    (this machine's transports, single-rail RC) the order holds.
 //  * The unlock may be a plain WRITE (not a CAS): while LOCK is set nobody else changes ctrl —
 //    every other CAS on it expects 0 (a claim) or an unlocked ctrl (update's lock, erase) and
 //    fails — so the holder's store overwrites nothing. The one exception is the server's lock
@@ -108,8 +119,9 @@
 //        my key → kFound (i stays private), else continue scanning.
 //        Speculative claim (as above): the record's WRITE, the home slot's CAS 0 → OCC|fp|i+1
 //        fenced after it, and chunk 0's READ go in ONE batch (a client with no spare record takes
-//        a heap block first, an FAA per kHeapBlock inserts). Won: the key was absent and the CAS
-//        published a complete record: 1 round trip (seed 001's order: 2). Lost: i stays private and
+//        a heap block first, an FAA per kHeapBlock inserts — also when the key turns out present,
+//        whose record stays private for the next insert). Won: the key was absent and the CAS
+//        published a complete record: 1 round trip with a spare record (seed 001's order: 2). Lost: i stays private and
 //        the scan goes on from chunk 0, home included, exactly as for inline records.
 //    update: WRITE a new record into a private index j (same batch as the first slot READ), find
 //        the key's slot word w (reading its record to compare keys), CAS w → OCC|fp|j+1 fenced after
@@ -117,8 +129,9 @@
 //        → j stays private, retry. The superseded record is garbage (never reclaimed: there are no
 //        one-sided means to know when readers are done with it).
 //    erase: find w as above, CAS w → w|DEL. The record stays (garbage).
-//    Leaks, all bounded and never dangerous: superseded and erased records, and the private
-//    records a client still holds when it is destroyed (< kHeapBlock per client per node).
+//    Leaks, all bounded and never dangerous: superseded and erased records, the private
+//    records a client still holds when it is destroyed (< kHeapBlock per client per node), and the
+//    record of an operation that failed (FabricError) after writing it.
 //    lookup (get / get_all, Algorithm 2): READ R slots; for every live slot whose fingerprint
 //        matches, READ its record. get_all posts those record READs in the same batch as the READ
 //        of the next R slots (if no empty slot was seen yet) and finishes when BOTH an empty slot

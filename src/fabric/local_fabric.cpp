@@ -5,6 +5,7 @@
 // atomic loads/stores keeps those races defined behaviour in C++ (and quiet under TSan) while
 // behaving like a DMA engine: a multi-word read may be torn, an aligned word never is. A
 // sequentially consistent fence brackets every batch, like the completion of an RDMA request.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -12,6 +13,7 @@
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "rdmahash/fabric.h"
 #include "fabric/direct_access.h"
@@ -117,14 +119,17 @@ void LocalTransport::execute(std::span<Request> batch) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   ++counters_.batches;
   std::string error;
+  std::vector<uint32_t> failed_nodes;  // nodes an earlier request of this batch failed at
   for (Request& r : batch) {
     try {
       // Requests run in batch order, so a fenced one already follows the earlier ones; the fence
       // makes their effects visible to other threads first, too. A fenced request depends on what
-      // precedes it (an unlock published after its payload): after a failed earlier request it
-      // fails too, unexecuted, as a work request behind a failed one on an RDMA queue pair does.
+      // precedes it at its node (an unlock published after its payload): after a failed earlier
+      // request to that node it fails too, unexecuted, as a work request behind a failed one on an
+      // RDMA queue pair does. Failures at other nodes are not its business (fabric.h).
       if (r.fence) {
-        if (!error.empty()) throw FabricError("local fabric: fenced request after a failed one: " + error);
+        if (std::find(failed_nodes.begin(), failed_nodes.end(), r.addr.node) != failed_nodes.end())
+          throw FabricError("local fabric: fenced request after a failed one to node " + std::to_string(r.addr.node));
         std::atomic_thread_fence(std::memory_order_seq_cst);
       }
       switch (r.kind) {
@@ -148,6 +153,7 @@ void LocalTransport::execute(std::span<Request> batch) {
     } catch (const std::exception& e) {
       // A handler's exception is its RPC's failure (UCX replies an error for it the same way).
       r.status = ReqStatus::kFailed;
+      failed_nodes.push_back(r.addr.node);
       if (error.empty()) error = e.what();
     }
   }

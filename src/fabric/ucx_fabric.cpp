@@ -1488,13 +1488,14 @@ void UcxTransport::post(Slot& s) {
     if (s.leader) post_opv(groups_[static_cast<size_t>(s.group)]);
     return;
   }
-  // A fenced request depends on what precedes it (an unlock published after its payload): behind
-  // a request that failed validation it is not posted either (error already set for that one).
+  // A fenced request depends on what precedes it at its node (an unlock published after its
+  // payload): behind a request to that node that failed validation it is not posted either (error
+  // already set for that one); other nodes' failures do not concern it (fabric.h).
   // A failure UCX reports only at completion cannot hold it back; on RDMA the queue pair's error
   // state flushes what follows, and over shared memory a validated put does not fail.
   if (r.fence)
     for (const Slot* q = slots_.data(); q != &s; ++q)
-      if (q->req->status == ReqStatus::kFailed) {
+      if (q->req->status == ReqStatus::kFailed && q->req->addr.node == r.addr.node) {
         r.status = ReqStatus::kFailed;
         return;
       }
@@ -1634,14 +1635,14 @@ void UcxTransport::coalesce(std::span<Request> batch) {
   std::vector<uint32_t> count(k, 0);
   std::vector<uint64_t> sent(k, 0), reply(k, 0);
   std::vector<char> mixed(k, 0);  // an RPC to the node: its requests keep their own UCX operations
-  bool failed_before = false;
+  std::vector<char> failed_before(k, 0);  // per node: an earlier request of the batch failed validation
   for (Request& r : batch) {
     if (r.status == ReqStatus::kFailed) {  // failed validation: never posted (node may not exist)
-      failed_before = true;
+      if (r.addr.node < k) failed_before[r.addr.node] = 1;
       continue;
     }
-    // post()'s rule: a fenced request behind one that failed validation is not posted either.
-    if (r.fence && failed_before) continue;
+    // post()'s rule: a fenced request behind one to its node that failed validation is not posted either.
+    if (r.fence && failed_before[r.addr.node]) continue;
     const uint32_t n = r.addr.node;
     // An atomic where a NIC may perform other clients' atomics on the same word (coalesce_atomics)
     // keeps the node on the per-operation path too: a CPU CAS is not atomic against a NIC's.
@@ -1672,14 +1673,14 @@ void UcxTransport::coalesce(std::span<Request> batch) {
     groups_.push_back(std::move(g));
   }
   if (groups_.empty()) return;
-  failed_before = false;
+  std::fill(failed_before.begin(), failed_before.end(), 0);
   for (size_t i = 0; i < batch.size(); ++i) {
     Request& r = batch[i];
     if (r.status == ReqStatus::kFailed) {
-      failed_before = true;
+      if (r.addr.node < k) failed_before[r.addr.node] = 1;
       continue;
     }
-    if (r.fence && failed_before) continue;  // post() fails it
+    if (r.fence && failed_before[r.addr.node]) continue;  // post() fails it
     if ((r.kind == ReqKind::kRead || r.kind == ReqKind::kWrite) && r.len == 0) continue;
     const int32_t gi = group_of[r.addr.node];
     if (gi < 0) continue;

@@ -1214,9 +1214,11 @@ Task<OpResult> LinearClient::heap_insert(uint64_t key, std::span<const std::byte
   // front if none is spare (an FAA once per kHeapBlock inserts; none left: insert as seed 001).
   bool speculate = speculating();
   std::optional<uint64_t> index = pop_spare(p.node);
+  bool exhausted = false;  // this operation's FAA found the heap full: no second one at the free slot
   if (speculate && !index && chunk_len(0) > 0) {
     index = co_await take_record(p.node);
     speculate = index.has_value();
+    exhausted = !speculate;
   }
   // The private record, written speculatively in the first batch (harmless: no slot points to it).
   std::optional<Pending> write;
@@ -1264,7 +1266,7 @@ Task<OpResult> LinearClient::heap_insert(uint64_t key, std::span<const std::byte
         continue;
       }
       if (!index) {
-        index = co_await take_record(p.node);
+        if (!exhausted) index = co_await take_record(p.node);
         if (!index) co_return finish(index, Status::kFull);
         post_write();  // shares the CAS's batch
       } else if (write) {
