@@ -35,6 +35,17 @@ constexpr bool kSanitized = false;
 
 // --- per-request outcome ---------------------------------------------------------------------
 
+// A heap-record linear table (8-byte keys) on `nodes` memory nodes of 512 home slots each.
+LinearConfig heap_config(uint32_t nodes, uint32_t value_bytes) {
+  LinearConfig c;
+  c.format = SlotFormat::kHeap;
+  c.key_bytes = 8;
+  c.value_bytes = value_bytes;
+  c.memory_nodes = nodes;
+  c.home_slots = 512;
+  return c;
+}
+
 TEST(PerRequestFailure, OneFailedRequestFailsOnlyItsOperation) {
   // Two memory nodes; every request to node 1 fails (a sick node, not a lost one). Operations on
   // node 0 share batches with them and must complete with their own results.
@@ -115,12 +126,7 @@ TEST(PerRequestFailure, LocalFabricFencedRequestWaitsOnlyForItsOwnNode) {
 // WRITE, often in one batch) share batches with operations on node 1 whose second request fails.
 // Every node-0 insert succeeds and is found; no node-1 failure leaks into them.
 TEST(PerRequestFailure, LinearHeapInsertsAreNotFailedByAnotherNodesFailure) {
-  LinearConfig c;
-  c.format = SlotFormat::kHeap;
-  c.key_bytes = 8;
-  c.value_bytes = 16;
-  c.memory_nodes = 2;
-  c.home_slots = 512;
+  const LinearConfig c = heap_config(2, 16);
   LocalTable t(c);
   auto tr = t.fabric->connect();
   Engine e(*tr);
@@ -305,12 +311,7 @@ TEST(PerRequestFailure, LinearInlineFailedUnlockReportsFailureAndLeavesTheKeyLoc
 // the speculative claim). Either way the insert (or update) reports FabricError, every live slot
 // still points to a complete record, and a retry succeeds.
 TEST(PerRequestFailure, LinearHeapRecordWhoseWriteFailedIsNeverPublished) {
-  LinearConfig c;
-  c.format = SlotFormat::kHeap;
-  c.key_bytes = 8;
-  c.value_bytes = 24;
-  c.memory_nodes = 1;
-  c.home_slots = 512;
+  const LinearConfig c = heap_config(1, 24);
   struct Case {
     SpeculativeClaim claim;
     bool spare;
