@@ -1196,12 +1196,6 @@ Task<OpResult> LinearClient::heap_insert(uint64_t key, std::span<const std::byte
   Scratch bufs(2 * chunk_bytes);
   std::vector<std::byte> rec(record_bytes_);
   build_record(key, value, rec.data());
-  auto finish = [&](std::optional<uint64_t>& index, Status st) {  // not published: keep it private
-    if (index) give_back(p.node, *index);
-    r.status = st;
-    r.matches = st == Status::kFound ? 1 : 0;
-    return r;
-  };
   auto chunk_len = [&](uint32_t i) -> uint64_t {
     const uint64_t start = p.home + static_cast<uint64_t>(i) * C;
     return start >= total ? 0 : std::min<uint64_t>(C, total - start);
@@ -1220,6 +1214,12 @@ Task<OpResult> LinearClient::heap_insert(uint64_t key, std::span<const std::byte
     speculate = index.has_value();
     exhausted = !speculate;
   }
+  auto finish = [&](Status st) {  // the record was not published: keep it private for later
+    if (index) give_back(p.node, *index);
+    r.status = st;
+    r.matches = st == Status::kFound ? 1 : 0;
+    return r;
+  };
   // The private record, written speculatively in the first batch (harmless: no slot points to it).
   std::optional<Pending> write;
   auto post_write = [&] { write.emplace(engine_.write(record_addr(p.node, *index), rec.data(), record_bytes_)); };
@@ -1227,7 +1227,7 @@ Task<OpResult> LinearClient::heap_insert(uint64_t key, std::span<const std::byte
   // The CAS that makes `slot` point to the record is fenced after the record's WRITE (linear.h,
   // "publication order"), so the two may share a batch.
   auto publish_cas = [&](uint64_t slot) { return engine_.cas_fenced(slot_addr(p.node, slot), 0, heap_word(p.fp16, *index)); };
-  if (chunk_len(0) == 0) co_return finish(index, Status::kFull);
+  if (chunk_len(0) == 0) co_return finish(Status::kFull);
 
   std::optional<Pending> cur;
   if (speculate) {
@@ -1262,12 +1262,12 @@ Task<OpResult> LinearClient::heap_insert(uint64_t key, std::span<const std::byte
       const uint64_t slot = start + j;
       const uint64_t w = load64(chunk + j * 8);
       if (w != 0) {
-        if (co_await heap_is_mine(w, key, p)) co_return finish(index, Status::kFound);
+        if (co_await heap_is_mine(w, key, p)) co_return finish(Status::kFound);
         continue;
       }
       if (!index) {
         if (!exhausted) index = co_await take_record(p.node);
-        if (!index) co_return finish(index, Status::kFull);
+        if (!index) co_return finish(Status::kFull);
         post_write();  // shares the CAS's batch
       } else if (write) {
         // Posted in an earlier batch, so complete: awaiting costs no round trip, and a failed
@@ -1287,7 +1287,7 @@ Task<OpResult> LinearClient::heap_insert(uint64_t key, std::span<const std::byte
         co_return r;
       }
       // Someone else claimed the slot first: re-check the winner (seed 001, line 15).
-      if (co_await heap_is_mine(old, key, p)) co_return finish(index, Status::kFound);
+      if (co_await heap_is_mine(old, key, p)) co_return finish(Status::kFound);
     }
     if (!overlap && more) next.emplace(post(i + 1));
     if (!next) break;
@@ -1297,7 +1297,7 @@ Task<OpResult> LinearClient::heap_insert(uint64_t key, std::span<const std::byte
   OpResult scan;
   const bool present = (co_await heap_scan(key, p, false, {}, nullptr, scan)).found;
   r.chunks += scan.chunks;
-  co_return finish(index, present ? Status::kFound : Status::kFull);
+  co_return finish(present ? Status::kFound : Status::kFull);
 }
 
 Task<OpResult> LinearClient::heap_update(uint64_t key, std::span<const std::byte> value) {
