@@ -125,6 +125,7 @@ constexpr uint16_t kRpcEcho = 1;      // reply = request
 constexpr uint16_t kRpcAdd = 2;       // request {a, b}; reply {a + b, node, src}
 constexpr uint16_t kRpcGenerate = 3;  // request u32 n; reply n bytes rpc_byte(i)
 constexpr uint16_t kRpcThrow = 4;     // throws std::runtime_error("boom from handler")
+constexpr uint16_t kRpcStore = 5;     // request {offset, value}: stores value at offset of its region
 
 // A transport plus the counters the test expects it to report.
 struct Counted {
@@ -652,7 +653,21 @@ void test_readv(Ctx& c) {
     uint64_t payload = 7;
     auto b = reads;
     b.push_back(rpc_req(n, kRpcEcho, &payload, 8, &reply));
-    run(b, 0, 0, "READs and an RPC to the same node (per-operation path)");
+    run(b, 40, 1, "READs and an RPC to the same node (the READs in one message, the RPC in its own)");
+    c.ck.check(reply.size() == 8 && std::memcmp(reply.data(), &payload, 8) == 0, "the RPC beside a coalesced message replied");
+  }
+  for (uint64_t round = 0; round < 3; ++round) {
+    // An RPC and a fenced request to one node: the node keeps the per-operation path, whose order
+    // performs the RPC's store before the READ fenced after it.
+    const uint64_t s = c.lay.priv + uint64_t{c.me} * 128 + 88;
+    uint64_t args[2] = {s, 0xA5A50000 + round * 16 + c.me}, got = 0;
+    std::vector<std::byte> reply;
+    auto b = reads;
+    b.insert(b.begin() + 1, rpc_req(n, kRpcStore, args, sizeof args, &reply));
+    b.push_back(read_req(n, s, &got, 8));
+    b.back().fence = true;
+    run(b, 0, 0, "READs, an RPC and a fenced READ to the same node (per-operation path)");
+    c.ck.check(got == args[1], "a READ fenced after an RPC sees the RPC's store (round " + std::to_string(round) + ")");
   }
   {
     // A READ that fails validation fails alone; the others are still coalesced and land.
@@ -910,6 +925,13 @@ int main(int argc, char** argv) {
       });
       f.register_rpc(kRpcThrow, [](uint32_t, std::span<const std::byte>, std::vector<std::byte>&) {
         throw std::runtime_error("boom from handler");
+      });
+      f.register_rpc(kRpcStore, [region](uint32_t, std::span<const std::byte> req, std::vector<std::byte>&) {
+        uint64_t in[2];
+        if (req.size() != sizeof in) throw std::runtime_error("store: bad request size");
+        std::memcpy(in, req.data(), sizeof in);
+        if (in[0] % 8 != 0 || in[0] + 8 > region.size()) throw std::runtime_error("store: bad offset");
+        std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(region.data() + in[0])).store(in[1]);
       });
     } else {
       ck.check(f.local_region(0).empty(), "a rank that hosts nothing has no local region");

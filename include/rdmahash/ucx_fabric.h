@@ -92,9 +92,10 @@ ClientWait resolve_client_wait(ClientWait wait, const std::vector<std::string>& 
 // FAA, fenced or not) as one active message (kAmOpv, ucx_fabric.cpp), which the memory node
 // performs in posting order and answers with one reply, instead of one UCX operation each. The
 // name (and --read-coalescing) is from when it covered READs only; it covers every one-sided request.
-//   kOn:   coalesce a batch's requests to a node (one that is not mapped for direct access) when
-//          there are at least 2 and none of them is an RPC (an RPC keeps the node's requests on the
-//          per-operation path).
+//   kOn:   coalesce a batch's one-sided requests to a node (one that is not mapped for direct
+//          access) when there are at least 2; an RPC to the node goes as its own message beside
+//          them, unless the batch also sends the node a fenced request (then every request to the
+//          node keeps the per-operation path: the message may go out before the RPC).
 //   kOff:  one ucp_get / ucp_put / ucp_atomic_op per request.
 //   kAuto: kOn when every transport is TCP (UCX then emulates each one-sided operation with an
 //          active message that the memory node's CPU answers: one message per request each way, a

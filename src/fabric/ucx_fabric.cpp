@@ -1621,20 +1621,23 @@ void UcxTransport::add_member(Slot& g, Request& r) {
   g.members.push_back(&r);
 }
 
-// Coalescing (ReadCoalescing, ucx_fabric.h): the requests of this batch to node n — READ, WRITE,
-// CAS, FAA, fenced or not — become one kAmOpv message when n is not mapped for direct access, the
-// batch sends n no RPC and at least 2 requests, within kMaxOpvOps / kMaxOpvBytes. Sound because the
+// Coalescing (ReadCoalescing, ucx_fabric.h): the one-sided requests of this batch to node n — READ,
+// WRITE, CAS, FAA, fenced or not — become one kAmOpv message when n is not mapped for direct access
+// and the batch sends n at least 2 of them, within kMaxOpvOps / kMaxOpvBytes. Sound because the
 // memory node performs them in posting order, each before the next: every order the per-operation
 // path keeps (one endpoint, ucp_worker_fence before a fenced request) it keeps too, and more. An
-// RPC to n keeps every request to n on the per-operation path (an RPC handler runs in the AM
-// callback of its own message; its order with respect to the others is the per-operation path's).
+// RPC to n is never part of the message: it goes as its own active message (its handler runs in
+// that message's callback). Unfenced, it is unordered with the batch's other requests anyway; but
+// the message goes out with its first member, possibly before the RPC, so a batch with an RPC and
+// a fenced request to n keeps every request to n on the per-operation path, whose order is UCX's.
 void UcxTransport::coalesce(std::span<Request> batch) {
   groups_.clear();
   if (fabric_.read_coalescing() != ReadCoalescing::kOn) return;
   const uint32_t k = fabric_.memory_nodes();
   std::vector<uint32_t> count(k, 0);
   std::vector<uint64_t> sent(k, 0), reply(k, 0);
-  std::vector<char> mixed(k, 0);  // an RPC to the node: its requests keep their own UCX operations
+  std::vector<char> mixed(k, 0);  // the node's requests keep their own UCX operations
+  std::vector<char> rpc(k, 0), fenced(k, 0);  // the batch sends the node an RPC, a fenced request
   std::vector<char> failed_before(k, 0);  // per node: an earlier request of the batch failed validation
   for (Request& r : batch) {
     if (r.status == ReqStatus::kFailed) {  // failed validation: never posted (node may not exist)
@@ -1644,12 +1647,13 @@ void UcxTransport::coalesce(std::span<Request> batch) {
     // post()'s rule: a fenced request behind one to its node that failed validation is not posted either.
     if (r.fence && failed_before[r.addr.node]) continue;
     const uint32_t n = r.addr.node;
-    // An atomic where a NIC may perform other clients' atomics on the same word (coalesce_atomics)
-    // keeps the node on the per-operation path too: a CPU CAS is not atomic against a NIC's.
+    if (r.fence) fenced[n] = 1;
     if (r.kind == ReqKind::kRpc) {
-      mixed[n] = 1;
+      rpc[n] = 1;
       continue;
     }
+    // An atomic where a NIC may perform other clients' atomics on the same word (coalesce_atomics)
+    // keeps the node on the per-operation path too: a CPU CAS is not atomic against a NIC's.
     if (!fabric_.coalesce_atomics() && (r.kind == ReqKind::kCas || r.kind == ReqKind::kFaa)) {
       mixed[n] = 1;
       continue;
@@ -1661,6 +1665,7 @@ void UcxTransport::coalesce(std::span<Request> batch) {
   }
   std::vector<int32_t> group_of(k, -1);
   for (uint32_t n = 0; n < k; ++n) {
+    if (rpc[n] && fenced[n]) mixed[n] = 1;
     if (mixed[n] || count[n] < 2 || count[n] > kMaxOpvOps || sent[n] > kMaxOpvBytes || reply[n] > kMaxOpvBytes) continue;
     if (fabric_.direct(n) != nullptr) continue;  // real loads, stores and atomics: nothing to save
     group_of[n] = static_cast<int32_t>(groups_.size());
@@ -1681,6 +1686,7 @@ void UcxTransport::coalesce(std::span<Request> batch) {
       continue;
     }
     if (r.fence && failed_before[r.addr.node]) continue;  // post() fails it
+    if (r.kind == ReqKind::kRpc) continue;  // its own message (post())
     if ((r.kind == ReqKind::kRead || r.kind == ReqKind::kWrite) && r.len == 0) continue;
     const int32_t gi = group_of[r.addr.node];
     if (gi < 0) continue;
