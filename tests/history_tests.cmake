@@ -58,14 +58,16 @@ foreach(entry IN LISTS HISTORY_SCHEMES)
   string(REPLACE "|" ";" parts "${entry}")
   list(GET parts 0 name)
   list(GET parts 1 flags)
-  if(NOT name MATCHES "^(linear_inline|race)$")
-    continue()
-  endif()
   separate_arguments(flags)
-  history_ucx(history_${name}_ucx_direct_off ${HISTORY_DIR}/${name}_ucx_direct_off.bin "${RDMAHASH_MPI_ENV}"
-              ${flags} ${HISTORY_RUN} --direct-access off)
-  history_ucx(history_${name}_ucx_tcp ${HISTORY_DIR}/${name}_ucx_tcp.bin "${history_tcp_env};UCX_TLS=tcp"
-              ${flags} ${HISTORY_RUN_TCP} --read-coalescing on)
+  if(name MATCHES "^(linear_inline|race)$")
+    history_ucx(history_${name}_ucx_direct_off ${HISTORY_DIR}/${name}_ucx_direct_off.bin "${RDMAHASH_MPI_ENV}"
+                ${flags} ${HISTORY_RUN} --direct-access off)
+  endif()
+  # cuckoo and level write through RPCs: over TCP a batch's RPC goes beside its coalesced message.
+  if(name MATCHES "^(linear_inline|race|cuckoo_inline|level)$")
+    history_ucx(history_${name}_ucx_tcp ${HISTORY_DIR}/${name}_ucx_tcp.bin "${history_tcp_env};UCX_TLS=tcp"
+                ${flags} ${HISTORY_RUN_TCP} --read-coalescing on)
+  endif()
 endforeach()
 
 # Continuity while its table grows online: 8000 keys of which the 2000 bulk-loaded ones are present
