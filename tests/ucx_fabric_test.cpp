@@ -656,6 +656,27 @@ void test_readv(Ctx& c) {
     run(b, 40, 1, "READs and an RPC to the same node (the READs in one message, the RPC in its own)");
     c.ck.check(reply.size() == 8 && std::memcmp(reply.data(), &payload, 8) == 0, "the RPC beside a coalesced message replied");
   }
+  {
+    // A failing RPC beside a coalesced message fails alone: the message's READs land.
+    std::vector<std::byte> reply;
+    auto b = reads;
+    b.insert(b.begin() + 5, rpc_req(n, kRpcThrow, nullptr, 0, &reply));
+    for (const Request& r : b)
+      if (r.kind == ReqKind::kRead) std::memset(r.buf, 0, r.len);
+    const FabricCounters before = t->counters();
+    bool threw = false;
+    try {
+      t->execute(b);
+    } catch (const FabricError&) {
+      threw = true;
+    }
+    bool statuses = b[5].status == ReqStatus::kFailed;
+    for (size_t i = 0; i < b.size(); ++i)
+      if (i != 5) statuses = statuses && b[i].status == ReqStatus::kOk;
+    c.ck.check(threw && statuses && data_ok(b) && t->counters().coalesced_requests - before.coalesced_requests == 40 &&
+                   t->counters().coalesced_messages - before.coalesced_messages == 1,
+               "a failing RPC beside a coalesced message fails alone; the 40 READs are coalesced and land");
+  }
   for (uint64_t round = 0; round < 3; ++round) {
     // An RPC and a fenced request to one node: the node keeps the per-operation path, whose order
     // performs the RPC's store before the READ fenced after it.

@@ -20,7 +20,10 @@
 // ordered after may not have happened), as a work request behind a failed one on an RDMA queue
 // pair; failures at other nodes do not concern it. (UCX: a failure known when posting — a request
 // that failed validation; one UCX reports only at completion cannot hold back what was posted
-// after it, see ucx_fabric.cpp.)
+// after it, see ucx_fabric.cpp.) A fence orders one-sided requests; it does not order them after an
+// earlier RPC's handler on every transport (over shared memory or RDMA a fenced READ may be
+// performed before the memory node's CPU has run the handler; over TCP one stream orders them).
+// No scheme relies on it: what depends on an RPC's effect waits for its reply.
 //
 // Operations:
 //   kRead   copy `len` bytes at `addr` into `buf`.

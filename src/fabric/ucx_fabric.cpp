@@ -76,15 +76,17 @@
 //   on when every transport is TCP). Over TCP UCX emulates each ucp_get, ucp_put and ucp_atomic
 //   with an active message that the memory node's CPU answers: per request one sendto each way and
 //   ~6 µs of kernel CPU on each side. When a batch sends a node at least 2 requests (at most
-//   kMaxOpvOps, kMaxOpvBytes each way), no RPC, and the node is not mapped for direct access,
-//   execute() sends its READs, WRITEs, CASes and FAAs — fenced or not — as ONE kAmOpv message
-//   (coalesce(), post_opv()) and the memory node's on_opv() answers with one reply.
+//   kMaxOpvOps, kMaxOpvBytes each way) and the node is not mapped for direct access, execute()
+//   sends its READs, WRITEs, CASes and FAAs — fenced or not — as ONE kAmOpv message (coalesce(),
+//   post_opv()) and the memory node's on_opv() answers with one reply; an RPC to the node goes as
+//   its own message beside it.
 //     Order: on_opv() performs the requests in posting (batch) order, each completely before the
 //   next, so every fence of fabric.h holds trivially (a fenced request is performed after all
 //   earlier requests of the batch to that node) and so does every order the per-operation path
-//   keeps. An RPC to the node keeps all of the batch's requests to that node on the per-operation
-//   path (its handler runs in its own message; its order with the others stays the one that path
-//   gives). A fenced request behind one that failed validation is not posted, as in post().
+//   keeps. An RPC is never part of the message (its handler runs in its own message's callback);
+//   a batch with an RPC AND a fenced request to the node keeps all its requests to that node on
+//   the per-operation path, since the message goes out with its first member, possibly before the
+//   RPC. A fenced request behind one to its node that failed validation is not posted, as in post().
 //     Atomicity: CAS/FAA run as seq_cst __atomic compare-exchange / fetch-add on the 8-byte-aligned
 //   word, so they are atomic with respect to every other accessor that may reach the word
 //   concurrently: other messages and UCX's own emulated AMOs over TCP (this worker runs its
