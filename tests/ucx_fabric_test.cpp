@@ -620,6 +620,25 @@ void test_readv(Ctx& c) {
                what + ": " + std::to_string(got_reqs) + " coalesced requests in " + std::to_string(got_msgs) +
                    " messages, expected " + std::to_string(want_reqs) + " in " + std::to_string(want_msgs));
   };
+  // Inserts `bad` (a request that fails) at `at` among the 40 READs: true if the batch threw, `bad`
+  // alone failed, and the READs were coalesced into one message and returned the region's bytes.
+  auto fails_alone = [&](Request bad, size_t at) {
+    auto b = reads;
+    b.insert(b.begin() + static_cast<std::ptrdiff_t>(at), bad);
+    for (const Request& r : reads) std::memset(r.buf, 0, r.len);
+    const FabricCounters before = t->counters();
+    bool threw = false;
+    try {
+      t->execute(b);
+    } catch (const FabricError&) {
+      threw = true;
+    }
+    bool statuses = b[at].status == ReqStatus::kFailed;
+    for (size_t i = 0; i < b.size(); ++i)
+      if (i != at) statuses = statuses && b[i].status == ReqStatus::kOk;
+    return threw && statuses && data_ok(reads) && t->counters().coalesced_requests - before.coalesced_requests == 40 &&
+           t->counters().coalesced_messages - before.coalesced_messages == 1;
+  };
   run(reads, 40, 1, "40 READs to one node");
   run({reads[0], reads[1]}, 2, 1, "2 READs");
   run({reads[0]}, 0, 0, "a single READ");
@@ -659,22 +678,7 @@ void test_readv(Ctx& c) {
   {
     // A failing RPC beside a coalesced message fails alone: the message's READs land.
     std::vector<std::byte> reply;
-    auto b = reads;
-    b.insert(b.begin() + 5, rpc_req(n, kRpcThrow, nullptr, 0, &reply));
-    for (const Request& r : b)
-      if (r.kind == ReqKind::kRead) std::memset(r.buf, 0, r.len);
-    const FabricCounters before = t->counters();
-    bool threw = false;
-    try {
-      t->execute(b);
-    } catch (const FabricError&) {
-      threw = true;
-    }
-    bool statuses = b[5].status == ReqStatus::kFailed;
-    for (size_t i = 0; i < b.size(); ++i)
-      if (i != 5) statuses = statuses && b[i].status == ReqStatus::kOk;
-    c.ck.check(threw && statuses && data_ok(b) && t->counters().coalesced_requests - before.coalesced_requests == 40 &&
-                   t->counters().coalesced_messages - before.coalesced_messages == 1,
+    c.ck.check(fails_alone(rpc_req(n, kRpcThrow, nullptr, 0, &reply), 5),
                "a failing RPC beside a coalesced message fails alone; the 40 READs are coalesced and land");
   }
   for (uint64_t round = 0; round < 3; ++round) {
@@ -692,23 +696,8 @@ void test_readv(Ctx& c) {
   }
   {
     // A READ that fails validation fails alone; the others are still coalesced and land.
-    auto b = reads;
     std::byte sink[8];
-    b.insert(b.begin() + 3, read_req(n, c.lay.region, sink, 8));
-    for (const Request& r : b)
-      if (r.len && r.addr.offset < c.lay.region) std::memset(r.buf, 0, r.len);
-    const FabricCounters before = t->counters();
-    bool threw = false;
-    try {
-      t->execute(b);
-    } catch (const FabricError&) {
-      threw = true;
-    }
-    bool statuses = b[3].status == ReqStatus::kFailed;
-    for (size_t i = 0; i < b.size(); ++i)
-      if (i != 3) statuses = statuses && b[i].status == ReqStatus::kOk;
-    b.erase(b.begin() + 3);
-    c.ck.check(threw && statuses && data_ok(b) && t->counters().coalesced_requests - before.coalesced_requests == 40,
+    c.ck.check(fails_alone(read_req(n, c.lay.region, sink, 8), 3),
                "a READ outside the region fails alone; the other 40 are coalesced and land");
   }
 
