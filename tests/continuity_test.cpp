@@ -246,6 +246,35 @@ TEST(ContinuityInterleaving, WritesBetweenWordsOfAReadNeverTearOrHideAnItem) {
   EXPECT_GT(n.writes, 20000u);
 }
 
+// The same with added SBuckets, the table kept near full so that stable keys live in the group
+// and the node's writes free and reuse group slots between the words of every READ (group READs
+// included, and those of a lookup's second and later attempts).
+TEST(ContinuityInterleaving, WritesBetweenWordsOfAReadNeverTearOrHideAnItemInAddedSlots) {
+  ContinuityConfig c;
+  c.buckets_per_node = 4;  // 2 pairs × 20 own slots, sharing one added group of 12
+  c.value_bytes = 24;
+  c.added_group_pairs = 2;
+  ContTable t(c);
+  ContinuityShard& shard = t.server->shard(0);
+  const auto all = distinct_keys(400, 23);
+  std::vector<uint64_t> stable, churn;
+  for (uint64_t k : all) {
+    if (stable.size() < 40) {
+      if (shard.put(k, stamped(k, 0, 24)).status == Status::kInserted) stable.push_back(k);
+    } else if (churn.size() < 40) {
+      churn.push_back(k);
+    }
+  }
+  ASSERT_EQ(stable.size(), 40u);
+  ASSERT_GT(shard.stats().added_writes, 0u);
+  const auto n = test::reads_between_node_writes<ContinuityClient>(*t.fabric, shard, c, stable, churn, 20000, 24);
+  EXPECT_EQ(n.missed, 0u) << "a present key was reported absent";
+  EXPECT_EQ(n.torn + n.churn_torn, 0u) << "a torn value was returned";
+  EXPECT_EQ(n.stale, 0u) << "a lookup returned an older value than an earlier lookup";
+  EXPECT_GT(shard.stats().added_writes, 1000u);
+  EXPECT_GT(n.writes, 20000u);
+}
+
 // Real threads: two writer clients (RPCs run on their threads, serialised by the shard's mutex)
 // and two readers on the same small table.
 TEST(ContinuityConcurrency, ReadersDuringWritesSeeWholeMonotoneValues) {
@@ -1137,6 +1166,96 @@ TEST(ContinuityLayout, AddedGroupsHoldAtMostTheirPairsAndChildrenStayTogether) {
       }
       ASSERT_EQ(c.region_bytes(), c.table_offset(8));
     }
+}
+
+
+// Items older than the seq window (continuity.h, "Old items"): 2^16 indicator stores of a pair
+// that leave one of its items alone put that item's pub outside the 17-bit window. It must stay
+// readable by a one-sided lookup (two READs that return the same bytes: 2 round trips) and a
+// clean image holding it must recover. One pair per node; every update of b is one store.
+TEST(ContinuityOldItems, AnItemOlderThanTheSeqWindowIsFoundAndTheImageRecovers) {
+  ContinuityConfig c;
+  c.buckets_per_node = 2;
+  c.sbuckets = 3;
+  c.value_bytes = 8;
+  ContTable t(c);
+  SyncClient cl(*t.fabric, c);
+  ContinuityShard& shard = t.server->shard(0);
+  const uint64_t a = 1, b = 2;
+  ASSERT_EQ(shard.put(a, value_for(a, 0, 8)).status, Status::kInserted);
+  ASSERT_EQ(shard.put(b, value_for(b, 0, 8)).status, Status::kInserted);
+  std::vector<std::byte> out(8);
+  OpStats st;
+  ASSERT_EQ(cl.engine.run(cl.client.get(a, out), &st).status, Status::kFound);
+  EXPECT_EQ(st.reads, 1u);  // young: inside the window
+  // a's pub is 1; after these the pair's seq is 70 002: (seq - pub) mod 2^17 = 70 001 >= 2^16.
+  for (uint32_t i = 1; i <= 70000; ++i) ASSERT_EQ(shard.update(b, value_for(b, i, 8)).status, Status::kUpdated);
+  st = OpStats{};
+  const OpResult r = cl.engine.run(cl.client.get(a, out), &st);
+  EXPECT_EQ(r.status, Status::kFound);
+  EXPECT_EQ(out, value_for(a, 0, 8));
+  EXPECT_EQ(st.reads, 2u) << "an old item costs one more READ, no more";
+  ASSERT_EQ(cl.run(cl.client.get(b, out)).status, Status::kFound);
+  EXPECT_EQ(out, value_for(b, 70000, 8));
+  EXPECT_EQ(cl.run(cl.client.get(3, out)).status, Status::kNotFound);
+  // A copy of the (fully persisted) image recovers with a in it.
+  std::span<std::byte> img = t.server->region(0).bytes();
+  test::AlignedImage copy(img.size());
+  std::memcpy(copy.bytes.data(), img.data(), img.size());
+  PersistentRegion r2(copy.bytes, PersistMode::kVolatile);
+  ContinuityShard reopened(c, 0, r2);
+  EXPECT_EQ(reopened.find(a), std::optional<std::vector<std::byte>>(value_for(a, 0, 8)));
+  EXPECT_EQ(reopened.find(b), std::optional<std::vector<std::byte>>(value_for(b, 70000, 8)));
+}
+
+// The same for items in the pair's added group: the pair full, then 2^16 stores of one key put
+// and erased again; every key, in the segment or in the group, is found whole.
+TEST(ContinuityOldItems, OldItemsInTheAddedGroupAreFound) {
+  ContinuityConfig c;
+  c.buckets_per_node = 2;
+  c.sbuckets = 3;
+  c.value_bytes = 8;
+  c.added_group_pairs = 1;
+  ContTable t(c);
+  SyncClient cl(*t.fabric, c);
+  ContinuityShard& shard = t.server->shard(0);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 100; keys.size() < 200 && shard.stats().added_writes < 3; ++k)
+    if (shard.put(k, value_for(k, 0, 8)).status == Status::kInserted) keys.push_back(k);
+  ASSERT_GE(shard.stats().added_writes, 3u);
+  const uint64_t churn = 7;
+  for (uint32_t i = 0; i < 35000; ++i) {
+    ASSERT_EQ(shard.put(churn, value_for(churn, i, 8)).status, Status::kInserted);
+    ASSERT_EQ(shard.erase(churn).status, Status::kErased);
+  }
+  std::vector<std::byte> out(8);
+  for (uint64_t k : keys) {
+    OpStats st;
+    ASSERT_EQ(cl.engine.run(cl.client.get(k, out), &st).status, Status::kFound) << k;
+    EXPECT_EQ(out, value_for(k, 0, 8)) << k;
+    // At most: the segment READ twice before the group READ, then both again (1 + 2 + 2).
+    EXPECT_LE(st.reads, 5u) << k;
+  }
+  EXPECT_EQ(cl.run(cl.client.get(churn, out)).status, Status::kNotFound);
+}
+
+// A client built without added SBuckets reading a table that has them: a clear error, not a
+// division by zero.
+TEST(ContinuityOldItems, ClientWithoutAddedSBucketsOnATableWithThemIsRefused) {
+  ContinuityConfig c;
+  c.buckets_per_node = 2;
+  c.sbuckets = 3;
+  c.value_bytes = 8;
+  c.added_group_pairs = 1;
+  ContTable t(c);
+  ContinuityShard& shard = t.server->shard(0);
+  for (uint64_t k = 100; k < 400 && shard.stats().added_writes == 0; ++k) (void)shard.put(k, value_for(k, 0, 8));
+  ASSERT_GT(shard.stats().added_writes, 0u);
+  ContinuityConfig wrong = c;
+  wrong.added_group_pairs = 0;
+  SyncClient cl(*t.fabric, wrong);
+  std::vector<std::byte> out(8);
+  EXPECT_THROW(cl.run(cl.client.get(123456789, out)), InvalidArgument);
 }
 
 }  // namespace

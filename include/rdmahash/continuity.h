@@ -2,7 +2,7 @@
 // Lookups are ONE one-sided READ; writes are two-sided requests applied by the memory node's CPU,
 // log-free: every write becomes visible and durable with one 8-byte indicator store.
 //
-// Memory layout of a shard (one memory node; all offsets 8-byte aligned, the tables 64-aligned)
+// Memory layout of a shard (one memory node; all offsets 8-byte aligned)
 // -----------------------------------------------------------------------------------------
 //   [0, 64)    ContinuityHeader: magic, format version, geometry, node, checksum of the header
 //   [64, 72)   the geometry word (own cache line, up to 128): level L (bits 0..7), RESIZING (bit 8),
@@ -43,6 +43,9 @@
 //     requests to one pair, each with two persists, inside one READ of < 1 KiB (or between the
 //     two READs of a lookup). Format 2 had 29 bits; 12 went to the claim bits. (The generations
 //     of bucket 2i already accept a much smaller residual, four rewrites within one READ.)
+//     The window does NOT bound an item's age: an item left alone while 2^16 stores hit its pair
+//     (a cold key beside a hot one) falls outside it for 2^16 of every 2^17 stores — see "Old
+//     items" below for how readers take it, and recovery does not compare pub with seq at all.
 //
 // Write protocol (the memory node's CPU, one mutex per shard; every store and persist goes through
 // PersistentRegion, the persist choke point; "persist" = flush the lines + fence)
@@ -86,6 +89,16 @@
 //     reader saw (every rewrite after that indicator has pub > s), so a hit is the item present at
 //     the instant the indicator was read, and a miss (every valid slot stable, none holds k) is
 //     the absence of k at that instant.
+//   * old items: a slot that fails only the window (pub ≤ s false) is either republished after
+//     the indicator was read or an item older than 2^16 publications of its pair. The lookup READs
+//     the segment again and accepts it if that READ returns the same slot bytes (and group slots
+//     likewise, from two group READs). Why that is the item present at the second indicator read
+//     s2: a slot valid at s2 holds one content C from its publication until a later store frees it;
+//     if the second READ's copy B differs from C, the slot was freed and rewritten after s2, so B
+//     carries pub ≥ s2 + 2, and the first READ, which completed before s2 was read, could have
+//     returned B only if an earlier write had produced the same key, value and pub — 2^17 stores
+//     apart, the window's own assumption. (A bucket-2i slot, read before the indicator, keeps the
+//     generation check.) Cost: one more READ (segment) or two (with the group) for such lookups.
 //   * the slots of bucket 2i precede the indicator in an even segment, so a READ that copies in
 //     address order (LocalFabric; UCX over shared memory, memcpy) may observe one of them *before*
 //     the indicator. If that slot was freed and rewritten in between, its old bytes are consistent
@@ -188,7 +201,7 @@
 //     receives only the overflow of the parents of ONE group of table l, whose claims total at
 //     most A — a migration never finds a full group. A resize starts only when a segment AND its
 //     group are full (seed 002 Fig. 10: the load at each resize rises from ~0.5 to ~0.7).
-//   recovery: each claimed slot is checked like any other (valid item, checksum, pub ≤ seq,
+//   recovery: each claimed slot is checked like any other (valid item, checksum,
 //     fingerprint, its key's pair is this pair, no key twice in the pair); so no slot is claimed
 //     by two pairs (its one key has one pair). The leftover reset clears a leftover child's claims.
 //   The header records D (format version 3; images of version 2 are refused by their version).
@@ -204,7 +217,9 @@
 //  * a reader accepts a slot only if its check word matches pub, key and value (torn slot)
 //    (continuity-reader-skip-checksum)
 //  * a reader rejects a slot published after the indicator it read (pub <= seq)
-//    (continuity-reader-skip-seq)
+//    (continuity-reader-skip-seq), unless a second READ returns the same bytes (an old item,
+//    "Old items": continuity-reader-old-item-unchecked; continuity-reader-old-item-refused drops
+//    the second READ's acceptance and the old item is never found)
 //  * a reader rejects a bucket-2i slot whose generation differs from the indicator's (slot reused
 //    before the indicator was read) (continuity-reader-skip-generation)
 //  * recovery refuses a valid slot that is not a consistent item of its segment
@@ -227,7 +242,8 @@
 //  Added SBuckets:
 //  * a reader takes a claimed added slot holding another pair's item as unstable, never a miss
 //    (continuity-added-reader-foreign-as-miss), and rejects one published after its indicator
-//    (continuity-added-reader-skip-seq) or torn (continuity-added-reader-skip-checksum); it READs
+//    (continuity-added-reader-skip-seq) unless two group READs return the same bytes
+//    (continuity-added-reader-old-item-unchecked), or torn (continuity-added-reader-skip-checksum); it READs
 //    the group before a miss when its pair claims added slots (continuity-added-reader-skips-group)
 //  * the server gives a pair only a slot no pair of its group claims
 //    (continuity-added-slot-ignores-other-pairs)

@@ -91,6 +91,15 @@
 //   re-issued. The token word precedes its slots, so a READ that copies in address order reads it
 //   first; a slot rewritten after that carries pub > seq. (Residual, as continuity's: a READ whose
 //   words arrive out of address order could pair an old slot with a newer token.)
+//   Old items: the window bounds how far a rewrite can run ahead of a token read, not an item's
+//   age. An item left alone while 2^28 stores hit its bucket (a cold key beside a hot one) falls
+//   outside it for 2^28 of every 2^29 stores. A slot that fails only the window is therefore
+//   taken when the next batch (same level word) returns the same slot bytes: the token precedes
+//   its slots, so a copy differing from the content C published at the second token read was
+//   written after that read, with pub ≥ seq + 2, and the first batch, done before it, could have
+//   returned the same bytes only from a write 2^29 stores earlier (continuity.h, "Old items",
+//   argues the same). Cost: one more batch for such lookups. Recovery does not compare pub with
+//   seq (no writer runs; an old item is intact).
 //   A hit is the item present when its token word was read. Two valid copies of one key with
 //   different values (an update moved to another bucket, between its publication and its clear)
 //   make the batch re-read; one value (a movement or rehash) is the key's value either way.
@@ -110,7 +119,8 @@
 //  * a movement publishes the copy before clearing the original (level-move-clear-first)
 //  * a rehash inserts into the new top before clearing the old bottom (level-resize-clear-first)
 //  * a reader accepts a slot only if its check word matches (level-reader-skip-checksum)
-//  * a reader rejects a slot published after the token word it read (level-reader-skip-seq)
+//  * a reader rejects a slot published after the token word it read (level-reader-skip-seq),
+//    unless the next batch returns the same bytes (an old item; level-reader-old-item-unchecked)
 //  * a miss is confirmed by a second batch with the same token words (level-reader-trust-miss)
 //  * recovery refuses a valid slot that is not a consistent item of its bucket
 //    (level-recovery-skip-slot-check)

@@ -102,6 +102,9 @@ struct BenchOptions {
   // clients kill themselves holding their Nth slot lock (ProbeConfig::die_holding_lock); race
   // clients at their Nth split step (RaceConfig::test_die_at_step).
   uint64_t die_holding_lock = 0;
+  // Tests only (environment RDMAHASH_TEST_DIE_LOADING=N): the process kills itself after the Nth
+  // record of a continuity or level bulk load (a run killed while loading a new --pm-path file).
+  uint64_t die_loading = 0;
   bool cold = false;                   // no warm-up: the first point also measures first-touch page faults
   bool keep_table = false;             // no reload between points: each starts where the last ended
   // kv-mix (src/bench/kv_mix.h): get/put/update/erase/find_or_put on `kv_keys` keys; `--history

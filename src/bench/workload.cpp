@@ -1,8 +1,10 @@
 #include "bench/workload.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -407,16 +409,42 @@ class RaceAdapter final : public SchemeAdapter {
 
 // Continuity's and level's bulk load: every record through the memory-node server's
 // bulk_insert (no client, no fabric requests), reporting progress every 64 Ki records.
+// (`die_after`, tests only: the process kills itself after that many records; 0 = never.)
 template <class Server>
-void bulk_load(Server& server, uint32_t value_bytes, const KeySpace& keys, const std::function<void(uint64_t)>& progress) {
+void bulk_load(Server& server, uint32_t value_bytes, const KeySpace& keys, const std::function<void(uint64_t)>& progress,
+               uint64_t die_after) {
   std::vector<std::byte> value(value_bytes);
   RecordStream records(keys);
   for (uint64_t i = 0; i < keys.records(); ++i) {
+    if (i == die_after && die_after != 0) ::raise(SIGKILL);
     const uint64_t k = records.next();
     fill_value(k, value);
     server.bulk_insert(k, value);
     if ((i & 0xFFFF) == 0 && progress) progress(i);
   }
+}
+
+// A new --pm-path file becomes a table only once its bulk load is complete: its magic word (which
+// formatting wrote last) is cleared, in its own persist, while the records go in, and restored
+// after, in its own persist. A run killed mid-load leaves an image every later run refuses (never
+// a partial table taken for the data set); a load that fails removes the file it created.
+template <class Load>
+void load_new_file(const PmemFile& file, std::span<std::byte> image, Load&& load) {
+  PersistentRegion region(image, file.mode());
+  const uint64_t magic = region.load(0);
+  region.store(0, 0);
+  region.persist(0, 8);
+  try {
+    load();
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove(file.path(), ec);
+    std::fprintf(stderr, "rdmahash bench: the bulk load of the new file %s failed: %s\n", file.path().c_str(),
+                 ec ? ("could not remove it: " + ec.message() + "; delete it").c_str() : "removed it");
+    throw;
+  }
+  region.store(0, magic);
+  region.persist(0, 8);
 }
 
 // Continuity hashing (seed 002); with --pm-path the memory node's table is a pmem file mapping.
@@ -430,7 +458,8 @@ void bulk_load(Server& server, uint32_t value_bytes, const KeySpace& keys, const
 // --keep-table nothing is reloaded and no copy is kept.
 class ContinuityAdapter final : public SchemeAdapter {
  public:
-  ContinuityAdapter(const BenchOptions& o, double load_factor) : pm_path_(o.pm_path), keep_table_(o.keep_table) {
+  ContinuityAdapter(const BenchOptions& o, double load_factor)
+      : pm_path_(o.pm_path), keep_table_(o.keep_table), die_loading_(o.die_loading) {
     if (o.key_bytes != 8) throw InvalidArgument("--scheme continuity stores 8-byte keys: use --key-bytes 8");
     cfg_ = ContinuityConfig::for_records(o.records, load_factor, o.memory_nodes, o.sbuckets);
     // --max-resizes N: the table of the last level is the one --records/--load-factor ask for;
@@ -517,11 +546,17 @@ class ContinuityAdapter final : public SchemeAdapter {
                    static_cast<unsigned long long>(cfg_.region_bytes()), s);
       if (progress) progress(keys.records());
     } else {
-      bulk_load(*server_, cfg_.value_bytes, keys, progress);
-      // A bulk load that grew the table leaves no resize half done: the run starts settled
-      // (clients learn the level with one extra READ per node; writes of the run grow it online).
-      for (uint32_t n = 0; n < cfg_.memory_nodes; ++n)
-        if (server_->hosts(n)) server_->shard(n).finish_resize();
+      auto load_all = [&] {
+        bulk_load(*server_, cfg_.value_bytes, keys, progress, die_loading_);
+        // A bulk load that grew the table leaves no resize half done: the run starts settled
+        // (clients learn the level with one extra READ per node; writes of the run grow it online).
+        for (uint32_t n = 0; n < cfg_.memory_nodes; ++n)
+          if (server_->hosts(n)) server_->shard(n).finish_resize();
+      };
+      if (file_ && file_->created())
+        load_new_file(*file_, persistent_region(), load_all);
+      else
+        load_all();
       if (progress) progress(keys.records());
     }
     if (file_ && !keep_table_) {  // the loaded state a reload writes back
@@ -568,6 +603,7 @@ class ContinuityAdapter final : public SchemeAdapter {
   ContinuityConfig cfg_;
   std::string pm_path_;
   bool keep_table_;
+  uint64_t die_loading_;  // tests only: BenchOptions::die_loading
   std::unique_ptr<PmemFile> file_;
   std::unique_ptr<ContinuityServer> server_;
   std::optional<uint64_t> recovered_;  // records of the image recovered by the first load
@@ -584,7 +620,8 @@ class ContinuityAdapter final : public SchemeAdapter {
 // else the records plus the points' writes), so a small table grows while clients insert.
 class LevelAdapter final : public SchemeAdapter {
  public:
-  LevelAdapter(const BenchOptions& o, double load_factor) : pm_path_(o.pm_path), keep_table_(o.keep_table) {
+  LevelAdapter(const BenchOptions& o, double load_factor)
+      : pm_path_(o.pm_path), keep_table_(o.keep_table), die_loading_(o.die_loading) {
     if (o.key_bytes != 8) throw InvalidArgument("--scheme level stores 8-byte keys: use --key-bytes 8");
     cfg_ = LevelConfig::for_records(o.records, load_factor, o.memory_nodes, 1);
     cfg_.value_bytes = o.value_bytes;
@@ -659,7 +696,11 @@ class LevelAdapter final : public SchemeAdapter {
                    static_cast<unsigned long long>(cfg_.region_bytes()), sec, server_->recovery_summary().c_str());
       if (progress) progress(keys.records());
     } else {
-      bulk_load(*server_, cfg_.value_bytes, keys, progress);
+      auto load_all = [&] { bulk_load(*server_, cfg_.value_bytes, keys, progress, die_loading_); };
+      if (file_ && file_->created())
+        load_new_file(*file_, persistent_region(), load_all);
+      else
+        load_all();
       if (progress) progress(keys.records());
     }
     if (file_ && !keep_table_) {  // the loaded state a reload writes back
@@ -692,6 +733,7 @@ class LevelAdapter final : public SchemeAdapter {
   LevelConfig cfg_;
   std::string pm_path_;
   bool keep_table_;
+  uint64_t die_loading_;  // tests only: BenchOptions::die_loading
   std::unique_ptr<PmemFile> file_;
   std::unique_ptr<LevelServer> server_;
   std::optional<uint64_t> recovered_;  // records of the image recovered by the first load

@@ -294,6 +294,8 @@ int main(int argc, char** argv) {
 
   // Tests only: clients that die holding a lock (tests/serve_kill_test.sh, lock recovery).
   if (const char* e = std::getenv("RDMAHASH_TEST_DIE_HOLDING_LOCK")) opts.die_holding_lock = std::strtoull(e, nullptr, 10);
+  // Tests only: a run killed while bulk-loading a new --pm-path file (tests/*_pm_reopen.sh).
+  if (const char* e = std::getenv("RDMAHASH_TEST_DIE_LOADING")) opts.die_loading = std::strtoull(e, nullptr, 10);
   if (!opts.token_file.empty() && opts.connect.empty()) {
     std::fprintf(stderr, "rdmahash bench: error: --token-file goes with --connect (an mpirun job has no handshake)\n");
     return 2;

@@ -4,6 +4,7 @@
 #include <libpmem.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -101,6 +102,9 @@ void check_image_frame(const void* header, const char* scheme, uint64_t magic, u
   uint64_t words[8];
   std::memcpy(words, header, sizeof words);
   const std::string name(scheme);
+  if (words[0] == 0 && std::any_of(words + 1, words + 8, [](uint64_t w) { return w != 0; }))
+    throw PmemError("not a " + name + " table image: it has a header but no magic word (its formatting, bulk load or "
+                    "reload was interrupted: it holds no complete table; delete it)");
   if (words[0] != magic)
     throw PmemError("not a " + name + " table image (its magic is " + magic_text(words[0]) + ", a " + name + " image's " +
                     magic_text(magic) + ")");

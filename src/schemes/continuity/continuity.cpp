@@ -142,6 +142,7 @@ uint64_t ContinuityConfig::groups_at(uint32_t level) const {
 
 uint64_t ContinuityConfig::group_of(uint32_t level, uint64_t pair) const {
   const uint64_t p0 = buckets_per_node / 2, d = added_group_pairs;
+  if (d == 0) throw InvalidArgument("continuity: no added SBuckets in this configuration (added_group_pairs = 0)");
   uint64_t m = (p0 + d - 1) / d;
   uint64_t g = pair % p0 % m;
   const uint64_t t = pair / p0;
@@ -256,12 +257,16 @@ void ContinuityShard::recover() {
   if (h.header_bytes != kContinuityHeaderBytes || h.buckets != cfg_.buckets_per_node || h.sbuckets != cfg_.sbuckets ||
       h.value_bytes != cfg_.value_bytes || h.hash_seed != cfg_.hash_seed || h.node != node_ ||
       h.memory_nodes != cfg_.memory_nodes || h.region_bytes != cfg_.region_bytes())
+    // Every field that can differ is named (a different --seed or --max-resizes changes only the
+    // hash seed or the region size).
     throw PmemError("continuity image was created with another geometry (" + std::to_string(h.buckets) +
                     " buckets, " + std::to_string(h.sbuckets) + " SBuckets, " + std::to_string(h.value_bytes) +
                     "-byte values, node " + std::to_string(h.node) + " of " + std::to_string(h.memory_nodes) +
-                    ") than requested (" + std::to_string(cfg_.buckets_per_node) + ", " +
+                    ", hash seed " + std::to_string(h.hash_seed) + ", " + std::to_string(h.region_bytes) +
+                    " bytes) than requested (" + std::to_string(cfg_.buckets_per_node) + ", " +
                     std::to_string(cfg_.sbuckets) + ", " + std::to_string(cfg_.value_bytes) + ", node " +
-                    std::to_string(node_) + " of " + std::to_string(cfg_.memory_nodes) + ")");
+                    std::to_string(node_) + " of " + std::to_string(cfg_.memory_nodes) + ", hash seed " +
+                    std::to_string(cfg_.hash_seed) + ", " + std::to_string(cfg_.region_bytes()) + " bytes)");
   if (region_.bytes().size() < cfg_.region_bytes())
     throw PmemError("continuity image is " + std::to_string(region_.bytes().size()) + " bytes, its header says " +
                     std::to_string(cfg_.region_bytes()) + " (truncated file?)");
@@ -315,7 +320,9 @@ void ContinuityShard::recover() {
         const uint64_t key = l.key(rec.data());
         const ContinuityPlacement p = continuity_place(cfg_, key, level);
         const uint64_t ctrl = load64(rec.data());
-        const bool ok = (ctrl & kOcc) && l.consistent(rec.data()) && not_after(version_of(ctrl), seq_of(ind)) &&
+        // pub is not compared with seq: no writer runs, and an item older than 2^16 publications of
+        // its pair lies outside the seq window (continuity.h, "Old items") though it is intact.
+        const bool ok = (ctrl & kOcc) && l.consistent(rec.data()) &&
                         static_cast<uint32_t>(ctrl) == p.kbits && p.node == node_ && p.pair == i &&
                         (bit >= 4 || gen_of_ctrl(ctrl) == gen_of_indicator(ind, bit)) &&
                         (bit >= kAddShift || (segment_mask(cfg_, p.first_bit) >> bit & 1));
@@ -793,6 +800,12 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
   const SlotLayout l(cfg_);
   const uint32_t len = cfg_.segment_bytes();
   std::vector<std::byte> seg(len), grp(cfg_.group_bytes());
+  // The previous attempt's READs of this segment (and group), for items older than the seq window
+  // (continuity.h, "Old items"): `prev_level` is none when there is nothing to compare with.
+  constexpr uint32_t kNone = ~0u;
+  std::vector<std::byte> prev_seg(len), prev_grp(cfg_.group_bytes());
+  uint32_t prev_level = kNone;
+  bool prev_grp_read = false;
   OpResult r;
   ContinuityPlacement p;
   for (uint32_t attempt = 0; attempt < kMaxRetries; ++attempt) {
@@ -803,15 +816,30 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
     if (ind & kMoved) {  // the pair's items are in the next table, and so is the table in charge
       if (level >= cfg_.max_resizes) break;
       levels_[node] = std::max(levels_[node], ++level);
+      prev_level = kNone;
       continue;
     }
     if (ind & kUnborn) {  // not migrated yet: its items are still in the previous table
       if (level == 0) break;
       --level;
+      prev_level = kNone;
       continue;
     }
     const uint64_t s = seq_of(ind);
     const uint64_t bits = ind & segment_mask(cfg_, p.first_bit);
+    // A slot outside the seq window — republished after the indicator was read (pub > s), or an
+    // item older than 2^16 publications of its pair — is taken only if the previous attempt's READ
+    // of it returned the same bytes (continuity.h, "Old items": a rewrite would carry a newer pub).
+    const bool same = prev_level == level;
+    auto settled = [&](bool in_window, const std::byte* rec, const std::byte* prev) {
+      return in_window || (prev != nullptr && std::memcmp(rec, prev, l.bytes) == 0);
+    };
+    auto remember = [&](bool grp_read) {
+      seg.swap(prev_seg);
+      prev_level = level;
+      if (grp_read) grp.swap(prev_grp);
+      prev_grp_read = grp_read;
+    };
     bool stable = true;
     const std::byte* hit = nullptr;
     for (uint64_t b = bits; b; b &= b - 1) {
@@ -822,15 +850,22 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
                                             : 8 + uint64_t{bit - 4} * l.bytes;
       const std::byte* rec = seg.data() + pos;
       const uint64_t ctrl = load64(rec);
-      if (!(ctrl & kOcc) || !l.consistent(rec) || !not_after(version_of(ctrl), s) ||
+      if (!(ctrl & kOcc) || !l.consistent(rec) ||
+          !settled(not_after(version_of(ctrl), s), rec, same ? prev_seg.data() + pos : nullptr) ||
           (bit < 4 && gen_of_ctrl(ctrl) != gen_of_indicator(ind, bit))) {
         stable = false;  // torn, or rewritten after the indicator was read: never guess
         break;
       }
       if (static_cast<uint32_t>(ctrl) == p.kbits && l.key(rec) == key) hit = rec;
     }
-    if (!stable) continue;
+    if (!stable) {
+      remember(false);
+      continue;
+    }
     if (const uint64_t claims = (ind & kAddMask) >> kAddShift; !hit && claims) {
+      if (cfg_.added_group_pairs == 0)
+        throw InvalidArgument("continuity: the table has added SBuckets but this client's configuration has none "
+                              "(added_group_pairs = 0): build the client with the table's configuration");
       // The pair has added slots: READ its group (after the segment READ completed, so every word
       // of it is observed after the indicator). A claimed slot is taken only if it holds a whole
       // item of this pair published no later than the indicator (pub <= s); anything else — torn,
@@ -840,9 +875,11 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
                             static_cast<uint32_t>(grp.size()));
       ++r.chunks;
       for (uint64_t b = claims; b; b &= b - 1) {
-        const std::byte* rec = grp.data() + uint64_t{static_cast<uint32_t>(std::countr_zero(b))} * l.bytes;
+        const uint64_t pos = uint64_t{static_cast<uint32_t>(std::countr_zero(b))} * l.bytes;
+        const std::byte* rec = grp.data() + pos;
         const uint64_t ctrl = load64(rec);
-        if (!(ctrl & kOcc) || !l.consistent(rec) || !not_after(version_of(ctrl), s)) {
+        if (!(ctrl & kOcc) || !l.consistent(rec) ||
+            !settled(not_after(version_of(ctrl), s), rec, same && prev_grp_read ? prev_grp.data() + pos : nullptr)) {
           stable = false;
           break;
         }
@@ -853,7 +890,10 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
         }
         if (l.key(rec) == key) hit = rec;
       }
-      if (!stable) continue;
+      if (!stable) {
+        remember(true);
+        continue;
+      }
     }
     if (hit) {
       if (!value_out.empty()) std::memcpy(value_out.data(), hit + l.val_off, std::min<size_t>(value_out.size(), cfg_.value_bytes));

@@ -223,7 +223,9 @@ void LevelShard::recover() {
         const uint64_t key = l.key(rec.data());
         const LevelPlacement p = level_place(cfg_, key);
         const uint64_t ctrl = load64(rec.data());
-        const bool ok = (ctrl & kOcc) && l.consistent(rec.data()) && not_after(version_of(ctrl), seq_of(tok)) &&
+        // pub is not compared with seq: no writer runs, and an item older than 2^28 publications of
+        // its bucket lies outside the seq window (level.h, "Old items") though it is intact.
+        const bool ok = (ctrl & kOcc) && l.consistent(rec.data()) &&
                         static_cast<uint32_t>(ctrl) == p.kbits && p.node == node_ &&
                         (p.h1 % nb == b || p.h2 % nb == b);
         if (!ok)
@@ -669,6 +671,10 @@ Task<OpResult> LevelClient::get(uint64_t key, std::span<std::byte> value_out) {
   }
   std::vector<std::byte> buf;
   std::vector<uint64_t> prev_tokens;  // a miss's previous batch: level word, then every token word
+  // The previous attempt's READs, for items older than the seq window (level.h, "Old items"):
+  // valid when it read the same buckets (the same level word).
+  std::vector<std::byte> prev_buf;
+  uint64_t prev_word = 0;
   for (uint32_t attempt = 0; attempt < kMaxRetries; ++attempt) {
     const LevelWord w = LevelWord::decode(cached);
     std::vector<uint32_t> levels = w.resizing ? std::vector<uint32_t>{w.top + 1, w.top, w.top - 1}
@@ -691,8 +697,17 @@ Task<OpResult> LevelClient::get(uint64_t key, std::span<std::byte> value_out) {
     if (word != cached) {  // the levels changed: re-read those the new word names
       cached = word;
       prev_tokens.clear();
+      prev_word = 0;
       continue;
     }
+    // A slot outside the seq window — republished after its token was read (pub > seq), or an item
+    // older than 2^28 publications of its bucket — is taken only if the previous attempt's READ of
+    // it returned the same bytes (level.h, "Old items": a rewrite would carry a newer pub).
+    const std::byte* prev = prev_word == word && prev_buf.size() == buf.size() ? prev_buf.data() : nullptr;
+    auto remember = [&] {
+      buf.swap(prev_buf);
+      prev_word = word;
+    };
     bool stable = true;
     const std::byte* hit = nullptr;
     std::vector<uint64_t> tokens{word};
@@ -703,7 +718,9 @@ Task<OpResult> LevelClient::get(uint64_t key, std::span<std::byte> value_out) {
       for (uint64_t x = tok & kTokenBits; x; x &= x - 1) {
         const std::byte* rec = bucket + 8 + uint64_t(std::countr_zero(x)) * l.bytes;
         const uint64_t ctrl = load64(rec);
-        if (!(ctrl & kOcc) || !l.consistent(rec) || !not_after(version_of(ctrl), seq_of(tok))) {
+        const bool settled = not_after(version_of(ctrl), seq_of(tok)) ||
+                             (prev != nullptr && std::memcmp(rec, prev + (rec - buf.data()), l.bytes) == 0);
+        if (!(ctrl & kOcc) || !l.consistent(rec) || !settled) {
           stable = false;  // torn, or republished after its token was read: never guess
           break;
         }
@@ -720,6 +737,7 @@ Task<OpResult> LevelClient::get(uint64_t key, std::span<std::byte> value_out) {
     }
     if (!stable) {
       prev_tokens.clear();
+      remember();
       continue;
     }
     if (hit) {
@@ -735,6 +753,7 @@ Task<OpResult> LevelClient::get(uint64_t key, std::span<std::byte> value_out) {
       co_return r;
     }
     prev_tokens = std::move(tokens);
+    remember();
   }
   throw FabricError("level: the buckets of key " + std::to_string(key) + " on node " + std::to_string(p.node) +
                     " kept changing (did the memory node die mid-write?)");
