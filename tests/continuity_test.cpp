@@ -1239,6 +1239,220 @@ TEST(ContinuityOldItems, OldItemsInTheAddedGroupAreFound) {
   EXPECT_EQ(cl.run(cl.client.get(churn, out)).status, Status::kNotFound);
 }
 
+// before(i) before READ i; mid(i) after the first split words of READ `split_read`.
+class HookTransport final : public Transport {
+ public:
+  HookTransport(std::unique_ptr<Transport> inner, std::function<void(uint64_t)> before,
+                std::function<void(uint64_t)> mid, uint64_t split_read, uint32_t split_words)
+      : inner_(std::move(inner)), before_(std::move(before)), mid_(std::move(mid)), split_read_(split_read),
+        split_(split_words * 8) {}
+  void execute(std::span<Request> batch) override {
+    ++counters_.batches;
+    for (Request& r : batch) {
+      if (r.kind == ReqKind::kRead) {
+        const uint64_t i = reads_++;
+        before_(i);
+        if (i == split_read_ && split_ > 0 && split_ < r.len) {
+          Request head = r, tail = r;
+          head.len = split_;
+          tail.addr.offset += split_;
+          tail.buf = static_cast<std::byte*>(r.buf) + split_;
+          tail.len = r.len - split_;
+          inner_->execute(std::span<Request>(&head, 1));
+          mid_(i);
+          inner_->execute(std::span<Request>(&tail, 1));
+        } else {
+          inner_->execute(std::span<Request>(&r, 1));
+        }
+      } else {
+        inner_->execute(std::span<Request>(&r, 1));
+      }
+      counters_.add(r);
+    }
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  std::function<void(uint64_t)> before_, mid_;
+  uint64_t split_read_;
+  uint32_t split_;
+  uint64_t reads_ = 0;
+};
+
+std::vector<uint64_t> keys_in_bucket(const ContinuityConfig& c, uint64_t b, size_t n) {
+  std::vector<uint64_t> out;
+  for (uint64_t k = 1; out.size() < n; ++k)
+    if (continuity_place(c, k, 0).bucket == b) out.push_back(k);
+  return out;
+}
+
+// (Found by review of the first "Old items" rule, which compared slot bytes across two READs
+// without the indicator: it returned vA here.) One pair. Key k's ANCIENT value vA (freed 2^17
+// publications ago; its bytes are still in slot x = bit 17) must not be returned while k's value is
+// vB during the whole lookup:
+//   READ 1 (s1 = 131071): y = bit 16 holds k=vB (pub 4, out of the window) -> unstable.
+//   node:  put j -> x (pub 131072), seq s2 = 131072
+//   READ 2 reads the indicator (x and y valid, s2)
+//   node:  erase j; update k -> vA writes x = (k, vA, pub 131074 == 2 mod 2^17) -- bytes equal
+//          to READ 1's stale copy of x; the indicator store publishing it has NOT happened
+//   READ 2 reads the slots: y settled (same as READ 1), x settled (same as READ 1) -> hit = x.
+TEST(ContinuityOldItems, StaleBytesEqualToARewriteAreNotTakenAcrossAChangedIndicator) {
+  ContinuityConfig c;
+  c.buckets_per_node = 2;
+  c.sbuckets = 3;
+  c.value_bytes = 8;
+  const auto b1 = keys_in_bucket(c, 1, 3);
+  const uint64_t k = b1[0], f1 = b1[1], j = b1[2], h = keys_in_bucket(c, 0, 1)[0];
+  const auto vA = value_for(k, 0, 8), vB = value_for(k, 1, 8);
+  auto build = [&](ContinuityShard& s) {
+    ASSERT_EQ(s.put(f1, value_for(f1, 0, 8)).status, Status::kInserted);  // bit 16, seq 1
+    ASSERT_EQ(s.put(k, vA).status, Status::kInserted);                    // bit 17 = x, pub 2
+    ASSERT_EQ(s.erase(f1).status, Status::kErased);                         // seq 3
+    ASSERT_EQ(s.update(k, vB).status, Status::kUpdated);                   // bit 16 = y, pub 4; x freed
+    ASSERT_EQ(s.put(h, value_for(h, 0, 8)).status, Status::kInserted);     // seq 5 (bucket 0)
+    for (uint32_t i = 1; i <= 131066; ++i) ASSERT_EQ(s.update(h, value_for(h, i, 8)).status, Status::kUpdated);
+    // seq = 131071
+  };
+  StoreLog log;
+  {
+    ContTable rec(c);
+    build(rec.server->shard(0));
+    ASSERT_EQ(rec.server->shard(0).put(j, value_for(j, 0, 8)).status, Status::kInserted);
+    rec.server->region(0).set_observer(&log);
+    ASSERT_EQ(rec.server->shard(0).erase(j).status, Status::kErased);
+    ASSERT_EQ(rec.server->shard(0).update(k, vA).status, Status::kUpdated);
+    rec.server->region(0).set_observer(nullptr);
+  }
+  ASSERT_GE(log.stores.size(), 3u);
+  ContTable t(c);
+  ContinuityShard& shard = t.server->shard(0);
+  build(shard);
+  PersistentRegion& region = t.server->region(0);
+  auto transport = std::make_unique<HookTransport>(
+      t.fabric->connect(),
+      [&](uint64_t i) {
+        if (i == 1) {
+          ASSERT_EQ(shard.put(j, value_for(j, 0, 8)).status, Status::kInserted);
+        }
+      },
+      [&](uint64_t i) {
+        if (i == 1)  // erase j + the slot words of "update k -> vA", not its indicator store
+          for (size_t n = 0; n + 1 < log.stores.size(); ++n) region.store(log.stores[n].first, log.stores[n].second);
+      },
+      1, 1);  // the odd segment starts with the indicator word
+  Engine engine(*transport);
+  ContinuityClient client(c, engine);
+  std::vector<std::byte> out(8);
+  OpStats st;
+  const OpResult r = engine.run(client.get(k, out), &st);
+  ASSERT_EQ(r.status, Status::kFound);
+  EXPECT_EQ(out, vB) << "k was vB for the whole lookup; vA was its value 2^17 publications ago "
+                     << (out == vA ? "(got vA)" : "(got something else)");
+  EXPECT_EQ(st.rpcs, 0u);  // two READs under one unchanged indicator settle it: no need to ask
+}
+
+
+
+// An old item under a pair whose indicator changes before every READ (a hot neighbour): two READs
+// under one indicator never come, so after a few the lookup asks the node (kGet RPC) and gets the
+// item from under the shard lock.
+TEST(ContinuityOldItems, AnOldItemBesideAHotKeyIsAnsweredByTheNode) {
+  ContinuityConfig c;
+  c.buckets_per_node = 2;
+  c.sbuckets = 3;
+  c.value_bytes = 8;
+  ContTable t(c);
+  ContinuityShard& shard = t.server->shard(0);
+  const uint64_t a = 1, b = 2;
+  ASSERT_EQ(shard.put(a, value_for(a, 0, 8)).status, Status::kInserted);
+  ASSERT_EQ(shard.put(b, value_for(b, 0, 8)).status, Status::kInserted);
+  uint32_t v = 0;
+  for (; v < 70000; ++v) ASSERT_EQ(shard.update(b, value_for(b, v + 1, 8)).status, Status::kUpdated);
+  auto transport = std::make_unique<BeforeReadTransport>(t.fabric->connect(), [&](uint64_t i) {
+    if (i > 64) throw FabricError("test: the lookup kept reading instead of asking the node");
+    ASSERT_EQ(shard.update(b, value_for(b, ++v, 8)).status, Status::kUpdated);  // b is hot
+  });
+  Engine engine(*transport);
+  ContinuityClient client(c, engine);
+  std::vector<std::byte> out(8);
+  OpStats st;
+  ASSERT_EQ(engine.run(client.get(a, out), &st).status, Status::kFound);
+  EXPECT_EQ(out, value_for(a, 0, 8));
+  EXPECT_EQ(st.rpcs, 1u);
+  EXPECT_EQ(st.reads, 4u);  // kOldItemReads READs, then the node
+  st = OpStats{};
+  ASSERT_EQ(engine.run(client.get(3, out), &st).status, Status::kNotFound);  // a miss asks the same way
+}
+
+// The group's half of the old-item rule: two group READs under one unchanged indicator must also
+// return the same bytes. Item o sits old (70 000 stores later) in added slot x of a full pair; a
+// lookup of o2 (absent) READs segment and group (x: outside the window, unstable), then segment
+// again (same indicator); before its next group READ the node erases o and writes o2 into x,
+// the group's only free slot, but does not claim it yet. x now holds a whole item of this pair
+// with pub > s under the same indicator: it must not be taken (o2 was never published).
+TEST(ContinuityOldItems, ARewriteOfAClaimedSlotUnderTheSameIndicatorIsNotTaken) {
+  ContinuityConfig c;
+  c.buckets_per_node = 2;
+  c.sbuckets = 3;
+  c.value_bytes = 8;
+  c.added_group_pairs = 1;
+  auto claims_of = [&](PersistentRegion& region, uint64_t key) {
+    const ContinuityPlacement p = continuity_place(c, key);
+    return (region.load(p.segment_offset + p.indicator_pos) >> 32) & 0xFFF;
+  };
+  uint64_t o = 0, o2 = 0, e = 0;
+  auto build = [&](ContinuityShard& s, PersistentRegion& region) {
+    // Fill: o is the first key to land in the group; then keys until the group is full.
+    std::vector<uint64_t> in;
+    for (uint64_t k = 100; claims_of(region, 100) != 0xFFF; ++k) {
+      const uint64_t before = s.stats().added_writes;
+      if (s.put(k, value_for(k, 0, 8)).status != Status::kInserted) continue;
+      if (o == 0 && s.stats().added_writes > before) o = k;
+      in.push_back(k);
+    }
+    ASSERT_NE(o, 0u);
+    e = in.front() == o ? in.back() : in.front();
+    for (uint32_t i = 0; i < 35000; ++i) {  // 70 000 stores: o is old
+      ASSERT_EQ(s.erase(e).status, Status::kErased);
+      ASSERT_EQ(s.put(e, value_for(e, 0, 8)).status, Status::kInserted);
+    }
+    if (o2 == 0)  // a key of o's bucket that is not in the table (its segment is full)
+      for (uint64_t k = 100000;; ++k)
+        if (continuity_place(c, k).bucket == continuity_place(c, o).bucket && !s.find(k)) {
+          o2 = k;
+          break;
+        }
+  };
+  // The node's stores of "erase o, put o2", recorded on an identical table.
+  StoreLog log;
+  {
+    ContTable rec(c);
+    build(rec.server->shard(0), rec.server->region(0));
+    rec.server->region(0).set_observer(&log);
+    ASSERT_EQ(rec.server->shard(0).erase(o).status, Status::kErased);
+    ASSERT_EQ(rec.server->shard(0).put(o2, value_for(o2, 0, 8)).status, Status::kInserted);
+    rec.server->region(0).set_observer(nullptr);
+    ASSERT_EQ(claims_of(rec.server->region(0), o2), 0xFFFu) << "o2 took x, the one slot o freed";
+  }
+  ASSERT_GE(log.stores.size(), 3u);
+  ContTable t(c);
+  PersistentRegion& region = t.server->region(0);
+  build(t.server->shard(0), region);
+  auto transport = std::make_unique<BeforeReadTransport>(t.fabric->connect(), [&](uint64_t i) {
+    // READs: segment (its items are old too: unstable), segment again (settled) and group (x
+    // old: unstable), segment (settled), then the second group READ — before it: erase o, and o2's
+    // slot words, not its claim.
+    if (i == 4)
+      for (size_t n = 0; n + 1 < log.stores.size(); ++n) region.store(log.stores[n].first, log.stores[n].second);
+  });
+  Engine engine(*transport);
+  ContinuityClient client(c, engine);
+  std::vector<std::byte> out(8);
+  OpStats st;
+  EXPECT_EQ(engine.run(client.get(o2, out), &st).status, Status::kNotFound) << "an unpublished item was returned";
+  EXPECT_GE(st.reads, 5u);
+}
+
 // A client built without added SBuckets reading a table that has them: a clear error, not a
 // division by zero.
 TEST(ContinuityOldItems, ClientWithoutAddedSBucketsOnATableWithThemIsRefused) {

@@ -739,5 +739,160 @@ TEST(LevelOldItems, ItemsOlderThanTheSeqWindowAreFoundAndTheImageRecovers) {
     EXPECT_EQ(reopened.find(keys[i]), std::optional<std::vector<std::byte>>(value_for(keys[i], 0, 16))) << keys[i];
 }
 
+
+struct LevelStoreLog final : PersistObserver {
+  std::vector<std::pair<uint64_t, uint64_t>> stores;
+  void on_store(uint64_t off, uint64_t v) override { stores.emplace_back(off, v); }
+  void on_persist(uint64_t, uint64_t) override {}
+};
+
+// Calls before(n, off) before every READ of `off` (n = how many READs of it came before) and
+// mid(n) after its first word.
+class OffsetHookTransport final : public Transport {
+ public:
+  OffsetHookTransport(std::unique_ptr<Transport> inner, uint64_t off, std::function<void(uint64_t)> before,
+                      std::function<void(uint64_t)> mid)
+      : inner_(std::move(inner)), off_(off), before_(std::move(before)), mid_(std::move(mid)) {}
+  void execute(std::span<Request> batch) override {
+    ++counters_.batches;
+    for (Request& r : batch) {
+      if (r.kind == ReqKind::kRead && r.addr.offset == off_ && r.len > 8) {
+        const uint64_t n = n_++;
+        before_(n);
+        Request head = r, tail = r;
+        head.len = 8;
+        tail.addr.offset += 8;
+        tail.buf = static_cast<std::byte*>(r.buf) + 8;
+        tail.len = r.len - 8;
+        inner_->execute(std::span<Request>(&head, 1));
+        mid_(n);
+        inner_->execute(std::span<Request>(&tail, 1));
+      } else {
+        inner_->execute(std::span<Request>(&r, 1));
+      }
+      counters_.add(r);
+    }
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  uint64_t off_;
+  std::function<void(uint64_t)> before_, mid_;
+  uint64_t n_ = 0;
+};
+
+// (Found by review of the first "Old items" rule, which compared slot bytes across two batches
+// without the tokens: it returned vA here.) Level: k was put with vA (pub 1) and erased long ago (bucket X's seq then moved to 2^29 - 2, as
+// LevelOldItems does); its bytes stay in slot x. A lookup of k:
+//   batch 1: miss (X empty, seq 2^29-2) -> needs confirmation, remembered.
+//   node:    put k -> vC (x, pub 2^29-1)
+//   batch 2 reads X's token (x valid, seq 2^29-1)
+//   node:    erase k; put k -> vA writes x with pub (2^29+1) mod 2^29 = 1: the bytes of batch 1;
+//            its token store has not happened
+//   batch 2 reads x: pub outside the window, same bytes as batch 1 -> hit vA.
+// k's states during the lookup: absent, vC, absent: vA must not be returned.
+TEST(LevelOldItems, StaleBytesEqualToARewriteAreNotTakenAcrossChangedTokens) {
+  LevelConfig c;
+  c.base_buckets = 64;
+  c.max_resizes = 0;
+  c.value_bytes = 16;
+  const uint64_t k = 12345;
+  const auto vA = value_for(k, 0, 16), vC = value_for(k, 2, 16);
+  constexpr uint64_t kSeqMask = (uint64_t{1} << 29) - 1;
+  uint64_t xoff = 0;
+  auto build = [&](LevelShard& s, PersistentRegion& region) {
+    ASSERT_EQ(s.put(k, vA).status, Status::kInserted);
+    xoff = 0;
+    for (uint32_t lv = 0; lv < c.levels(); ++lv)
+      for (uint64_t b = 0; b < c.level_buckets(lv); ++b) {
+        const uint64_t off = c.level_offset(lv) + b * c.bucket_bytes();
+        if (region.load(off) & 0xF) xoff = off;
+      }
+    ASSERT_NE(xoff, 0u);
+    ASSERT_EQ(s.erase(k).status, Status::kErased);
+    const uint64_t tok = region.load(xoff);
+    region.store(xoff, (tok & ~(kSeqMask << 32)) | ((kSeqMask - 1) << 32));  // seq 2^29 - 2
+  };
+  LevelStoreLog log;
+  {
+    LevelTable rec(c);
+    build(rec.server->shard(0), rec.server->region(0));
+    ASSERT_EQ(rec.server->shard(0).put(k, vC).status, Status::kInserted);
+    rec.server->region(0).set_observer(&log);
+    ASSERT_EQ(rec.server->shard(0).erase(k).status, Status::kErased);
+    ASSERT_EQ(rec.server->shard(0).put(k, vA).status, Status::kInserted);
+    rec.server->region(0).set_observer(nullptr);
+  }
+  ASSERT_GE(log.stores.size(), 3u);
+  ASSERT_EQ(log.stores.back().first, xoff);  // the last store is X's token
+  LevelTable t(c);
+  LevelShard& shard = t.server->shard(0);
+  PersistentRegion& region = t.server->region(0);
+  build(shard, region);
+  auto transport = std::make_unique<OffsetHookTransport>(
+      t.fabric->connect(), xoff,
+      [&](uint64_t n) {
+        if (n == 1) {
+          ASSERT_EQ(shard.put(k, vC).status, Status::kInserted);
+        }
+      },
+      [&](uint64_t n) {
+        if (n == 1)
+          for (size_t i = 0; i + 1 < log.stores.size(); ++i) region.store(log.stores[i].first, log.stores[i].second);
+      });
+  Engine engine(*transport);
+  LevelClient client(c, engine);
+  std::vector<std::byte> out(16);
+  const OpResult r = engine.run(client.get(k, out));
+  if (r.status == Status::kFound) {
+    EXPECT_TRUE(out == vC) << "k was absent, vC, absent during the lookup; got "
+                           << (out == vA ? "vA (put 2^29 publications ago, erased, its re-put unpublished)" : "?");
+  }
+}
+
+
+// An old item whose bucket's token changes before every batch (a hot neighbour in its bucket):
+// after a few batches the lookup asks the node (kGet RPC).
+TEST(LevelOldItems, AnOldItemBesideAHotKeyIsAnsweredByTheNode) {
+  LevelConfig c;
+  c.base_buckets = 1;  // 3 buckets: the hot key shares a bucket with the old item
+  c.max_resizes = 0;
+  c.value_bytes = 16;
+  LevelTable t(c);
+  LevelShard& shard = t.server->shard(0);
+  PersistentRegion& region = t.server->region(0);
+  const uint64_t a = 1;
+  ASSERT_EQ(shard.put(a, value_for(a, 0, 16)).status, Status::kInserted);
+  uint64_t aoff = 0;  // a's bucket
+  for (uint32_t lv = 0; lv < c.levels(); ++lv)
+    for (uint64_t b = 0; b < c.level_buckets(lv); ++b)
+      if (region.load(c.level_offset(lv) + b * c.bucket_bytes()) & 0xF) aoff = c.level_offset(lv) + b * c.bucket_bytes();
+  ASSERT_NE(aoff, 0u);
+  uint64_t h = 2;  // a hot key that lands in a's bucket
+  for (;; ++h) {
+    ASSERT_EQ(shard.put(h, value_for(h, 0, 16)).status, Status::kInserted);
+    if (region.load(aoff) & 0xE) break;
+    ASSERT_EQ(shard.erase(h).status, Status::kErased);
+  }
+  constexpr uint64_t kSeqMask = (uint64_t{1} << 29) - 1;  // a is old: its bucket's seq 2^28 + 7 ahead
+  const uint64_t tok = region.load(aoff);
+  region.store(aoff, (tok & ~(kSeqMask << 32)) | (((((tok >> 32) & kSeqMask) + (uint64_t{1} << 28) + 7) & kSeqMask) << 32));
+  uint32_t v = 0;
+  auto transport = std::make_unique<OffsetHookTransport>(
+      t.fabric->connect(), aoff,
+      [&](uint64_t n) {
+        if (n > 64) throw FabricError("test: the lookup kept reading instead of asking the node");
+        ASSERT_EQ(shard.update(h, value_for(h, ++v, 16)).status, Status::kUpdated);
+      },
+      [](uint64_t) {});
+  Engine engine(*transport);
+  LevelClient client(c, engine);
+  std::vector<std::byte> out(16);
+  OpStats st;
+  ASSERT_EQ(engine.run(client.get(a, out), &st).status, Status::kFound);
+  EXPECT_EQ(out, value_for(a, 0, 16));
+  EXPECT_EQ(st.rpcs, 1u);
+}
+
 }  // namespace
 }  // namespace rdmahash

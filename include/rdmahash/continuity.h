@@ -90,15 +90,21 @@
 //     the instant the indicator was read, and a miss (every valid slot stable, none holds k) is
 //     the absence of k at that instant.
 //   * old items: a slot that fails only the window (pub ≤ s false) is either republished after
-//     the indicator was read or an item older than 2^16 publications of its pair. The lookup READs
-//     the segment again and accepts it if that READ returns the same slot bytes (and group slots
-//     likewise, from two group READs). Why that is the item present at the second indicator read
-//     s2: a slot valid at s2 holds one content C from its publication until a later store frees it;
-//     if the second READ's copy B differs from C, the slot was freed and rewritten after s2, so B
-//     carries pub ≥ s2 + 2, and the first READ, which completed before s2 was read, could have
-//     returned B only if an earlier write had produced the same key, value and pub — 2^17 stores
-//     apart, the window's own assumption. (A bucket-2i slot, read before the indicator, keeps the
-//     generation check.) Cost: one more READ (segment) or two (with the group) for such lookups.
+//     the indicator was read or an item older than 2^16 publications of its pair (a cold key
+//     beside a hot one). The lookup READs the segment again; it accepts the slot if that READ
+//     shows the SAME indicator word and the same slot bytes (group slots likewise, from the two
+//     group READs). Why: an unchanged indicator word (seq included) means no indicator store of
+//     the pair came between the two indicator reads (2^17 stores within one lookup aside, the
+//     window's own assumption), so a slot valid in it held one content C throughout; one of its
+//     two copies was read between the two indicator reads — the first READ's for slots after the
+//     indicator, the second's for bucket 2i — so equal copies are C, the item present at both
+//     indicator reads. Equal bytes alone prove nothing: a freed slot keeps its bytes, and once
+//     seq has wrapped a re-put of the same item writes the same bytes (found by review, with a
+//     test: ContinuityOldItems.StaleBytesEqualToARewrite...). Under a pair whose indicator
+//     changes between every two READs, two equal indicators may never come: after kOldItemReads
+//     (4) such READs the lookup asks the node (write_rpc kGet, answered under the shard lock; the
+//     lookup linearizes inside it). Cost: one more READ for an old item on a quiet pair, 4 READs
+//     and an RPC on a busy one; none for items inside the window.
 //   * the slots of bucket 2i precede the indicator in an even segment, so a READ that copies in
 //     address order (LocalFabric; UCX over shared memory, memcpy) may observe one of them *before*
 //     the indicator. If that slot was freed and rewritten in between, its old bytes are consistent
@@ -217,9 +223,11 @@
 //  * a reader accepts a slot only if its check word matches pub, key and value (torn slot)
 //    (continuity-reader-skip-checksum)
 //  * a reader rejects a slot published after the indicator it read (pub <= seq)
-//    (continuity-reader-skip-seq), unless a second READ returns the same bytes (an old item,
-//    "Old items": continuity-reader-old-item-unchecked; continuity-reader-old-item-refused drops
-//    the second READ's acceptance and the old item is never found)
+//    (continuity-reader-skip-seq), unless a second READ shows the same indicator word and the
+//    same slot bytes (an old item, "Old items": continuity-reader-old-item-unchecked without the
+//    bytes, continuity-reader-old-item-any-indicator without the indicator;
+//    continuity-reader-old-item-refused drops the rule and the old item is never found), and asks
+//    the node after a few READs that cannot settle (continuity-reader-old-item-never-asks)
 //  * a reader rejects a bucket-2i slot whose generation differs from the indicator's (slot reused
 //    before the indicator was read) (continuity-reader-skip-generation)
 //  * recovery refuses a valid slot that is not a consistent item of its segment
@@ -242,8 +250,8 @@
 //  Added SBuckets:
 //  * a reader takes a claimed added slot holding another pair's item as unstable, never a miss
 //    (continuity-added-reader-foreign-as-miss), and rejects one published after its indicator
-//    (continuity-added-reader-skip-seq) unless two group READs return the same bytes
-//    (continuity-added-reader-old-item-unchecked), or torn (continuity-added-reader-skip-checksum); it READs
+//    (continuity-added-reader-skip-seq) unless two group READs under the same indicator word
+//    return the same bytes (continuity-added-reader-old-item-unchecked), or torn (continuity-added-reader-skip-checksum); it READs
 //    the group before a miss when its pair claims added slots (continuity-added-reader-skips-group)
 //  * the server gives a pair only a slot no pair of its group claims
 //    (continuity-added-slot-ignores-other-pairs)

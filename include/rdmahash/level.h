@@ -94,11 +94,14 @@
 //   Old items: the window bounds how far a rewrite can run ahead of a token read, not an item's
 //   age. An item left alone while 2^28 stores hit its bucket (a cold key beside a hot one) falls
 //   outside it for 2^28 of every 2^29 stores. A slot that fails only the window is therefore
-//   taken when the next batch (same level word) returns the same slot bytes: the token precedes
-//   its slots, so a copy differing from the content C published at the second token read was
-//   written after that read, with pub ≥ seq + 2, and the first batch, done before it, could have
-//   returned the same bytes only from a write 2^29 stores earlier (continuity.h, "Old items",
-//   argues the same). Cost: one more batch for such lookups. Recovery does not compare pub with
+//   taken when the next batch reads the SAME level word and token words and the same slot bytes:
+//   no store to those buckets came between the two token reads (2^29 stores within one lookup
+//   aside), so a slot valid in them held one content throughout, and the first batch's copy
+//   (read after its token, before the second batch) is that content. Equal bytes alone prove
+//   nothing: a freed slot keeps its bytes, and after a wrap a re-put writes the same bytes
+//   (continuity.h, "Old items"; LevelOldItems.StaleBytesEqualToARewrite...). When the buckets
+//   change between every two batches, the lookup asks the node after kOldItemReads (4) such
+//   batches (write_rpc kGet, answered under the shard lock). Recovery does not compare pub with
 //   seq (no writer runs; an old item is intact).
 //   A hit is the item present when its token word was read. Two valid copies of one key with
 //   different values (an update moved to another bucket, between its publication and its clear)
@@ -120,7 +123,10 @@
 //  * a rehash inserts into the new top before clearing the old bottom (level-resize-clear-first)
 //  * a reader accepts a slot only if its check word matches (level-reader-skip-checksum)
 //  * a reader rejects a slot published after the token word it read (level-reader-skip-seq),
-//    unless the next batch returns the same bytes (an old item; level-reader-old-item-unchecked)
+//    unless the next batch reads the same token words and the same bytes (an old item:
+//    level-reader-old-item-unchecked, level-reader-old-item-any-tokens; without the rule it is
+//    never found, level-reader-old-item-refused), and asks the node after a few batches that
+//    cannot settle (level-reader-old-item-never-asks)
 //  * a miss is confirmed by a second batch with the same token words (level-reader-trust-miss)
 //  * recovery refuses a valid slot that is not a consistent item of its bucket
 //    (level-recovery-skip-slot-check)

@@ -15,7 +15,8 @@
 namespace rdmahash::write_rpc {
 
 // kGet: a lookup answered by the node's CPU under the shard's lock (cuckoo: the fallback of a miss
-// that keeps overlapping relocations); its reply carries the value after the Reply header.
+// that keeps overlapping relocations; continuity, level: of an item older than the seq window
+// whose pair / buckets keep changing); its reply carries the value after the Reply header.
 enum Op : uint8_t { kFindOrPut = 1, kPut = 2, kUpdate = 3, kErase = 4, kGet = 5 };
 enum Code : uint8_t { kOk = 0, kBadRequest = 1, kConfigMismatch = 2, kNotHosted = 3, kInternal = 4 };
 

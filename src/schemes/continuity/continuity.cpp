@@ -46,6 +46,9 @@ uint64_t gen_of_ctrl(uint64_t ctrl) { return (ctrl >> kCtrlGenShift) & 3; }
 // A segment caught mid-write is re-read; the writer is the node's CPU inside one critical
 // section, so this bound is only reached if that CPU died mid-write.
 constexpr uint32_t kMaxRetries = 1u << 22;
+// Lookups that stopped only at a slot outside the seq window before one asks the node (kGet): an
+// old item under a pair whose indicator changes between every two READs (continuity.h, "Old items").
+constexpr uint32_t kOldItemReads = 4;
 
 struct SlotLayout : record::Layout {
   explicit SlotLayout(const ContinuityConfig& c) : record::Layout(8, c.value_bytes, 0xC047ULL) {}
@@ -804,8 +807,11 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
   // (continuity.h, "Old items"): `prev_level` is none when there is nothing to compare with.
   constexpr uint32_t kNone = ~0u;
   std::vector<std::byte> prev_seg(len), prev_grp(cfg_.group_bytes());
+  uint64_t prev_ind = 0;
   uint32_t prev_level = kNone;
   bool prev_grp_read = false;
+  uint32_t old_waits = 0;  // attempts that stopped only at a slot outside the window
+  bool ask = false;
   OpResult r;
   ContinuityPlacement p;
   for (uint32_t attempt = 0; attempt < kMaxRetries; ++attempt) {
@@ -828,19 +834,22 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
     const uint64_t s = seq_of(ind);
     const uint64_t bits = ind & segment_mask(cfg_, p.first_bit);
     // A slot outside the seq window — republished after the indicator was read (pub > s), or an
-    // item older than 2^16 publications of its pair — is taken only if the previous attempt's READ
-    // of it returned the same bytes (continuity.h, "Old items": a rewrite would carry a newer pub).
-    const bool same = prev_level == level;
+    // item older than 2^16 publications of its pair — is taken only if the previous attempt read
+    // the same indicator word and the same slot bytes (continuity.h, "Old items").
+    const bool same = prev_level == level && prev_ind == ind;
     auto settled = [&](bool in_window, const std::byte* rec, const std::byte* prev) {
       return in_window || (prev != nullptr && std::memcmp(rec, prev, l.bytes) == 0);
     };
-    auto remember = [&](bool grp_read) {
+    // Keeps this attempt's READs for the next one; true when the lookup should ask the node.
+    auto retry = [&](bool grp_read, bool old) {
       seg.swap(prev_seg);
+      prev_ind = ind;
       prev_level = level;
       if (grp_read) grp.swap(prev_grp);
       prev_grp_read = grp_read;
+      return old && ++old_waits >= kOldItemReads;
     };
-    bool stable = true;
+    bool stable = true, old = false;
     const std::byte* hit = nullptr;
     for (uint64_t b = bits; b; b &= b - 1) {
       const uint32_t bit = static_cast<uint32_t>(std::countr_zero(b));
@@ -850,16 +859,19 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
                                             : 8 + uint64_t{bit - 4} * l.bytes;
       const std::byte* rec = seg.data() + pos;
       const uint64_t ctrl = load64(rec);
-      if (!(ctrl & kOcc) || !l.consistent(rec) ||
-          !settled(not_after(version_of(ctrl), s), rec, same ? prev_seg.data() + pos : nullptr) ||
-          (bit < 4 && gen_of_ctrl(ctrl) != gen_of_indicator(ind, bit))) {
-        stable = false;  // torn, or rewritten after the indicator was read: never guess
+      if (!(ctrl & kOcc) || !l.consistent(rec) || (bit < 4 && gen_of_ctrl(ctrl) != gen_of_indicator(ind, bit))) {
+        stable = false;  // torn, or rewritten before the indicator was read: never guess
+        break;
+      }
+      if (!settled(not_after(version_of(ctrl), s), rec, same ? prev_seg.data() + pos : nullptr)) {
+        stable = false;  // rewritten after the indicator was read, or an old item: READ again
+        old = true;
         break;
       }
       if (static_cast<uint32_t>(ctrl) == p.kbits && l.key(rec) == key) hit = rec;
     }
     if (!stable) {
-      remember(false);
+      if ((ask = retry(false, old))) break;
       continue;
     }
     if (const uint64_t claims = (ind & kAddMask) >> kAddShift; !hit && claims) {
@@ -878,9 +890,13 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
         const uint64_t pos = uint64_t{static_cast<uint32_t>(std::countr_zero(b))} * l.bytes;
         const std::byte* rec = grp.data() + pos;
         const uint64_t ctrl = load64(rec);
-        if (!(ctrl & kOcc) || !l.consistent(rec) ||
-            !settled(not_after(version_of(ctrl), s), rec, same && prev_grp_read ? prev_grp.data() + pos : nullptr)) {
+        if (!(ctrl & kOcc) || !l.consistent(rec)) {
           stable = false;
+          break;
+        }
+        if (!settled(not_after(version_of(ctrl), s), rec, same && prev_grp_read ? prev_grp.data() + pos : nullptr)) {
+          stable = false;
+          old = true;
           break;
         }
         const ContinuityPlacement q = continuity_place(cfg_, l.key(rec), level);
@@ -891,7 +907,7 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
         if (l.key(rec) == key) hit = rec;
       }
       if (!stable) {
-        remember(true);
+        if ((ask = retry(true, old))) break;
         continue;
       }
     }
@@ -901,6 +917,19 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
       r.matches = 1;
     } else {
       r.status = Status::kNotFound;
+    }
+    co_return r;
+  }
+  if (ask) {
+    // An old item whose pair keeps changing: the node answers under its shard lock (one RPC; the
+    // lookup linearizes inside it).
+    const write_rpc::Result res = co_await write_rpc::call(engine_, "continuity", rpc_id_, node, cfg_tag_, write_rpc::kGet, key, {});
+    r.status = res.status;
+    if (res.status == Status::kFound) {
+      if (res.value.size() != cfg_.value_bytes)
+        throw FabricError("continuity: node " + std::to_string(node) + " returned a value of the wrong size");
+      if (!value_out.empty()) std::memcpy(value_out.data(), res.value.data(), std::min(value_out.size(), res.value.size()));
+      r.matches = 1;
     }
     co_return r;
   }

@@ -28,6 +28,9 @@ constexpr uint64_t kSeqShift = 32;
 constexpr uint64_t kTokenBits = 0xF;
 constexpr uint64_t kResizingBit = 1ULL << 8;
 constexpr uint32_t kMaxRetries = 1u << 22;
+// Batches that stopped only at a slot outside the seq window before one asks the node (kGet): an
+// old item whose buckets change between every two batches (level.h, "Old items").
+constexpr uint32_t kOldItemReads = 4;
 
 struct SlotLayout : record::Layout {
   explicit SlotLayout(const LevelConfig& c) : record::Layout(8, c.value_bytes, 0x1E7E1ULL) {}
@@ -671,10 +674,12 @@ Task<OpResult> LevelClient::get(uint64_t key, std::span<std::byte> value_out) {
   }
   std::vector<std::byte> buf;
   std::vector<uint64_t> prev_tokens;  // a miss's previous batch: level word, then every token word
-  // The previous attempt's READs, for items older than the seq window (level.h, "Old items"):
-  // valid when it read the same buckets (the same level word).
+  // The previous batch (any outcome): its level word and token words, and its buckets, for items
+  // older than the seq window (level.h, "Old items").
+  std::vector<uint64_t> last_tokens;
   std::vector<std::byte> prev_buf;
-  uint64_t prev_word = 0;
+  uint32_t old_waits = 0;  // batches that stopped only at a slot outside the window
+  bool ask = false;
   for (uint32_t attempt = 0; attempt < kMaxRetries; ++attempt) {
     const LevelWord w = LevelWord::decode(cached);
     std::vector<uint32_t> levels = w.resizing ? std::vector<uint32_t>{w.top + 1, w.top, w.top - 1}
@@ -697,31 +702,38 @@ Task<OpResult> LevelClient::get(uint64_t key, std::span<std::byte> value_out) {
     if (word != cached) {  // the levels changed: re-read those the new word names
       cached = word;
       prev_tokens.clear();
-      prev_word = 0;
+      last_tokens.clear();
       continue;
     }
-    // A slot outside the seq window — republished after its token was read (pub > seq), or an item
-    // older than 2^28 publications of its bucket — is taken only if the previous attempt's READ of
-    // it returned the same bytes (level.h, "Old items": a rewrite would carry a newer pub).
-    const std::byte* prev = prev_word == word && prev_buf.size() == buf.size() ? prev_buf.data() : nullptr;
-    auto remember = [&] {
-      buf.swap(prev_buf);
-      prev_word = word;
-    };
-    bool stable = true;
-    const std::byte* hit = nullptr;
     std::vector<uint64_t> tokens{word};
+    for (size_t i = 0; i < buckets.size(); ++i) tokens.push_back(load64(buf.data() + i * bb));
+    // A slot outside the seq window — republished after its token was read (pub > seq), or an item
+    // older than 2^28 publications of its bucket — is taken only if the previous batch read the
+    // same level word and token words and the same slot bytes (level.h, "Old items").
+    const std::byte* prev = tokens == last_tokens ? prev_buf.data() : nullptr;
+    // Keeps this batch for the next one; true when the lookup should ask the node.
+    auto retry = [&](bool old) {
+      buf.swap(prev_buf);
+      last_tokens = tokens;
+      return old && ++old_waits >= kOldItemReads;
+    };
+    bool stable = true, old = false;
+    const std::byte* hit = nullptr;
     for (size_t i = 0; i < buckets.size() && stable; ++i) {
       const std::byte* bucket = buf.data() + i * bb;
-      const uint64_t tok = load64(bucket);
-      tokens.push_back(tok);
+      const uint64_t tok = tokens[i + 1];
       for (uint64_t x = tok & kTokenBits; x; x &= x - 1) {
         const std::byte* rec = bucket + 8 + uint64_t(std::countr_zero(x)) * l.bytes;
         const uint64_t ctrl = load64(rec);
+        if (!(ctrl & kOcc) || !l.consistent(rec)) {
+          stable = false;  // torn: never guess
+          break;
+        }
         const bool settled = not_after(version_of(ctrl), seq_of(tok)) ||
                              (prev != nullptr && std::memcmp(rec, prev + (rec - buf.data()), l.bytes) == 0);
-        if (!(ctrl & kOcc) || !l.consistent(rec) || !settled) {
-          stable = false;  // torn, or republished after its token was read: never guess
+        if (!settled) {
+          stable = false;  // republished after its token was read, or an old item: read again
+          old = true;
           break;
         }
         if (static_cast<uint32_t>(ctrl) == p.kbits && l.key(rec) == key) {
@@ -737,7 +749,7 @@ Task<OpResult> LevelClient::get(uint64_t key, std::span<std::byte> value_out) {
     }
     if (!stable) {
       prev_tokens.clear();
-      remember();
+      if ((ask = retry(old))) break;
       continue;
     }
     if (hit) {
@@ -752,8 +764,21 @@ Task<OpResult> LevelClient::get(uint64_t key, std::span<std::byte> value_out) {
       r.status = Status::kNotFound;
       co_return r;
     }
-    prev_tokens = std::move(tokens);
-    remember();
+    prev_tokens = tokens;
+    retry(false);
+  }
+  if (ask) {
+    // An old item whose buckets keep changing: the node answers under its shard lock (one RPC;
+    // the lookup linearizes inside it).
+    const write_rpc::Result res = co_await write_rpc::call(engine_, "level", rpc_id_, p.node, cfg_tag_, write_rpc::kGet, key, {});
+    r.status = res.status;
+    if (res.status == Status::kFound) {
+      if (res.value.size() != cfg_.value_bytes)
+        throw FabricError("level: node " + std::to_string(p.node) + " returned a value of the wrong size");
+      if (!value_out.empty()) std::memcpy(value_out.data(), res.value.data(), std::min(value_out.size(), res.value.size()));
+      r.matches = 1;
+    }
+    co_return r;
   }
   throw FabricError("level: the buckets of key " + std::to_string(key) + " on node " + std::to_string(p.node) +
                     " kept changing (did the memory node die mid-write?)");
