@@ -534,6 +534,9 @@ struct Staged {
     th.join();
     return result;
   }
+  ~Staged() {  // a test that returns early (a failed ASSERT) still ends the thread
+    if (th.joinable()) finish();
+  }
 };
 
 // A third client's LOWER copy appears between a helper's read and its commit CAS, and the owner
@@ -663,6 +666,91 @@ TEST(RaceFault, SplitBetweenTheHelpersReadAndItsCommit) {
   x.resume(1, "B commits A's copy in the child");
   oracle["k"] = "from-a";
   check_oracle(x.t, x.c, oracle, "k", "split");
+}
+
+// The offsets of the two combined buckets a get of `k` READs (128 bytes each).
+std::pair<uint64_t, uint64_t> combined_buckets(Table& t, const std::string& k) {
+  Client p(*t.fabric, t.cfg, 9);  // reads only: never an owner
+  std::vector<uint64_t> at;
+  p.tr->before = [&](const Request& r) {
+    if (r.kind == ReqKind::kRead && r.len == 128) at.push_back(r.addr.offset);
+  };
+  p.get(k);
+  EXPECT_EQ(at.size(), 2u) << k;
+  return {at.at(0), at.at(1)};
+}
+
+// No slot value is placed twice (race.h, Protocol): a helper's commit CAS issued from a view of an
+// owner's copy must not land on the owner's NEXT placement of the key in the same slot. The key k
+// and z have one combined bucket (both main buckets in it), so every insert takes its lowest
+// empty slot. D reads the empty table, stalls before its CAS (slot 0); C puts z (slot 0); A
+// places its copy T (slot 1) and stalls; B reads T alone and stalls before committing it; C
+// erases z; D places its copy in slot 0, kills T (the higher), commits: kInserted. C erases k and
+// puts z (slot 0); E reads (z, A's KILLED marker), stalls before its CAS (slot 2); A clears its
+// marker, finds k absent, places it again in slot 1 — with a fresh block, a new value — and
+// stalls; E placed and committed its copy in between (kInserted). B's commit CAS from T must fail:
+// when A placed the same value again it landed, A answered kInserted too, and k had two committed
+// copies (an erase left one behind). A finds E's copy and withdraws its own: kFound.
+TEST(RaceFault, LateCommitCasNeverLandsOnTheOwnersNextPlacement) {
+  const RaceConfig cfg = fault_cfg();
+  Table t(cfg);
+  std::string k, z;
+  std::pair<uint64_t, uint64_t> k_buckets;
+  for (int i = 0; i < 100 && z.empty(); ++i) {
+    const std::string s = "k" + std::to_string(i);
+    const auto cb = combined_buckets(t, s);
+    if (cb.first != cb.second) continue;
+    if (k.empty()) {
+      k = s;
+      k_buckets = cb;
+    } else if (cb == k_buckets) {
+      z = s;
+    }
+  }
+  ASSERT_FALSE(z.empty()) << "no two keys with one and the same combined bucket";
+  Client a(*t.fabric, cfg, 1), b(*t.fabric, cfg, 2), c(*t.fabric, cfg, 3), d(*t.fabric, cfg, 4), e(*t.fabric, cfg, 5);
+  auto tent = [&](const Request& r) { return is_tentative_cas(cfg, r); };
+  auto any = [](const Request&) { return true; };
+  std::vector<std::pair<uint64_t, uint64_t>> a_places;  // A's placement CASes: slot offset, value
+  auto a_place = [&](const Request& r) {
+    if (!tent(r)) return false;
+    a_places.emplace_back(r.addr.offset, r.swap);
+    return true;
+  };
+  Staged sd(d, {tent}, [&] { return d.find_or_put(k, "from-d"); });
+  ASSERT_TRUE(sd.wait(0));
+  ASSERT_EQ(c.put(z, "z").status, Status::kInserted);
+  Staged sa(a, {a_place, any, a_place, any}, [&] { return a.find_or_put(k, "from-a"); });
+  ASSERT_TRUE(sa.wait(0));
+  sa.release(0);
+  ASSERT_TRUE(sa.wait(1));  // T placed
+  Staged sb(b, {is_commit}, [&] { return b.find_or_put(k, "from-b"); });
+  ASSERT_TRUE(sb.wait(0));  // B read T alone, about to commit it
+  ASSERT_EQ(c.erase(z).status, Status::kErased);
+  sd.release(0);
+  EXPECT_EQ(sd.finish().status, Status::kInserted);
+  EXPECT_EQ(d.client.stats().kills, 1u) << "D's lower copy kills T";
+  ASSERT_EQ(c.erase(k).status, Status::kErased);
+  ASSERT_EQ(c.put(z, "z").status, Status::kInserted);
+  Staged se(e, {tent}, [&] { return e.find_or_put(k, "from-e"); });
+  ASSERT_TRUE(se.wait(0));
+  sa.release(1);
+  ASSERT_TRUE(sa.wait(2));  // A cleared its marker, found k absent: about to place it again
+  ASSERT_EQ(a_places.size(), 2u);
+  ASSERT_EQ(a_places[1].first, a_places[0].first) << "A places its copy in T's slot again";
+  EXPECT_NE(a_places[1].second, a_places[0].second) << "A placed the same slot value twice";
+  se.release(0);
+  EXPECT_EQ(se.finish().status, Status::kInserted);  // E's copy alone: committed
+  sa.release(2);
+  ASSERT_TRUE(sa.wait(3));  // A's second copy placed
+  const OpResult br = sb.finish();
+  EXPECT_EQ(br.status, Status::kFound);
+  EXPECT_EQ(b.client.stats().commits_helped, 0u) << "B's late commit CAS landed on A's second copy";
+  EXPECT_EQ(sa.finish().status, Status::kFound) << "A's insert took effect after E's";
+  a.tr->before = b.tr->before = d.tr->before = e.tr->before = nullptr;
+  check_oracle(t, c, {{z, "z"}, {k, "from-e"}}, k, "late commit");
+  EXPECT_EQ(c.erase(k).status, Status::kErased);
+  EXPECT_EQ(c.get(k), std::nullopt) << "a second committed copy survived the erase";
 }
 
 // The split statistics against the directory: every finished split adds one live subtable, and

@@ -274,6 +274,54 @@ TEST(Race, ExhaustedPoolAnswersFullAndChangesNothing) {
   EXPECT_EQ(race_inspect(*t.fabric, cfg).committed, oracle.size());
 }
 
+// A chunk allocation RPC that fails fails its operation, and only it: the client's next write
+// allocates again. (It used to leave the refill flag set, so every later write of the client rode
+// along forever on an RPC no longer in flight, READing node 0.) The watchdog fails every request
+// after the 10 000th: it bounds a wedged client's requests, not the time.
+TEST(Race, FailedChunkRpcLeavesTheClientUsable) {
+  RaceConfig cfg = small_cfg();
+  RaceTable t(cfg);
+  bool failed_rpc = false;
+  auto tr = std::make_unique<test::FaultTransport>(t.fabric->connect(), [&](const Request& r, uint64_t ordinal) {
+    if (r.kind == ReqKind::kRpc && !failed_rpc) {  // the first chunk RPC fails
+      failed_rpc = true;
+      return true;
+    }
+    return ordinal >= 10000;
+  });
+  test::FaultTransport* fault = tr.get();
+  Sync c(std::move(tr), cfg, 1);
+  EXPECT_THROW(c.put("first", "one"), FabricError);
+  ASSERT_TRUE(failed_rpc);
+  OpResult r{};
+  ASSERT_NO_THROW(r = c.put("second", "two")) << "the next write spun until the watchdog (" << fault->requests()
+                                              << " requests)";
+  EXPECT_EQ(r.status, Status::kInserted);
+  EXPECT_EQ(c.last.rpcs, 1u) << "its own chunk RPC";
+  EXPECT_EQ(c.get("second"), std::optional<std::string>("two"));
+  EXPECT_EQ(c.get("first"), std::nullopt) << "the failed put changed nothing";
+  EXPECT_EQ(c.find_or_put("first", "one").status, Status::kInserted);
+  EXPECT_LT(fault->requests(), 100u);
+  EXPECT_EQ(fault->injected(), 1u);
+}
+
+// The directory is READ whole (64 + 8·2^depth bytes) in one request, whose length is 32-bit: a
+// max depth of 29 or more would wrap it, so validate() refuses it.
+TEST(Race, MaxDepthBeyondOneDirectoryReadIsRefused) {
+  RaceConfig cfg = small_cfg();
+  cfg.max_depth = 28;
+  EXPECT_NO_THROW(cfg.validate());
+  for (const uint32_t depth : {29u, 30u, 31u}) {
+    cfg.max_depth = depth;
+    try {
+      cfg.validate();
+      ADD_FAILURE() << "max depth " << depth << " accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("max depth must be at most 28"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // A KV block whose bytes changed (memory corruption, a wild write) fails its checksum: the client
 // reports a FabricError instead of returning the damaged value.
 TEST(Race, CorruptedBlockFailsItsChecksum) {

@@ -66,7 +66,7 @@
 //              (COMMITTED clear; readers ignore tentative slots).
 //          RT3 re-READ both combined buckets (+ dir entry; + blocks of new fingerprint matches).
 //          Duplicate resolution over the view (every read, RT1 included; see Helping):
-//              a KILLED marker of ours → CAS it to 0, start over;
+//              a KILLED marker of ours → CAS it to 0, start over (a new placement: fresh block);
 //              our copy COMMITTED (by a helper) → kInserted;
 //              ours placed earlier but gone, no marker → a helper committed it and a later
 //                  update/erase replaced it: kInserted (after the dir check);
@@ -75,14 +75,22 @@
 //                  (ours: withdraw) or to itself|KILLED (another's: kill); if any, re-read;
 //                  else (t is the only copy) RT4 CAS t tentative→COMMITTED: t's owner's insert
 //                  takes effect there. t ours → kInserted; another's → kFound (put: update it);
-//              no copy → RT2 CAS an empty slot of the less loaded combined bucket, tentative.
+//              no copy → RT2 CAS an empty slot of the less loaded combined bucket, tentative
+//                  (if a copy of ours was placed before — then killed or withdrawn — first WRITE
+//                  the block to a fresh address with the next READ: see "No slot value" below).
 //          A find_or_put whose first view holds another client's lone tentative copy commits it:
 //          3 round trips (WRITE+READ, block READ + dir check, commit CAS), kFound.
 //          4 round trips, one more than the paper's 3: its rule (re-read, keep one) cannot tell an
 //          inserter that already returned kInserted from one still deciding; the commit bit can.
 //  update: RT1 WRITE new block + READ buckets; RT2 blocks + dir check; RT3 CAS old slot → new.
 //  erase:  RT1 READ buckets; RT2 blocks + dir check; RT3 CAS slot → 0.
-//  A lost CAS restarts from a fresh READ. Blocks are never reused, so slot CASes have no ABA.
+//  A lost CAS restarts from a fresh READ. No slot value is ever placed twice, so slot CASes have no
+//  ABA: blocks are never reused, and an inserter that places the key again after its copy was
+//  killed or withdrawn first WRITEs its block to a fresh address (a new pointer: a new value; the
+//  old block is leaked). Never reusing a block is not enough by itself: the same value placed
+//  again, maybe in the same slot, would take a stalled helper's commit CAS, issued from a view
+//  that showed the FIRST placement alone, although a third client committed its own copy since:
+//  two committed copies of one key (test RaceFault.LateCommitCasNeverLandsOnTheOwnersNextPlacement).
 //  A writer whose view holds a FROZEN slot (its subtable is being split) HELPS: it READs the split
 //  word and, if the installed split is of that subtable, runs it to its end (steps 4-9), then
 //  re-reads the directory and retries. It never waits for the splitter.
@@ -158,8 +166,10 @@
 //   * Rule C: a copy is committed only by a CAS from its exact tentative value, issued by a client
 //     (its owner or any helper) whose last view showed it as the ONLY copy of the key — every
 //     other copy it saw it had killed or withdrawn, then re-read. Kills and withdrawals are CASes
-//     from the exact tentative value too; blocks are never reused (no ABA).
-//   * At most one copy commits. Say X commits at CAS c_X after a view V_X showing X alone, and
+//     from the exact tentative value too; no slot value is ever placed twice (Protocol), so a
+//     value names one placement of one copy for good (no ABA).
+//   * At most one copy commits (a copy = one placement of one slot value, which is what a CAS
+//     from that value acts on). Say X commits at CAS c_X after a view V_X showing X alone, and
 //     Y later at c_Y after V_Y showing Y alone. Y was placed after V_X (else V_X showed it and
 //     X would not have been alone), so V_Y, read after Y's placement, shows X unless X left:
 //     X tentative or committed in V_Y → Y is not alone (or resolution answers kFound); X gone
@@ -194,19 +204,26 @@
 //   * A helper that dies (or stalls) between its kills and its commit: its CASes that landed are
 //     ones any inserter might have made; the next inserter redoes the resolution. A stalled
 //     helper's late commit CAS expects the exact tentative value: after another commit, a kill,
-//     a withdrawal or a freeze it fails.
+//     a withdrawal or a freeze it fails, also when the owner has placed the key again since, in
+//     that very slot: the new copy has another value (fresh block).
 //   * An owner that stalls after its tentative CAS: its copy is committed or killed by others;
-//     when it resumes it answers kInserted (committed) or starts over (its KILLED marker).
+//     when it resumes it answers kInserted (committed) or starts over (its KILLED marker; a
+//     placement after that uses a fresh block).
+//   * A request that fails (FabricError) fails its operation only, which leaves what a client
+//     stopped at that request (performed or not) leaves; the client's next operations work (a
+//     failed chunk RPC leaves no refill pending: test Race.FailedChunkRpcLeavesTheClientUsable).
+//     A fresh block whose WRITE failed is never placed: the placement CAS follows the WRITE.
 //   * Splitting, before installing (steps 1-3): leaked A, B and descriptor; nothing visible.
 //   * Splitting or helping, after installing: nothing to wait for. The next writer that meets a
 //     frozen slot of S, or wants to split anything, runs the split to its end; readers never
 //     noticed. A stalled runner that resumes later acts as a late runner (all its changes fail).
 //   * A leaked KV block, chunk or retired subtable is never reclaimed (no garbage collection; the
-//     paper has none).
+//     paper has none). Blocks leak also when an inserter places the key again (one per restart).
 //
 // Costs (LocalFabric and UCX, tests/race_test.cpp RoundTripsPerOperation): get 2 round trips
 // (hit or miss); insert 4; update 3; erase 3; a split about 3·G·7 freeze CASes + one READ per
-// entry + 2·3·G·7 copy CASes, in batches of 256.
+// entry + 2·3·G·7 copy CASes, in batches of 256. An inserter that places the key again (after a
+// kill or withdrawal: contention only) pays one more round trip (fresh block WRITE + READ).
 //
 // Threads: RaceClient belongs to one Engine; RaceServer's RPC handler is thread-safe.
 //
@@ -237,11 +254,16 @@
 //  * key length bound (1..256 bytes) checked before any request (race-key-bound)
 //  * value length bound (15360 bytes) checked before any request (race-value-bound)
 //  * helping commits by CAS from the exact tentative value (race-help-commit-write)
+//  * no slot value is placed twice: an inserter placing the key again after its copy was killed
+//    or withdrawn uses a fresh block, so a stalled helper's commit CAS cannot land on the new
+//    placement (race-replace-same-value)
 //  * an owner whose copy a helper committed answers kInserted: its committed copy
 //    (race-owner-committed-by-helper), or no trace of it (race-owner-gone-means-committed)
 //  * withdrawals CAS from the tentative value: never clear a committed copy (race-withdraw-cas)
 //  * kills leave a KILLED marker, so an owner tells killed from committed (race-kill-marker)
 //  * client ids above kRaceMaxClientId are refused (race-client-id-bound)
+//  * a chunk RPC that fails clears the refill flag other operations ride along on, so the client
+//    is not wedged (race-refill-kept-on-failure)
 //  * a void descriptor (its S split before it was installed) is released untouched, and its
 //    installer neither counts it nor loses its children (race-void-check); a split is void only
 //    on proof: the runner's own release after the test (race-void-by-own-release) or A's slot 0
@@ -279,7 +301,7 @@ struct RaceConfig {
   uint32_t memory_nodes = 1;
   uint32_t groups_per_subtable = 64;  // G: 3·G buckets, 21·G slots per subtable
   uint32_t initial_depth = 0;         // 2^initial_depth subtables at format time
-  uint32_t max_depth = 16;            // directory capacity 2^max_depth entries
+  uint32_t max_depth = 16;            // directory capacity 2^max_depth entries; at most 28 (one READ < 4 GiB)
   uint64_t chunk_bytes = 1 << 20;     // KV-block space per allocation RPC
   uint32_t key_bytes = 8;             // uint64 keys: 8 bytes, or the 8 bytes + a fixed suffix (≤ 256)
   bool dir_cache = true;              // false: READ the directory entry before every operation

@@ -148,7 +148,8 @@ void RaceConfig::validate() const {
   auto bad = [](const std::string& m) { throw InvalidArgument("race config: " + m); };
   if (memory_nodes == 0 || memory_nodes > kRaceMaxNodes) bad("memory nodes must be in [1, 64]");
   if (groups_per_subtable == 0 || groups_per_subtable > (1u << 20)) bad("groups per subtable must be in [1, 2^20]");
-  if (max_depth > 30) bad("max depth must be at most 30");
+  // The directory is READ whole (64 + 8·2^depth bytes), and a request's length is 32-bit.
+  if (max_depth > 28) bad("max depth must be at most 28 (the directory is read in one request of under 4 GiB)");
   if (initial_depth > max_depth) bad("initial depth must be at most max depth (" + std::to_string(max_depth) + ")");
   if (chunk_bytes < 16384 || chunk_bytes % 64 != 0) bad("chunk bytes must be a multiple of 64, at least 16384");
   if (key_bytes < 8 || key_bytes > kMaxKeyBytes) bad("key bytes must be in [8, 256]");
@@ -751,6 +752,12 @@ struct RaceClient::Impl {
         continue;
       }
       refilling = true;
+      // Cleared on every way out, a failing RPC's exception included: left set, every later
+      // allocation of this client would ride along forever on an RPC no longer in flight.
+      struct Unset {
+        bool& flag;
+        ~Unset() { flag = false; }
+      } unset{refilling};
       bool ok = false;
       for (uint32_t tries = 0; tries < cfg.memory_nodes && !ok; ++tries) {
         const uint32_t node = alloc_node;
@@ -760,7 +767,6 @@ struct RaceClient::Impl {
           ok = true;
         }
       }
-      refilling = false;
       if (!ok) co_return false;
     }
   }
@@ -829,10 +835,11 @@ struct RaceClient::Impl {
     const uint32_t units = static_cast<uint32_t>(block.size() / 64);
     RemoteAddr at;
     if (!co_await alloc_block(static_cast<uint32_t>(block.size()), at)) co_return OpResult{Status::kFull, 0, 0, 0};
-    const uint64_t mine_tent = make_slot(c.p.fp, units, at);
-    const uint64_t mine_id = mine_tent & kPtrMask;
+    uint64_t mine_tent = make_slot(c.p.fp, units, at);
+    uint64_t mine_id = mine_tent & kPtrMask;
     c.known.emplace_back(mine_id, true);
     bool have_mine = false;
+    bool placed = false;  // mine_tent was placed: never again (race.h, Protocol: no slot value is placed twice)
     RemoteAddr mine_at{};
     bool written = false;
     View v;
@@ -945,9 +952,23 @@ struct RaceClient::Impl {
         if (s == Status::kFull) co_return done(Status::kFull);
         continue;
       }
+      if (placed) {
+        // Our copy was killed or withdrawn and we place the key again: with a fresh block, i.e. a
+        // new slot value. The same value placed again (maybe in the same slot) would let a stalled
+        // helper's commit or kill CAS, issued from a view of the first placement, land on this
+        // one. The old block is leaked; the WRITE goes with the next READ, before our CAS.
+        if (!co_await alloc_block(static_cast<uint32_t>(block.size()), at)) co_return done(Status::kFull);
+        mine_tent = make_slot(c.p.fp, units, at);
+        mine_id = mine_tent & kPtrMask;
+        c.known.emplace_back(mine_id, true);
+        placed = false;
+        written = false;
+        continue;
+      }
       if (co_await cas(empty->addr, 0, mine_tent)) {
         have_mine = true;
         mine_at = empty->addr;
+        placed = true;
       }
     }
   }
