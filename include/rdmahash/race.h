@@ -378,7 +378,8 @@ struct RaceClientStats {
   uint64_t kills = 0;            // other clients' tentative copies killed (duplicate resolution)
   uint64_t helped = 0;           // other clients' splits this client ran (in part or to the end)
   uint64_t chunk_rpcs = 0;
-  std::vector<double> split_load;  // load factor of each subtable this client split, when split
+  std::vector<double> split_load;  // load factor of each subtable this client split (one per counted split; a
+                                   // helper may have frozen it: then read back from the frozen subtable)
 };
 
 class RaceClient final : public KvClient {

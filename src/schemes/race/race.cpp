@@ -416,7 +416,7 @@ struct RaceClient::Impl {
   // since). Only the installer
   // needs to know (its statistics and its spare children): see split_published.
   enum class End { kPublished, kVoid, kUnknown };
-  Task<End> run_split(uint64_t w, const RemoteAddr* only, bool mine) {
+  Task<End> run_split(uint64_t w, const RemoteAddr* only, bool mine, bool* load_recorded = nullptr) {
     // Another operation of this client already runs this split: ride along (one 8-byte READ per
     // batch) until the word changes, instead of repeating its work. Waiting for our own operation
     // is not waiting for another client: it progresses at every batch we post.
@@ -452,8 +452,8 @@ struct RaceClient::Impl {
       std::vector<uint64_t> val;
       co_await freeze(x.sub, val);
       if (mine) {
-        const auto used = std::count_if(val.begin(), val.end(), [](uint64_t v) { return v != 0; });
-        st.split_load.push_back(static_cast<double>(used) / static_cast<double>(val.size()));
+        record_split_load(val);
+        if (load_recorded) *load_recorded = true;
       }
       co_await copy(x, val);
     }
@@ -483,6 +483,12 @@ struct RaceClient::Impl {
   // slot 0 of A: a void split's A is never written (no runner passes the VOID test, nobody else
   // knows A), while a published one was copied in full — every slot CASed away from RESERVED —
   // before its publication, and no later write produces RESERVED again. So RESERVED there ⟺ void.
+  // How full the subtable a split of this client divided was (bench: split_load_factor).
+  void record_split_load(const std::vector<uint64_t>& val) {
+    const auto used = std::count_if(val.begin(), val.end(), [](uint64_t v) { return v != 0; });
+    st.split_load.push_back(static_cast<double>(used) / static_cast<double>(val.size()));
+  }
+
   Task<bool> split_published(End end, RemoteAddr a) {
     if (end != End::kUnknown) co_return end == End::kPublished;
     uint64_t v = 0;
@@ -1074,9 +1080,20 @@ struct RaceClient::Impl {
     // Counted once, by its installer, iff published; a void split's A and B (never written by
     // anyone) stay this client's spares. Taking a published split for void would hand out live
     // subtables for overwriting (test RaceFault.InstallerStalledPastItsPublishedSplit...).
-    const End end = co_await run_split(w, nullptr, true);
-    if (co_await split_published(end, a)) ++st.splits;
-    else keep();
+    bool load_recorded = false;
+    const End end = co_await run_split(w, nullptr, true, &load_recorded);
+    if (co_await split_published(end, a)) {
+      ++st.splits;
+      if (!load_recorded) {
+        // A helper froze S before this client's run got there. S stays frozen for good (only its
+        // headers are retired), so freeze() is one READ of the values the split divided.
+        std::vector<uint64_t> val;
+        co_await freeze(sub, val);
+        record_split_load(val);
+      }
+    } else {
+      keep();
+    }
     co_await refresh();
     co_return Status::kInserted;
   }
