@@ -63,6 +63,20 @@ foreach(entry IN LISTS SERVE_KILLS)
   set_tests_properties(serve_kill_${name} PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
     TIMEOUT 600 LABELS serve)
 endforeach()
+# A client that dies in the middle of sending an RPC (deterministically: its payload is an
+# unreadable page) must not stall the others (tests/serve_dead_sender_test.sh; issue 26 item 1).
+foreach(entry IN ITEMS "level|--scheme level --value-bytes 16" "cuckoo_heap|--scheme cuckoo --storage heap --value-bytes 16"
+                       "race|--scheme race" "linear_inline|--slot-format inline --value-bytes 16")
+  string(REPLACE "|" ";" parts "${entry}")
+  list(GET parts 0 name)
+  list(GET parts 1 flags)
+  separate_arguments(flags)
+  add_test(NAME serve_dead_sender_${name}
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_dead_sender_test.sh $<TARGET_FILE:rdmahash_cli>
+            $<TARGET_FILE:serve_dead_sender_probe> --records 1000 ${flags})
+  set_tests_properties(serve_dead_sender_${name} PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
+    TIMEOUT 300 LABELS serve)
+endforeach()
 # Linear inline: the victim kills itself holding a slot lock (before its payload WRITE in even
 # rounds, after it in odd ones); the server's LinearLockSweeper must roll the lock back or forward.
 add_test(NAME serve_kill_linear_inline_lock_death
@@ -276,3 +290,10 @@ add_test(NAME serve_churn_no_leaks
   COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/serve_churn_test.py $<TARGET_FILE:rdmahash_cli> 60 64)
 set_tests_properties(serve_churn_no_leaks PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
   TIMEOUT 400 LABELS serve)
+
+# Out of descriptors: accept() backs off and logs a bounded number of times; connected clients go
+# on (tests/serve_emfile_test.py; issue 26 item 5).
+add_test(NAME serve_emfile_backoff
+  COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/serve_emfile_test.py $<TARGET_FILE:rdmahash_cli>)
+set_tests_properties(serve_emfile_backoff PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
+  TIMEOUT 600 LABELS serve)

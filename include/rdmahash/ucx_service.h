@@ -41,8 +41,18 @@
 // in tests). Over shared memory the server takes no part in one-sided operations and survives
 // every kill; over TCP, restart the server (or keep its table on --pm-path).
 //
+// One UCX worker per client: the welcome carries the address of a worker the server made for
+// that client alone (progressed by the same poll loop, destroyed when the client says goodbye or
+// is lost). Over shared memory a UCX worker has ONE receive FIFO that every sender appends to by
+// reserving an element (a CAS on the FIFO's head) and then filling it; a client killed between
+// the two leaves an element nobody completes, and the worker never reads past it again. With one
+// worker for all, that stalled every other client's RPCs for good (issue 26: `serve_kill_level`
+// hung on a busy machine); with a worker each, it stalls only the dead client's own, which goes
+// with it. Tested deterministically by a client that faults inside that window
+// (tests/serve_dead_sender_test.sh).
+//
 // What a dead client leaves: the server learns of it when the kernel closes the TCP connection
-// (kill -9 included), logs it ("lost") and keeps serving every other client. What the client
+// (kill -9 included), logs it ("lost"), destroys its worker and keeps serving every other client. What the client
 // left in the table is each scheme's business (see the scheme headers): the server runs the
 // scheme's ClientLossHandler, if any (linear inline: LinearLockSweeper recovers orphaned locks;
 // race: the lost client's id goes on the death board, a record only: survivors finish an installed
@@ -52,6 +62,11 @@
 // batch has waited 200 ms (an RPC nobody will answer) and every 1024 batches (over shared memory
 // one-sided operations would go on "succeeding" on the dead node's segment) and then throws
 // MemoryNodeLost: `bench --connect` stops with exit 1 and "memory node ADDR closed its connection".
+//
+// Out of descriptors: an accept() that fails with EMFILE / ENFILE (or ENOBUFS / ENOMEM) leaves
+// the connection in the backlog and the listening socket alone for 100 ms (looking again at once
+// would spin: it stays readable), logged 3 times and then at most once per 10 s; the clients
+// already connected are served meanwhile (tests/serve_emfile_test.py).
 //
 // Limits and deadlines: every handshake message has a fixed length (16-byte header checked
 // first, then the 32-byte nonce; the 32-byte proof), and the whole handshake must be done within
@@ -141,6 +156,7 @@ class UcxServer {
     uint64_t repairs = 0;    // ClientLossHandler::repair() passes run
     uint64_t sleeps = 0;     // poll() calls made with the worker armed (each may sleep: a wakeup)
     uint64_t spin_pauses = 0;  // hybrid: spins that were preempted (then 100 ms of event mode)
+    uint64_t accept_failures = 0;  // accept() out of descriptors or memory (then 100 ms without accepting)
   };
   virtual Stats stats() const = 0;
   // Serves clients, waiting in poll() on the listening socket, the clients' sockets and the UCX

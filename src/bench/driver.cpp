@@ -898,11 +898,11 @@ int run_serve(const BenchOptions& o_in, const ServeOptions& s) {
   const int sig = server->run(stderr);
   const auto st = server->stats();
   std::printf("rdmahash serve: stopped by %s: %llu clients served (%llu finished, %llu lost), %llu connections dropped, "
-              "%llu armed waits, %llu spin pauses\n",
+              "%llu armed waits, %llu spin pauses, %llu failed accepts\n",
               sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "request", static_cast<unsigned long long>(st.connected),
               static_cast<unsigned long long>(st.finished), static_cast<unsigned long long>(st.lost),
               static_cast<unsigned long long>(st.dropped), static_cast<unsigned long long>(st.sleeps),
-              static_cast<unsigned long long>(st.spin_pauses));
+              static_cast<unsigned long long>(st.spin_pauses), static_cast<unsigned long long>(st.accept_failures));
   std::fflush(stdout);
   return 0;
 }

@@ -40,7 +40,11 @@
 //   1.13 has no query API for them): hybrid when every transport but "self" is tcp. serve()
 //   returns when a "done" active message from every client rank of this round has been counted
 //   (a rank that is both client and memory node counts its own message too, delivered through
-//   the self endpoint). `rdmahash serve` runs the same serve_step() in its own poll loop.
+//   the self endpoint). `rdmahash serve` runs the same serve_step() in its own poll loop, over
+//   every worker it has: a served memory node (kServer) makes one worker per client
+//   (add_client_worker(); why in ucx_service.h, "One UCX worker per client"), progresses them
+//   all (progress_all()), arms them all before it sleeps, and its event_fd() is an epoll set of
+//   their event fds.
 // * RPCs are active messages (ucp_am_send_nbx with UCP_AM_SEND_FLAG_REPLY). The memory node runs
 //   the registered RpcHandler inside the AM callback (progress context) and answers with another
 //   active message on the reply endpoint (posting a non-blocking send from an AM callback is
@@ -153,6 +157,7 @@
 #include <cstdlib>
 #include <poll.h>
 #include <sched.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <unistd.h>
 #include <ucp/api/ucp.h>
@@ -165,6 +170,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -348,8 +354,13 @@ class UcxFabricImpl final : public UcxFabric {
   // Service modes. kServer: memory node `self` of `nodes`. kClient: client `self` of memory nodes
   // `nodes` (connected by connect_service_nodes()).
   UcxFabricImpl(Mode mode, const UcxFabricConfig& config, uint32_t self, uint32_t nodes);
-  void init_service() { init_local(); }
-  std::vector<std::byte> worker_address_bytes();
+  void init_service();
+  std::vector<std::byte> worker_address_bytes() { return worker_address_of(worker_); }
+  // kServer: a worker of this client's own (its address goes in the client's welcome), so that
+  // what one client leaves behind in UCX's per-worker state cannot stall another (see "Service
+  // memory nodes" in the header comment); removed when the client leaves or is lost.
+  std::vector<std::byte> add_client_worker(uint32_t id);
+  void remove_client_worker(uint32_t id);
   std::vector<std::byte> region_export();
   void connect_service_nodes(const std::vector<detail::UcxRemoteNode>& nodes);
   int event_fd();
@@ -455,7 +466,15 @@ class UcxFabricImpl final : public UcxFabric {
   // Sets direct_[n] when direct access is on and node n's whole region is addressable here.
   void map_direct(uint32_t n);
   bool all_ranks_on_this_host();
-  void set_am_handler(uint16_t id, ucp_am_recv_callback_t cb);
+  void set_am_handler(ucp_worker_h w, uint16_t id, ucp_am_recv_callback_t cb);
+  void set_am_handlers(ucp_worker_h w);
+  std::vector<std::byte> worker_address_of(ucp_worker_h w);
+  // Progresses every worker of this process once (kServer: the main one and each client's);
+  // returns the sum of what ucp_worker_progress returned.
+  unsigned progress_all();
+  // The worker whose progress runs the active message callbacks now (their data descriptors
+  // belong to it).
+  ucp_worker_h am_worker() const { return serving_ ? serving_ : worker_; }
   void run_rpc(const RpcHeader& h, ucp_ep_h reply_ep, std::span<const std::byte> payload);
   void send_reply(ucp_ep_h reply_ep, OutgoingReply* out);
   // Progresses the worker until `sp` (a UCP request, NULL or an error) completes; frees it.
@@ -479,6 +498,9 @@ class UcxFabricImpl final : public UcxFabric {
 
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
+  std::map<uint32_t, ucp_worker_h> client_workers_;  // kServer: client id -> its worker
+  ucp_worker_h serving_ = nullptr;                   // kServer: the worker being progressed
+  int epfd_ = -1;                                    // kServer: epoll set of every worker's event fd
   ucp_mem_h memh_ = nullptr;
   std::byte* region_ = nullptr;
   std::vector<ucp_ep_h> eps_;          // index = rank
@@ -559,15 +581,77 @@ UcxFabricImpl::UcxFabricImpl(Mode mode, const UcxFabricConfig& config, uint32_t 
     throw FabricError("ucx fabric: memory node " + std::to_string(self) + " of " + std::to_string(nodes) + " does not exist");
 }
 
-std::vector<std::byte> UcxFabricImpl::worker_address_bytes() {
+std::vector<std::byte> UcxFabricImpl::worker_address_of(ucp_worker_h w) {
   ucp_worker_attr_t wattr{};
   wattr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
-  ucs_status_t st = ucp_worker_query(worker_, &wattr);
+  ucs_status_t st = ucp_worker_query(w, &wattr);
   if (st != UCS_OK) throw FabricError(ucx_error("ucp_worker_query", st));
   const auto* a = reinterpret_cast<const std::byte*>(wattr.address);
   std::vector<std::byte> out(a, a + wattr.address_length);
-  ucp_worker_release_address(worker_, wattr.address);
+  ucp_worker_release_address(w, wattr.address);
   return out;
+}
+
+void UcxFabricImpl::init_service() {
+  init_local();
+  if (mode_ != Mode::kServer) return;
+  epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (epfd_ < 0) throw FabricError(std::string("ucx fabric: epoll_create1: ") + std::strerror(errno));
+  int fd = -1;
+  ucs_status_t st = ucp_worker_get_efd(worker_, &fd);
+  if (st != UCS_OK) throw FabricError(ucx_error("ucp_worker_get_efd", st));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0)
+    throw FabricError(std::string("ucx fabric: epoll_ctl: ") + std::strerror(errno));
+}
+
+std::vector<std::byte> UcxFabricImpl::add_client_worker(uint32_t id) {
+  if (mode_ != Mode::kServer) throw FabricError("ucx fabric: internal error: client workers belong to a served memory node");
+  if (client_workers_.count(id)) throw FabricError("ucx fabric: internal error: client " + std::to_string(id) + " has a worker");
+  ucp_worker_params_t wparams{};
+  wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
+  ucp_worker_h w = nullptr;
+  ucs_status_t st = ucp_worker_create(context_, &wparams, &w);
+  if (st != UCS_OK) throw FabricError(ucx_error("ucp_worker_create for client " + std::to_string(id), st));
+  try {
+    set_am_handlers(w);
+    int fd = -1;
+    st = ucp_worker_get_efd(w, &fd);
+    if (st != UCS_OK) throw FabricError(ucx_error("ucp_worker_get_efd", st));
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0)
+      throw FabricError(std::string("ucx fabric: epoll_ctl: ") + std::strerror(errno));
+    auto address = worker_address_of(w);
+    client_workers_.emplace(id, w);
+    return address;
+  } catch (...) {
+    ucp_worker_destroy(w);  // its event fd leaves the epoll set as it closes
+    throw;
+  }
+}
+
+void UcxFabricImpl::remove_client_worker(uint32_t id) {
+  auto it = client_workers_.find(id);
+  if (it == client_workers_.end()) return;
+  int fd = -1;
+  if (ucp_worker_get_efd(it->second, &fd) == UCS_OK) ::epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+  // Endpoints UCX made for the client's wireup are closed by force: a lost client's replies in
+  // flight complete with an error (on_reply_sent frees them), a finished client has none.
+  ucp_worker_destroy(it->second);
+  client_workers_.erase(it);
+}
+
+unsigned UcxFabricImpl::progress_all() {
+  unsigned n = ucp_worker_progress(worker_);
+  for (auto& [id, w] : client_workers_) {
+    serving_ = w;
+    n += ucp_worker_progress(w);
+  }
+  serving_ = nullptr;
+  return n;
 }
 
 std::vector<std::byte> UcxFabricImpl::region_export() {
@@ -623,6 +707,7 @@ void UcxFabricImpl::connect_service_nodes(const std::vector<detail::UcxRemoteNod
 }
 
 int UcxFabricImpl::event_fd() {
+  if (mode_ == Mode::kServer) return epfd_;  // every worker's event fd (init_service())
   int fd = -1;
   ucs_status_t st = ucp_worker_get_efd(worker_, &fd);
   if (st != UCS_OK) throw FabricError(ucx_error("ucp_worker_get_efd", st));
@@ -630,11 +715,17 @@ int UcxFabricImpl::event_fd() {
 }
 
 bool UcxFabricImpl::drain_and_arm() {
-  while (ucp_worker_progress(worker_) != 0) {
+  while (progress_all() != 0) {
   }
-  ucs_status_t st = ucp_worker_arm(worker_);
-  if (st == UCS_ERR_BUSY) return false;
-  if (st != UCS_OK) throw FabricError(ucx_error("ucp_worker_arm", st));
+  auto arm = [](ucp_worker_h w) {
+    const ucs_status_t st = ucp_worker_arm(w);
+    if (st == UCS_ERR_BUSY) return false;
+    if (st != UCS_OK) throw FabricError(ucx_error("ucp_worker_arm", st));
+    return true;
+  };
+  if (!arm(worker_)) return false;
+  for (auto& [id, w] : client_workers_)
+    if (!arm(w)) return false;
   return true;
 }
 
@@ -645,7 +736,7 @@ bool UcxFabricImpl::serve_step() {
   if (serve_mode_ == ServeMode::kPoll) {
     const auto start = clock::now();
     do {
-      for (int i = 0; i < 64; ++i) ucp_worker_progress(worker_);
+      for (int i = 0; i < 64; ++i) progress_all();
     } while (clock::now() - start < kLookEvery);
     return false;
   }
@@ -660,7 +751,7 @@ bool UcxFabricImpl::serve_step() {
     const auto start = clock::now();
     auto last = start;
     for (auto now = start; now - last < config_.serve_spin; now = clock::now()) {
-      if (ucp_worker_progress(worker_) != 0) {
+      if (progress_all() != 0) {
         last = now;
       } else {
         // Nothing this time: let a runnable process of this CPU (a client, on a machine with
@@ -803,10 +894,7 @@ void UcxFabricImpl::init_local() {
     throw FabricError(ucx_error("ucp_worker_create", st));
   }
 
-  set_am_handler(kAmRpc, &on_rpc);
-  set_am_handler(kAmReply, &on_reply);
-  set_am_handler(kAmDone, &on_done);
-  set_am_handler(kAmOpv, &on_opv);
+  set_am_handlers(worker_);
 
   if (is_memory_node()) {
     ucp_mem_map_params_t mp{};
@@ -859,13 +947,20 @@ void UcxFabricImpl::query_transports() {
   coalesce_atomics_ = cpu_atomics_only(tls);
 }
 
-void UcxFabricImpl::set_am_handler(uint16_t id, ucp_am_recv_callback_t cb) {
+void UcxFabricImpl::set_am_handlers(ucp_worker_h w) {
+  set_am_handler(w, kAmRpc, &on_rpc);
+  set_am_handler(w, kAmReply, &on_reply);
+  set_am_handler(w, kAmDone, &on_done);
+  set_am_handler(w, kAmOpv, &on_opv);
+}
+
+void UcxFabricImpl::set_am_handler(ucp_worker_h w, uint16_t id, ucp_am_recv_callback_t cb) {
   ucp_am_handler_param_t p{};
   p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
   p.id = id;
   p.cb = cb;
   p.arg = this;
-  ucs_status_t st = ucp_worker_set_am_recv_handler(worker_, &p);
+  ucs_status_t st = ucp_worker_set_am_recv_handler(w, &p);
   if (st != UCS_OK) throw FabricError(ucx_error("ucp_worker_set_am_recv_handler", st));
 }
 
@@ -993,6 +1088,8 @@ void UcxFabricImpl::release(bool unwinding) {
     memh_ = nullptr;
     region_ = nullptr;
   }
+  while (!client_workers_.empty()) remove_client_worker(client_workers_.begin()->first);
+  if (epfd_ >= 0) ::close(epfd_), epfd_ = -1;
   if (worker_) {
     ucp_worker_destroy(worker_);
     worker_ = nullptr;
@@ -1150,7 +1247,7 @@ ucs_status_t UcxFabricImpl::on_rpc(void* arg, const void* header, size_t header_
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   p.cb.recv_am = &on_rpc_data;
   p.user_data = in;
-  ucs_status_ptr_t sp = ucp_am_recv_data_nbx(f->worker_, data, in->payload.data(), length, &p);
+  ucs_status_ptr_t sp = ucp_am_recv_data_nbx(f->am_worker(), data, in->payload.data(), length, &p);
   if (sp == nullptr) {
     f->run_rpc(in->hdr, in->reply_ep, in->payload);
     delete in;
@@ -1964,9 +2061,10 @@ class ServiceNode final : public UcxServiceNode {
     f_.init_service();
   }
   Fabric& fabric() override { return f_; }
-  std::vector<std::byte> worker_address() override { return f_.worker_address_bytes(); }
   std::vector<std::byte> region_export() override { return f_.region_export(); }
   int event_fd() override { return f_.event_fd(); }
+  std::vector<std::byte> add_client(uint32_t id) override { return f_.add_client_worker(id); }
+  void remove_client(uint32_t id) override { f_.remove_client_worker(id); }
   bool serve_step() override { return f_.serve_step(); }
   ServeMode serve_mode() const override { return f_.serve_mode(); }
   std::string transports() const override { return f_.transports(); }

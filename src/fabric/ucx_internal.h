@@ -21,9 +21,18 @@ class UcxServiceNode {
   virtual ~UcxServiceNode() = default;
   // local_region(node) is the region; register the scheme's RPCs here.
   virtual Fabric& fabric() = 0;
-  virtual std::vector<std::byte> worker_address() = 0;
   // u64 base address, u64 region bytes, packed rkey: what a client needs to reach the region.
   virtual std::vector<std::byte> region_export() = 0;
+  // A UCX worker of client `id`'s own; its address goes in that client's welcome. UCX's
+  // shared-memory transports give each worker ONE receive FIFO that every sender appends to by
+  // reserving an element (CAS on its head) and then filling it: a client killed between the two
+  // leaves an element that is never completed, and the worker's receiver waits on it for ever,
+  // so every later message to that worker (every other client's RPCs) is never read. With a
+  // worker per client, a dead client stalls only its own worker, which is destroyed when the
+  // server learns of the loss (remove_client, also on a goodbye). Throws FabricError.
+  virtual std::vector<std::byte> add_client(uint32_t id) = 0;
+  virtual void remove_client(uint32_t id) = 0;
+  // Readable when any worker has an event (an epoll set of them all).
   virtual int event_fd() = 0;
   // Progresses the worker as the serve mode says (UcxFabricConfig::serve_mode). True: the worker
   // is armed, safe to sleep in poll() on event_fd(); false: look at the other fds without

@@ -374,7 +374,7 @@ class Server final : public UcxServer {
     ++stats_.dropped;
     if (log) std::fprintf(log, "rdmahash serve: dropped a connection from %s: %s\n", c.peer.c_str(), why.c_str());
   }
-  std::vector<std::byte> welcome_body(uint32_t id);
+  std::vector<std::byte> welcome_body(uint32_t id, const std::vector<std::byte>& worker_address);
 
   UcxServerConfig config_;
   std::string address_;
@@ -385,8 +385,14 @@ class Server final : public UcxServer {
   std::vector<Conn> conns_;
   uint32_t next_id_ = 0;
   Stats stats_;
-  std::vector<std::byte> worker_address_, region_export_;  // made once, on first use
+  std::vector<std::byte> region_export_;  // made once, on first use
   std::unique_ptr<ClientLossHandler> loss_;
+  // accept() out of descriptors: backoff and bounded logging (accept_all()).
+  static constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
+  static constexpr auto kAcceptLogEvery = std::chrono::seconds(10);
+  static constexpr uint64_t kAcceptLogFirst = 3;
+  std::chrono::steady_clock::time_point accept_paused_until_{}, accept_next_log_{};
+  uint64_t accept_logged_ = 0;
   bool repair_pending_ = false;
   std::chrono::steady_clock::time_point repair_at_, lost_at_;
   double mark_ms_ = 0;
@@ -402,16 +408,13 @@ class Server final : public UcxServer {
   }
 };
 
-std::vector<std::byte> Server::welcome_body(uint32_t id) {
-  if (worker_address_.empty()) {
-    worker_address_ = node_->worker_address();
-    region_export_ = node_->region_export();
-  }
+std::vector<std::byte> Server::welcome_body(uint32_t id, const std::vector<std::byte>& worker_address) {
+  if (region_export_.empty()) region_export_ = node_->region_export();
   std::vector<std::byte> body;
   put_u32(body, id);
   put_u32(body, config_.node);
   put_u32(body, config_.nodes);
-  put_blob(body, worker_address_);
+  put_blob(body, worker_address);
   put_blob(body, region_export_);
   put_blob(body, std::as_bytes(std::span(config_.table_spec)));
   const std::string host = host_id();
@@ -425,10 +428,23 @@ void Server::accept_all(std::FILE* log) {
     socklen_t len = sizeof peer;
     const int fd = ::accept4(listen_.get(), reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK && log)
-        std::fprintf(log, "rdmahash serve: accept: %s\n", std::strerror(errno));
-      return;  // EMFILE and friends: the connection waits in the backlog; the loop stays alive
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      // Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM): the connection waits in
+      // the backlog, and the listening socket stays readable, so looking again at once would spin
+      // (one failed accept and one log line per look). Leave it alone for kAcceptBackoff and say
+      // so a bounded number of times; the clients already connected go on being served.
+      const auto now = std::chrono::steady_clock::now();
+      accept_paused_until_ = now + kAcceptBackoff;
+      ++stats_.accept_failures;
+      if (log && (accept_logged_ < kAcceptLogFirst || now >= accept_next_log_)) {
+        ++accept_logged_;
+        accept_next_log_ = now + kAcceptLogEvery;
+        std::fprintf(log, "rdmahash serve: accept: %s (%llu time(s) so far; not accepting for %lld ms, then again)\n",
+                     std::strerror(errno), static_cast<unsigned long long>(stats_.accept_failures),
+                     static_cast<long long>(kAcceptBackoff.count()));
+      }
+      return;
     }
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -480,8 +496,9 @@ bool Server::on_proof(Conn& c, std::FILE* log) {
   }
   std::vector<std::byte> body;
   try {
-    body = welcome_body(next_id_);
+    body = welcome_body(next_id_, node_->add_client(next_id_));  // the client's own worker
   } catch (const std::exception& e) {
+    node_->remove_client(next_id_);
     return refuse(c, e.what(), log);
   }
   if (!config_.token.empty()) {
@@ -492,7 +509,10 @@ bool Server::on_proof(Conn& c, std::FILE* log) {
     sodium_memzero(key.data(), key.size());
     body = std::move(sealed);
   }
-  if (!send_reply(c, kStatusWelcome, body, log)) return false;
+  if (!send_reply(c, kStatusWelcome, body, log)) {
+    node_->remove_client(next_id_++);
+    return false;
+  }
   c.stage = Conn::Stage::kConnected;
   c.connected = true;
   c.id = next_id_++;
@@ -575,7 +595,8 @@ int Server::run(std::FILE* log) {
     if (!armed && std::chrono::steady_clock::now() - last_look < std::chrono::milliseconds(1)) continue;
     last_look = std::chrono::steady_clock::now();
     fds.clear();
-    fds.push_back({listen_.get(), POLLIN, 0});
+    const bool accept_paused = std::chrono::steady_clock::now() < accept_paused_until_;
+    fds.push_back({accept_paused ? -1 : listen_.get(), POLLIN, 0});  // -1: ignored by poll()
     fds.push_back({efd, POLLIN, 0});
     fds.push_back({stop_.get(), POLLIN, 0});
     fds.push_back({sigfd_.get(), POLLIN, 0});  // -1 (ignored by poll) without handle_signals
@@ -588,6 +609,11 @@ int Server::run(std::FILE* log) {
         const int t = static_cast<int>(std::max<int64_t>(0, ms) + 1);
         timeout = timeout < 0 ? t : std::min(timeout, t);
       }
+    }
+    if (accept_paused) {
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(accept_paused_until_ - now).count();
+      const int t = static_cast<int>(std::max<int64_t>(0, ms) + 1);
+      timeout = timeout < 0 ? t : std::min(timeout, t);
     }
     if (repair_pending_) {
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(repair_at_ - now).count();
@@ -618,6 +644,7 @@ int Server::run(std::FILE* log) {
         keep = false;
       }
       if (keep) kept.push_back(std::move(c));
+      else if (c.connected) node_->remove_client(c.id);  // finished or lost: its worker goes
     }
     conns_ = std::move(kept);
     if (repair_pending_ && std::chrono::steady_clock::now() >= repair_at_) {
@@ -634,6 +661,8 @@ int Server::run(std::FILE* log) {
     }
     if (fds[0].revents && !stopping) accept_all(log);
   }
+  for (const auto& c : conns_)
+    if (c.connected) node_->remove_client(c.id);
   conns_.clear();
   return signal;
 }
