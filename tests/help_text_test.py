@@ -25,6 +25,7 @@ CHECKS = {
         (r"a list sweeps", False, "--load-factor sweeping a list (serve builds one table)"),
         (r"between points", False, "--pm-path writing back between points (serve has no points)"),
         (r"--load-factor FLOAT=\[0\.5\] \.\.\.", False, "--load-factor taking a list"),
+        (r"--load-factor FLOAT=0\.5\s", True, "--load-factor as one number"),
         (r"ucx: ranks", False, "--memory-nodes in terms of mpirun ranks"),
         (r"operation streams", False, "--seed seeding operation streams (serve runs none)"),
         (r"--memory-nodes UINT=1\s+memory nodes K the table is split over", True, "serve's --memory-nodes text"),

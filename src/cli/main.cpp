@@ -35,8 +35,10 @@ using rdmahash::bench::BenchOptions;
 
 // The options that shape a table (shared by bench and serve; a --connect client takes them from
 // the server: see table_option_names()).
-// `serve` builds one table and serves it until stopped: some texts differ from the bench's.
-void add_table_options(CLI::App& cmd, BenchOptions& o, std::string& distribution, bool serve) {
+// `serve` builds one table and serves it until stopped: some texts differ from the bench's, and its
+// --load-factor is one number (`serve_load_factor`, parsed by parse_serve_load_factor()).
+void add_table_options(CLI::App& cmd, BenchOptions& o, std::string& distribution, std::string* serve_load_factor) {
+  const bool serve = serve_load_factor != nullptr;
   cmd.add_option("--scheme", o.scheme, "hash table scheme: linear, cuckoo, race, continuity or level")->capture_default_str();
   cmd.add_option("--sbuckets", o.sbuckets, "continuity: SBuckets between two numbered buckets (1..4)")->capture_default_str();
   cmd.add_option("--max-resizes", o.max_resizes,
@@ -67,8 +69,8 @@ void add_table_options(CLI::App& cmd, BenchOptions& o, std::string& distribution
       ->capture_default_str();
   cmd.add_option("--records", o.records, "records bulk-loaded before the run (1..2^34)")->capture_default_str();
   if (serve)
-    cmd.add_option("--load-factor", o.load_factors, "load factor in (0,1) of the loaded table (records / slots)")
-        ->expected(1)->capture_default_str();
+    cmd.add_option("--load-factor", *serve_load_factor, "load factor in (0,1) of the loaded table (records / slots)")
+        ->type_name("FLOAT")->capture_default_str();
   else
     cmd.add_option("--load-factor", o.load_factors, "load factor(s) in (0,1); a list sweeps, e.g. 0.5,0.8")
         ->delimiter(',')->capture_default_str();
@@ -104,7 +106,7 @@ void add_serve_wait_options(CLI::App& cmd, BenchOptions& o) {
 void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>& workloads,
                        std::vector<std::string>& read_sizes, std::string& distribution,
                        std::vector<std::string>& ycsb_props) {
-  add_table_options(cmd, o, distribution, false);
+  add_table_options(cmd, o, distribution, nullptr);
   cmd.add_option("--fabric", o.fabric, "local (threads in this process) or ucx (launch with mpirun)")
       ->capture_default_str();
   cmd.add_option("--connect", o.connect,
@@ -236,6 +238,22 @@ std::string empty_list_element(CLI::App& app, int argc, char** argv) {
   return {};
 }
 
+// serve's --load-factor: one number (BenchOptions::error() checks its range).
+double parse_serve_load_factor(const std::string& text) {
+  if (text.find(',') != std::string::npos)
+    throw rdmahash::InvalidArgument("rdmahash serve builds one table: give one --load-factor, got '" + text + "'");
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (text.empty() || used != text.size())
+    throw rdmahash::InvalidArgument("--load-factor must be a number in (0, 1), got '" + text + "'");
+  return v;
+}
+
 // Replaces this process with the Go checker (check/main.go) beside this executable.
 int exec_checker(const std::vector<std::string>& files, double timeout_s, const std::string& html) {
   std::error_code ec;
@@ -272,7 +290,8 @@ int main(int argc, char** argv) {
   CLI::App* serve = app.add_subcommand(
       "serve", "run memory node N of a table as a service (no MPI) that `rdmahash bench --connect HOST:PORT,...` "
                "clients reach; stops cleanly on SIGTERM or SIGINT");
-  add_table_options(*serve, serve_opts, serve_distribution, true);
+  std::string serve_load_factor = "0.5";
+  add_table_options(*serve, serve_opts, serve_distribution, &serve_load_factor);
   serve->add_option("--listen", serve_cfg.listen,
                     "IPv4 HOST:PORT to listen on; UCX's own sockets use the same interface (port 0: any free port, "
                     "printed when ready)")
@@ -316,6 +335,7 @@ int main(int argc, char** argv) {
   if (serve->parsed()) {
     try {
       serve_opts.zipf_theta = rdmahash::bench::parse_distribution(serve_distribution);
+      serve_opts.load_factors = {parse_serve_load_factor(serve_load_factor)};
       return rdmahash::bench::run_serve(serve_opts, serve_cfg);
     } catch (const rdmahash::InvalidArgument& e) {
       std::fprintf(stderr, "rdmahash serve: error: %s\n", e.what());
