@@ -6,6 +6,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "rdmahash/continuity.h"
+#include "rdmahash/cuckoo.h"
+#include "rdmahash/level.h"
 #include "test_util.h"
 
 namespace rdmahash {
@@ -539,6 +542,44 @@ TEST(Linear, BadKeysValuesAndConfigsAreRejected) {
   EXPECT_THROW(LinearConfig::for_records(100, 1.0, 1), InvalidArgument);
   EXPECT_THROW(LinearConfig::for_records(0, 0.5, 1), InvalidArgument);
   EXPECT_THROW((test::probe(0, 1, 1).validate()), InvalidArgument);
+}
+
+// Issue 26 item 4: a tail of 2^61 slots wrapped region_bytes() (2^61 · 8 = 2^64), the fabric gave a
+// small region and the loader wrote past it. Sizes are checked: validate() refuses a tail or a
+// region beyond its bound, and region_bytes() throws rather than return a wrapped size.
+TEST(Linear, TailAndRegionBeyondTheirBoundsAreRefused) {
+  for (SlotFormat f : {SlotFormat::kSet, SlotFormat::kInline, SlotFormat::kHeap}) {
+    LinearConfig c = LinearConfig::for_records(1000000, 0.9999, 1);
+    c.format = f;
+    c.value_bytes = f == SlotFormat::kSet ? 0 : 8;
+    for (uint64_t tail : {uint64_t{1} << 61, uint64_t{1} << 62, uint64_t{1} << 63, ~uint64_t{0}, kMaxTailSlots + 1}) {
+      c.tail_slots = tail;
+      EXPECT_THROW(c.validate(), InvalidArgument) << to_string(f) << " tail " << tail;
+      EXPECT_FALSE(linear_config_error(c).empty());
+      // Beyond 2^61 the size wraps: region_bytes() throws instead of returning a small number.
+      if (tail >= uint64_t{1} << 61) {
+        EXPECT_THROW((void)c.region_bytes(), InvalidArgument) << to_string(f) << " tail " << tail;
+      }
+    }
+    c.tail_slots = 1 << 20;
+    EXPECT_NO_THROW(c.validate());
+    EXPECT_GT(c.region_bytes(), (uint64_t{1} << 20) * c.slot_bytes());
+  }
+  // The largest tail whose region still fits: 2^36 8-byte slots (2^39 bytes), accepted.
+  LinearConfig c;
+  c.tail_slots = kMaxTailSlots;
+  EXPECT_NO_THROW(c.validate());
+  EXPECT_EQ(c.region_bytes() % 8, 0u);
+  // A heap whose records overflow the region bound (2^36 slots of 4 KiB records).
+  c.format = SlotFormat::kHeap;
+  c.value_bytes = 4096;
+  EXPECT_THROW(c.validate(), InvalidArgument);
+  // A load factor so small the slot count exceeds every bound: refused before a double is cast.
+  EXPECT_THROW(LinearConfig::for_records(100000, 1e-15, 1), InvalidArgument);
+  EXPECT_THROW(LinearConfig::for_records(1ULL << 34, 1e-300, 1), InvalidArgument);
+  EXPECT_THROW(CuckooConfig::for_records(100000, 1e-15, 1, 4), InvalidArgument);
+  EXPECT_THROW(ContinuityConfig::for_records(100000, 1e-15, 1, 3), InvalidArgument);
+  EXPECT_THROW(LevelConfig::for_records(100000, 1e-15, 1, 0), InvalidArgument);
 }
 
 TEST(Linear, BulkLoadedRecordsAreFoundWithTheirValues) {

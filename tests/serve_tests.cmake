@@ -252,7 +252,7 @@ set_tests_properties(serve_token_handshake PROPERTIES PASS_REGULAR_EXPRESSION "P
 # Bad token files and a public address without one: exit 2 before listening. `timeout` bounds a
 # server that (wrongly) starts serving. TOKEN_CASE writes the file FILE in the given way first.
 set(TOKDIR ${CMAKE_CURRENT_BINARY_DIR}/token_files)
-set(TOKSH "mkdir -p ${TOKDIR} && f=${TOKDIR}/$0 && rm -rf $f && case $0 in open) printf 0123456789abcdef0123 > $f && chmod 644 $f;; empty) : > $f && chmod 600 $f;; short) printf 'abc\\n' > $f && chmod 600 $f;; dir) mkdir $f;; esac && exec \"$@\"")
+set(TOKSH "mkdir -p ${TOKDIR} && f=${TOKDIR}/$0 && rm -rf $f && case $0 in open) printf 0123456789abcdef0123 > $f && chmod 644 $f;; empty) : > $f && chmod 600 $f;; short) printf 'abc\\n' > $f && chmod 600 $f;; dir) mkdir $f;; link) printf 0123456789abcdef0123 > $f.target && chmod 600 $f.target && ln -s $f.target $f;; esac && exec \"$@\"")
 add_test(NAME serve_token_file_too_open COMMAND ${EF} "'${TOKDIR}/open' has mode 0644: group or others may read it"
   sh -c "${TOKSH}" open timeout 30 $<TARGET_FILE:rdmahash_cli> serve --records 10 --token-file ${TOKDIR}/open)
 add_test(NAME serve_token_file_empty COMMAND ${EF} "'${TOKDIR}/empty' is empty"
@@ -261,6 +261,9 @@ add_test(NAME serve_token_file_short COMMAND ${EF} "holds 3 bytes: a token needs
   sh -c "${TOKSH}" short timeout 30 $<TARGET_FILE:rdmahash_cli> serve --records 10 --token-file ${TOKDIR}/short)
 add_test(NAME serve_token_file_dir COMMAND ${EF} "is not a regular file"
   sh -c "${TOKSH}" dir timeout 30 $<TARGET_FILE:rdmahash_cli> serve --records 10 --token-file ${TOKDIR}/dir)
+# A symlink (O_NOFOLLOW said only "Too many levels of symbolic links").
+add_test(NAME serve_token_file_symlink COMMAND ${EF} "--token-file: '${TOKDIR}/link' is a symbolic link: the token file must not be a symlink"
+  sh -c "${TOKSH}" link timeout 30 $<TARGET_FILE:rdmahash_cli> serve --records 10 --token-file ${TOKDIR}/link)
 add_test(NAME serve_token_file_uncreatable COMMAND ${EF} "--token-file: cannot create '/nonexistent/token'"
   timeout 30 $<TARGET_FILE:rdmahash_cli> serve --records 10 --token-file /nonexistent/token)
 add_test(NAME serve_connect_token_missing COMMAND ${EF} "--token-file: cannot read '/nonexistent/token': No such file"
@@ -272,7 +275,7 @@ add_test(NAME serve_token_without_connect COMMAND ${EF} "--token-file goes with 
 add_test(NAME serve_public_needs_token COMMAND ${EF} "0.0.0.0:0 is not a loopback address: .*give --token-file"
   timeout 30 $<TARGET_FILE:rdmahash_cli> serve --records 10 --listen 0.0.0.0:0)
 set_tests_properties(serve_token_file_too_open serve_token_file_empty serve_token_file_short serve_token_file_dir
-  serve_token_file_uncreatable serve_connect_token_missing serve_connect_token_too_open serve_token_without_connect
+  serve_token_file_symlink serve_token_file_uncreatable serve_connect_token_missing serve_connect_token_too_open serve_token_without_connect
   serve_public_needs_token PROPERTIES LABELS serve TIMEOUT 60 RUN_SERIAL ON)
 
 # 10^5 random and mutated handshake messages against a server with --token-file while token-holding

@@ -248,6 +248,13 @@ namespace rdmahash {
 enum class SlotFormat : uint8_t { kSet = 0, kInline = 1, kHeap = 2, kHeap4 = 3 };
 const char* to_string(SlotFormat f);
 
+// Bounds of a linear shard: home and tail slots per memory node, and the bytes of its region
+// (slots and heap); validate() refuses a config beyond them (sizes are computed with checked
+// arithmetic, so a huge --tail-slots cannot wrap the region size).
+constexpr uint64_t kMaxHomeSlots = uint64_t{1} << 36;
+constexpr uint64_t kMaxTailSlots = uint64_t{1} << 36;
+constexpr uint64_t kMaxRegionBytes = uint64_t{1} << 44;
+
 struct LinearConfig {
   SlotFormat format = SlotFormat::kSet;
   uint32_t memory_nodes = 1;
@@ -268,7 +275,7 @@ struct LinearConfig {
   uint64_t tail() const { return tail_slots ? tail_slots : std::max<uint64_t>(4096, home_slots / 32); }
   uint64_t total_slots() const { return home_slots + tail(); }
   uint32_t slot_bytes() const;     // 8 for kSet/kHeap/kHeap4
-  uint64_t region_bytes() const;   // header + all slots (+ heap header + heap)
+  uint64_t region_bytes() const;   // header + all slots (+ heap header + heap); throws beyond kMaxRegionBytes
   bool heap() const { return format == SlotFormat::kHeap || format == SlotFormat::kHeap4; }
   uint32_t record_bytes() const;   // bytes of one record (an inline slot, or a heap record)
   uint64_t heap_capacity() const;  // records per node's heap (0 unless heap())

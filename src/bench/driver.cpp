@@ -856,7 +856,13 @@ int run_serve(const BenchOptions& o_in, const ServeOptions& s) {
     throw InvalidArgument("--node " + std::to_string(s.node) + " does not exist: --memory-nodes is " + std::to_string(o.memory_nodes));
   if (auto err = o.error(); !err.empty()) throw InvalidArgument(err);
   o.table_capacity = s.capacity ? s.capacity : o.records + std::max<uint64_t>(o.records, 100000);
-  if (o.table_capacity < o.records) throw InvalidArgument("--capacity must be at least --records");
+  // Sizes grow with the capacity (race's pool, linear heaps): beyond --records' own bound they wrap.
+  if (o.table_capacity < o.records)
+    throw InvalidArgument("--capacity must be at least --records (" + std::to_string(o.records) + "), got " +
+                          std::to_string(o.table_capacity));
+  if (o.table_capacity > (uint64_t{1} << 34))
+    throw InvalidArgument("--capacity must be at most 2^34 (records the table may come to hold, like --records), got " +
+                          std::to_string(o.table_capacity));
   o.table_writes = o.table_capacity - o.records;
   auto adapter = make_adapter(o, o.load_factors.front());
   if (const uint64_t avail = mem_available_bytes(); avail && adapter->region_bytes() > avail)

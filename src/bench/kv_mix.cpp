@@ -2,7 +2,11 @@
 
 #include <mpi.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -180,9 +184,20 @@ void check_ucx_history(const BenchOptions& o) {
   if (!writable) throw InvalidArgument("cannot open --history file '" + o.history_path + "' for writing");
 }
 
+// Whether the history can be written at the end, without touching an existing file: a run refused
+// later (a bad --pm-path, too little memory) must leave an earlier history as it was.
 int history_writable(const std::string& path) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  return f ? 1 : 0;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::close(fd);
+    return 1;
+  }
+  if (errno != ENOENT) return 0;
+  const int created = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (created < 0) return 0;
+  ::close(created);
+  ::unlink(path.c_str());
+  return 1;
 }
 
 }  // namespace rdmahash::bench

@@ -69,8 +69,9 @@ void gather_kv_mix_history(UcxFabric& fabric, const BenchOptions& o, const KeySp
 // on every rank alike when the client ranks span several hosts (their monotonic clocks are
 // unrelated) or the history would exceed its bound.
 void check_ucx_history(const BenchOptions& o);
-// 1 if `path` can be created (or truncated) for writing, else 0; called before a run so that a bad
-// --history path is bad input, not an error after the run.
+// 1 if `path` can be written, else 0, leaving an existing file untouched (a new one is created and
+// removed again); called before a run so that a bad --history path is bad input, not an error after
+// the run, and a run refused later does not destroy an earlier history.
 int history_writable(const std::string& path);
 
 }  // namespace rdmahash::bench

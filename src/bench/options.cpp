@@ -81,6 +81,19 @@ double parse_distribution(const std::string& s) {
   throw InvalidArgument("--distribution '" + s + "' must be uniform or zipf:THETA with 0 < THETA < 10, THETA != 1");
 }
 
+namespace {
+std::string double_text(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+std::string short_text(double v) {  // for messages: "1e-15", not "1.0000000000000001e-15"
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+}  // namespace
+
 uint32_t max_value_bytes(const BenchOptions& o) {
   if (o.scheme == "race") return static_cast<uint32_t>(kMaxValueBytes);  // out-of-place KV blocks
   return o.storage == "inline" ? kMaxInlineValueBytes : kMaxHeapValueBytes;
@@ -94,8 +107,6 @@ std::string BenchOptions::error() const {
     if (key_bytes < 8 || key_bytes > 256) return "--key-bytes must be in [8, 256] with --scheme race";
     if (value_bytes > 15360) return "--value-bytes must be at most 15360 with --scheme race";
     if (memory_nodes > 64) return "--memory-nodes must be at most 64 with --scheme race";
-    if (initial_depth > 20) return "--initial-depth must be at most 20";
-    if (race_groups == 0 || race_groups > 4096) return "--race-groups must be in [1, 4096]";
     if (race_dir_cache != "on" && race_dir_cache != "off") return "--race-dir-cache must be on or off";
     if (zipf_theta > 0) return "--distribution zipf loads duplicate keys: race tables hold each key once";
     if (storage != "inline") return "--storage applies to linear and cuckoo (race stores records out of place)";
@@ -103,6 +114,10 @@ std::string BenchOptions::error() const {
       return "--scheme race bulk-loads its records in the process hosting every memory node: over ucx use "
              "--memory-nodes 1 (not --symmetric), or --ycsb (the clients insert the records)";
   }
+  // Bounded whatever the scheme (an option another scheme ignores still has its range).
+  if (initial_depth > 20) return "--initial-depth must be at most 20";
+  if (race_groups == 0 || race_groups > 4096) return "--race-groups must be in [1, 4096]";
+  if (kv_keys == 0 || kv_keys > (1u << 20)) return "--keys must be in [1, 2^20]";
   if (direct_access != "on" && direct_access != "off") return "--direct-access must be on or off";
   if (!parse_speculative_claim(speculative_claim))
     return "--speculative-claim must be on, off or auto, got '" + speculative_claim + "'";
@@ -148,11 +163,23 @@ std::string BenchOptions::error() const {
   if (clients == 0) return "--clients must be at least 1";
   if (clients > 256) return "--clients must be at most 256";
   if (records == 0) return "--records must be at least 1";
+  if (tail_slots > kMaxTailSlots)
+    return "--tail-slots must be at most 2^36 (overflow slots per memory node; 0 picks max(4096, S/32)), got " +
+           std::to_string(tail_slots);
   if (records > (1ULL << 34)) return "--records must be at most 2^34";
   if (load_factors.empty()) return "--load-factor needs at least one value";
-  for (double f : load_factors)
+  // The table has records / load factor slots, at most 2^36 per memory node (linear's bound; the
+  // other schemes' are lower and their configs say so): a tiny load factor is refused here, naming
+  // the range that fits, instead of wrapping a size.
+  const double min_load_factor = static_cast<double>(records) / (0x1p36 * memory_nodes);
+  for (double f : load_factors) {
     if (!(f > 0.0 && f < 1.0) || std::isnan(f))
-      return "--load-factor must be in (0, 1), got " + std::to_string(f);
+      return "--load-factor must be in (0, 1), got " + short_text(f);
+    if (f < min_load_factor)
+      return "--load-factor " + short_text(f) + " is too small for --records " + std::to_string(records) +
+             ": the table would need more than 2^36 slots per memory node; with these records and --memory-nodes "
+             "the load factor must be in [" + short_text(min_load_factor) + ", 1)";
+  }
   if (scheme != "race" && key_bytes != 4 && key_bytes != 8) return "--key-bytes must be 4 or 8";
   if (scheme != "race" && value_bytes > max_value_bytes(*this))
     return storage == "inline" ? "--value-bytes must be at most 120 (inline records hold at most 120 value bytes; "
@@ -193,14 +220,6 @@ std::string BenchOptions::error() const {
   if (auto e = kv_mix_error(*this); !e.empty()) return e;
   return {};
 }
-
-namespace {
-std::string double_text(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-}  // namespace
 
 std::string table_spec(const BenchOptions& o) {
   std::string s;

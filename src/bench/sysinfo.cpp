@@ -1,5 +1,7 @@
 #include "bench/sysinfo.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -10,12 +12,20 @@ namespace rdmahash::bench {
 uint64_t mem_available_bytes() {
   std::ifstream in("/proc/meminfo");
   std::string name, unit;
-  uint64_t value = 0;
+  uint64_t value = 0, avail = 0;
   while (in >> name >> value) {
     std::getline(in, unit);
-    if (name == "MemAvailable:") return value * 1024;  // the kernel reports kB
+    if (name == "MemAvailable:") {
+      avail = value * 1024;  // the kernel reports kB
+      break;
+    }
   }
-  return 0;
+  // A process under an address-space limit (ulimit -v) cannot map more than that, whatever the
+  // machine has: the memory checks refuse such a run up front instead of failing to allocate.
+  rlimit lim{};
+  if (avail != 0 && ::getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
+    avail = std::min<uint64_t>(avail, lim.rlim_cur);
+  return avail;
 }
 
 namespace {

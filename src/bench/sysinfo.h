@@ -7,7 +7,8 @@
 namespace rdmahash::bench {
 
 // MemAvailable of /proc/meminfo in bytes (the kernel's estimate of what can be allocated without
-// swapping); 0 if it cannot be read (then no memory check is made).
+// swapping), or the address-space limit (RLIMIT_AS) if that is lower; 0 if MemAvailable cannot be
+// read (then no memory check is made).
 uint64_t mem_available_bytes();
 
 // Size in bytes of the last-level cache of cpu0: level 3 if there is one, else the largest

@@ -175,8 +175,11 @@ void write_history(const std::string& path, std::span<const HistoryEvent> init,
   if (count > kMaxEvents)
     throw std::runtime_error("history of " + std::to_string(count) + " events exceeds the bound of " +
                              std::to_string(kMaxEvents));
-  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "wb"));
-  if (!f) throw std::runtime_error("cannot open --history file '" + path + "' for writing");
+  // Written beside the file and renamed over it at the end: a run that fails while writing leaves an
+  // earlier history whole.
+  const std::string tmp = path + ".tmp";
+  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(tmp.c_str(), "wb"));
+  if (!f) throw std::runtime_error("cannot open --history file '" + tmp + "' for writing");
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.version = kVersion;
@@ -186,7 +189,11 @@ void write_history(const std::string& path, std::span<const HistoryEvent> init,
   if (ok && !init.empty()) ok = std::fwrite(init.data(), sizeof(HistoryEvent), init.size(), f.get()) == init.size();
   for (const auto& c : clients)
     if (ok && !c.empty()) ok = std::fwrite(c.data(), sizeof(HistoryEvent), c.size(), f.get()) == c.size();
-  if (!ok || std::fclose(f.release()) != 0) throw std::runtime_error("cannot write --history file '" + path + "'");
+  if (!ok || std::fclose(f.release()) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot write --history file '" + path + "': " + std::strerror(err));
+  }
 }
 
 std::vector<HistoryEvent> read_history(const std::string& path) {

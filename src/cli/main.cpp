@@ -35,7 +35,10 @@ using rdmahash::bench::BenchOptions;
 
 // The options that shape a table (shared by bench and serve; a --connect client takes them from
 // the server: see table_option_names()).
-void add_table_options(CLI::App& cmd, BenchOptions& o, std::string& distribution) {
+// `serve` builds one table and serves it until stopped: some texts differ from the bench's, and its
+// --load-factor is one number (`serve_load_factor`, parsed by parse_serve_load_factor()).
+void add_table_options(CLI::App& cmd, BenchOptions& o, std::string& distribution, std::string* serve_load_factor) {
+  const bool serve = serve_load_factor != nullptr;
   cmd.add_option("--scheme", o.scheme, "hash table scheme: linear, cuckoo, race, continuity or level")->capture_default_str();
   cmd.add_option("--sbuckets", o.sbuckets, "continuity: SBuckets between two numbered buckets (1..4)")->capture_default_str();
   cmd.add_option("--max-resizes", o.max_resizes,
@@ -52,16 +55,25 @@ void add_table_options(CLI::App& cmd, BenchOptions& o, std::string& distribution
                  "the keys written)")
       ->capture_default_str();
   cmd.add_option("--pm-path", o.pm_path,
-                 "continuity, level: keep the table in this file (pmem_map_file); an existing file is recovered, not loaded; "
-                 "reloads between points write back the image as loaded");
+                 serve ? "continuity, level: keep the table in this file (pmem_map_file); an existing file is recovered, "
+                         "not loaded"
+                       : "continuity, level: keep the table in this file (pmem_map_file); an existing file is recovered, "
+                         "not loaded; reloads between points write back the image as loaded");
   cmd.add_option("--slot-format", o.slot_format, "linear slot format: auto, set (63-bit keys) or inline (records)")
       ->capture_default_str();
   cmd.add_option("--storage", o.storage, "records inline in the table slots, in a heap (8-byte CAS-able slots), or heap4 (linear, bulk-loaded: 4 fingerprints per slot)")->capture_default_str();
   cmd.add_option("--slots-per-bucket", o.slots_per_bucket, "cuckoo: 1 or 4 slots per bucket")->capture_default_str();
-  cmd.add_option("--memory-nodes", o.memory_nodes, "memory nodes K (ucx: ranks 0..K-1)")->capture_default_str();
-  cmd.add_option("--records", o.records, "records bulk-loaded before the run")->capture_default_str();
-  cmd.add_option("--load-factor", o.load_factors, "load factor(s) in (0,1); a list sweeps, e.g. 0.5,0.8")
-      ->delimiter(',')->capture_default_str();
+  cmd.add_option("--memory-nodes", o.memory_nodes,
+                 serve ? "memory nodes K the table is split over (one `rdmahash serve` each: --node 0..K-1)"
+                       : "memory nodes K (ucx: ranks 0..K-1)")
+      ->capture_default_str();
+  cmd.add_option("--records", o.records, "records bulk-loaded before the run (1..2^34)")->capture_default_str();
+  if (serve)
+    cmd.add_option("--load-factor", *serve_load_factor, "load factor in (0,1) of the loaded table (records / slots)")
+        ->type_name("FLOAT")->capture_default_str();
+  else
+    cmd.add_option("--load-factor", o.load_factors, "load factor(s) in (0,1); a list sweeps, e.g. 0.5,0.8")
+        ->delimiter(',')->capture_default_str();
   cmd.add_option("--key-bytes", o.key_bytes, "4 or 8 (race: 8..256, the 8-byte key plus a fixed suffix)")->capture_default_str();
   cmd.add_option("--value-bytes", o.value_bytes, "value bytes: 0..120 inline, 0..4096 with --storage heap, up to 15360 with --scheme race")->capture_default_str();
   cmd.add_option("--initial-depth", o.initial_depth, "race: the table starts with 2^N subtables and grows by splitting")
@@ -70,8 +82,12 @@ void add_table_options(CLI::App& cmd, BenchOptions& o, std::string& distribution
       ->capture_default_str();
   cmd.add_option("--distribution", distribution, "loaded keys and lookups: uniform, or zipf:THETA (a multimap)")
       ->capture_default_str();
-  cmd.add_option("--tail-slots", o.tail_slots, "overflow slots per shard (0: max(4096, S/32))");
-  cmd.add_option("--seed", o.seed, "seed of keys, hashing and operation streams")->capture_default_str();
+  cmd.add_option("--tail-slots", o.tail_slots, "linear: overflow slots per shard, at most 2^36 (0: max(4096, S/32))")
+      ->capture_default_str();
+  cmd.add_option("--seed", o.seed,
+                 serve ? "seed of the loaded keys and of hashing (the clients get it from the server)"
+                       : "seed of keys, hashing and operation streams")
+      ->capture_default_str();
 }
 
 // How memory nodes wait for work (rdmahash::ServeMode): `serve`, and the memory-node ranks of an
@@ -81,7 +97,7 @@ void add_serve_wait_options(CLI::App& cmd, BenchOptions& o) {
                  "how a memory node waits for UCX work: event (sleep on the worker's event fd whenever idle), hybrid "
                  "(spin --serve-spin-us after the last event, then sleep), poll (never sleep: takes a core) or auto "
                  "(hybrid when UCX can only use TCP, which makes the memory node execute every one-sided operation; "
-                 "else event); checked with the other options (BenchOptions::error)")
+                 "else event)")
       ->capture_default_str();
   cmd.add_option("--serve-spin-us", o.serve_spin_us, "hybrid mode: microseconds without an event before the memory node sleeps (below 1000: a spin stops every 1 ms to look at its sockets)")
       ->check(CLI::Range(1u, 999u))->capture_default_str();
@@ -90,7 +106,7 @@ void add_serve_wait_options(CLI::App& cmd, BenchOptions& o) {
 void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>& workloads,
                        std::vector<std::string>& read_sizes, std::string& distribution,
                        std::vector<std::string>& ycsb_props) {
-  add_table_options(cmd, o, distribution);
+  add_table_options(cmd, o, distribution, nullptr);
   cmd.add_option("--fabric", o.fabric, "local (threads in this process) or ucx (launch with mpirun)")
       ->capture_default_str();
   cmd.add_option("--connect", o.connect,
@@ -111,7 +127,7 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   cmd.add_option("--workload", workloads,
                  "get, get-all, find-or-put, mixed, read-intensive, write-intensive, raw-read, kv-mix (a list runs each)")
-      ->delimiter(',');
+      ->delimiter(',')->capture_default_str();
   cmd.add_option("--ops", o.ops, "operations per client")->capture_default_str();
   cmd.add_option("--depth", o.depth, "operations in flight per client")->capture_default_str();
   cmd.add_option("--chunk", o.chunk, "find-or-put chunk size C (slots)")->capture_default_str();
@@ -122,7 +138,7 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
       ->check(CLI::IsMember({"on", "off", "auto"}))->capture_default_str();
   cmd.add_option("--read-size", read_sizes,
                  "lookup READ size: N or fixed:N slots, model, model-unconstrained, cluster (a list sweeps)")
-      ->delimiter(',');
+      ->delimiter(',')->capture_default_str();
   cmd.add_option("--profile", o.profile_path,
                  "cost-model parameters from `rdmahash calibrate` for model/cluster read sizes (default: seed 000's)")
       ->check(CLI::ExistingFile);
@@ -152,7 +168,7 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
   cmd.add_option("--history", o.history_path,
                  "kv-mix: record every operation of every client to FILE (check with `rdmahash check-history FILE`)");
   cmd.add_option("--json", o.json_path, "append one JSON object per point to FILE (JSON Lines)");
-  cmd.add_flag("!--no-progress", o.progress, "no progress bar while loading");
+  cmd.add_flag_callback("--no-progress", [&o] { o.progress = false; }, "no progress bar while loading");
   cmd.add_flag("--quiet", o.quiet, "no summary table on stdout");
   add_serve_wait_options(cmd, o);
   // How clients wait for their requests (rdmahash::ClientWait): mpirun client ranks and --connect.
@@ -179,6 +195,63 @@ std::string command_name(int argc, char** argv) {
     if (a == "bench" || a == "serve" || a == "model" || a == "calibrate" || a == "check-history") return "rdmahash " + a;
   }
   return "rdmahash";
+}
+
+// CLI11 reads "-1" into an unsigned option as 2^64-1 (and "-5" as 2^64-5): every unsigned option of
+// every subcommand refuses a sign instead, so the message says what is wrong.
+void refuse_negative_unsigned(CLI::App& app) {
+  const CLI::Validator not_negative(
+      [](std::string& v) -> std::string {
+        const size_t i = v.find_first_not_of(" \t");
+        return i != std::string::npos && v[i] == '-' ? "must not be negative, got " + v : std::string();
+      },
+      "", "NOT_NEGATIVE");
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    for (CLI::Option* opt : sub->get_options())
+      if (opt->get_type_name().rfind("UINT", 0) == 0) opt->check(not_negative);
+}
+
+// A comma-separated list with an empty element ("," or "a," or "a,,b"): CLI11 drops the empty
+// elements and then takes the next argument ("--quiet") as the list's value. Returns the error
+// message naming the option, or empty.
+std::string empty_list_element(CLI::App& app, int argc, char** argv) {
+  CLI::App* sub = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (sub == nullptr) {
+      for (CLI::App* s : app.get_subcommands([](CLI::App*) { return true; }))
+        if (s->get_name() == a) sub = s;
+      continue;
+    }
+    if (a == "--") break;
+    if (a.rfind("--", 0) != 0) continue;
+    const size_t eq = a.find('=');
+    const std::string name = a.substr(0, eq);
+    const CLI::Option* opt = sub->get_option_no_throw(name);
+    if (opt == nullptr || opt->get_delimiter() != ',') continue;
+    if (eq == std::string::npos && i + 1 >= argc) continue;  // CLI11 reports the missing value
+    const std::string value = eq != std::string::npos ? a.substr(eq + 1) : argv[i + 1];
+    if (value.empty() || value.front() == ',' || value.back() == ',' || value.find(",,") != std::string::npos)
+      return name + " '" + value + "' has an empty element: give a comma-separated list of values (e.g. " + name +
+             " a,b)";
+  }
+  return {};
+}
+
+// serve's --load-factor: one number (BenchOptions::error() checks its range).
+double parse_serve_load_factor(const std::string& text) {
+  if (text.find(',') != std::string::npos)
+    throw rdmahash::InvalidArgument("rdmahash serve builds one table: give one --load-factor, got '" + text + "'");
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (text.empty() || used != text.size())
+    throw rdmahash::InvalidArgument("--load-factor must be a number in (0, 1), got '" + text + "'");
+  return v;
 }
 
 // Replaces this process with the Go checker (check/main.go) beside this executable.
@@ -217,7 +290,8 @@ int main(int argc, char** argv) {
   CLI::App* serve = app.add_subcommand(
       "serve", "run memory node N of a table as a service (no MPI) that `rdmahash bench --connect HOST:PORT,...` "
                "clients reach; stops cleanly on SIGTERM or SIGINT");
-  add_table_options(*serve, serve_opts, serve_distribution);
+  std::string serve_load_factor = "0.5";
+  add_table_options(*serve, serve_opts, serve_distribution, &serve_load_factor);
   serve->add_option("--listen", serve_cfg.listen,
                     "IPv4 HOST:PORT to listen on; UCX's own sockets use the same interface (port 0: any free port, "
                     "printed when ready)")
@@ -228,15 +302,15 @@ int main(int argc, char** argv) {
   add_serve_wait_options(*serve, serve_opts);
   serve->add_option("--node", serve_cfg.node, "this server is memory node N of --memory-nodes")->capture_default_str();
   serve->add_option("--capacity", serve_cfg.capacity,
-                    "records the table may come to hold (sizes race's directory, linear heaps and level's resizes; default: records + "
-                    "max(records, 100000))");
-  serve->add_flag("!--no-progress", serve_opts.progress, "no progress bar while loading");
+                    "records the table may come to hold, --records..2^34 (sizes race's directory, linear heaps and level's "
+                    "resizes; default: records + max(records, 100000))");
+  serve->add_flag_callback("--no-progress", [&serve_opts] { serve_opts.progress = false; }, "no progress bar while loading");
   rdmahash::cli::ModelCommand model_cmd(app);
   rdmahash::cli::CalibrateCommand calibrate_cmd(app);
   std::vector<std::string> history_files;
   std::string history_html;
   double history_timeout = 60;
-  CLI::App* check = app.add_subcommand("check-history", "check that a `bench --history` file is linearizable (Porcupine, per-key KV model); exit 0 linearizable, 1 violation, 3 unknown (timeout)");
+  CLI::App* check = app.add_subcommand("check-history", "check that a `bench --history` file is linearizable (Porcupine, per-key KV model); exit 0 linearizable, 1 violation, 2 bad input (options, an unreadable or malformed file), 3 unknown (timeout)");
   check->add_option("FILE", history_files,
                     "history file(s) written by rdmahash bench --history: one run's file, or the files of every "
                     "--connect client of one served table")
@@ -244,6 +318,11 @@ int main(int argc, char** argv) {
   check->add_option("--timeout-per-key", history_timeout, "seconds per key before giving up (result: unknown, exit 3)")
       ->capture_default_str();
   check->add_option("--html", history_html, "where to write the visualization of a violating key (default: FILE.html)");
+  refuse_negative_unsigned(app);
+  if (const std::string err = empty_list_element(app, argc, argv); !err.empty()) {
+    std::fprintf(stderr, "%s: error: %s\n", command_name(argc, argv).c_str(), err.c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -256,6 +335,7 @@ int main(int argc, char** argv) {
   if (serve->parsed()) {
     try {
       serve_opts.zipf_theta = rdmahash::bench::parse_distribution(serve_distribution);
+      serve_opts.load_factors = {parse_serve_load_factor(serve_load_factor)};
       return rdmahash::bench::run_serve(serve_opts, serve_cfg);
     } catch (const rdmahash::InvalidArgument& e) {
       std::fprintf(stderr, "rdmahash serve: error: %s\n", e.what());

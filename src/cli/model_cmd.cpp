@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "bench/sysinfo.h"
 #include "model/calibrate.h"
 #include "rdmahash/engine.h"
 #include "rdmahash/fabric.h"
@@ -338,7 +339,11 @@ int CalibrateCommand::run(int& argc, char**& argv) {
       to_options(iterations_, sizes_, rate_depths_, bandwidth_bytes_, bandwidth_depth_, seed_);
   try {
     if (fabric_ != "local" && fabric_ != "ucx") throw UsageError("--fabric must be local or ucx (got '" + fabric_ + "')");
-    if (region_bytes_ < 4096) throw UsageError("--region-bytes must be at least 4096");
+    if (region_bytes_ < 4096 || region_bytes_ > (uint64_t{1} << 40))
+      throw UsageError("--region-bytes must be in [4096, 2^40]");
+    if (const uint64_t avail = rdmahash::bench::mem_available_bytes(); avail && region_bytes_ > avail)
+      throw UsageError("--region-bytes " + std::to_string(region_bytes_) + " is more than the memory available (" +
+                       std::to_string(avail) + " bytes)");
     o.validate(region_bytes_);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rdmahash calibrate: error: %s\n", e.what());

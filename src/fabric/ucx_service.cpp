@@ -303,8 +303,13 @@ class Server final : public UcxServer {
     if (listen_.get() < 0) throw FabricError(errno_text("ucx service: socket"));
     const int one = 1;
     ::setsockopt(listen_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(listen_.get(), reinterpret_cast<const sockaddr*>(&ep.addr), sizeof ep.addr) != 0)
+    if (::bind(listen_.get(), reinterpret_cast<const sockaddr*>(&ep.addr), sizeof ep.addr) != 0) {
+      // A port in use, an address of another host or a privileged port: the --listen given is the
+      // bad input (the caller reports std::invalid_argument as a usage error, status 2).
+      if (errno == EADDRINUSE || errno == EADDRNOTAVAIL || errno == EACCES)
+        throw std::invalid_argument(errno_text("cannot listen on " + c.listen));
       throw FabricError(errno_text("ucx service: cannot listen on " + c.listen));
+    }
     if (::listen(listen_.get(), 128) != 0) throw FabricError(errno_text("ucx service: listen on " + c.listen));
     sockaddr_in bound{};
     socklen_t len = sizeof bound;
@@ -822,6 +827,11 @@ std::string load_token_file(const std::string& path, bool create, bool* created)
     if (created) *created = true;
     fd = Fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   }
+  // O_NOFOLLOW fails with ELOOP on a symlink: a token file must be the file itself (a link could
+  // point the secret at anything, or anyone's file at the server).
+  if (fd.get() < 0 && errno == ELOOP)
+    throw std::invalid_argument("--token-file: '" + path + "' is a symbolic link: the token file must not be a symlink "
+                                "(give the path of the file itself)");
   if (fd.get() < 0) throw std::invalid_argument(errno_text("--token-file: cannot read '" + path + "'"));
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) throw std::invalid_argument(errno_text("--token-file: cannot stat '" + path + "'"));

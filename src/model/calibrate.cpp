@@ -307,18 +307,19 @@ LinearFit fit_line(std::span<const double> x, std::span<const double> y) {
 
 void CalibrateOptions::validate(uint64_t region_bytes) const {
   auto fail = [](const std::string& m) { throw std::invalid_argument(m); };
-  if (iterations == 0) fail("iterations must be at least 1");
+  // Upper bounds too: the rate test runs 10 x iterations READs and every test keeps its samples.
+  if (iterations == 0 || iterations > 1000000) fail("iterations must be in [1, 10^6]");
   if (small_bytes == 0) fail("the small READ size must be at least 1 byte");
   if (latency_sizes.size() < 2) fail("need at least 2 latency sizes to fit alpha");
   for (uint32_t s : latency_sizes)
-    if (s == 0) fail("latency sizes must be at least 1 byte");
+    if (s == 0 || s > (1u << 24)) fail("latency sizes must be in [1, 2^24] bytes");
   if (std::adjacent_find(latency_sizes.begin(), latency_sizes.end(), std::not_equal_to<>()) == latency_sizes.end())
     fail("latency sizes must not all be equal");
   if (rate_depths.empty()) fail("need at least one rate depth");
   for (uint32_t d : rate_depths)
-    if (d == 0) fail("rate depths must be at least 1");
-  if (bandwidth_bytes == 0) fail("the bandwidth READ size must be at least 1 byte");
-  if (bandwidth_depth == 0) fail("the bandwidth depth must be at least 1");
+    if (d == 0 || d > 4096) fail("rate depths must be in [1, 4096]");
+  if (bandwidth_bytes == 0 || bandwidth_bytes > (1u << 24)) fail("the bandwidth READ size must be in [1, 2^24] bytes");
+  if (bandwidth_depth == 0 || bandwidth_depth > 4096) fail("the bandwidth depth must be in [1, 4096]");
   uint64_t largest = std::max<uint64_t>(small_bytes, bandwidth_bytes);
   for (uint32_t s : latency_sizes) largest = std::max<uint64_t>(largest, s);
   if (region_bytes < largest)

@@ -95,6 +95,10 @@ ContinuityConfig ContinuityConfig::for_records(uint64_t records, double load_fac
   c.memory_nodes = memory_nodes;
   c.sbuckets = sbuckets;
   const double pairs = static_cast<double>(records) / (load_factor * memory_nodes * c.pair_slots());
+  // Converting a double beyond 2^64 to an integer is undefined: refuse before the cast.
+  if (!(pairs <= 0x1p35))
+    throw InvalidArgument("load factor " + std::to_string(load_factor) + " is too small for " + std::to_string(records) +
+                          " records: the table would need more than 2^36 numbered buckets per memory node");
   c.buckets_per_node = 2 * std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(pairs)));
   return c;
 }

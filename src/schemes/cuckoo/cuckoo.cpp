@@ -95,6 +95,10 @@ CuckooConfig CuckooConfig::for_records(uint64_t records, double load_factor, uin
   c.memory_nodes = memory_nodes;
   c.slots_per_bucket = slots_per_bucket;
   const double buckets = static_cast<double>(records) / (load_factor * memory_nodes * slots_per_bucket);
+  // Converting a double beyond 2^64 to an integer is undefined: refuse before the cast.
+  if (!(buckets <= 0x1p32))
+    throw InvalidArgument("load factor " + std::to_string(load_factor) + " is too small for " + std::to_string(records) +
+                          " records: the table would need more than 2^32 buckets per memory node");
   c.buckets_per_node = std::max<uint64_t>(3, static_cast<uint64_t>(std::ceil(buckets)));
   return c;
 }

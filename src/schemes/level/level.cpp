@@ -76,6 +76,10 @@ LevelConfig LevelConfig::for_records(uint64_t records, double load_factor, uint3
   c.memory_nodes = memory_nodes;
   c.max_resizes = max_resizes;
   const double n = static_cast<double>(records) / (load_factor * memory_nodes * 12.0);
+  // Converting a double beyond 2^64 to an integer is undefined: refuse before the cast.
+  if (!(n <= 0x1p32))
+    throw InvalidArgument("load factor " + std::to_string(load_factor) + " is too small for " + std::to_string(records) +
+                          " records: the table would need more than 2^32 base buckets per memory node");
   c.base_buckets = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(n)));
   return c;
 }

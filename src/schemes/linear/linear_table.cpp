@@ -139,14 +139,40 @@ LinearConfig LinearConfig::for_records(uint64_t records, double load_factor, uin
   LinearConfig c;
   c.memory_nodes = memory_nodes;
   const double total_home = static_cast<double>(records) / load_factor;
-  c.home_slots = std::max<uint64_t>(8, static_cast<uint64_t>(total_home / memory_nodes + 0.5));
+  const double per_node = total_home / memory_nodes + 0.5;
+  // Converting a double beyond 2^64 to an integer is undefined: refuse before the cast.
+  if (!(per_node <= static_cast<double>(kMaxHomeSlots)))
+    throw InvalidArgument("load factor " + std::to_string(load_factor) + " is too small for " + std::to_string(records) +
+                          " records: the table would need more than 2^36 home slots per memory node");
+  c.home_slots = std::max<uint64_t>(8, static_cast<uint64_t>(per_node));
   return c;
 }
+
+namespace {
+// A shard's bytes, or nullopt when they overflow or exceed kMaxRegionBytes.
+std::optional<uint64_t> checked_region_bytes(const LinearConfig& c) {
+  uint64_t total = 0, bytes = 0, heap = 0;
+  if (__builtin_add_overflow(c.home_slots, c.tail(), &total) ||
+      __builtin_mul_overflow(total, uint64_t{c.slot_bytes()}, &bytes) || __builtin_add_overflow(bytes, kHeaderBytes, &bytes))
+    return std::nullopt;
+  if (c.heap()) {
+    const uint64_t records = c.heap_records ? c.heap_records
+                                            : (c.format == SlotFormat::kHeap4 ? total * 4 : total + total / 4 + 1024);
+    if (__builtin_mul_overflow(records, uint64_t{c.record_bytes()}, &heap) ||
+        __builtin_add_overflow(heap, kHeapHeaderBytes, &heap) || __builtin_add_overflow(bytes, heap, &bytes))
+      return std::nullopt;
+  }
+  if (bytes > kMaxRegionBytes) return std::nullopt;
+  return bytes;
+}
+}  // namespace
 
 std::string linear_config_error(const LinearConfig& c) {
   if (c.memory_nodes == 0) return "memory nodes must be at least 1";
   if (c.home_slots == 0) return "home slots must be at least 1";
-  if (c.home_slots > (1ULL << 36)) return "home slots per node must be at most 2^36";
+  if (c.home_slots > kMaxHomeSlots) return "home slots per node must be at most 2^36";
+  if (c.tail_slots > kMaxTailSlots)
+    return "tail slots per node must be at most 2^36, got " + std::to_string(c.tail_slots);
   if (c.format == SlotFormat::kSet) {
     if (c.key_bytes != 8) return "set tables use 8-byte slots holding 63-bit keys (key bytes must be 8)";
     if (c.value_bytes != 0) return "set tables hold keys only (value bytes must be 0; use inline records for values)";
@@ -162,6 +188,9 @@ std::string linear_config_error(const LinearConfig& c) {
     return "heap records per node must be below 2^46";
   if (c.format == SlotFormat::kHeap4 && (c.heap_capacity() / 4 >= 0xffffffffULL || c.heap_capacity() % 4))
     return "heap4 heaps hold a multiple of 4 records, fewer than 2^34";
+  // The region's size by checked arithmetic: a tail of 2^61 slots wrapped it, and the loader wrote
+  // past the end of the small region it got.
+  if (!checked_region_bytes(c)) return "a shard (slots and heap) would exceed 2^44 bytes";
   return {};
 }
 
@@ -187,7 +216,8 @@ uint64_t LinearConfig::heap_capacity() const {
 uint64_t LinearConfig::heap_offset() const { return kHeaderBytes + total_slots() * slot_bytes(); }
 
 uint64_t LinearConfig::region_bytes() const {
-  return heap_offset() + (heap() ? kHeapHeaderBytes + heap_capacity() * record_bytes() : 0);
+  if (auto b = checked_region_bytes(*this)) return *b;
+  throw InvalidArgument("linear: a shard (slots and heap) would exceed 2^44 bytes");
 }
 
 HeapSlot decode_heap_slot(uint64_t w) {

@@ -1,0 +1,72 @@
+# Bad input (issue 26 items 4 and 7): every numeric option of every subcommand at extreme values,
+# sizes from options by checked arithmetic, messages that name the flag, help texts, outputs kept
+# when a run is refused. Included from tests/CMakeLists.txt after cli_tests.cmake (RDMAHASH_BIN,
+# EXPECT_FAIL).
+
+# Every numeric option found in the --help of bench, serve, check-history, model and calibrate
+# (bench and serve: under each scheme), with 0, -1, 2^31, 2^32, 2^61, 2^62, 2^63, 2^64-1, 1e-15,
+# nan and inf: exit 0 or 2, never a signal or a hang (60 s per run).
+add_test(NAME cli_option_fuzz COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/option_fuzz.py ${RDMAHASH_BIN} --timeout 60 --jobs 2)
+set_tests_properties(cli_option_fuzz PROPERTIES TIMEOUT 1200 RUN_SERIAL ON)
+
+# --tail-slots 2^61 wrapped the region size: the loader wrote past the region (SIGSEGV); 2^62 ran
+# with a wrong table (4946 of 5000 find-or-puts failed).
+set(tiny_bench ${RDMAHASH_BIN} bench --fabric local --no-progress --quiet)
+add_test(NAME cli_tail_slots_2p61 COMMAND ${EXPECT_FAIL} "--tail-slots must be at most 2\\^36"
+  ${tiny_bench} --tail-slots 2305843009213693952 --records 1000000 --load-factor 0.9999 --ops 1000)
+add_test(NAME cli_tail_slots_2p62 COMMAND ${EXPECT_FAIL} "--tail-slots must be at most 2\\^36"
+  ${tiny_bench} --tail-slots 4611686018427387904 --records 1000 --workload find-or-put --ops 5000)
+add_test(NAME cli_tail_slots_over COMMAND ${EXPECT_FAIL} "--tail-slots must be at most 2\\^36"
+  ${tiny_bench} --tail-slots 68719476737 --records 100 --ops 1)
+add_test(NAME cli_tail_slots_max COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/expect_ok.sh "ops/s.*local"
+  ${RDMAHASH_BIN} bench --fabric local --no-progress --tail-slots 1048576 --records 100 --ops 1)
+# Messages that say what is wrong.
+add_test(NAME cli_load_factor_too_small COMMAND ${EXPECT_FAIL}
+  "--load-factor 1e-15 is too small for --records 100000: .*the load factor must be in \\[1\\.4[0-9e.-]*, 1\\)"
+  ${tiny_bench} --load-factor 1e-15 --ops 1)
+add_test(NAME cli_records_negative COMMAND ${EXPECT_FAIL} "--records: must not be negative, got -5"
+  ${tiny_bench} --records -5)
+add_test(NAME cli_seed_negative COMMAND ${EXPECT_FAIL} "--seed: must not be negative, got -1"
+  ${tiny_bench} --seed -1 --records 100 --ops 1)
+add_test(NAME cli_model_negative COMMAND ${EXPECT_FAIL} "--slots: must not be negative"
+  ${RDMAHASH_BIN} model --records 10 --slots -1)
+add_test(NAME cli_workload_empty_element COMMAND ${EXPECT_FAIL} "--workload ',' has an empty element"
+  ${tiny_bench} --workload , --records 100 --ops 1)
+add_test(NAME cli_workload_trailing_comma COMMAND ${EXPECT_FAIL} "--workload 'get,' has an empty element"
+  ${tiny_bench} --workload=get, --records 100 --ops 1)
+add_test(NAME cli_read_size_empty_element COMMAND ${EXPECT_FAIL} "--read-size '8,,16' has an empty element"
+  ${tiny_bench} --read-size 8,,16 --records 100 --ops 1)
+add_test(NAME cli_initial_depth_any_scheme COMMAND ${EXPECT_FAIL} "--initial-depth must be at most 20"
+  ${tiny_bench} --initial-depth 2147483648 --records 100 --ops 1)
+add_test(NAME cli_calibrate_region_bytes_huge COMMAND ${EXPECT_FAIL} "--region-bytes must be in \\[4096, 2\\^40\\]"
+  ${RDMAHASH_BIN} calibrate --region-bytes 18446744073709551615)
+add_test(NAME cli_calibrate_iterations_huge COMMAND ${EXPECT_FAIL} "iterations must be in \\[1, 10\\^6\\]"
+  ${RDMAHASH_BIN} calibrate --iterations 2147483648)
+set_tests_properties(cli_tail_slots_2p61 cli_tail_slots_2p62 cli_tail_slots_over cli_tail_slots_max
+  cli_load_factor_too_small cli_records_negative cli_seed_negative cli_model_negative cli_workload_empty_element
+  cli_workload_trailing_comma cli_read_size_empty_element cli_initial_depth_any_scheme
+  cli_calibrate_region_bytes_huge cli_calibrate_iterations_huge PROPERTIES TIMEOUT 120)
+
+# serve: out-of-range --capacity (2^64-1 wrapped to a 0.1 MiB heap), a port in use (exit 2, not 1).
+add_test(NAME serve_capacity_out_of_range COMMAND ${EXPECT_FAIL} "--capacity must be at most 2\\^34"
+  timeout 60 ${RDMAHASH_BIN} serve --storage heap --capacity 18446744073709551615 --records 100 --listen 127.0.0.1:0)
+add_test(NAME serve_capacity_race_out_of_range COMMAND ${EXPECT_FAIL} "--capacity must be at most 2\\^34"
+  timeout 60 ${RDMAHASH_BIN} serve --scheme race --capacity 17179869185 --records 100 --listen 127.0.0.1:0)
+add_test(NAME serve_port_in_use COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/serve_port_in_use_test.py ${RDMAHASH_BIN})
+set_tests_properties(serve_port_in_use PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
+  TIMEOUT 120 LABELS serve)
+set_tests_properties(serve_capacity_out_of_range serve_capacity_race_out_of_range PROPERTIES TIMEOUT 120 LABELS serve)
+
+# --history: a run refused after the options passed (a corrupt --pm-path) leaves an earlier
+# history byte-identical (it was truncated to 0 bytes).
+add_test(NAME cli_refused_run_keeps_history
+  COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/refused_run_keeps_history.sh ${RDMAHASH_BIN} ${CMAKE_CURRENT_BINARY_DIR}/refused_run_keeps_history)
+set_tests_properties(cli_refused_run_keeps_history PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
+  TIMEOUT 120)
+
+# Help texts: no CLI11 artefacts ({false}, BenchOptions::error), defaults shown, serve's texts about
+# serve (one load factor, no points, no ranks), check-history's exit 2.
+foreach(cmd bench serve check-history)
+  add_test(NAME cli_help_${cmd} COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/help_text_test.py ${RDMAHASH_BIN} ${cmd})
+  set_tests_properties(cli_help_${cmd} PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL" TIMEOUT 60)
+endforeach()
