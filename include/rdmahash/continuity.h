@@ -234,6 +234,13 @@
 //    (continuity-recovery-skip-slot-check)
 //  * an image whose header checksum does not match is refused (continuity-header-skip-checksum;
 //    check_image_frame, src/pmem, shared with level)
+//  * only a --pm-path file this run created (O_CREAT|O_EXCL) is formatted: an existing file must
+//    be a continuity image whatever its bytes — a zeroed header, a data file starting with zeros:
+//    refused before any fabric maps it, exit 2, untouched (continuity-pm-formats-existing-file,
+//    pmem-existing-file-taken-as-created); a mapped file has one owner at a time, an exclusive
+//    flock held by PmemFile (pmem-file-lock; a second serve or bench on it: exit 2, the holder's
+//    pid named). Formatting clears the magic first and writes it last (clear_image_magic,
+//    write_image_header), and a new file's magic is cleared again while it is bulk-loaded.
 //  * recovery refuses a valid bucket-2i slot whose generation differs from its indicator's
 //    (continuity-recovery-skip-generation)
 //  * a resize inserts an item into the new table before erasing it from the old one (log-free

@@ -223,6 +223,7 @@ uint64_t ContinuityShard::slot_off(uint32_t level, uint64_t pair, uint32_t bit) 
 }
 
 void ContinuityShard::format() {
+  clear_image_magic(region_);  // first: a region formatted over is never read as a table meanwhile
   // Only the indicators need a value: a slot whose bit is clear is never read.
   const uint64_t pairs = cfg_.buckets_per_node / 2;
   for (uint64_t i = 0; i < pairs; ++i)
