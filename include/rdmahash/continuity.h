@@ -240,7 +240,8 @@
 //    pmem-existing-file-taken-as-created); a mapped file has one owner at a time, an exclusive
 //    flock held by PmemFile (pmem-file-lock; a second serve or bench on it: exit 2, the holder's
 //    pid named). Formatting clears the magic first and writes it last (clear_image_magic,
-//    write_image_header), and a new file's magic is cleared again while it is bulk-loaded.
+//    write_image_header); a new file is formatted without its magic (format_unpublished), which
+//    the bench writes only after the bulk load (bench-new-file-magic-kept-while-loading).
 //  * recovery refuses a valid bucket-2i slot whose generation differs from its indicator's
 //    (continuity-recovery-skip-generation)
 //  * a resize inserts an item into the new table before erasing it from the old one (log-free
@@ -313,6 +314,10 @@ struct ContinuityConfig {
   // Added SBuckets (seed 002 Fig. 10): one added group of added_slots() slots per this many segment
   // pairs, shared by them (0: none). Seed 002's choice is 1/10 of the pairs: 10. <= 65535.
   uint32_t added_group_pairs = 0;
+  // Memory node only: format() leaves the magic word 0 (write_image_header, publish = false): the
+  // bench, for a new --pm-path file, publishes it once the bulk load is complete, so no instant of
+  // the file's creation shows a valid table that is not the loaded data set.
+  bool format_unpublished = false;
 
   // Buckets for `records` at `load_factor` (records / all slots, SBuckets included).
   static ContinuityConfig for_records(uint64_t records, double load_factor, uint32_t memory_nodes,

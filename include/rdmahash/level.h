@@ -195,6 +195,9 @@ struct LevelConfig {
   // image: format() stores it in the records word and level_check_image refuses an image loaded
   // with another record count (its keys would not be the data set the run asks for).
   uint64_t records = 0;
+  // Memory node only: format() leaves the magic word 0 (as ContinuityConfig::format_unpublished:
+  // the bench publishes a new --pm-path file's magic after its bulk load).
+  bool format_unpublished = false;
 
   // Base buckets for `records` at `load_factor` of the initial two levels (12·N slots).
   static LevelConfig for_records(uint64_t records, double load_factor, uint32_t memory_nodes, uint32_t max_resizes = 1);

@@ -87,7 +87,9 @@ void check_image_frame(const void* header, const char* scheme, uint64_t magic, u
 void clear_image_magic(PersistentRegion& region);
 // Stores a formatted header: words 1..7 persisted first, the magic last in its own persist, so an
 // interrupted format leaves no magic (or a checksum mismatch) and is refused, never read.
-void write_image_header(PersistentRegion& region, const void* header);
+// publish = false: the magic is not written (word 0 stays 0); the caller stores and persists it
+// later (a new --pm-path file: after its bulk load).
+void write_image_header(PersistentRegion& region, const void* header, bool publish = true);
 
 // A file mapped with pmem_map_file. `open` maps an existing file at its size, or creates one of
 // `create_bytes` bytes (zero-filled) when none exists (O_CREAT|O_EXCL: `created()` says this run

@@ -424,16 +424,15 @@ void bulk_load(Server& server, uint32_t value_bytes, const KeySpace& keys, const
   }
 }
 
-// A new --pm-path file becomes a table only once its bulk load is complete: its magic word (which
-// formatting wrote last) is cleared, in its own persist, while the records go in, and restored
-// after, in its own persist. A run killed mid-load leaves an image every later run refuses (never
-// a partial table taken for the data set); a load that fails removes the file it created.
+// A new --pm-path file becomes a table only once its bulk load is complete: it was formatted
+// without its magic word (format_unpublished: at no instant is it a valid empty table), which is
+// written, in its own persist, after the load. A run killed while formatting or loading leaves an
+// image every later run refuses (never a partial table taken for the data set); a load that fails
+// removes the file it created.
 template <class Load>
-void load_new_file(const PmemFile& file, std::span<std::byte> image, const std::string& command, Load&& load) {
+void load_new_file(const PmemFile& file, std::span<std::byte> image, const std::string& command, uint64_t magic,
+                   Load&& load) {
   PersistentRegion region(image, file.mode());
-  const uint64_t magic = region.load(0);
-  region.store(0, 0);
-  region.persist(0, 8);
   try {
     load();
   } catch (...) {
@@ -567,7 +566,7 @@ class ContinuityAdapter final : public SchemeAdapter {
           if (server_->hosts(n)) server_->shard(n).finish_resize();
       };
       if (file_ && file_->created())
-        load_new_file(*file_, persistent_region(), command_, load_all);
+        load_new_file(*file_, persistent_region(), command_, kContinuityMagic, load_all);
       else
         load_all();
       if (progress) progress(keys.records());
@@ -598,6 +597,7 @@ class ContinuityAdapter final : public SchemeAdapter {
 
  private:
   void open_server(Fabric& fabric, PersistMode mode) {
+    cfg_.format_unpublished = file_ && file_->created();  // a new file: its magic after the bulk load
     try {
       server_ = std::make_unique<ContinuityServer>(fabric, cfg_, mode);
     } catch (const PmemError& e) {
@@ -720,7 +720,7 @@ class LevelAdapter final : public SchemeAdapter {
     } else {
       auto load_all = [&] { bulk_load(*server_, cfg_.value_bytes, keys, progress, die_loading_); };
       if (file_ && file_->created())
-        load_new_file(*file_, persistent_region(), command_, load_all);
+        load_new_file(*file_, persistent_region(), command_, kLevelMagic, load_all);
       else
         load_all();
       if (progress) progress(keys.records());
@@ -745,6 +745,7 @@ class LevelAdapter final : public SchemeAdapter {
 
  private:
   void open_server(Fabric& fabric, PersistMode mode) {
+    cfg_.format_unpublished = file_ && file_->created();  // a new file: its magic after the bulk load
     try {
       server_ = std::make_unique<LevelServer>(fabric, cfg_, mode);
     } catch (const PmemError& e) {

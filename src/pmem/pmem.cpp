@@ -128,11 +128,12 @@ void clear_image_magic(PersistentRegion& region) {
   region.persist(0, 8);
 }
 
-void write_image_header(PersistentRegion& region, const void* header) {
+void write_image_header(PersistentRegion& region, const void* header, bool publish) {
   uint64_t words[8];
   std::memcpy(words, header, sizeof words);
   for (uint32_t i = 1; i < 8; ++i) region.store(8 * i, words[i]);
   region.persist(0, kImageHeaderBytes);
+  if (!publish) return;  // the caller publishes it (a new file: after its bulk load)
   region.store(0, words[0]);  // the magic last, in its own persist
   region.persist(0, 8);
 }

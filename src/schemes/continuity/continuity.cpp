@@ -245,7 +245,7 @@ void ContinuityShard::format() {
   h.checksum = header_checksum(h);
   // The magic word last, in its own persist: an image whose format was interrupted has no valid
   // magic (or a checksum mismatch) and is refused, never mistaken for a table.
-  write_image_header(region_, &h);
+  write_image_header(region_, &h, !cfg_.format_unpublished);  // format_unpublished: the loader publishes it
 }
 
 void ContinuityShard::recover() {

@@ -194,7 +194,9 @@ void LevelShard::format() {
   h.memory_nodes = cfg_.memory_nodes;
   h.region_bytes = cfg_.region_bytes();
   h.checksum = header_checksum(h);
-  write_image_header(region_, &h);  // the magic last: an interrupted format is refused, never a table
+  // The magic last (or, for a new file being loaded, by the loader after the load): an interrupted
+  // format is refused, never a table.
+  write_image_header(region_, &h, !cfg_.format_unpublished);
 }
 
 void LevelShard::recover() {
