@@ -8,8 +8,8 @@
 #  * one owner at a time: while `serve` maps an image, a second serve and a local bench on it are
 #    refused (exit 2, the file and the holder's pid named); once it stops, the image opens again
 #    (and serve's messages say "rdmahash serve");
-#  * level: another --records of the same geometry is refused (the image records its data set), and
-#    a corrupt header field is reported as a corrupt header of the file, not as a bad option.
+#  * another --records of the same geometry is refused (the image records its data set); level: a
+#    corrupt header field is reported as a corrupt header of the file, not as a bad option.
 set -u
 bin=$1 dir=$2 scheme=$3
 rm -rf "$dir"; mkdir -p "$dir"
@@ -66,6 +66,12 @@ kill -TERM $serve_pid; wait $serve_pid; rc=$?; serve_pid=
 "$bin" bench --quiet $O --pm-path dup.img --workload get --ops 10 2> again.err || fail "the image did not open after its owner stopped"
 grep -q "recovered" again.err || fail "not recovered after the owner stopped: $(cat again.err)"
 
+if [ "$scheme" = continuity ]; then
+  # 5. Same geometry, another data set: --records 20000 on an image loaded with 19999.
+  "$bin" bench --quiet ${O/20000/19999} --pm-path r.img --workload get --ops 10 || fail "creating r.img"
+  refused r.img "continuity image was loaded with 19999 records, requested 20000" \
+    "$bin" bench --quiet $O --pm-path r.img --workload get --ops 10
+fi
 if [ "$scheme" = level ]; then
   # 5. Same geometry, another data set: --records 20001 on an image loaded with 20000.
   refused good.img "level image was loaded with 20000 records, requested 20001" \

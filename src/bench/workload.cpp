@@ -472,6 +472,7 @@ class ContinuityAdapter final : public SchemeAdapter {
     cfg_.buckets_per_node = std::max<uint64_t>(2, (cfg_.buckets_per_node >> o.max_resizes) & ~uint64_t{1});
     cfg_.value_bytes = o.value_bytes;
     cfg_.hash_seed = hash::mix64(o.seed ^ 0xC047ULL);
+    if (!pm_path_.empty()) cfg_.records = o.records;  // the records word: another --records is refused
     cfg_.validate();
   }
   uint64_t region_bytes() const override { return cfg_.region_bytes(); }

@@ -229,6 +229,7 @@ void ContinuityShard::format() {
   for (uint64_t i = 0; i < pairs; ++i)
     if (region_.load(indicator_off(0, i)) != 0) region_.store(indicator_off(0, i), 0);
   region_.store(kContinuityGeometryOffset, geometry_word(0, false));
+  if (region_.load(kContinuityRecordsOffset) != cfg_.records) region_.store(kContinuityRecordsOffset, cfg_.records);
   region_.persist(kContinuityHeaderBytes, cfg_.table_offset(1) - kContinuityHeaderBytes);
   ContinuityHeader h{};
   h.magic = kContinuityMagic;
@@ -274,6 +275,10 @@ void ContinuityShard::recover() {
   if (region_.bytes().size() < cfg_.region_bytes())
     throw PmemError("continuity image is " + std::to_string(region_.bytes().size()) + " bytes, its header says " +
                     std::to_string(cfg_.region_bytes()) + " (truncated file?)");
+  if (const uint64_t records = region_.load(kContinuityRecordsOffset);
+      cfg_.records != 0 && records != 0 && records != cfg_.records)
+    throw PmemError("continuity image was loaded with " + std::to_string(records) + " records, requested " +
+                    std::to_string(cfg_.records) + " (same geometry, another data set: its keys are not the run's)");
   const uint64_t geo = region_.load(kContinuityGeometryOffset);
   const auto geo_level = static_cast<uint32_t>(geo & 0xff);
   const bool geo_resizing = (geo & kResizingBit) != 0;
