@@ -288,6 +288,18 @@ add_test(NAME bench_level_pm_reopen
   COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/level_pm_reopen.sh ${RDMAHASH_BIN} ${CMAKE_CURRENT_BINARY_DIR}/level_pm_reopen
           ${CHECK_JSON} "${MPIEXEC_EXECUTABLE}")
 set_tests_properties(bench_level_pm_reopen PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
+# Who may write a --pm-path file (issue 26, tests/pm_owner_test.sh): only a file this run created is
+# formatted (an existing image with its first 128 bytes zeroed, a data file starting with 128 zero
+# bytes, a file of zeros: bench and serve exit 2, the file untouched); one owner at a time (a second
+# serve or bench on a served image: exit 2, the holder's pid named); level: another --records of the
+# same geometry and a corrupt header field are refused as such.
+foreach(scheme continuity level)
+  add_test(NAME bench_${scheme}_pm_owner
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/pm_owner_test.sh ${RDMAHASH_BIN} ${CMAKE_CURRENT_BINARY_DIR}/pm_owner_${scheme}
+            ${scheme})
+  set_tests_properties(bench_${scheme}_pm_owner PROPERTIES PASS_REGULAR_EXPRESSION "pm owner ok" FAIL_REGULAR_EXPRESSION "FAIL"
+    TIMEOUT 300)
+endforeach()
 add_test(NAME cli_level_pm_path_directory COMMAND ${EXPECT_FAIL} "pm-path: .*not a regular file"
   ${RDMAHASH_BIN} bench --scheme level --records 100 --load-factor 0.2 --ops 10 --pm-path /tmp)
 add_test(NAME cli_level_pm_path_two_nodes COMMAND ${EXPECT_FAIL} "pm-path holds one memory node's table"

@@ -564,5 +564,37 @@ TEST(ContinuityFile, CorruptOrForeignImagesAreRefusedUntouched) {
   EXPECT_THROW(PmemFile::open(dir.path.string(), 4096), PmemError);
 }
 
+// One owner at a time (pmem.h): while a PmemFile maps a file, a second open of it — here, the same
+// process, another open file description — is refused with the file and the holder's pid, and
+// maps nothing; once the first is gone, the file opens again (the lock went with it).
+TEST(PmemFile, SecondOpenerIsRefusedWhileTheFirstHoldsIt) {
+  TempDir dir;
+  const auto path = (dir.path / "owned.pm").string();
+  {
+    PmemFile first = PmemFile::open(path, 4096);
+    EXPECT_TRUE(first.created());
+    try {
+      PmemFile second = PmemFile::open(path, 4096);
+      ADD_FAILURE() << "a second opener mapped " << path << " while the first held it";
+    } catch (const PmemError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(path + ": in use by another process"), std::string::npos) << what;
+      EXPECT_NE(what.find("pid " + std::to_string(::getpid())), std::string::npos) << what;
+    }
+  }
+  PmemFile again = PmemFile::open(path, 4096);
+  EXPECT_FALSE(again.created());
+}
+
+// created() is true only for a file this open made (O_EXCL): an existing file of zeros is not new.
+TEST(PmemFile, AnExistingFileOfZerosIsNotCreated) {
+  TempDir dir;
+  const auto path = dir.path / "zeros.pm";
+  std::ofstream(path, std::ios::binary) << std::string(8192, '\0');
+  PmemFile f = PmemFile::open(path.string(), 4096);
+  EXPECT_FALSE(f.created());
+  EXPECT_EQ(f.bytes().size(), 8192u);
+}
+
 }  // namespace
 }  // namespace rdmahash

@@ -7,6 +7,8 @@
 //   [0, 64)    ContinuityHeader: magic, format version, geometry, node, checksum of the header
 //   [64, 72)   the geometry word (own cache line, up to 128): level L (bits 0..7), RESIZING (bit 8),
 //              check (bits 32..63, a hash of the low half). Changed only by one 8-byte store + persist.
+//   [72, 80)   the records word: ContinuityConfig::records of the run that formatted it (0: not
+//              recorded); an image is refused when both it and the reopening run's are set and differ.
 //   [128, ...) tables 0 .. max_resizes, table l of N_l = N·2^l numbered buckets (N_l/2 segment pairs)
 //              at table_offset(l) = 128 + the bytes of tables 0..l-1 (cumulative: a table's memory
 //              is never reused, so a reader with any older geometry still finds MOVED marks).
@@ -234,6 +236,15 @@
 //    (continuity-recovery-skip-slot-check)
 //  * an image whose header checksum does not match is refused (continuity-header-skip-checksum;
 //    check_image_frame, src/pmem, shared with level)
+//  * only a --pm-path file this run created (O_CREAT|O_EXCL) is formatted: an existing file must
+//    be a continuity image whatever its bytes — a zeroed header, a data file starting with zeros:
+//    refused before any fabric maps it, exit 2, untouched (continuity-pm-formats-existing-file,
+//    pmem-existing-file-taken-as-created); a mapped file has one owner at a time, an exclusive
+//    flock held by PmemFile (pmem-file-lock; a second serve or bench on it: exit 2, the holder's
+//    pid named). An image loaded with another --records of the same geometry is refused (the
+//    records word: continuity-pm-records-unchecked). Formatting clears the magic first and writes it last (clear_image_magic,
+//    write_image_header); a new file is formatted without its magic (format_unpublished), which
+//    the bench writes only after the bulk load (bench-new-file-magic-kept-while-loading).
 //  * recovery refuses a valid bucket-2i slot whose generation differs from its indicator's
 //    (continuity-recovery-skip-generation)
 //  * a resize inserts an item into the new table before erasing it from the old one (log-free
@@ -292,6 +303,7 @@ inline constexpr uint64_t kContinuityMagic = 0x31544e4f43484452ULL;  // "RDHCONT
 inline constexpr uint32_t kContinuityFormatVersion = 3;  // 2: geometry word, growing tables; 3: added SBuckets
 inline constexpr uint64_t kContinuityHeaderBytes = 64;
 inline constexpr uint64_t kContinuityGeometryOffset = 64;  // the geometry word
+inline constexpr uint64_t kContinuityRecordsOffset = 72;   // the records word (ContinuityConfig::records)
 inline constexpr uint64_t kContinuityTableBase = 128;      // table 0
 
 struct ContinuityConfig {
@@ -306,6 +318,14 @@ struct ContinuityConfig {
   // Added SBuckets (seed 002 Fig. 10): one added group of added_slots() slots per this many segment
   // pairs, shared by them (0: none). Seed 002's choice is 1/10 of the pairs: 10. <= 65535.
   uint32_t added_group_pairs = 0;
+  // Memory node only: format() leaves the magic word 0 (write_image_header, publish = false): the
+  // bench, for a new --pm-path file, publishes it once the bulk load is complete, so no instant of
+  // the file's creation shows a valid table that is not the loaded data set.
+  bool format_unpublished = false;
+  // The data set a --pm-path image is bulk-loaded with (the bench's --records; 0: none). Not part
+  // of the geometry (--records 19999 and 20000 give the same buckets) but of the image: format()
+  // stores it in the records word and recovery refuses an image loaded with another count.
+  uint64_t records = 0;
 
   // Buckets for `records` at `load_factor` (records / all slots, SBuckets included).
   static ContinuityConfig for_records(uint64_t records, double load_factor, uint32_t memory_nodes,

@@ -8,6 +8,7 @@
 // -----------------------------------------
 //   [0, 64)     LevelHeader: magic, format version, geometry, node, checksum of the header
 //   [64, 72)    the level word: top level index t (bits 0..7), RESIZING (bit 8), seq (bits 32..60)
+//   [72, 80)    the records word: LevelConfig::records of the run that formatted it (0: not recorded)
 //   [128, ...)  level areas. Level i has N·2^i buckets (N = base_buckets) and lives at
 //               128 + (2^i - 1)·N·bucket_bytes(); the region has room for levels 0..max_resizes+1.
 //   Bucket: [token:8][4 slots]. Token word: bits 0..3 = valid bit of each slot ("token" of the
@@ -69,9 +70,14 @@
 //
 // On a file (`--pm-path FILE`, bench and serve; include/rdmahash/pmem.h): the region is FILE mapped
 //   with pmem_map_file, persists are pmem_persist on real PM and pmem_msync elsewhere (JSON
-//   `persistence`: pmem / msync). A new file is formatted and bulk-loaded; an existing one is
-//   checked before any fabric maps it (a continuity image, a truncated or corrupt file, another
-//   geometry: exit 2, nothing written) and recovered as above, never bulk-loaded. The geometry is
+//   `persistence`: pmem / msync). A new file — one this run created (O_CREAT|O_EXCL) — is
+//   formatted and bulk-loaded; an existing one, whatever its bytes (zeros too), is checked before
+//   any fabric maps it (a continuity image, a zeroed header, a truncated or corrupt file, another
+//   geometry, another --records: exit 2, nothing written) and recovered as above, never
+//   bulk-loaded. The header's checksum is checked before any of its fields is believed (the bench
+//   reads max_resizes from it: a corrupt one is "FILE: level image header is corrupt"). The file
+//   has one owner at a time: PmemFile holds an exclusive flock while it is mapped (a second serve
+//   or bench: exit 2, the holder's pid named). The geometry is
 //   --records / --load-factor / --value-bytes / --seed plus the resizes the table's capacity needs
 //   (level_resizes_for; serve: --capacity) of the first run: a reopened image keeps the room for
 //   resizes its header records.
@@ -134,7 +140,12 @@
 //    check_image_frame, src/pmem, shared with continuity)
 //  * an image of another format is refused as such, by its magic (level-pm-refuse-foreign-magic)
 //  * bench/serve check an existing --pm-path file's header before a fabric maps it
-//    (level-pm-check-before-fabric)
+//    (level-pm-check-before-fabric); only a file this run created is formatted, an existing one
+//    with a zero header area is refused, not formatted over (level-pm-formats-existing-zero-header;
+//    pmem-existing-file-taken-as-created, pmem-file-lock: continuity.json, shared src/pmem)
+//  * an image loaded with another --records of the same geometry is refused (the records word:
+//    level-pm-records-unchecked); the header's checksum is checked before its max_resizes field is
+//    used (level-pm-header-fields-before-checksum)
 //  * an existing --pm-path image is recovered, never bulk-loaded over (level-pm-recover-not-bulk-load)
 //  * a reload between points writes the image as loaded back into the file
 //    (level-pm-reload-restores-image)
@@ -170,6 +181,7 @@ inline constexpr uint64_t kLevelMagic = 0x314c56454c484452ULL;  // "RDHLEVL1"
 inline constexpr uint32_t kLevelFormatVersion = 1;
 inline constexpr uint64_t kLevelHeaderBytes = 64;
 inline constexpr uint64_t kLevelWordOffset = 64;
+inline constexpr uint64_t kLevelRecordsOffset = 72;  // the records word (LevelConfig::records)
 inline constexpr uint64_t kLevelAreaOffset = 128;
 
 struct LevelConfig {
@@ -178,6 +190,14 @@ struct LevelConfig {
   uint32_t max_resizes = 2;    // the region has room for this many top-level resizes (<= 8)
   uint32_t value_bytes = 8;    // 0..120
   uint64_t hash_seed = 0x1E7E1A5EEDULL;
+  // The data set a --pm-path image is bulk-loaded with (the bench's --records; 0: none, e.g. a test
+  // table). Not part of the geometry (--records 20000 and 20001 give the same buckets) but of the
+  // image: format() stores it in the records word and level_check_image refuses an image loaded
+  // with another record count (its keys would not be the data set the run asks for).
+  uint64_t records = 0;
+  // Memory node only: format() leaves the magic word 0 (as ContinuityConfig::format_unpublished:
+  // the bench publishes a new --pm-path file's magic after its bulk load).
+  bool format_unpublished = false;
 
   // Base buckets for `records` at `load_factor` of the initial two levels (12·N slots).
   static LevelConfig for_records(uint64_t records, double load_factor, uint32_t memory_nodes, uint32_t max_resizes = 1);
@@ -212,7 +232,8 @@ static_assert(offsetof(LevelHeader, format_version) == 8);  // check_image_frame
 
 // Validates an existing image (a --pm-path file) for node `node` of `cfg` without writing to it:
 // its length covers the header, then magic (another format, e.g. a continuity image, is named by
-// its magic), format version, header checksum, geometry, and a length covering the table. Throws
+// its magic), format version, header checksum, geometry, the records word (when both `cfg.records`
+// and the image's are set: the record count it was loaded with), and a length covering the table. Throws
 // PmemError saying what is wrong. LevelShard's recovery starts with it; the bench calls it before
 // the file is given to a fabric, so that a foreign or truncated file is refused as such.
 void level_check_image(std::span<const std::byte> image, const LevelConfig& cfg, uint32_t node);

@@ -77,15 +77,29 @@ void restore_image(PersistentRegion& region, std::span<const std::byte> saved);
 // is the scheme's geometry, which the scheme checks itself after check_image_frame.
 inline constexpr uint64_t kImageHeaderBytes = 64;
 uint64_t image_header_checksum(const void* header, uint64_t magic);
-// Refuses, with a PmemError naming `scheme`, a header whose magic is not `magic` (a foreign image
+// Refuses, with a PmemError naming `scheme`, an all-zero header (an existing file is never taken
+// for a blank one to format), a header whose magic is not `magic` (a foreign image
 // is named by its own magic), whose format version is not `version`, or whose checksum fails.
 void check_image_frame(const void* header, const char* scheme, uint64_t magic, uint32_t version);
+// Every format starts with it: word 0 (the magic) cleared, in its own persist, unless already 0 —
+// so a region formatted over (a reused volatile region) is never read as a table while its body
+// is rewritten; write_image_header puts the magic back last.
+void clear_image_magic(PersistentRegion& region);
 // Stores a formatted header: words 1..7 persisted first, the magic last in its own persist, so an
 // interrupted format leaves no magic (or a checksum mismatch) and is refused, never read.
-void write_image_header(PersistentRegion& region, const void* header);
+// publish = false: the magic is not written (word 0 stays 0); the caller stores and persists it
+// later (a new --pm-path file: after its bulk load).
+void write_image_header(PersistentRegion& region, const void* header, bool publish = true);
 
 // A file mapped with pmem_map_file. `open` maps an existing file at its size, or creates one of
-// `create_bytes` bytes (zero-filled) when none exists. The mapping is 4 KiB aligned.
+// `create_bytes` bytes (zero-filled) when none exists (O_CREAT|O_EXCL: `created()` says this run
+// made it — the only kind of file a scheme may format; an existing file must already be a valid
+// image, whatever its bytes: the bench refuses it otherwise). The mapping is 4 KiB aligned.
+//
+// One owner at a time: `open` takes an exclusive flock (LOCK_EX|LOCK_NB, as PMDK's pools) on the
+// file and holds it until the PmemFile is destroyed (or the process dies); a second opener, in this
+// process or another, gets a PmemError naming the file and, where /proc/locks tells, the holder's
+// pid — never a second mapping that both would write.
 class PmemFile {
  public:
   static PmemFile open(const std::string& path, uint64_t create_bytes);
@@ -103,6 +117,7 @@ class PmemFile {
   std::string path_;
   std::byte* base_ = nullptr;
   uint64_t len_ = 0;
+  int fd_ = -1;  // open for as long as the file is mapped: holds the flock
   bool created_ = false;
   bool is_pmem_ = false;
 };

@@ -848,6 +848,7 @@ int run_connect(const BenchOptions& o_in) {
 
 int run_serve(const BenchOptions& o_in, const ServeOptions& s) {
   BenchOptions o = o_in;
+  o.command = "rdmahash serve";  // the adapters' messages (recovered, a failed bulk load)
   o.fabric = "ucx";
   o.keep_table = true;                 // a --pm-path table is the file: no copy of the image is kept
   o.workloads = {Workload::kGet};      // the clients' workloads are theirs to validate

@@ -105,6 +105,8 @@ struct BenchOptions {
   // Tests only (environment RDMAHASH_TEST_DIE_LOADING=N): the process kills itself after the Nth
   // record of a continuity or level bulk load (a run killed while loading a new --pm-path file).
   uint64_t die_loading = 0;
+  // The command whose messages these are ("rdmahash bench"; run_serve: "rdmahash serve").
+  std::string command = "rdmahash bench";
   bool cold = false;                   // no warm-up: the first point also measures first-touch page faults
   bool keep_table = false;             // no reload between points: each starts where the last ended
   // kv-mix (src/bench/kv_mix.h): get/put/update/erase/find_or_put on `kv_keys` keys; `--history

@@ -424,22 +424,21 @@ void bulk_load(Server& server, uint32_t value_bytes, const KeySpace& keys, const
   }
 }
 
-// A new --pm-path file becomes a table only once its bulk load is complete: its magic word (which
-// formatting wrote last) is cleared, in its own persist, while the records go in, and restored
-// after, in its own persist. A run killed mid-load leaves an image every later run refuses (never
-// a partial table taken for the data set); a load that fails removes the file it created.
+// A new --pm-path file becomes a table only once its bulk load is complete: it was formatted
+// without its magic word (format_unpublished: at no instant is it a valid empty table), which is
+// written, in its own persist, after the load. A run killed while formatting or loading leaves an
+// image every later run refuses (never a partial table taken for the data set); a load that fails
+// removes the file it created.
 template <class Load>
-void load_new_file(const PmemFile& file, std::span<std::byte> image, Load&& load) {
+void load_new_file(const PmemFile& file, std::span<std::byte> image, const std::string& command, uint64_t magic,
+                   Load&& load) {
   PersistentRegion region(image, file.mode());
-  const uint64_t magic = region.load(0);
-  region.store(0, 0);
-  region.persist(0, 8);
   try {
     load();
   } catch (...) {
     std::error_code ec;
     std::filesystem::remove(file.path(), ec);
-    std::fprintf(stderr, "rdmahash bench: the bulk load of the new file %s failed: %s\n", file.path().c_str(),
+    std::fprintf(stderr, "%s: the bulk load of the new file %s failed: %s\n", command.c_str(), file.path().c_str(),
                  ec ? ("could not remove it: " + ec.message() + "; delete it").c_str() : "removed it");
     throw;
   }
@@ -459,7 +458,7 @@ void load_new_file(const PmemFile& file, std::span<std::byte> image, Load&& load
 class ContinuityAdapter final : public SchemeAdapter {
  public:
   ContinuityAdapter(const BenchOptions& o, double load_factor)
-      : pm_path_(o.pm_path), keep_table_(o.keep_table), die_loading_(o.die_loading) {
+      : pm_path_(o.pm_path), command_(o.command), keep_table_(o.keep_table), die_loading_(o.die_loading) {
     if (o.key_bytes != 8) throw InvalidArgument("--scheme continuity stores 8-byte keys: use --key-bytes 8");
     cfg_ = ContinuityConfig::for_records(o.records, load_factor, o.memory_nodes, o.sbuckets);
     // --max-resizes N: the table of the last level is the one --records/--load-factor ask for;
@@ -473,6 +472,7 @@ class ContinuityAdapter final : public SchemeAdapter {
     cfg_.buckets_per_node = std::max<uint64_t>(2, (cfg_.buckets_per_node >> o.max_resizes) & ~uint64_t{1});
     cfg_.value_bytes = o.value_bytes;
     cfg_.hash_seed = hash::mix64(o.seed ^ 0xC047ULL);
+    if (!pm_path_.empty()) cfg_.records = o.records;  // the records word: another --records is refused
     cfg_.validate();
   }
   uint64_t region_bytes() const override { return cfg_.region_bytes(); }
@@ -513,6 +513,19 @@ class ContinuityAdapter final : public SchemeAdapter {
       } catch (const PmemError& e) {
         throw InvalidArgument(std::string("--pm-path: ") + e.what());
       }
+      // Only a file this run created is formatted: an existing one must be a continuity image
+      // (whatever its bytes: zeros too), else it is refused before any fabric maps it, untouched.
+      if (!file_->created()) {
+        try {
+          if (file_->bytes().size() < kContinuityHeaderBytes)
+            throw PmemError("the file has " + std::to_string(file_->bytes().size()) +
+                            " bytes, less than a continuity header (not a table image)");
+          check_image_frame(file_->bytes().data(), "continuity", kContinuityMagic, kContinuityFormatVersion);
+        } catch (const PmemError& e) {
+          file_.reset();
+          throw InvalidArgument("--pm-path " + pm_path_ + ": " + e.what() + " (nothing was changed)");
+        }
+      }
       if (file_->bytes().size() < cfg_.region_bytes())
         throw InvalidArgument("--pm-path " + pm_path_ + ": the file has " + std::to_string(file_->bytes().size()) +
                               " bytes, this table needs " + std::to_string(cfg_.region_bytes()) +
@@ -541,7 +554,7 @@ class ContinuityAdapter final : public SchemeAdapter {
     if (server_->recovered()) {  // an existing image: recovered (validated and scanned), not bulk-loaded
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       recovered_ = server_->records();
-      std::fprintf(stderr, "rdmahash bench: recovered %llu records from %s (%llu bytes) in %.3f s\n",
+      std::fprintf(stderr, "%s: recovered %llu records from %s (%llu bytes) in %.3f s\n", command_.c_str(),
                    static_cast<unsigned long long>(*recovered_), pm_path_.c_str(),
                    static_cast<unsigned long long>(cfg_.region_bytes()), s);
       if (progress) progress(keys.records());
@@ -554,7 +567,7 @@ class ContinuityAdapter final : public SchemeAdapter {
           if (server_->hosts(n)) server_->shard(n).finish_resize();
       };
       if (file_ && file_->created())
-        load_new_file(*file_, persistent_region(), load_all);
+        load_new_file(*file_, persistent_region(), command_, kContinuityMagic, load_all);
       else
         load_all();
       if (progress) progress(keys.records());
@@ -585,6 +598,7 @@ class ContinuityAdapter final : public SchemeAdapter {
 
  private:
   void open_server(Fabric& fabric, PersistMode mode) {
+    cfg_.format_unpublished = file_ && file_->created();  // a new file: its magic after the bulk load
     try {
       server_ = std::make_unique<ContinuityServer>(fabric, cfg_, mode);
     } catch (const PmemError& e) {
@@ -602,6 +616,7 @@ class ContinuityAdapter final : public SchemeAdapter {
 
   ContinuityConfig cfg_;
   std::string pm_path_;
+  std::string command_;  // "rdmahash bench" or "rdmahash serve", for messages
   bool keep_table_;
   uint64_t die_loading_;  // tests only: BenchOptions::die_loading
   std::unique_ptr<PmemFile> file_;
@@ -621,7 +636,7 @@ class ContinuityAdapter final : public SchemeAdapter {
 class LevelAdapter final : public SchemeAdapter {
  public:
   LevelAdapter(const BenchOptions& o, double load_factor)
-      : pm_path_(o.pm_path), keep_table_(o.keep_table), die_loading_(o.die_loading) {
+      : pm_path_(o.pm_path), command_(o.command), keep_table_(o.keep_table), die_loading_(o.die_loading) {
     if (o.key_bytes != 8) throw InvalidArgument("--scheme level stores 8-byte keys: use --key-bytes 8");
     cfg_ = LevelConfig::for_records(o.records, load_factor, o.memory_nodes, 1);
     cfg_.value_bytes = o.value_bytes;
@@ -630,10 +645,21 @@ class LevelAdapter final : public SchemeAdapter {
     // An existing image keeps the room for resizes it was made with (it depends on the first run's
     // --ops and workloads, not only on the table options): read it from the header, which
     // level_check_image then validates whole (checksum, the rest of the geometry).
+    // The header's frame (checksum) is checked before any field of it is believed. The data set
+    // is part of the image too (the records word): another --records is refused, not a table
+    // missing keys.
     if (!pm_path_.empty()) {
+      cfg_.records = o.records;
       LevelHeader h{};
       std::ifstream in(pm_path_, std::ios::binary);
-      if (in.read(reinterpret_cast<char*>(&h), sizeof h) && h.magic == kLevelMagic) cfg_.max_resizes = h.max_resizes;
+      if (in.read(reinterpret_cast<char*>(&h), sizeof h) && h.magic == kLevelMagic) {
+        try {
+          check_image_frame(&h, "level", kLevelMagic, kLevelFormatVersion);
+        } catch (const PmemError& e) {
+          throw InvalidArgument("--pm-path " + pm_path_ + ": " + e.what() + " (nothing was changed)");
+        }
+        cfg_.max_resizes = h.max_resizes;
+      }
     }
     cfg_.validate();
   }
@@ -652,12 +678,9 @@ class LevelAdapter final : public SchemeAdapter {
         throw InvalidArgument(std::string("--pm-path: ") + e.what());
       }
       try {
-        // An existing file whose header area is not all zero must be this table's image (an all-zero
-        // one is formatted, as a new file is).
-        const auto img = file_->bytes();
-        const bool zero = img.size() >= kLevelAreaOffset &&
-                          std::all_of(img.begin(), img.begin() + kLevelAreaOffset, [](std::byte x) { return x == std::byte{0}; });
-        if (!file_->created() && !zero) level_check_image(img, cfg_, 0);
+        // Only a file this run created is formatted: an existing one must be this table's image
+        // (whatever its bytes: zeros too), else it is refused here, untouched.
+        if (!file_->created()) level_check_image(file_->bytes(), cfg_, 0);
       } catch (const PmemError& e) {
         file_.reset();
         throw InvalidArgument("--pm-path " + pm_path_ + ": " + e.what() + " (nothing was changed)");
@@ -691,14 +714,14 @@ class LevelAdapter final : public SchemeAdapter {
     if (server_->recovered()) {  // an existing image: recovered, not bulk-loaded
       const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       recovered_ = server_->records();
-      std::fprintf(stderr, "rdmahash bench: recovered %llu records from %s (%llu bytes) in %.3f s (level: %s)\n",
-                   static_cast<unsigned long long>(*recovered_), pm_path_.c_str(),
+      std::fprintf(stderr, "%s: recovered %llu records from %s (%llu bytes) in %.3f s (level: %s)\n",
+                   command_.c_str(), static_cast<unsigned long long>(*recovered_), pm_path_.c_str(),
                    static_cast<unsigned long long>(cfg_.region_bytes()), sec, server_->recovery_summary().c_str());
       if (progress) progress(keys.records());
     } else {
       auto load_all = [&] { bulk_load(*server_, cfg_.value_bytes, keys, progress, die_loading_); };
       if (file_ && file_->created())
-        load_new_file(*file_, persistent_region(), load_all);
+        load_new_file(*file_, persistent_region(), command_, kLevelMagic, load_all);
       else
         load_all();
       if (progress) progress(keys.records());
@@ -723,6 +746,7 @@ class LevelAdapter final : public SchemeAdapter {
 
  private:
   void open_server(Fabric& fabric, PersistMode mode) {
+    cfg_.format_unpublished = file_ && file_->created();  // a new file: its magic after the bulk load
     try {
       server_ = std::make_unique<LevelServer>(fabric, cfg_, mode);
     } catch (const PmemError& e) {
@@ -732,6 +756,7 @@ class LevelAdapter final : public SchemeAdapter {
 
   LevelConfig cfg_;
   std::string pm_path_;
+  std::string command_;  // "rdmahash bench" or "rdmahash serve", for messages
   bool keep_table_;
   uint64_t die_loading_;  // tests only: BenchOptions::die_loading
   std::unique_ptr<PmemFile> file_;

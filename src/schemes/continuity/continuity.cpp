@@ -227,11 +227,13 @@ uint64_t ContinuityShard::slot_off(uint32_t level, uint64_t pair, uint32_t bit) 
 }
 
 void ContinuityShard::format() {
+  clear_image_magic(region_);  // first: a region formatted over is never read as a table meanwhile
   // Only the indicators need a value: a slot whose bit is clear is never read.
   const uint64_t pairs = cfg_.buckets_per_node / 2;
   for (uint64_t i = 0; i < pairs; ++i)
     if (region_.load(indicator_off(0, i)) != 0) region_.store(indicator_off(0, i), 0);
   region_.store(kContinuityGeometryOffset, geometry_word(0, false));
+  if (region_.load(kContinuityRecordsOffset) != cfg_.records) region_.store(kContinuityRecordsOffset, cfg_.records);
   region_.persist(kContinuityHeaderBytes, cfg_.table_offset(1) - kContinuityHeaderBytes);
   ContinuityHeader h{};
   h.magic = kContinuityMagic;
@@ -248,7 +250,7 @@ void ContinuityShard::format() {
   h.checksum = header_checksum(h);
   // The magic word last, in its own persist: an image whose format was interrupted has no valid
   // magic (or a checksum mismatch) and is refused, never mistaken for a table.
-  write_image_header(region_, &h);
+  write_image_header(region_, &h, !cfg_.format_unpublished);  // format_unpublished: the loader publishes it
 }
 
 void ContinuityShard::recover() {
@@ -277,6 +279,10 @@ void ContinuityShard::recover() {
   if (region_.bytes().size() < cfg_.region_bytes())
     throw PmemError("continuity image is " + std::to_string(region_.bytes().size()) + " bytes, its header says " +
                     std::to_string(cfg_.region_bytes()) + " (truncated file?)");
+  if (const uint64_t records = region_.load(kContinuityRecordsOffset);
+      cfg_.records != 0 && records != 0 && records != cfg_.records)
+    throw PmemError("continuity image was loaded with " + std::to_string(records) + " records, requested " +
+                    std::to_string(cfg_.records) + " (same geometry, another data set: its keys are not the run's)");
   const uint64_t geo = region_.load(kContinuityGeometryOffset);
   const auto geo_level = static_cast<uint32_t>(geo & 0xff);
   const bool geo_resizing = (geo & kResizingBit) != 0;

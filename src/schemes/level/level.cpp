@@ -125,6 +125,11 @@ void level_check_image(std::span<const std::byte> image, const LevelConfig& cfg,
   if (image.size() < cfg.region_bytes())
     throw PmemError("level image is " + std::to_string(image.size()) + " bytes, its header says " +
                     std::to_string(cfg.region_bytes()) + " (truncated file?)");
+  uint64_t records = 0;
+  std::memcpy(&records, image.data() + kLevelRecordsOffset, 8);
+  if (cfg.records != 0 && records != 0 && records != cfg.records)
+    throw PmemError("level image was loaded with " + std::to_string(records) + " records, requested " +
+                    std::to_string(cfg.records) + " (same geometry, another data set: its keys are not the run's)");
 }
 
 LevelPlacement level_place(const LevelConfig& c, uint64_t key) {
@@ -173,11 +178,13 @@ std::vector<uint32_t> LevelShard::levels_in_use() const {
 }
 
 void LevelShard::format() {
+  clear_image_magic(region_);  // first: a region formatted over is never read as a table meanwhile
   // Tokens of every level zero (a fresh region is; a reused one is cleared), level word: top 1.
   for (uint32_t l = 0; l < cfg_.levels(); ++l)
     for (uint64_t b = 0; b < cfg_.level_buckets(l); ++b)
       if (region_.load(bucket_off(l, b)) != 0) region_.store(bucket_off(l, b), 0);
   region_.store(kLevelWordOffset, LevelWord{1, false, 0}.encode());
+  if (region_.load(kLevelRecordsOffset) != cfg_.records) region_.store(kLevelRecordsOffset, cfg_.records);
   region_.persist(kLevelWordOffset, cfg_.region_bytes() - kLevelWordOffset);
   LevelHeader h{};
   h.magic = kLevelMagic;
@@ -191,7 +198,9 @@ void LevelShard::format() {
   h.memory_nodes = cfg_.memory_nodes;
   h.region_bytes = cfg_.region_bytes();
   h.checksum = header_checksum(h);
-  write_image_header(region_, &h);  // the magic last: an interrupted format is refused, never a table
+  // The magic last (or, for a new file being loaded, by the loader after the load): an interrupted
+  // format is refused, never a table.
+  write_image_header(region_, &h, !cfg_.format_unpublished);
 }
 
 void LevelShard::recover() {
