@@ -9,7 +9,7 @@
 #include "bench/workload.h"
 #include "rdmahash/table.h"
 #include "rdmahash/ucx_fabric.h"
-#include "schemes/hash.h"
+#include "common/hash.h"
 
 namespace rdmahash::bench {
 namespace {

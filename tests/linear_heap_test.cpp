@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "schemes/hash.h"
+#include "common/hash.h"
 #include "test_util.h"
 
 namespace rdmahash {

@@ -23,7 +23,7 @@
 #include "bench/ycsb.h"
 #include "rdmahash/ucx_fabric.h"
 #include "rdmahash/ucx_service.h"
-#include "schemes/hash.h"
+#include "common/hash.h"
 
 namespace rdmahash::bench {
 namespace {

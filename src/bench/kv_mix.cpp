@@ -11,7 +11,7 @@
 #include <exception>
 #include <fstream>
 
-#include "schemes/hash.h"
+#include "common/hash.h"
 
 namespace rdmahash::bench {
 namespace {

@@ -17,7 +17,7 @@
 #include "rdmahash/pmem.h"
 #include "rdmahash/race.h"
 #include "rdmahash/model.h"
-#include "schemes/hash.h"
+#include "common/hash.h"
 
 namespace rdmahash::bench {
 

@@ -13,7 +13,7 @@
 #include <utility>
 #include <atomic>
 
-#include "schemes/hash.h"
+#include "common/hash.h"
 
 namespace rdmahash::check {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <utility>
 
-#include "schemes/hash.h"
+#include "common/hash.h"
 
 namespace rdmahash {
 

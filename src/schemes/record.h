@@ -17,7 +17,7 @@
 #include <cstring>
 #include <span>
 
-#include "schemes/hash.h"
+#include "common/hash.h"
 
 namespace rdmahash::record {
 

@@ -11,7 +11,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "schemes/hash.h"
+#include "common/hash.h"
 #include "schemes/record.h"
 #include "schemes/retry.h"
 #include "schemes/write_rpc.h"

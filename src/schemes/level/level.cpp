@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "schemes/hash.h"
+#include "common/hash.h"
 #include "schemes/record.h"
 #include "schemes/shard_host.h"
 #include "schemes/write_rpc.h"

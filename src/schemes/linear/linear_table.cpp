@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "rdmahash/linear.h"
-#include "schemes/hash.h"
+#include "common/hash.h"
 #include "schemes/record.h"
 #include "schemes/retry.h"
 

@@ -12,7 +12,7 @@
 #include <mutex>
 #include <string>
 
-#include "schemes/hash.h"
+#include "common/hash.h"
 
 namespace rdmahash {
 namespace {

@@ -1,4 +1,5 @@
-// Hash helpers shared by the schemes (internal).
+// Hash helpers shared by the schemes, the pmem image checksum, the history format and the bench
+// (internal; the lowest layer: includes nothing of the project).
 #pragma once
 
 #include <cstdint>
