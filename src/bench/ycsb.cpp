@@ -1,5 +1,7 @@
 #include "bench/ycsb.h"
 
+#include "common/hash.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -25,14 +27,7 @@ std::string_view trim(std::string_view s) {
   return s.substr(b, e - b + 1);
 }
 
-uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ULL;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBULL;
-  x ^= x >> 31;
-  return x;
-}
+using hash::mix64;  // splitmix64's finalizer (common/hash.h)
 
 std::string fmt(double v) {
   char buf[64];
