@@ -109,22 +109,22 @@ bench::BenchOptions options_for(const std::string& scheme, uint64_t ops) {
   o.value_bytes = 16;
   o.seed = 11;
   if (scheme == "linear_set") {
-    o.slot_format = "set";
+    o.slot_format = SlotFormatChoice::kSet;
     o.value_bytes = 0;
   } else if (scheme == "linear_inline") {
-    o.slot_format = "inline";
+    o.slot_format = SlotFormatChoice::kInline;
   } else if (scheme == "linear_heap") {
-    o.storage = "heap";
+    o.storage = Storage::kHeap;
   } else if (scheme == "cuckoo_inline") {
-    o.scheme = "cuckoo";
+    o.scheme = SchemeId::kCuckoo;
   } else if (scheme == "cuckoo_heap") {
-    o.scheme = "cuckoo";
-    o.storage = "heap";
+    o.scheme = SchemeId::kCuckoo;
+    o.storage = Storage::kHeap;
   } else if (scheme == "race") {
-    o.scheme = "race";
+    o.scheme = SchemeId::kRace;
     o.key_bytes = 16;
   } else if (scheme == "continuity") {
-    o.scheme = "continuity";
+    o.scheme = SchemeId::kContinuity;
   } else {
     throw std::invalid_argument("unknown scheme " + scheme);
   }
@@ -207,10 +207,10 @@ class TurnTransport final : public Transport {
 int run(const std::string& scheme, const std::string& out, uint64_t ops) {
   bench::BenchOptions o = options_for(scheme, ops);
   o.history_path = out;
-  auto adapter = bench::make_adapter(o, o.load_factors.front());
+  auto adapter = bench::make_table(o, o.load_factors.front());
   auto fabric = make_local_fabric(std::vector<uint64_t>(o.memory_nodes, adapter->region_bytes()));
   const bench::KeySpace keys(o.records, adapter->key_bits(), o.seed);
-  adapter->load(*fabric, keys, [](uint64_t) {});
+  bench::load_table(*adapter, *fabric, keys);
   const uint32_t vb = adapter->value_bytes();
 
   std::vector<check::HistoryBuffer> hist(2);
@@ -224,7 +224,7 @@ int run(const std::string& scheme, const std::string& out, uint64_t ops) {
   std::thread b([&] {
     TurnTransport tb(fabric->connect(), baton);
     Engine eb(tb);
-    auto kvb = adapter->make_client(eb, o.read_sizes.front(), o).client;
+    auto kvb = bench::make_client(*adapter, eb, o, o.read_sizes.front()).client;
     bench::KvMix mixb(o, keys, vb, 1, 0, &hist[1]);
     bench::ClientResult rb;
     // B keeps going as long as A runs (up to 2 x ops), so that it overlaps all of A's run whatever
@@ -247,7 +247,7 @@ int run(const std::string& scheme, const std::string& out, uint64_t ops) {
     auto ta = std::make_unique<ReorderSplitTransport>(fabric->connect(), [&] { baton.a_yields(); },
                                                       0xA11CE ^ std::hash<std::string>{}(scheme));
     Engine ea(*ta);
-    auto kva = adapter->make_client(ea, o.read_sizes.front(), o).client;
+    auto kva = bench::make_client(*adapter, ea, o, o.read_sizes.front()).client;
     bench::KvMix mixa(o, keys, vb, 0, 0, &hist[0]);
     bench::ClientResult ra;
     try {

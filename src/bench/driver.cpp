@@ -79,18 +79,18 @@ Task<void> do_op(KvClient* kv, Engine* engine, Op op, uint32_t value_bytes, Clie
 }
 
 // One client's share of one point.
-ClientResult run_client(Engine& engine, const SchemeAdapter& adapter, const BenchOptions& o, Workload w,
+ClientResult run_client(Engine& engine, const SchemeTable& table, const BenchOptions& o, Workload w,
                         const ReadSizeSpec& read_size, uint32_t read_bytes, const KeySpace& keys, uint32_t client,
                         uint32_t clients, uint64_t insert_point, uint32_t repeat,
                         check::HistoryBuffer* history) {
   ClientResult r;
   r.latency_ns.reserve(o.ops);
-  auto setup = adapter.make_client_as(engine, read_size, o, client);
+  auto setup = make_client(table, engine, o, read_size, client);
   std::unique_ptr<KvClient> kv = std::move(setup.client);
   r.read_size = setup.read_size;
   OpStream stream(o, w, keys, client, clients, insert_point);
-  const RawTarget raw{o.memory_nodes, adapter.region_bytes(), read_bytes};
-  const uint32_t vb = adapter.value_bytes();
+  const RawTarget raw{o.memory_nodes, table.region_bytes(), read_bytes};
+  const uint32_t vb = table.value_bytes();
   std::optional<KvMix> mix;
   if (w == Workload::kKvMix) mix.emplace(o, keys, vb, client, repeat, history);
   GetCheck gets(&r, vb);
@@ -110,7 +110,7 @@ ClientResult run_client(Engine& engine, const SchemeAdapter& adapter, const Benc
       });
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.cpu_ns = thread_cpu_ns() - cpu_start;
-  adapter.finish(*kv, r);
+  add_client_stats(table, *kv, r);
   return r;
 }
 
@@ -162,14 +162,14 @@ Task<void> ycsb_load_op(KvClient* kv, uint64_t key, uint32_t value_bytes, Client
 }
 
 // YCSB's load phase (this client inserts records client, client+n, ...) or run phase.
-ClientResult run_ycsb_client(Engine& engine, const SchemeAdapter& adapter, const BenchOptions& o,
+ClientResult run_ycsb_client(Engine& engine, const SchemeTable& table, const BenchOptions& o,
                              const ycsb::Workload& w, Workload phase, const KeySpace& keys, uint32_t client,
                              uint32_t clients) {
   ClientResult r;
-  auto setup = adapter.make_client_as(engine, o.read_sizes.front(), o, client);
+  auto setup = make_client(table, engine, o, o.read_sizes.front(), client);
   std::unique_ptr<KvClient> kv = std::move(setup.client);
   r.read_size = setup.read_size;
-  const uint32_t vb = adapter.value_bytes();
+  const uint32_t vb = table.value_bytes();
   auto done = [&](const Engine::Completion& c) {
     r.add_op(c.stats, c.latency);
     if (c.error) ++r.errors;
@@ -194,7 +194,7 @@ ClientResult run_ycsb_client(Engine& engine, const SchemeAdapter& adapter, const
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.cpu_ns = thread_cpu_ns() - cpu_start;
-  adapter.finish(*kv, r);
+  add_client_stats(table, *kv, r);
   return r;
 }
 
@@ -206,9 +206,9 @@ Task<void> touch(Engine* engine, RemoteAddr addr) {
   co_await engine->read(addr, &word, sizeof word);
 }
 
-ClientResult warm_up(Engine& engine, const SchemeAdapter& adapter, uint32_t memory_nodes) {
+ClientResult warm_up(Engine& engine, const SchemeTable& table, uint32_t memory_nodes) {
   constexpr uint64_t kPage = 4096;
-  const uint64_t region = adapter.region_bytes();
+  const uint64_t region = table.region_bytes();
   const uint64_t pages = (region + kPage - 1) / kPage;
   ClientResult r;
   const auto start = std::chrono::steady_clock::now();
@@ -269,12 +269,12 @@ uint64_t insert_points(const std::vector<Point>& pts) {
 }
 
 // One client's share of one point, YCSB phases included.
-ClientResult run_point(Engine& engine, const SchemeAdapter& adapter, const BenchOptions& o, const Point& pt,
+ClientResult run_point(Engine& engine, const SchemeTable& table, const BenchOptions& o, const Point& pt,
                        const KeySpace& keys, uint32_t client, uint32_t clients, uint64_t insert_point,
                        const ycsb::Workload* w, check::HistoryBuffer* history) {
   if (pt.workload == Workload::kYcsbLoad || pt.workload == Workload::kYcsbRun)
-    return run_ycsb_client(engine, adapter, o, *w, pt.workload, keys, client, clients);
-  return run_client(engine, adapter, o, pt.workload, pt.read_size, pt.read_bytes, keys, client, clients,
+    return run_ycsb_client(engine, table, o, *w, pt.workload, keys, client, clients);
+  return run_client(engine, table, o, pt.workload, pt.read_size, pt.read_bytes, keys, client, clients,
                     insert_point, pt.repeat, history);
 }
 
@@ -315,7 +315,7 @@ std::function<void(uint64_t)> progress_bar(const BenchOptions& o, uint64_t total
   };
 }
 
-void check_key_capacity(const BenchOptions& o, const SchemeAdapter& a, uint32_t clients, uint64_t insert_pts) {
+void check_key_capacity(const BenchOptions& o, const SchemeTable& a, uint32_t clients, uint64_t insert_pts) {
   const unsigned bits = a.key_bits();
   if (bits >= 63) return;
   const double needed = static_cast<double>(o.records) + static_cast<double>(std::max<uint64_t>(insert_pts, 1)) *
@@ -356,12 +356,12 @@ std::unique_ptr<ycsb::Workload> prepare_ycsb(BenchOptions& o, std::FILE* diag) {
   if (w->value_bytes() > limit)
     throw InvalidArgument(o.ycsb_path + ": records of fieldcount x fieldlength = " + std::to_string(w->value_bytes()) +
                           " bytes do not fit the " + std::to_string(limit) + " value bytes of " +
-                          (o.scheme == "race" ? std::string("a race KV block") : o.storage == "inline" ? "an inline record: use --storage heap (up to " +
+                          (scheme_of(o).caps.byte_keys ? "a " + std::string(scheme_of(o).name) + " KV block" : o.storage == Storage::kInline ? "an inline record: use --storage heap (up to " +
                                                        std::to_string(kMaxHeapValueBytes) + " bytes), or e.g. -p fieldcount=1 -p fieldlength=100"
                                                  : "a heap record"));
   for (ycsb::OpType t : ycsb::used_op_types(*w))
     if (t == ycsb::OpType::kScan && !o.ycsb_skip_unsupported)
-      throw InvalidArgument(o.ycsb_path + ": operation 'scan' is not supported by --scheme " + o.scheme +
+      throw InvalidArgument(o.ycsb_path + ": operation 'scan' is not supported by --scheme " + std::string(scheme_of(o).name) +
                             " (hash tables have no key order); pass --ycsb-skip-unsupported to skip scans");
   const double inserts = static_cast<double>(w->operation_count) * w->insert_proportion;
   o.records = w->record_count + static_cast<uint64_t>(inserts) + 1;
@@ -396,18 +396,18 @@ class Backend {
   virtual uint32_t clients() const = 0;
   virtual uint32_t memory_nodes() const = 0;
   virtual PointInfo layout() const = 0;  // fabric, ranks, memory nodes, clients
-  // The adapter of the table at `load_factor` (UCX --pm-path: the one rank 0 made before the
+  // The table of the table at `load_factor` (UCX --pm-path: the one rank 0 made before the
   // fabric, whose file mapping the fabric registered).
-  virtual std::shared_ptr<SchemeAdapter> adapter(const BenchOptions& o, double load_factor) {
-    return make_adapter(o, load_factor);
+  virtual std::shared_ptr<SchemeTable> table(const BenchOptions& o, double load_factor) {
+    return make_table(o, load_factor);
   }
   // A table of `a`'s size is about to be loaded (local: a new fabric; over the file mapping of a
   // persistent table, --pm-path).
-  virtual void begin_table(SchemeAdapter& a) = 0;
+  virtual void begin_table(SchemeTable& a) = 0;
   // Formats every shard and bulk-loads `keys` into them (UCX: memory nodes, between two barriers);
   // called again to reload the table between points (a persistent image: restored, see
   // ContinuityAdapter::load).
-  virtual void load(SchemeAdapter& a, const KeySpace& keys) = 0;
+  virtual void load(SchemeTable& a, const KeySpace& keys) = 0;
   // Runs `fn(engine, client)` on every client, started together; returns the merged result where
   // points are reported (local: here; UCX: rank 0), else nothing.
   virtual std::optional<ClientResult> run(const std::function<ClientResult(Engine&, uint32_t)>& fn) = 0;
@@ -429,26 +429,26 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
   const uint32_t clients = b.clients();
   const uint64_t llc = llc_bytes();
   for (double lf : o.load_factors) {
-    auto adapter = b.adapter(o, lf);
-    check_key_capacity(o, *adapter, clients, insert_points(points));
-    b.begin_table(*adapter);
-    const KeySpace keys(yw ? yw->record_count : o.records, adapter->key_bits(), o.seed, o.zipf_theta);
-    const KeySpace bulk = yw ? KeySpace(0, adapter->key_bits(), o.seed) : keys;
-    b.load(*adapter, bulk);
+    auto table = b.table(o, lf);
+    check_key_capacity(o, *table, clients, insert_points(points));
+    b.begin_table(*table);
+    const KeySpace keys(yw ? yw->record_count : o.records, table->key_bits(), o.seed, o.zipf_theta);
+    const KeySpace bulk = yw ? KeySpace(0, table->key_bits(), o.seed) : keys;
+    b.load(*table, bulk);
     // Records in the table as loaded: the bulk-loaded ones, or those of a recovered persistent
     // image (--pm-path reopened; where points are reported, the memory node holding it).
-    const uint64_t loaded = adapter->recovered_records().value_or(bulk.records());
-    const uint64_t records = adapter->recovered_records().value_or(keys.records());
+    const uint64_t loaded = table->recovered_records().value_or(bulk.records());
+    const uint64_t records = table->recovered_records().value_or(keys.records());
     double warmup = 0;
     if (!o.cold)
-      if (auto w = b.run([&](Engine& e, uint32_t) { return warm_up(e, *adapter, b.memory_nodes()); })) warmup = w->seconds;
+      if (auto w = b.run([&](Engine& e, uint32_t) { return warm_up(e, *table, b.memory_nodes()); })) warmup = w->seconds;
     uint64_t present = loaded;  // records in the table (known where points are reported)
     bool dirty = false;                 // a point wrote since the last load
     uint64_t insert_point = 0;
     // --history records every client's operations over this table's whole life (every point runs
     // on it: the options force --keep-table).
     std::vector<check::HistoryBuffer> history(o.history_path.empty() ? 0 : clients);
-    if (!history.empty()) b.begin_history(keys, adapter->value_bytes(), history, points.size() * o.ops);
+    if (!history.empty()) b.begin_history(keys, table->value_bytes(), history, points.size() * o.ops);
     for (const Point& pt : points) {
       // A YCSB load phase always starts from an empty table, whatever --keep-table says, and its
       // run phase from the table that load phase left.
@@ -456,26 +456,27 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
                           : pt.workload == Workload::kYcsbRun ? false
                                                               : dirty && !o.keep_table;
       if (reload) {
-        b.load(*adapter, bulk);
+        b.load(*table, bulk);
         present = loaded;
         dirty = false;
       }
       const uint64_t ip = insert_point;
       if (pt.workload != Workload::kYcsbLoad && pt.workload != Workload::kYcsbRun && writes(pt.workload)) ++insert_point;
-      const uint64_t slots_start = adapter->slots_in(b.fabric());
-      const std::optional<bool> resizing_start = adapter->table_resizing();
+      const uint64_t slots_start = table->slots_in(b.fabric());
+      const std::optional<bool> resizing_start = table->table_resizing();
       const auto total = b.run([&](Engine& e, uint32_t c) {
         check::HistoryBuffer* h = history.empty() ? nullptr : &history[c];
         if (h && h->events().empty()) h->reserve(o.ops * o.repeat);
-        return run_point(e, *adapter, o, pt, keys, c, clients, ip, yw, h);
+        return run_point(e, *table, o, pt, keys, c, clients, ip, yw, h);
       });
       dirty = dirty || writes(pt.workload);
       if (!total) continue;
       PointInfo info = b.layout();
-      info.scheme = o.scheme;
-      info.scheme_detail = adapter->describe();
+      info.scheme = scheme_of(o).name;
+      info.scheme_detail = table->describe();
+      info.scheme_options = table->report_options();
       info.records = records;
-      info.slots = adapter->slots_in(b.fabric());  // at the end (race grows)
+      info.slots = table->slots_in(b.fabric());  // at the end (race grows)
       info.target_load_factor = lf;
       info.workload = pt.workload;
       info.read_size = pt.read_size.slots;
@@ -491,15 +492,15 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
       info.records_end = present;
       info.load_factor_end = info.slots ? static_cast<double>(present) / static_cast<double>(info.slots) : 0.0;
       info.warmup_seconds = warmup;
-      info.table_bytes = adapter->region_bytes() * b.memory_nodes();
+      info.table_bytes = table->region_bytes() * b.memory_nodes();
       info.llc_bytes = llc;
-      info.persistence = adapter->persistence();
-      info.table_resizes = adapter->table_resizes();
+      info.persistence = table->persistence();
+      info.table_resizes = table->table_resizes();
       info.resizing_start = resizing_start;
-      info.resizing_end = adapter->table_resizing();
+      info.resizing_end = table->table_resizing();
       reporter->report(info, *total);
     }
-    if (!history.empty()) b.write_history(keys, adapter->value_bytes(), history);
+    if (!history.empty()) b.write_history(keys, table->value_bytes(), history);
   }
 }
 
@@ -516,14 +517,14 @@ class LocalBackend final : public Backend {
     p.clients = clients_;
     return p;
   }
-  void begin_table(SchemeAdapter& a) override {
+  void begin_table(SchemeTable& a) override {
     fabric_.reset();  // free the previous table first
     const auto pm = a.persistent_region();  // --pm-path: the file mapping is the region
     fabric_ = pm.empty() ? make_local_fabric(std::vector<uint64_t>(o_.memory_nodes, a.region_bytes()))
                          : make_local_fabric_over({pm});
   }
-  void load(SchemeAdapter& a, const KeySpace& keys) override {
-    a.load(*fabric_, keys, progress_bar(o_, keys.records(), "loading " + std::to_string(keys.records()) + " records"));
+  void load(SchemeTable& a, const KeySpace& keys) override {
+    load_table(a, *fabric_, keys, progress_bar(o_, keys.records(), "loading " + std::to_string(keys.records()) + " records"));
   }
   std::optional<ClientResult> run(const std::function<ClientResult(Engine&, uint32_t)>& fn) override {
     std::vector<ClientResult> results(clients_);
@@ -563,10 +564,10 @@ class LocalBackend final : public Backend {
 
 class UcxBackend final : public Backend {
  public:
-  // `pm_adapter`: --pm-path on the memory node, the adapter whose file mapping `fabric` registered.
-  UcxBackend(const BenchOptions& o, UcxFabric& fabric, std::shared_ptr<SchemeAdapter> pm_adapter)
+  // `pm_table`: --pm-path on the memory node, the table whose file mapping `fabric` registered.
+  UcxBackend(const BenchOptions& o, UcxFabric& fabric, std::shared_ptr<SchemeTable> pm_table)
       : o_(o), fabric_(fabric), transport_(fabric.is_client() ? fabric.connect() : nullptr),
-        pm_adapter_(std::move(pm_adapter)) {}
+        pm_table_(std::move(pm_table)) {}
   uint32_t clients() const override { return fabric_.client_count(); }
   uint32_t memory_nodes() const override { return fabric_.memory_nodes(); }
   PointInfo layout() const override {
@@ -582,14 +583,14 @@ class UcxBackend final : public Backend {
     p.ucx_transports = fabric_.transports();
     return p;
   }
-  std::shared_ptr<SchemeAdapter> adapter(const BenchOptions& o, double load_factor) override {
-    if (pm_adapter_) return pm_adapter_;  // --pm-path: one load factor, one table
-    return make_adapter(o, load_factor);
+  std::shared_ptr<SchemeTable> table(const BenchOptions& o, double load_factor) override {
+    if (pm_table_) return pm_table_;  // --pm-path: one load factor, one table
+    return make_table(o, load_factor);
   }
-  void begin_table(SchemeAdapter&) override {}  // the regions were sized for every load factor
-  void load(SchemeAdapter& a, const KeySpace& keys) override {
+  void begin_table(SchemeTable&) override {}  // the regions were sized for every load factor
+  void load(SchemeTable& a, const KeySpace& keys) override {
     fabric_.barrier();  // no client is still reading the old table
-    a.load(fabric_, keys, fabric_.rank() == 0 ? progress_bar(o_, keys.records(), "loading shard 0") : nullptr);
+    load_table(a, fabric_, keys, fabric_.rank() == 0 ? progress_bar(o_, keys.records(), "loading shard 0") : nullptr);
     fabric_.barrier();  // no client reads the new one before it is complete
   }
   std::optional<ClientResult> run(const std::function<ClientResult(Engine&, uint32_t)>& fn) override {
@@ -623,7 +624,7 @@ class UcxBackend final : public Backend {
   const BenchOptions& o_;
   UcxFabric& fabric_;
   std::unique_ptr<Transport> transport_;
-  std::shared_ptr<SchemeAdapter> pm_adapter_;
+  std::shared_ptr<SchemeTable> pm_table_;
 };
 
 // --connect: this process is one client of memory nodes served by `rdmahash serve`.
@@ -643,18 +644,18 @@ class ConnectBackend final : public Backend {
     p.clients = 1;
     return p;
   }
-  void begin_table(SchemeAdapter& a) override {
+  void begin_table(SchemeTable& a) override {
     if (a.region_bytes() != conn_.fabric->region_bytes(0))
       throw FabricError("the table of memory node 0 has a region of " + std::to_string(conn_.fabric->region_bytes(0)) +
                         " bytes, but its table spec gives " + std::to_string(a.region_bytes()) +
                         ": this client and the server are different builds");
   }
-  void load(SchemeAdapter&, const KeySpace&) override {}  // the servers loaded the table
+  void load(SchemeTable&, const KeySpace&) override {}  // the servers loaded the table
   std::optional<ClientResult> run(const std::function<ClientResult(Engine&, uint32_t)>& fn) override {
     // race names lock owners by client id and marks dead ones for good: ids must not wrap.
-    if (o_.scheme == "race" && conn_.client_id >= kConnectClientIds)
-      throw InvalidArgument("race: memory node 0 has given out " + std::to_string(conn_.client_id) +
-                            " client ids; race needs ids below " + std::to_string(kConnectClientIds) +
+    if (scheme_of(o_).caps.client_ids && conn_.client_id >= kConnectClientIds)
+      throw InvalidArgument(std::string(scheme_of(o_).name) + ": memory node 0 has given out " + std::to_string(conn_.client_id) +
+                            " client ids; " + scheme_of(o_).name + " needs ids below " + std::to_string(kConnectClientIds) +
                             " (dead clients' ids are never reused): restart the servers");
     Engine engine(*transport_);
     return fn(engine, client_);
@@ -718,7 +719,7 @@ int run_local(const BenchOptions& o_in) {
   // Up front, before any point runs: the largest table of the sweep must fit.
   if (const uint64_t avail = mem_available_bytes())
     for (double lf : o.load_factors) {
-      const uint64_t region = make_adapter(o, lf)->region_bytes();
+      const uint64_t region = make_table(o, lf)->region_bytes();
       // --pm-path without --keep-table: one more table, the copy of the loaded image reloads restore.
       const bool image_copy = !o.pm_path.empty() && !o.keep_table;
       const uint64_t need = bytes_needed(region, o.memory_nodes + (image_copy ? 1 : 0), o.ops, clients);
@@ -749,7 +750,7 @@ int run_ucx(const BenchOptions& o_in) {
   check_ucx_history(o);
   // Every rank computes the same sizes, so the collective create() agrees on the region size.
   uint64_t region = 0;
-  for (double lf : o.load_factors) region = std::max(region, make_adapter(o, lf)->region_bytes());
+  for (double lf : o.load_factors) region = std::max(region, make_table(o, lf)->region_bytes());
   if (!o.symmetric && static_cast<uint32_t>(ranks) <= o.memory_nodes)
     throw InvalidArgument("no client ranks: run more ranks (" + std::to_string(ranks) + ") than --memory-nodes (" +
                           std::to_string(o.memory_nodes) + "), or use --symmetric");
@@ -769,46 +770,31 @@ int run_ucx_ranks(const BenchOptions& o_in, uint64_t region) {
   fc.memory_nodes = o.memory_nodes;
   fc.symmetric = o.symmetric;
   fc.region_bytes = region;
-  fc.direct_access = o.direct_access == "on";
-  fc.serve_mode = serve_mode_of(o);
+  fc.direct_access = o.direct_access == Switch::kOn;
+  fc.serve_mode = o.serve_mode;
   fc.serve_spin = std::chrono::microseconds(o.serve_spin_us);
-  fc.client_wait = client_wait_of(o);
+  fc.client_wait = o.client_wait;
   fc.client_spin = std::chrono::microseconds(o.client_spin_us);
-  fc.read_coalescing = read_coalescing_of(o);
-  // --pm-path: the memory node (rank 0) exposes the file mapping as its region; the adapter owning
+  fc.read_coalescing = o.read_coalescing;
+  // --pm-path: the memory node (rank 0) exposes the file mapping as its region; the table owning
   // the mapping outlives the fabric that registered it.
   int my_rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &my_rank);
-  std::shared_ptr<SchemeAdapter> pm_adapter;
+  std::shared_ptr<SchemeTable> pm_table;
   if (!o.pm_path.empty() && my_rank == 0) {
-    pm_adapter = make_adapter(o, o.load_factors.front());
-    fc.region_address = pm_adapter->persistent_region().data();
+    pm_table = make_table(o, o.load_factors.front());
+    fc.region_address = pm_table->persistent_region().data();
   }
   auto fabric = UcxFabric::create(fc);
   o.memory_nodes = fabric->memory_nodes();  // --symmetric: every rank is a memory node
   std::unique_ptr<Reporter> reporter;
   if (fabric->rank() == 0) reporter = std::make_unique<Reporter>(o);
   {
-    UcxBackend backend(o, *fabric, pm_adapter);
+    UcxBackend backend(o, *fabric, pm_table);
     sweep(o, yw.get(), backend, reporter.get());
   }
   fabric->barrier();
   return 0;
-}
-
-ServeMode serve_mode_of(const BenchOptions& o) {
-  if (auto m = parse_serve_mode(o.serve_mode)) return *m;
-  throw InvalidArgument(o.error());
-}
-
-ReadCoalescing read_coalescing_of(const BenchOptions& o) {
-  if (auto m = parse_read_coalescing(o.read_coalescing)) return *m;
-  throw InvalidArgument(o.error());
-}
-
-ClientWait client_wait_of(const BenchOptions& o) {
-  if (auto w = parse_client_wait(o.client_wait)) return *w;
-  throw InvalidArgument(o.error());
 }
 
 int run_connect(const BenchOptions& o_in) {
@@ -824,16 +810,16 @@ int run_connect(const BenchOptions& o_in) {
   }
   try {
     UcxClientOptions co;
-    co.direct_access = o.direct_access == "on";
-    co.client_wait = client_wait_of(o);
+    co.direct_access = o.direct_access == Switch::kOn;
+    co.client_wait = o.client_wait;
     co.client_spin = std::chrono::microseconds(o.client_spin_us);
-    co.read_coalescing = read_coalescing_of(o);
+    co.read_coalescing = o.read_coalescing;
     conn = connect_ucx_servers(o.connect, token, co);
   } catch (const FabricError& e) {  // refused or unreachable: the address is the bad input
     throw InvalidArgument(e.what());
   }
   apply_table_spec(o, conn.table_spec);
-  o.fabric = "ucx";
+  o.fabric = FabricKind::kUcx;
   o.keep_table = true;  // the table is shared: nobody reloads it
   if (auto err = o.error(); !err.empty()) throw InvalidArgument(err);
   if (!o.history_path.empty() && !history_writable(o.history_path))
@@ -849,7 +835,7 @@ int run_connect(const BenchOptions& o_in) {
 int run_serve(const BenchOptions& o_in, const ServeOptions& s) {
   BenchOptions o = o_in;
   o.command = "rdmahash serve";  // the adapters' messages (recovered, a failed bulk load)
-  o.fabric = "ucx";
+  o.fabric = FabricKind::kUcx;
   o.keep_table = true;                 // a --pm-path table is the file: no copy of the image is kept
   o.workloads = {Workload::kGet};      // the clients' workloads are theirs to validate
   if (o.load_factors.size() != 1) throw InvalidArgument("rdmahash serve builds one table: give one --load-factor");
@@ -865,14 +851,14 @@ int run_serve(const BenchOptions& o_in, const ServeOptions& s) {
     throw InvalidArgument("--capacity must be at most 2^34 (records the table may come to hold, like --records), got " +
                           std::to_string(o.table_capacity));
   o.table_writes = o.table_capacity - o.records;
-  auto adapter = make_adapter(o, o.load_factors.front());
-  if (const uint64_t avail = mem_available_bytes(); avail && adapter->region_bytes() > avail)
-    throw InvalidArgument(memory_error(adapter->region_bytes(), avail, "memory node " + std::to_string(s.node)));
+  auto table = make_table(o, o.load_factors.front());
+  if (const uint64_t avail = mem_available_bytes(); avail && table->region_bytes() > avail)
+    throw InvalidArgument(memory_error(table->region_bytes(), avail, "memory node " + std::to_string(s.node)));
   UcxServerConfig sc;
   sc.node = s.node;
   sc.nodes = o.memory_nodes;
-  sc.region_bytes = adapter->region_bytes();
-  sc.region_address = adapter->persistent_region().data();  // --pm-path: the file mapping (else null)
+  sc.region_bytes = table->region_bytes();
+  sc.region_address = table->persistent_region().data();  // --pm-path: the file mapping (else null)
   sc.listen = s.listen;
   sc.table_spec = table_spec(o);
   sc.handle_signals = true;
@@ -884,7 +870,7 @@ int run_serve(const BenchOptions& o_in, const ServeOptions& s) {
       throw InvalidArgument(e.what());
     }
   }
-  sc.serve_mode = serve_mode_of(o);
+  sc.serve_mode = o.serve_mode;
   sc.spin = std::chrono::microseconds(o.serve_spin_us);
   std::unique_ptr<UcxServer> server;
   try {
@@ -892,13 +878,13 @@ int run_serve(const BenchOptions& o_in, const ServeOptions& s) {
   } catch (const std::invalid_argument& e) {
     throw InvalidArgument(std::string("--listen: ") + e.what());
   }
-  const KeySpace keys(o.records, adapter->key_bits(), o.seed, o.zipf_theta);
-  adapter->load(server->fabric(), keys, progress_bar(o, keys.records(), "loading shard " + std::to_string(s.node)));
-  server->set_loss_handler(adapter->loss_handler(server->fabric()));
-  const uint64_t records = adapter->recovered_records().value_or(keys.records());
+  const KeySpace keys(o.records, table->key_bits(), o.seed, o.zipf_theta);
+  load_table(*table, server->fabric(), keys, progress_bar(o, keys.records(), "loading shard " + std::to_string(s.node)));
+  server->set_loss_handler(table->loss_handler(server->fabric()));
+  const uint64_t records = table->recovered_records().value_or(keys.records());
   std::printf("rdmahash serve: memory node %u of %u (%s, %llu records%s, %s) listening on %s\n", s.node, o.memory_nodes,
-              adapter->describe().c_str(), static_cast<unsigned long long>(records),
-              adapter->recovered_records() ? " recovered" : "", bytes_text(adapter->region_bytes()).c_str(),
+              table->describe().c_str(), static_cast<unsigned long long>(records),
+              table->recovered_records() ? " recovered" : "", bytes_text(table->region_bytes()).c_str(),
               server->address().c_str());
   if (created) std::fprintf(stderr, "rdmahash serve: created token file %s (mode 0600): give the clients a copy\n", s.token_file.c_str());
   std::fflush(stdout);

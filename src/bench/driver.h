@@ -49,10 +49,5 @@ struct ServeOptions {
   std::string token_file;  // created if missing; required for a non-loopback --listen
 };
 int run_serve(const BenchOptions& o, const ServeOptions& s);
-// --serve-mode's and --client-wait's values (checked by BenchOptions::error() through
-// rdmahash::parse_serve_mode / parse_client_wait; InvalidArgument if that check was skipped).
-ServeMode serve_mode_of(const BenchOptions& o);
-ClientWait client_wait_of(const BenchOptions& o);
-ReadCoalescing read_coalescing_of(const BenchOptions& o);  // --read-coalescing (checked the same way)
 
 }  // namespace rdmahash::bench

@@ -7,7 +7,10 @@
 #include <utility>
 #include <vector>
 
+#include "rdmahash/linear.h"
 #include "rdmahash/model.h"
+#include "rdmahash/scheme.h"
+#include "rdmahash/ucx_fabric.h"
 
 namespace rdmahash::bench {
 
@@ -16,14 +19,7 @@ enum class Workload { kGet, kGetAll, kFindOrPut, kMixed, kReadIntensive, kWriteI
 const char* to_string(Workload w);
 Workload parse_workload(const std::string& s);  // throws InvalidArgument
 
-// How lookups size their READs (seed 000): a fixed number of slots, the model's R* for the table's
-// load factor (with or without the bandwidth constraint of Eq. 2), or R* with cluster hints.
-struct ReadSizeSpec {
-  enum class Kind { kFixed, kModel, kModelUnconstrained, kCluster };
-  Kind kind = Kind::kFixed;
-  uint32_t slots = 8;  // kFixed
-  std::string text() const;  // "fixed:8", "model", "model-unconstrained", "cluster"
-};
+// Lookup read sizes: rdmahash::ReadSizeSpec (scheme.h).
 ReadSizeSpec parse_read_size(const std::string& s);  // "8", "fixed:8", "model", ... ; throws InvalidArgument
 
 // "uniform" → 0; "zipf:THETA" → THETA. Throws InvalidArgument.
@@ -35,27 +31,33 @@ constexpr uint32_t kMaxInlineValueBytes = 120;
 constexpr uint32_t kMaxHeapValueBytes = 4096;
 
 struct BenchOptions;
-uint32_t max_value_bytes(const BenchOptions& o);  // by o.storage
+uint32_t max_value_bytes(const BenchOptions& o);  // by scheme and storage (rdmahash::max_value_bytes)
 
+enum class FabricKind : uint8_t { kLocal, kUcx };
+const char* to_string(FabricKind f);
+
+// Every option's value is typed: the CLI binds the options that arrive as words (--storage heap)
+// to an OptionText and apply_option_text parses them into BenchOptions, once; nothing below the
+// CLI compares option strings.
 struct BenchOptions {
-  std::string fabric = "local";        // local | ucx
-  std::string scheme = "linear";
-  std::string slot_format = "auto";    // auto | set | inline (auto: set unless values or 4-byte keys)
-  std::string storage = "inline";      // inline | heap (records out of band; cuckoo)
+  FabricKind fabric = FabricKind::kLocal;
+  SchemeId scheme = SchemeId::kLinear;
+  SlotFormatChoice slot_format = SlotFormatChoice::kAuto;  // auto: set unless values or 4-byte keys
+  Storage storage = Storage::kInline;  // inline | heap (records out of band) | heap4 (linear)
   uint32_t slots_per_bucket = 4;       // cuckoo: 1 or 4
-  std::string cuckoo_probe = "parallel";  // cuckoo lookups: parallel | sequential
-  std::string race_dir_cache = "on";    // race: on | off
-  std::string direct_access = "on";     // ucx: same-host regions by loads/stores/CPU atomics (on) or UCX requests (off)
-  std::string serve_mode = "auto";      // ucx memory nodes: auto | event | hybrid | poll (rdmahash::ServeMode)
+  CuckooLookup cuckoo_probe = CuckooLookup::kParallel;
+  Switch race_dir_cache = Switch::kOn;  // race: clients cache the directory
+  Switch direct_access = Switch::kOn;   // ucx: same-host regions by loads/stores/CPU atomics (on) or UCX requests (off)
+  ServeMode serve_mode = ServeMode::kAuto;  // ucx memory nodes (rdmahash::ServeMode)
   uint32_t serve_spin_us = 50;          // ucx memory nodes: hybrid mode's spin (rdmahash::kDefaultServeSpin)
-  std::string client_wait = "auto";     // ucx clients: auto | poll | hybrid | event (rdmahash::ClientWait)
-  std::string read_coalescing = "auto";  // ucx clients: auto | on | off (rdmahash::ReadCoalescing)
+  ClientWait client_wait = ClientWait::kAuto;  // ucx clients (rdmahash::ClientWait)
+  ReadCoalescing read_coalescing = ReadCoalescing::kAuto;  // ucx clients (rdmahash::ReadCoalescing)
   uint32_t client_spin_us = 20;         // ucx clients: hybrid's spin (rdmahash::kDefaultClientSpin)
   uint32_t initial_depth = 0;          // race: 2^N subtables at start
   uint32_t race_groups = 64;           // race: bucket groups per subtable
   uint32_t sbuckets = 3;               // continuity: SBuckets per segment pair (1..4)
   uint32_t max_resizes = 0;            // continuity: starts 2^N times smaller, doubles online up to N times
-  std::string added_sbuckets = "0";    // continuity: added SBucket groups for 1/D of the segment pairs ("0": none)
+  uint32_t added_sbucket_pairs = 0;    // continuity: added SBucket groups for 1/D of the segment pairs (0: none)
   uint32_t resize_pace = 2;            // continuity (memory node): pairs migrated per write besides the key's own
   std::string pm_path;                 // continuity, level: the table lives in this pmem file (reopened if it exists)
   uint32_t memory_nodes = 1;
@@ -70,7 +72,7 @@ struct BenchOptions {
   uint32_t depth = 16;
   uint32_t chunk = 8;
   uint32_t max_chunks = 128;
-  std::string speculative_claim = "auto";  // linear find-or-put: claim the home slot with chunk 0's READ (linear.h)
+  SpeculativeClaim speculative_claim = SpeculativeClaim::kAuto;  // linear find-or-put: claim the home slot with chunk 0's READ (linear.h)
   std::vector<ReadSizeSpec> read_sizes{ReadSizeSpec{}};  // lookup read sizes (a list sweeps)
   uint32_t clusters = 1000;            // clusters tracked per client (--read-size cluster)
   double assumed_load_factor = 0;      // model R from this load factor instead of the table's (0: table's)
@@ -119,6 +121,25 @@ struct BenchOptions {
   // Empty when valid, else a message naming the bad option.
   std::string error() const;
 };
+
+// The options that arrive as words, as the CLI binds them (defaults: BenchOptions').
+struct OptionText {
+  std::string fabric = "local", scheme = "linear", slot_format = "auto", storage = "inline", cuckoo_probe = "parallel",
+              race_dir_cache = "on", direct_access = "on", serve_mode = "auto", client_wait = "auto",
+              read_coalescing = "auto", speculative_claim = "auto", added_sbuckets = "0";
+};
+// Parses `t` into `o`'s typed fields: "" or a message naming the bad option (nothing set then).
+std::string apply_option_text(const OptionText& t, BenchOptions& o);
+// --added-sbuckets' text for D (0: "0").
+std::string added_sbuckets_text(uint32_t pairs);
+
+// The registry's typed table options for `o` at `load_factor`: the one place the table options'
+// values meet the registry.
+TableOptions table_options(const BenchOptions& o, double load_factor);
+// The scheme `o` names.
+const SchemeDescriptor& scheme_of(const BenchOptions& o);
+// A registry message with its {field} marks replaced by the CLI's flag names.
+std::string flag_error(std::string_view message);
 
 // What a served table is: the options that shape its memory (`rdmahash serve` sends them to every
 // client, which builds its scheme client from them), as "name=value" lines.

@@ -1,6 +1,7 @@
 #include "bench/report.h"
 
 #include <algorithm>
+#include <variant>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -139,7 +140,7 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   j["scheme_detail"] = p.scheme_detail;
   j["fabric"] = p.fabric;
   if (const char* tls = std::getenv("UCX_TLS"); tls && p.fabric == "ucx") j["ucx_tls"] = tls;
-  if (p.fabric == "ucx") j["direct_access"] = o.direct_access;
+  if (p.fabric == "ucx") j["direct_access"] = to_string(o.direct_access);
   if (!p.serve_mode.empty()) j["serve_mode"] = p.serve_mode;
   if (!p.client_wait.empty()) j["client_wait"] = p.client_wait;
   if (!p.read_coalescing.empty()) j["read_coalescing"] = p.read_coalescing;
@@ -167,7 +168,7 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   j["depth"] = o.depth;
   j["chunk"] = o.chunk;
   j["max_chunks"] = o.max_chunks;
-  j["speculative_claim"] = o.speculative_claim;
+  j["speculative_claim"] = to_string(o.speculative_claim);
   j["read_size"] = t.read_size ? t.read_size : p.read_size;
   j["read_size_policy"] = p.read_size_policy;
   j["clusters"] = o.clusters;
@@ -190,7 +191,7 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   j["round_trips_per_op"] = d.rt;
   j["requests_per_op"] = {{"read", d.reads}, {"write", d.writes}, {"cas", d.cas}, {"faa", d.faa}, {"rpc", d.rpcs}};
   j["bytes_per_op"] = d.bytes;
-  if (p.scheme == "race") {
+  if (find_scheme(p.scheme) && find_scheme(p.scheme)->caps.splits) {
     j["resizes"] = t.resizes;
     j["directory_depth"] = t.directory_depth;
     // Memory efficiency: how full each subtable was when a split of this point divided it.
@@ -199,16 +200,12 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
                                 {"mean", static_cast<double>(t.split_load_ppm_sum) / 1e6 / static_cast<double>(t.split_loads)},
                                 {"min", static_cast<double>(t.split_load_ppm_min) / 1e6},
                                 {"max", static_cast<double>(t.split_load_ppm_max) / 1e6}};
-    j["race_dir_cache"] = o.race_dir_cache;
-    j["initial_depth"] = o.initial_depth;
   }
-  if (p.scheme == "continuity") {
-    j["max_resizes"] = o.max_resizes;
-    j["added_sbuckets"] = o.added_sbuckets;
-    if (p.table_resizes) j["resizes"] = *p.table_resizes;  // since the table was created
-    if (p.resizing_start) j["resizing_start"] = *p.resizing_start;  // a resize in progress when the point began
-    if (p.resizing_end) j["resizing_end"] = *p.resizing_end;
-  }
+  if (p.table_resizes) j["resizes"] = *p.table_resizes;  // online resizes since the table was created
+  if (p.resizing_start) j["resizing_start"] = *p.resizing_start;  // a resize in progress when the point began
+  if (p.resizing_end) j["resizing_end"] = *p.resizing_end;
+  for (const auto& [name, value] : p.scheme_options)  // the scheme's own options (race_dir_cache, max_resizes, ...)
+    std::visit([&j, &name](const auto& v) { j[name] = v; }, value);
   j["chunks_per_op"] = d.chunks;
   if (!p.persistence.empty()) {
     j["persistence"] = p.persistence;

@@ -60,6 +60,7 @@ struct PointInfo {
   uint64_t table_bytes = 0;   // all shards' regions
   uint64_t llc_bytes = 0;     // last-level cache of this machine (0: unknown)
   std::string persistence;  // persistent schemes: volatile, pmem or msync (empty: not persistent)
+  ReportFields scheme_options;  // SchemeTable::report_options()
   std::optional<uint64_t> table_resizes;  // continuity: online resizes so far (where known)
   std::optional<bool> resizing_start, resizing_end;  // continuity: a resize in progress then
   // ucx (mpirun): rank 0's serve mode as resolved (ServeMode) and its UCX context's transports.

@@ -12,6 +12,7 @@
 #include "bench/report.h"
 #include "rdmahash/engine.h"
 #include "rdmahash/linear.h"
+#include "rdmahash/scheme.h"
 #include "rdmahash/table.h"
 #include "rdmahash/ucx_service.h"
 
@@ -110,56 +111,33 @@ class OpStream {
   double insert_fraction_;
 };
 
-// Thin per-scheme adapter used by the driver.
-class SchemeAdapter {
+// The bench reaches schemes only through the registry (rdmahash/scheme.h); these turn its options
+// and key space into the registry's typed values.
+
+// The loaded records of `keys` (RecordStream order), with fill_value's values.
+class KeyRecords final : public RecordSource {
  public:
-  virtual ~SchemeAdapter() = default;
-  virtual uint64_t region_bytes() const = 0;
-  virtual uint64_t slots() const = 0;  // home slots over all memory nodes (0: the table grows)
-  // The table's slots now, read from the memory this process hosts (race: its directory on node 0);
-  // 0 where this process cannot tell. Tables of fixed size answer slots().
-  virtual uint64_t slots_in(Fabric&) const { return slots(); }
-  virtual unsigned key_bits() const = 0;
-  virtual uint32_t value_bytes() const = 0;
-  // Memory-node side: formats every shard this process hosts (`fabric.local_region(n)` is
-  // non-empty) and loads the records of `keys` that belong to them, in one pass over the keys.
-  // Registers whatever RPC handlers the scheme's clients need. Call before the start barrier.
-  // Called again on the same fabric to reload the table between points: the result is the table
-  // as the first call left it (a persistent image: restored as it was after the first call).
-  virtual void load(Fabric& fabric, const KeySpace& keys, const std::function<void(uint64_t done)>& progress) = 0;
-  struct ClientSetup {
-    std::unique_ptr<KvClient> client;
-    uint32_t read_size = 0;  // the lookup read size in slots (for model/cluster: the model's R*)
-  };
-  // A client whose lookups size their reads as `spec` says. For model sizes it reads the table's
-  // metadata (one READ) to learn the load factor. Throws InvalidArgument if the scheme has no such
-  // policy.
-  virtual ClientSetup make_client(Engine& engine, const ReadSizeSpec& spec, const BenchOptions& o) const = 0;
-  // The same for client `client` (unique among the table's live and dead clients: race names lock
-  // owners by it); schemes that do not care answer make_client.
-  virtual ClientSetup make_client_as(Engine& engine, const ReadSizeSpec& spec, const BenchOptions& o, uint32_t) const {
-    return make_client(engine, spec, o);
+  explicit KeyRecords(const KeySpace& keys, std::function<void(uint64_t)> on_progress = {})
+      : keys_(keys), stream_(keys) {
+    progress = std::move(on_progress);
   }
-  virtual std::string describe() const = 0;
-  // After a client's run: scheme statistics for the report (race: splits, directory depth).
-  virtual void finish(KvClient&, ClientResult&) const {}
-  // Persistent schemes (--pm-path): the memory node's table memory, a file mapping the fabric must
-  // expose as its region (opened on first call, on the memory node only); empty otherwise.
-  virtual std::span<std::byte> persistent_region() { return {}; }
-  // "volatile", "pmem" or "msync" for persistent schemes (after load), else empty.
-  virtual std::string persistence() const { return {}; }
-  // After load: the records of an existing persistent image that was recovered instead of
-  // bulk-loaded (on the memory node hosting it); nothing if the table was loaded from the keys.
-  virtual std::optional<uint64_t> recovered_records() const { return std::nullopt; }
-  // Online resizes the table has made so far (over every shard), where this process can tell
-  // (continuity: hosts every shard); nothing otherwise.
-  virtual std::optional<uint64_t> table_resizes() const { return std::nullopt; }
-  // Whether a resize is in progress now (same condition).
-  virtual std::optional<bool> table_resizing() const { return std::nullopt; }
-  // `rdmahash serve`: what to repair after a client died (null: nothing to repair). Memory-node side.
-  virtual std::unique_ptr<ClientLossHandler> loss_handler(Fabric&) const { return nullptr; }
+  uint64_t count() const override { return keys_.records(); }
+  uint64_t next() override { return stream_.next(); }
+  void fill(uint64_t key, std::span<std::byte> value) const override { fill_value(key, value); }
+
+ private:
+  const KeySpace& keys_;
+  RecordStream stream_;
 };
 
-std::unique_ptr<SchemeAdapter> make_adapter(const BenchOptions& o, double load_factor);
+// The table of `o` at `load_factor` (validated: InvalidArgument naming the flags).
+std::unique_ptr<SchemeTable> make_table(const BenchOptions& o, double load_factor);
+// Loads `keys` into the memory nodes this process hosts.
+void load_table(SchemeTable& t, Fabric& fabric, const KeySpace& keys, std::function<void(uint64_t)> progress = {});
+// A client of `t` reading as `read_size` says, named `client_id` (unique among the table's clients).
+SchemeTable::Client make_client(const SchemeTable& t, Engine& engine, const BenchOptions& o,
+                                const ReadSizeSpec& read_size, uint32_t client_id = 0);
+// After a client's run: its scheme statistics into the row (splits, split loads, directory depth).
+void add_client_stats(const SchemeTable& t, KvClient& kv, ClientResult& r);
 
 }  // namespace rdmahash::bench

@@ -27,25 +27,39 @@
 #include "model/calibrate.h"
 #include "cli/model_cmd.h"
 #include "rdmahash/fabric.h"
+#include "rdmahash/scheme.h"
 #include "rdmahash/table.h"
 
 namespace {
 
+// --scheme's help: the registry's schemes, each with its summary.
+std::string scheme_help() {
+  std::string h;
+  for (const auto& d : rdmahash::schemes()) h += std::string(h.empty() ? "" : "; ") + d.name + " (" + d.summary + ")";
+  return h;
+}
+
+}  // namespace
+
+namespace {
+
 using rdmahash::bench::BenchOptions;
+using rdmahash::bench::OptionText;
 
 // The options that shape a table (shared by bench and serve; a --connect client takes them from
 // the server: see table_option_names()).
 // `serve` builds one table and serves it until stopped: some texts differ from the bench's, and its
 // --load-factor is one number (`serve_load_factor`, parsed by parse_serve_load_factor()).
-void add_table_options(CLI::App& cmd, BenchOptions& o, std::string& distribution, std::string* serve_load_factor) {
+void add_table_options(CLI::App& cmd, BenchOptions& o, OptionText& text, std::string& distribution,
+                       std::string* serve_load_factor) {
   const bool serve = serve_load_factor != nullptr;
-  cmd.add_option("--scheme", o.scheme, "hash table scheme: linear, cuckoo, race, continuity or level")->capture_default_str();
+  cmd.add_option("--scheme", text.scheme, "hash table scheme: " + scheme_help())->capture_default_str();
   cmd.add_option("--sbuckets", o.sbuckets, "continuity: SBuckets between two numbered buckets (1..4)")->capture_default_str();
   cmd.add_option("--max-resizes", o.max_resizes,
                  "continuity: the table starts 2^N times smaller than --records/--load-factor ask and doubles online "
                  "(the memory node migrates it while clients read and write) up to N times, when a segment is full")
       ->capture_default_str();
-  cmd.add_option("--added-sbuckets", o.added_sbuckets,
+  cmd.add_option("--added-sbuckets", text.added_sbuckets,
                  "continuity: added SBuckets (seed 002 Fig. 10) for 1/D of the segment pairs, 0 or 1/D (e.g. 1/10): a "
                  "full segment overflows into its pair's added group before the table reports full or resizes")
       ->capture_default_str();
@@ -59,9 +73,9 @@ void add_table_options(CLI::App& cmd, BenchOptions& o, std::string& distribution
                          "not loaded"
                        : "continuity, level: keep the table in this file (pmem_map_file); an existing file is recovered, "
                          "not loaded; reloads between points write back the image as loaded");
-  cmd.add_option("--slot-format", o.slot_format, "linear slot format: auto, set (63-bit keys) or inline (records)")
+  cmd.add_option("--slot-format", text.slot_format, "linear slot format: auto, set (63-bit keys) or inline (records)")
       ->capture_default_str();
-  cmd.add_option("--storage", o.storage, "records inline in the table slots, in a heap (8-byte CAS-able slots), or heap4 (linear, bulk-loaded: 4 fingerprints per slot)")->capture_default_str();
+  cmd.add_option("--storage", text.storage, "records inline in the table slots, in a heap (8-byte CAS-able slots), or heap4 (linear, bulk-loaded: 4 fingerprints per slot)")->capture_default_str();
   cmd.add_option("--slots-per-bucket", o.slots_per_bucket, "cuckoo: 1 or 4 slots per bucket")->capture_default_str();
   cmd.add_option("--memory-nodes", o.memory_nodes,
                  serve ? "memory nodes K the table is split over (one `rdmahash serve` each: --node 0..K-1)"
@@ -92,8 +106,8 @@ void add_table_options(CLI::App& cmd, BenchOptions& o, std::string& distribution
 
 // How memory nodes wait for work (rdmahash::ServeMode): `serve`, and the memory-node ranks of an
 // mpirun `bench --fabric ucx`.
-void add_serve_wait_options(CLI::App& cmd, BenchOptions& o) {
-  cmd.add_option("--serve-mode", o.serve_mode,
+void add_serve_wait_options(CLI::App& cmd, BenchOptions& o, OptionText& text) {
+  cmd.add_option("--serve-mode", text.serve_mode,
                  "how a memory node waits for UCX work: event (sleep on the worker's event fd whenever idle), hybrid "
                  "(spin --serve-spin-us after the last event, then sleep), poll (never sleep: takes a core) or auto "
                  "(hybrid when UCX can only use TCP, which makes the memory node execute every one-sided operation; "
@@ -103,11 +117,11 @@ void add_serve_wait_options(CLI::App& cmd, BenchOptions& o) {
       ->check(CLI::Range(1u, 999u))->capture_default_str();
 }
 
-void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>& workloads,
+void add_bench_options(CLI::App& cmd, BenchOptions& o, OptionText& text, std::vector<std::string>& workloads,
                        std::vector<std::string>& read_sizes, std::string& distribution,
                        std::vector<std::string>& ycsb_props) {
-  add_table_options(cmd, o, distribution, nullptr);
-  cmd.add_option("--fabric", o.fabric, "local (threads in this process) or ucx (launch with mpirun)")
+  add_table_options(cmd, o, text, distribution, nullptr);
+  cmd.add_option("--fabric", text.fabric, "local (threads in this process) or ucx (launch with mpirun)")
       ->capture_default_str();
   cmd.add_option("--connect", o.connect,
                  "run one client against memory nodes served by `rdmahash serve` at HOST:PORT,... (node order); "
@@ -115,15 +129,15 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
       ->delimiter(',');
   cmd.add_option("--token-file", o.token_file,
                  "--connect: the file holding the memory nodes' shared secret (copy of their --token-file; mode 0600)");
-  cmd.add_option("--cuckoo-probe", o.cuckoo_probe, "cuckoo lookups: parallel (k READs at once) or sequential")
+  cmd.add_option("--cuckoo-probe", text.cuckoo_probe, "cuckoo lookups: parallel (k READs at once) or sequential")
       ->capture_default_str();
   cmd.add_flag("--symmetric", o.symmetric, "every rank hosts a shard and runs a client (PGAS layout)");
   cmd.add_option("--clients", o.clients, "client threads (local fabric only)")->capture_default_str();
-  cmd.add_option("--direct-access", o.direct_access,
+  cmd.add_option("--direct-access", text.direct_access,
                  "ucx: reach same-host memory (own shard, peers' shared memory) with loads, stores and CPU atomics (on) "
                  "or with UCX requests (off)")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
-  cmd.add_option("--race-dir-cache", o.race_dir_cache, "race: clients cache the directory (on) or read its entry per operation (off)")
+  cmd.add_option("--race-dir-cache", text.race_dir_cache, "race: clients cache the directory (on) or read its entry per operation (off)")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   cmd.add_option("--workload", workloads,
                  "get, get-all, find-or-put, mixed, read-intensive, write-intensive, raw-read, kv-mix (a list runs each)")
@@ -132,7 +146,7 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
   cmd.add_option("--depth", o.depth, "operations in flight per client")->capture_default_str();
   cmd.add_option("--chunk", o.chunk, "find-or-put chunk size C (slots)")->capture_default_str();
   cmd.add_option("--max-chunks", o.max_chunks, "find-or-put gives up after M chunks")->capture_default_str();
-  cmd.add_option("--speculative-claim", o.speculative_claim,
+  cmd.add_option("--speculative-claim", text.speculative_claim,
                  "linear find-or-put: CAS the claim of the home slot in chunk 0's batch (on), only after a scan "
                  "(off, seed 001), or on while it wins at least as often as chunk 0 is full (auto)")
       ->check(CLI::IsMember({"on", "off", "auto"}))->capture_default_str();
@@ -170,14 +184,14 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, std::vector<std::string>&
   cmd.add_option("--json", o.json_path, "append one JSON object per point to FILE (JSON Lines)");
   cmd.add_flag_callback("--no-progress", [&o] { o.progress = false; }, "no progress bar while loading");
   cmd.add_flag("--quiet", o.quiet, "no summary table on stdout");
-  add_serve_wait_options(cmd, o);
+  add_serve_wait_options(cmd, o, text);
   // How clients wait for their requests (rdmahash::ClientWait): mpirun client ranks and --connect.
-  cmd.add_option("--client-wait", o.client_wait,
+  cmd.add_option("--client-wait", text.client_wait,
                  "how a ucx client waits for its requests: poll (progress in a loop), hybrid (spin --client-spin-us "
                  "without an event, then sleep on the worker's event fd), event (sleep as soon as nothing is ready) "
                  "or auto (hybrid when UCX can only use TCP, else poll)")
       ->capture_default_str();
-  cmd.add_option("--read-coalescing", o.read_coalescing,
+  cmd.add_option("--read-coalescing", text.read_coalescing,
                  "ucx clients: send a batch's READs, WRITEs, CASes and FAAs to one memory node as one active "
                  "message performed in posting order (not when the batch sends that node an RPC; atomics only where "
                  "no NIC performs atomics): on, off, or auto (on when UCX can only use TCP, whose emulated "
@@ -279,19 +293,21 @@ int main(int argc, char** argv) {
   CLI::App app{"rdmahash: hash tables in remote memory over one-sided operations"};
   app.require_subcommand(1);
   BenchOptions opts;
+  OptionText opts_text;
   std::vector<std::string> workloads{"get"}, read_sizes{"8"};
   std::string distribution = "uniform";
   std::vector<std::string> ycsb_props;
   CLI::App* bench = app.add_subcommand("bench", "benchmark a scheme over a fabric");
-  add_bench_options(*bench, opts, workloads, read_sizes, distribution, ycsb_props);
+  add_bench_options(*bench, opts, opts_text, workloads, read_sizes, distribution, ycsb_props);
   BenchOptions serve_opts;
+  OptionText serve_text;
   std::string serve_distribution = "uniform";
   rdmahash::bench::ServeOptions serve_cfg;
   CLI::App* serve = app.add_subcommand(
       "serve", "run memory node N of a table as a service (no MPI) that `rdmahash bench --connect HOST:PORT,...` "
                "clients reach; stops cleanly on SIGTERM or SIGINT");
   std::string serve_load_factor = "0.5";
-  add_table_options(*serve, serve_opts, serve_distribution, &serve_load_factor);
+  add_table_options(*serve, serve_opts, serve_text, serve_distribution, &serve_load_factor);
   serve->add_option("--listen", serve_cfg.listen,
                     "IPv4 HOST:PORT to listen on; UCX's own sockets use the same interface (port 0: any free port, "
                     "printed when ready)")
@@ -299,7 +315,7 @@ int main(int argc, char** argv) {
   serve->add_option("--token-file", serve_cfg.token_file,
                     "shared secret clients must prove they hold (challenge-response; never sent); created with mode "
                     "0600 if missing; required when --listen is not a loopback address (see docs/security.md)");
-  add_serve_wait_options(*serve, serve_opts);
+  add_serve_wait_options(*serve, serve_opts, serve_text);
   serve->add_option("--node", serve_cfg.node, "this server is memory node N of --memory-nodes")->capture_default_str();
   serve->add_option("--capacity", serve_cfg.capacity,
                     "records the table may come to hold, --records..2^34 (sizes race's directory, linear heaps and level's "
@@ -334,6 +350,8 @@ int main(int argc, char** argv) {
   if (model_cmd.parsed()) return model_cmd.run();
   if (serve->parsed()) {
     try {
+      if (const std::string err = rdmahash::bench::apply_option_text(serve_text, serve_opts); !err.empty())
+        throw rdmahash::InvalidArgument(err);
       serve_opts.zipf_theta = rdmahash::bench::parse_distribution(serve_distribution);
       serve_opts.load_factors = {parse_serve_load_factor(serve_load_factor)};
       return rdmahash::bench::run_serve(serve_opts, serve_cfg);
@@ -355,6 +373,8 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (const std::string err = rdmahash::bench::apply_option_text(opts_text, opts); !err.empty())
+      throw rdmahash::InvalidArgument(err);
     opts.workloads.clear();
     for (const auto& w : workloads) opts.workloads.push_back(rdmahash::bench::parse_workload(w));
     opts.read_sizes.clear();
@@ -388,8 +408,8 @@ int main(int argc, char** argv) {
       if (bench->count(name) > 0 && conflict.empty()) conflict = name;
     if (!conflict.empty())
       conflict += " describes the table, which `rdmahash serve` defines: drop it with --connect";
-    else if (bench->count("--fabric") > 0 && opts.fabric != "ucx")
-      conflict = "--connect runs over UCX: drop --fabric " + opts.fabric;
+    else if (bench->count("--fabric") > 0 && opts.fabric != rdmahash::bench::FabricKind::kUcx)
+      conflict = "--connect runs over UCX: drop --fabric " + opts_text.fabric;
     else if (bench->count("--serve-mode") > 0 || bench->count("--serve-spin-us") > 0)
       conflict = "--serve-mode and --serve-spin-us tell memory nodes how to wait: give them to `rdmahash serve`, not to a --connect client";
     else if (!opts.ycsb_path.empty())
@@ -412,19 +432,19 @@ int main(int argc, char** argv) {
     }
   }
 
-  if (opts.fabric == "local" && (bench->count("--serve-mode") > 0 || bench->count("--serve-spin-us") > 0)) {
+  if (opts.fabric == rdmahash::bench::FabricKind::kLocal && (bench->count("--serve-mode") > 0 || bench->count("--serve-spin-us") > 0)) {
     std::fprintf(stderr, "rdmahash bench: error: --serve-mode and --serve-spin-us apply to --fabric ucx (the local fabric has no memory node processes)\n");
     return 2;
   }
-  if (opts.fabric == "local" && bench->count("--read-coalescing") > 0) {
+  if (opts.fabric == rdmahash::bench::FabricKind::kLocal && bench->count("--read-coalescing") > 0) {
     std::fprintf(stderr, "rdmahash bench: error: --read-coalescing applies to --fabric ucx and --connect (local clients call no UCX)\n");
     return 2;
   }
-  if (opts.fabric == "local" && (bench->count("--client-wait") > 0 || bench->count("--client-spin-us") > 0)) {
+  if (opts.fabric == rdmahash::bench::FabricKind::kLocal && (bench->count("--client-wait") > 0 || bench->count("--client-spin-us") > 0)) {
     std::fprintf(stderr, "rdmahash bench: error: --client-wait and --client-spin-us apply to --fabric ucx and --connect (local clients call no UCX)\n");
     return 2;
   }
-  if (opts.fabric == "local") {
+  if (opts.fabric == rdmahash::bench::FabricKind::kLocal) {
     try {
       return rdmahash::bench::run_local(opts);
     } catch (const rdmahash::InvalidArgument& e) {  // bad input (options, files): status 2
