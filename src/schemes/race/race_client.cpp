@@ -220,6 +220,8 @@ namespace rdmahash {
     co_return load64(reply.data());
   }
 
+  // --- operations ---------------------------------------------------------------------------
+
   void RaceClient::Impl::check_key(std::span<const std::byte> key) const {
     if (key.empty() || key.size() > kMaxKeyBytes)
       throw InvalidArgument("race: keys must be 1 to " + std::to_string(kMaxKeyBytes) + " bytes, got " +
