@@ -1,0 +1,495 @@
+// RACE hashing's client: RaceClient and the read/write path of RaceClient::Impl (directory cache,
+// reading and classifying a key's buckets, block allocation, get/write/erase). Splits are in
+// race_split.cpp, the memory-node side in race.cpp; declarations shared by them in race_internal.h.
+// Layout, protocol and the safety argument: include/rdmahash/race.h.
+// RaceClient::Impl's members below keep the indentation they had in the class body (now in
+// race_internal.h), so the mutation harness's `find` strings (tests/mutants/race.json) still match.
+#include "schemes/race/race_internal.h"
+
+namespace rdmahash {
+
+// --- client -------------------------------------------------------------------------------------
+
+  // Other operations of this client keep using the cache while this one reads: it is replaced
+  // in one step, never left half-filled.
+  Task<void> RaceClient::Impl::refresh() {
+    ++st.dir_refreshes;
+    uint32_t want = dir.empty() ? cfg.initial_depth : gd;
+    for (;;) {
+      std::vector<std::byte> buf(64 + (size_t{8} << want));
+      co_await engine.read(RemoteAddr{0, 0}, buf.data(), static_cast<uint32_t>(buf.size()));
+      const uint64_t depth = load64(buf.data() + 8);
+      if (load64(buf.data()) != kRaceMagic) throw FabricError("race: node 0 holds no RACE table (bad magic)");
+      if (depth > cfg.max_depth) throw FabricError("race: directory depth " + std::to_string(depth) + " exceeds the config");
+      if (depth > want) {  // grew since: read the larger directory
+        want = static_cast<uint32_t>(depth);
+        continue;
+      }
+      std::vector<uint64_t> d(size_t{1} << depth);
+      bool complete = true;
+      for (size_t i = 0; i < d.size(); ++i) {
+        d[i] = load64(buf.data() + 64 + 8 * i);
+        if (d[i] == 0) complete = false;  // a doubling's copy not yet visible: read again
+      }
+      if (!complete) continue;
+      if (!dir.empty() && depth < gd) co_return;  // a newer refresh of this client finished first
+      gd = static_cast<uint32_t>(depth);
+      dir = std::move(d);
+      co_return;
+    }
+  }
+
+  // RT: read both combined buckets of the key in the subtable the cache names (cache off: READ
+  // the directory entry first). A stale header (RETIRED, or a suffix the key does not have)
+  // refreshes the directory and retries with it.
+  Task<Verdict> RaceClient::Impl::read_view(Ctx& c, View& v) {
+    if (dir.empty()) co_await refresh();
+    if (!cfg.dir_cache) {
+      uint64_t e = 0, depth = 0;
+      auto a = engine.read(RemoteAddr{0, 8}, &depth, 8);
+      auto b = engine.read(RemoteAddr{0, cfg.directory_offset() + 8 * (c.p.h & mask(gd))}, &e, 8);
+      co_await a;
+      co_await b;
+      if (depth != gd) co_await refresh();
+      else dir[c.p.h & mask(gd)] = e;
+    }
+    const uint64_t e = entry_for(c.p.h);
+    v.sub = entry_addr(e);
+    std::array<RemoteAddr, 2> cb;
+    for (int i = 0; i < 2; ++i) cb[i] = RemoteAddr{v.sub.node, v.sub.offset + combined_offset(c.p.main[i])};
+    {
+      auto r0 = engine.read(cb[0], v.buf.data(), 128);
+      auto r1 = engine.read(cb[1], v.buf.data() + 128, 128);
+      co_await r0;
+      co_await r1;
+    }
+    c.chunks += 2;
+    v.slots.clear();
+    v.load = {0, 0};
+    v.headers_ok = true;
+    v.frozen = false;
+    for (int i = 0; i < 2; ++i)
+      for (int b = 0; b < 2; ++b) {
+        const std::byte* bucket = v.buf.data() + 128 * i + 64 * b;
+        const uint64_t hdr = load64(bucket);
+        const uint32_t depth = static_cast<uint32_t>(hdr & 0xff);
+        if (depth == kRetiredDepth || (c.p.h & mask(depth)) != (hdr >> 8)) v.headers_ok = false;
+        for (uint32_t s = 0; s < kRaceSlots; ++s) {
+          const RemoteAddr a{cb[i].node, cb[i].offset + 64 * b + 8 + 8 * s};
+          const uint64_t w = load64(bucket + 8 + 8 * s);
+          if (w != 0) ++v.load[i];
+          if (w & kFrozen) v.frozen = true;
+          if (std::any_of(v.slots.begin(), v.slots.end(), [&](const SlotRef& r) { return r.addr.offset == a.offset; })) continue;
+          v.slots.push_back(SlotRef{a, w, i});
+        }
+      }
+    std::sort(v.slots.begin(), v.slots.end(), [](const SlotRef& x, const SlotRef& y) { return x.addr.offset < y.addr.offset; });
+    if (v.headers_ok) co_return Verdict::kOk;
+    ++st.stale_detected;
+    ++st.stale_headers;
+    co_await refresh();
+    // The fresh directory cannot still name the subtable read. Its headers are written once, in
+    // its image before any entry names it, and then only RETIRED, after its split's publication
+    // has CASed every entry naming it (copy-on-split order, race.h); the refresh READ follows
+    // ours, so it sees that publication. A subtable named at index i has a suffix ≡ i, which is
+    // the key's. So this is corrupted memory or a broken protocol: an error, not a view to use
+    // (before copy-on-split it meant "headers rewritten, not published yet": contents current).
+    if (same_addr(entry_addr(entry_for(c.p.h)), v.sub))
+      throw FabricError("race: a bucket header of a subtable the directory names is RETIRED or has another suffix "
+                        "(memory corrupted or the split protocol broken)");
+    co_return Verdict::kRetry;
+  }
+
+  // RT: READ the blocks of fingerprint-matching slots this op has not classified yet (committed
+  // only, unless `all`), plus the key's directory entry when `check_dir`: the check that no split
+  // published since the view was read moved the key elsewhere. Fills `copies` with the slots
+  // holding the key. `value_out` receives the value of the committed copy.
+  Task<Verdict> RaceClient::Impl::classify(Ctx& c, const View& v, bool all, bool check_dir, std::vector<SlotRef>& copies,
+                                           std::vector<std::byte>* value_out, uint32_t* value_len) {
+    struct Fetch {
+      uint64_t id;
+      RemoteAddr at;
+      uint32_t len;
+      std::vector<std::byte> buf;
+    };
+    std::vector<Fetch> fetch;
+    for (const SlotRef& s : v.slots) {
+      if ((s.v & ~kFrozen) == 0 || (s.v & kKilled) || slot_fp(s.v) != c.p.fp || (!all && !(s.v & kCommitted))) continue;
+      const uint64_t id = s.v & kPtrMask;
+      const bool wanted_value = value_out && (s.v & kCommitted);
+      if (!wanted_value && std::any_of(c.known.begin(), c.known.end(), [&](auto& k) { return k.first == id; })) continue;
+      if (std::any_of(fetch.begin(), fetch.end(), [&](const Fetch& f) { return f.id == id; })) continue;
+      fetch.push_back(Fetch{id, slot_block(s.v), slot_units(s.v) * 64, {}});
+    }
+    uint64_t e = 0, depth = gd;
+    const uint32_t cached_gd = gd;
+    if (!fetch.empty() || check_dir) {
+      std::vector<Pending> pend;
+      for (auto& f : fetch) {
+        f.buf.resize(f.len);
+        pend.push_back(engine.read(f.at, f.buf.data(), f.len));
+      }
+      // The global depth too: a split that doubled the directory leaves the entry at the old
+      // index naming S even when it moved the key (the key's entry is in the new upper half).
+      std::optional<Pending> d, g;
+      if (check_dir) {
+        d.emplace(engine.read(RemoteAddr{0, cfg.directory_offset() + 8 * (c.p.h & mask(cached_gd))}, &e, 8));
+        g.emplace(engine.read(RemoteAddr{0, offsetof(RaceNodeHeader, global_depth)}, &depth, 8));
+      }
+      for (auto& p : pend) co_await p;
+      if (d) {
+        Pending& dp = *d;
+        co_await dp;
+        Pending& gp = *g;
+        co_await gp;
+      }
+    }
+    if (check_dir && (depth != cached_gd || !same_addr(entry_addr(e), v.sub))) {
+      ++st.stale_detected;
+      co_await refresh();
+      co_return Verdict::kRetry;
+    }
+    for (auto& f : fetch) {
+      auto b = parse_block(f.buf.data(), f.len);
+      if (!b) throw FabricError("race: a KV block failed its checksum (memory corrupted or a pointer is wrong)");
+      const bool mine = b->key.size() == c.key.size() && std::equal(b->key.begin(), b->key.end(), c.key.begin());
+      if (std::none_of(c.known.begin(), c.known.end(), [&](auto& k) { return k.first == f.id; })) {
+        c.known.emplace_back(f.id, mine);
+      }
+      if (mine && value_out) {
+        value_out->assign(b->value.begin(), b->value.end());
+        if (value_len) *value_len = static_cast<uint32_t>(b->value.size());
+      }
+    }
+    copies.clear();
+    for (const SlotRef& s : v.slots) {
+      if ((s.v & ~kFrozen) == 0 || (s.v & kKilled) || slot_fp(s.v) != c.p.fp) continue;
+      const uint64_t id = s.v & kPtrMask;
+      auto it = std::find_if(c.known.begin(), c.known.end(), [&](auto& k) { return k.first == id; });
+      if (it != c.known.end() && it->second) copies.push_back(s);
+    }
+    co_return Verdict::kOk;
+  }
+
+  // Space for one block, carved from this client's chunks; a new chunk by RPC when none has room,
+  // trying every node. Several operations of this client may refill at once: every chunk they
+  // get is kept, none is dropped. False: the pool is exhausted.
+  Task<bool> RaceClient::Impl::alloc_block(uint32_t bytes, RemoteAddr& out) {
+    bytes = (bytes + 63) / 64 * 64;
+    for (;;) {
+      for (size_t i = 0; i < chunks.size(); ++i)
+        if (chunks[i].second - chunks[i].first.offset >= bytes) {
+          out = chunks[i].first;
+          chunks[i].first.offset += bytes;
+          if (chunks[i].second - chunks[i].first.offset < 64 * kMaxUnits) chunks.erase(chunks.begin() + static_cast<std::ptrdiff_t>(i));
+          co_return true;
+        }
+      if (refilling) {
+        // Another operation's RPC is in flight: ride along in its batch (one 8-byte READ), then
+        // look again, instead of fetching a chunk of our own that would go mostly unused.
+        uint64_t scratch = 0;
+        co_await engine.read(RemoteAddr{0, 0}, &scratch, 8);
+        continue;
+      }
+      refilling = true;
+      // Cleared on every way out, a failing RPC's exception included: left set, every later
+      // allocation of this client would ride along forever on an RPC no longer in flight.
+      struct Unset {
+        bool& flag;
+        ~Unset() { flag = false; }
+      } unset{refilling};
+      bool ok = false;
+      for (uint32_t tries = 0; tries < cfg.memory_nodes && !ok; ++tries) {
+        const uint32_t node = alloc_node;
+        alloc_node = (alloc_node + 1) % cfg.memory_nodes;  // spread chunks over the nodes
+        if (const uint64_t got = co_await rpc_alloc(node, cfg.chunk_bytes)) {
+          chunks.emplace_back(RemoteAddr{node, got}, got + cfg.chunk_bytes);
+          ok = true;
+        }
+      }
+      if (!ok) co_return false;
+    }
+  }
+
+  Task<uint64_t> RaceClient::Impl::rpc_alloc(uint32_t node, uint64_t bytes) {
+    std::array<uint64_t, 2> req{bytes, node};
+    std::vector<std::byte> reply;
+    co_await engine.rpc(node, kRaceRpcAlloc, req.data(), 16, &reply);
+    ++st.chunk_rpcs;
+    if (reply.size() != 8) throw FabricError("race: malformed allocation reply");
+    co_return load64(reply.data());
+  }
+
+  // --- operations ---------------------------------------------------------------------------
+
+  void RaceClient::Impl::check_key(std::span<const std::byte> key) const {
+    if (key.empty() || key.size() > kMaxKeyBytes)
+      throw InvalidArgument("race: keys must be 1 to " + std::to_string(kMaxKeyBytes) + " bytes, got " +
+                            std::to_string(key.size()));
+  }
+
+  void RaceClient::Impl::check_value(std::span<const std::byte> value) const {
+    if (value.size() > kMaxValueBytes)
+      throw InvalidArgument("race: values must be at most " + std::to_string(kMaxValueBytes) + " bytes, got " +
+                            std::to_string(value.size()));
+  }
+
+  Task<OpResult> RaceClient::Impl::get(std::span<const std::byte> key, std::vector<std::byte>* out) {
+    check_key(key);
+    Ctx c{key, place(cfg, key), {}, 0};
+    View v;
+    std::vector<SlotRef> copies;
+    std::vector<std::byte> value;
+    OpResult r;
+    for (;;) {
+      if (co_await read_view(c, v) == Verdict::kRetry) continue;
+      if (co_await classify(c, v, false, true, copies, &value, &r.value_bytes) == Verdict::kRetry) continue;
+      break;
+    }
+    r.chunks = c.chunks;
+    const bool hit = std::any_of(copies.begin(), copies.end(), [](const SlotRef& s) { return s.v & kCommitted; });
+    if (!hit) {
+      r.status = Status::kNotFound;
+      r.value_bytes = 0;
+      co_return r;
+    }
+    r.status = Status::kFound;
+    r.matches = 1;
+    if (out) *out = std::move(value);
+    co_return r;
+  }
+
+  // find_or_put / put / update: see race.h for the insert protocol and duplicate resolution.
+  Task<OpResult> RaceClient::Impl::write(std::span<const std::byte> key, std::span<const std::byte> value, Mode mode) {
+    check_key(key);
+    check_value(value);
+    Ctx c{key, place(cfg, key), {}, 0};
+    std::vector<std::byte> block;
+    build_block(key, value, id, block);
+    const uint32_t units = static_cast<uint32_t>(block.size() / 64);
+    RemoteAddr at;
+    if (!co_await alloc_block(static_cast<uint32_t>(block.size()), at)) co_return OpResult{Status::kFull, 0, 0, 0};
+    uint64_t mine_tent = make_slot(c.p.fp, units, at);
+    uint64_t mine_id = mine_tent & kPtrMask;
+    c.known.emplace_back(mine_id, true);
+    bool have_mine = false;
+    bool placed = false;  // mine_tent was placed: never again (race.h, Protocol: no slot value is placed twice)
+    RemoteAddr mine_at{};
+    bool written = false;
+    View v;
+    std::vector<SlotRef> copies;
+    auto done = [&](Status s) { return OpResult{s, c.chunks, s == Status::kFound ? 1u : 0u, 0}; };
+    for (;;) {
+      Verdict rv;
+      if (!written) {
+        auto w = engine.write(at, block.data(), static_cast<uint32_t>(block.size()));  // same round trip
+        rv = co_await read_view(c, v);
+        co_await w;
+        written = true;
+      } else {
+        rv = co_await read_view(c, v);
+      }
+      if (rv == Verdict::kRetry) continue;
+      if (v.frozen) {  // a split of this subtable is running: help it finish, then read again
+        co_await help_frozen(c, v.sub);
+        continue;
+      }
+      // Committed copies need a validated view (dir check); tentative ones do not.
+      const bool any_match = std::any_of(v.slots.begin(), v.slots.end(), [&](const SlotRef& s) {
+        return (s.v & ~kFrozen) != 0 && slot_fp(s.v) == c.p.fp && (s.v & kPtrMask) != mine_id;
+      });
+      if (co_await classify(c, v, true, any_match || mode == Mode::kUpdate, copies, nullptr, nullptr) == Verdict::kRetry)
+        continue;
+      // Our copy killed by another inserter (race.h, "Helping"): clear the marker and start over.
+      // Only a kill leaves it, so a copy of ours that is gone without one was committed.
+      const SlotRef* marker = nullptr;
+      for (const SlotRef& s : v.slots)
+        if ((s.v & kKilled) && (s.v & kPtrMask) == mine_id) marker = &s;
+      if (marker) {
+        if (!co_await cas(marker->addr, marker->v, 0)) continue;
+        have_mine = false;
+        continue;
+      }
+      const SlotRef* mine = nullptr;
+      const SlotRef* committed = nullptr;
+      const SlotRef* lowest = nullptr;  // the lowest tentative copy: the one that may commit
+      // Our block referenced twice would be a bug; the committed reference, else the lowest, is
+      // ours, the others are withdrawn like other tentative copies.
+      for (const SlotRef& s : copies)
+        if ((s.v & kPtrMask) == mine_id && (!mine || (s.v & kCommitted))) mine = &s;
+      for (const SlotRef& s : copies) {
+        if (s.v & kCommitted) {
+          if (&s == mine || (s.v & kPtrMask) != mine_id) committed = &s;
+        } else if (!lowest || s.addr.offset < lowest->addr.offset) {
+          lowest = &s;
+        }
+      }
+      if (mine && (mine->v & kCommitted)) {  // a helper committed it (our own CAS answers at once)
+        ++st.commits_by_helper;
+        for (const SlotRef& h : copies)
+          if (&h != mine && (h.v & kPtrMask) == mine_id) (void)co_await cas(h.addr, h.v, 0);
+        co_return done(Status::kInserted);
+      }
+      if (have_mine && !mine) {
+        // Our copy is gone and left no kill marker: a helper committed it and a later update or
+        // erase replaced it (it never left a split behind: a retired subtable is all frozen) (validate the view first: a stale one may just not show it).
+        if (co_await classify(c, v, true, true, copies, nullptr, nullptr) == Verdict::kRetry) continue;
+        ++st.commits_by_helper;
+        co_return done(Status::kInserted);
+      }
+      if (committed) {
+        if (mine) {  // withdraw our tentative copy before answering (fails if it was committed)
+          if (!co_await cas(mine->addr, mine->v, 0)) continue;
+          have_mine = false;
+        }
+        if (mode == Mode::kFindOrPut) co_return done(Status::kFound);
+        const uint64_t next = make_slot(c.p.fp, units, at) | kCommitted;
+        if (co_await cas(committed->addr, committed->v, next)) co_return done(Status::kUpdated);
+        continue;  // lost to a concurrent write: fresh read
+      }
+      if (mode == Mode::kUpdate) co_return done(Status::kNotFound);
+      if (lowest) {
+        // Kill every other tentative copy (withdraw ours), then, once a re-read shows the lowest
+        // as the only copy, commit it, whoever owns it: nobody waits for its owner.
+        bool changed = false;
+        for (const SlotRef& s : copies) {
+          if (&s == lowest) continue;
+          const bool own = (s.v & kPtrMask) == mine_id;
+          if (!co_await cas(s.addr, s.v, own ? 0 : (s.v | kKilled))) {
+            changed = true;
+            continue;
+          }
+          changed = true;
+          if (own) have_mine = false;
+          else ++st.kills;
+        }
+        if (changed) continue;  // re-read and decide again
+        const SlotRef t = *lowest;
+        const uint64_t commit_v = t.v | kCommitted;
+        if (co_await cas(t.addr, t.v, commit_v)) {
+          if ((t.v & kPtrMask) == mine_id) co_return done(Status::kInserted);
+          ++st.commits_helped;  // its owner's insert took effect here; ours finds (or updates) it
+          if (mode == Mode::kFindOrPut) co_return done(Status::kFound);
+        }
+        continue;
+      }
+      // Absent: CAS an empty slot of the less loaded combined bucket (main bucket first).
+      const int first = v.load[0] <= v.load[1] ? 0 : 1;
+      const SlotRef* empty = nullptr;
+      for (const SlotRef& s : v.slots)  // the less loaded combined bucket's own slots first
+        if (s.v == 0 && s.cb == first) { empty = &s; break; }
+      for (const SlotRef& s : v.slots)
+        if (!empty && s.v == 0) { empty = &s; break; }
+      if (!empty) {
+        if (!cfg.resize) co_return done(Status::kFull);
+        const Status s = co_await split(c, v.sub);
+        if (s == Status::kFull) co_return done(Status::kFull);
+        continue;
+      }
+      if (placed) {
+        // Our copy was killed or withdrawn and we place the key again: with a fresh block, i.e. a
+        // new slot value. The same value placed again (maybe in the same slot) would let a stalled
+        // helper's commit or kill CAS, issued from a view of the first placement, land on this
+        // one. The old block is leaked; the WRITE goes with the next READ, before our CAS.
+        if (!co_await alloc_block(static_cast<uint32_t>(block.size()), at)) co_return done(Status::kFull);
+        mine_tent = make_slot(c.p.fp, units, at);
+        mine_id = mine_tent & kPtrMask;
+        c.known.emplace_back(mine_id, true);
+        placed = false;
+        written = false;
+        continue;
+      }
+      if (co_await cas(empty->addr, 0, mine_tent)) {
+        have_mine = true;
+        mine_at = empty->addr;
+        placed = true;
+      }
+    }
+  }
+
+  Task<OpResult> RaceClient::Impl::erase(std::span<const std::byte> key) {
+    check_key(key);
+    Ctx c{key, place(cfg, key), {}, 0};
+    View v;
+    std::vector<SlotRef> copies;
+    for (;;) {
+      if (co_await read_view(c, v) == Verdict::kRetry) continue;
+      if (co_await classify(c, v, false, true, copies, nullptr, nullptr) == Verdict::kRetry) continue;
+      const SlotRef* committed = nullptr;
+      for (const SlotRef& s : copies)
+        if (s.v & kCommitted) committed = &s;
+      if (!committed) co_return OpResult{Status::kNotFound, c.chunks, 0, 0};
+      if (committed->v & kFrozen) {  // a split of this subtable is running: help it finish
+        co_await help_frozen(c, v.sub);
+        continue;
+      }
+      if (co_await cas(committed->addr, committed->v, 0)) co_return OpResult{Status::kErased, c.chunks, 1, 0};
+    }
+  }
+
+RaceClient::RaceClient(const RaceConfig& cfg, Engine& engine, uint32_t client_id) : cfg_(cfg) {
+  cfg_.validate();
+  if (client_id > kRaceMaxClientId)
+    throw InvalidArgument("race: client id " + std::to_string(client_id) + " does not fit the " +
+                          std::to_string(kRaceMaxClientId + 1) + " owner ids of locks and blocks");
+  impl_ = std::make_unique<Impl>(cfg_, engine, client_id, stats_);
+}
+RaceClient::~RaceClient() = default;
+
+namespace {
+// uint64 keys as bytes: the 8 little-endian bytes, then a fixed pattern up to key_bytes.
+std::vector<std::byte> int_key(const RaceConfig& c, uint64_t key) {
+  std::vector<std::byte> k(c.key_bytes);
+  std::memcpy(k.data(), &key, 8);
+  for (uint32_t i = 8; i < c.key_bytes; ++i) k[i] = static_cast<std::byte>(0xA5 ^ i);
+  return k;
+}
+}  // namespace
+
+Task<OpResult> RaceClient::find_or_put(KeyView key, std::span<const std::byte> value) {
+  return impl_->write(key.bytes, value, Impl::Mode::kFindOrPut);
+}
+Task<OpResult> RaceClient::put(KeyView key, std::span<const std::byte> value) {
+  return impl_->write(key.bytes, value, Impl::Mode::kPut);
+}
+Task<OpResult> RaceClient::update(KeyView key, std::span<const std::byte> value) {
+  return impl_->write(key.bytes, value, Impl::Mode::kUpdate);
+}
+Task<OpResult> RaceClient::get(KeyView key, std::vector<std::byte>* value_out) { return impl_->get(key.bytes, value_out); }
+Task<OpResult> RaceClient::erase(KeyView key) { return impl_->erase(key.bytes); }
+
+Task<OpResult> RaceClient::find_or_put(uint64_t key, std::span<const std::byte> value) {
+  const auto k = int_key(cfg_, key);
+  co_return co_await impl_->write(k, value, Impl::Mode::kFindOrPut);
+}
+Task<OpResult> RaceClient::put(uint64_t key, std::span<const std::byte> value) {
+  const auto k = int_key(cfg_, key);
+  co_return co_await impl_->write(k, value, Impl::Mode::kPut);
+}
+Task<OpResult> RaceClient::update(uint64_t key, std::span<const std::byte> value) {
+  const auto k = int_key(cfg_, key);
+  co_return co_await impl_->write(k, value, Impl::Mode::kUpdate);
+}
+Task<OpResult> RaceClient::erase(uint64_t key) {
+  const auto k = int_key(cfg_, key);
+  co_return co_await impl_->erase(k);
+}
+Task<OpResult> RaceClient::get(uint64_t key, std::span<std::byte> value_out) {
+  const auto k = int_key(cfg_, key);
+  std::vector<std::byte> v;
+  OpResult r = co_await impl_->get(k, &v);
+  // (A miss leaves v empty: memcpy's pointers must not be null even for 0 bytes.)
+  if (const size_t n = std::min(v.size(), value_out.size())) std::memcpy(value_out.data(), v.data(), n);
+  co_return r;
+}
+Task<OpResult> RaceClient::get_all(uint64_t key, std::vector<std::byte>* values_out) {
+  const auto k = int_key(cfg_, key);
+  std::vector<std::byte> v;
+  OpResult r = co_await impl_->get(k, &v);
+  if (values_out && r.status == Status::kFound) values_out->insert(values_out->end(), v.begin(), v.end());
+  co_return r;
+}
+Task<void> RaceClient::refresh_directory() { return impl_->refresh(); }
+uint32_t RaceClient::cached_depth() const { return impl_->gd; }
+
+}  // namespace rdmahash
