@@ -63,9 +63,13 @@ void PrintTo(const Param& p, std::ostream* os) { *os << p.name; }
 const Param kParams[] = {
     {.name = "linear_set", .scheme = "linear", .slot_format = "set", .value_bytes = 0},
     {.name = "linear_inline", .scheme = "linear", .slot_format = "inline", .value_bytes = 32},
+    {.name = "linear_inline_v120", .scheme = "linear", .slot_format = "inline", .value_bytes = 120},
     {.name = "linear_inline_k4", .scheme = "linear", .slot_format = "inline", .key_bytes = 4, .value_bytes = 4},
+    {.name = "linear_inline_k4_v0", .scheme = "linear", .slot_format = "inline", .key_bytes = 4, .value_bytes = 0},
     {.name = "linear_heap", .scheme = "linear", .storage = "heap", .value_bytes = 32},
     {.name = "linear_heap_k4", .scheme = "linear", .storage = "heap", .key_bytes = 4, .value_bytes = 4},
+    {.name = "linear_heap_k4_v0", .scheme = "linear", .storage = "heap", .key_bytes = 4, .value_bytes = 0},
+    {.name = "linear_heap_v4096", .scheme = "linear", .storage = "heap", .value_bytes = 4096},
     {.name = "linear_heap4", .scheme = "linear", .storage = "heap4", .value_bytes = 8},
     {.name = "cuckoo_inline_s4", .scheme = "cuckoo", .value_bytes = 8},
     {.name = "cuckoo_inline_s4_seq", .scheme = "cuckoo", .value_bytes = 8, .probe = "sequential"},
@@ -139,9 +143,9 @@ Contract contract_of(const Param& p) {
   c.byte_keys = s == "race";
   c.fixed_values = s != "race";
   // linear.h: inline updates are in place; heap records out of place (heap exhausted: kFull).
-  // cuckoo.h: updates in place (heap: a new record, the heap may run out). race.h: a new block.
-  // continuity.h / level.h: out of place in the key's segment / buckets.
-  c.full_on_update = !(s == "linear" && storage == "inline") && !(s == "cuckoo" && storage == "inline");
+  // cuckoo.h: updates in place (inline slot or heap record). race.h: a new block from the pool.
+  // continuity.h / level.h: out of place in the key's segment / buckets (none free: kFull).
+  c.full_on_update = !(s == "linear" && storage == "inline") && s != "cuckoo";
   c.get_all = s == "linear" ? GetAll::kMultimap : (s == "cuckoo" || s == "race") ? GetAll::kLikeGet : GetAll::kUnsupported;
   if (set) c.key_limit = 1ULL << 63;
   else if ((s == "linear" || s == "cuckoo") && p.key_bytes == 4) c.key_limit = 1ULL << 32;
