@@ -1,6 +1,6 @@
 // Continuity hashing on LocalFabric: layout (eqs. 1-3), one READ per lookup, persists per op,
-// conformance against std::unordered_map, readers racing the node's writes (forced interleavings
-// and threads), bad input.
+// readers racing the node's writes (forced interleavings and threads), bad input (random operations
+// against std::unordered_map: conformance_test).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -101,76 +101,7 @@ TEST(Continuity, LookupIsOneReadAndWritesPersistTwoTwoOne) {
   EXPECT_EQ(t.server->records(), 0u);
 }
 
-class ContinuityOracle : public testing::TestWithParam<std::tuple<uint32_t, uint32_t>> {};
-
-TEST_P(ContinuityOracle, RandomOperationsMatchUnorderedMap) {
-  const auto [sbuckets, value_bytes] = GetParam();
-  ContinuityConfig c;
-  c.memory_nodes = 2;
-  c.buckets_per_node = 24;
-  c.sbuckets = sbuckets;
-  c.value_bytes = value_bytes;
-  ContTable t(c);
-  SyncClient cl(*t.fabric, c);
-  const auto universe = distinct_keys(c.slots_per_node() * 2, 11);  // up to ~100% load: kFull happens
-  std::unordered_map<uint64_t, std::vector<std::byte>> oracle;
-  std::mt19937_64 rng(5);
-  std::vector<std::byte> out(value_bytes);
-  uint64_t full = 0;
-  for (int i = 0; i < 20000; ++i) {
-    const uint64_t k = universe[rng() % universe.size()];
-    const auto v = value_for(k, static_cast<uint32_t>(i), value_bytes);
-    const bool present = oracle.count(k) > 0;
-    switch (rng() % 5) {
-      case 0: {
-        const OpResult r = cl.run(cl.client.get(k, out));
-        ASSERT_EQ(r.status, present ? Status::kFound : Status::kNotFound);
-        if (present) { ASSERT_EQ(out, oracle[k]); }
-        break;
-      }
-      case 1: {
-        const OpResult r = cl.run(cl.client.find_or_put(k, v));
-        if (present) ASSERT_EQ(r.status, Status::kFound);
-        else if (r.status == Status::kFull) ++full;
-        else { ASSERT_EQ(r.status, Status::kInserted); oracle[k] = v; }
-        break;
-      }
-      case 2: {
-        const OpResult r = cl.run(cl.client.put(k, v));
-        if (r.status == Status::kFull) { ++full; break; }
-        ASSERT_EQ(r.status, present ? Status::kUpdated : Status::kInserted);
-        oracle[k] = v;
-        break;
-      }
-      case 3: {
-        const OpResult r = cl.run(cl.client.update(k, v));
-        if (!present) { ASSERT_EQ(r.status, Status::kNotFound); break; }
-        if (r.status == Status::kFull) { ++full; break; }  // the old value stays
-        ASSERT_EQ(r.status, Status::kUpdated);
-        oracle[k] = v;
-        break;
-      }
-      default: {
-        const OpResult r = cl.run(cl.client.erase(k));
-        ASSERT_EQ(r.status, present ? Status::kErased : Status::kNotFound);
-        oracle.erase(k);
-      }
-    }
-  }
-  EXPECT_GT(full, 0u) << "the universe should overfill some segments";
-  uint64_t n = 0;
-  for (uint32_t node = 0; node < 2; ++node)
-    for (const auto& [k, v] : t.server->shard(node).items()) {
-      ASSERT_TRUE(oracle.count(k));
-      ASSERT_EQ(v, oracle[k]);
-      ++n;
-    }
-  EXPECT_EQ(n, oracle.size());
-  EXPECT_EQ(t.server->records(), oracle.size());
-}
-
-INSTANTIATE_TEST_SUITE_P(Geometries, ContinuityOracle,
-                         testing::Combine(testing::Values(1u, 3u, 4u), testing::Values(0u, 8u, 40u)));
+// Random operations against std::unordered_map, near full too: tests/conformance_test.cpp (Conformance/continuity*).
 
 TEST(Continuity, BadInputFailsBeforeAnyRequest) {
   ContinuityConfig c;

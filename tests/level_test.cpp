@@ -1,7 +1,7 @@
 // Level hashing (OSDI'18) on LocalFabric: layout, one round trip per hit, persists per op,
-// conformance against std::unordered_map (with resizes), readers racing the node's writes (forced
-// interleavings; threads during resizes), crash images at every store/persist of a workload and of
-// a resize (the machinery of continuity_crash_test), corrupt images refused.
+// readers racing the node's writes (forced interleavings; threads during resizes), crash images at
+// every store/persist of a workload and of a resize (the machinery of continuity_crash_test),
+// corrupt images refused (random operations against std::unordered_map: conformance_test).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -91,80 +91,8 @@ TEST(Level, HitIsOneRoundTripAndWritesPersistTwoTwoOne) {
   EXPECT_EQ(t.server->records(), 0u);
 }
 
-class LevelOracle : public testing::TestWithParam<uint32_t> {};
-
-TEST_P(LevelOracle, RandomOperationsMatchUnorderedMapThroughResizes) {
-  const uint32_t value_bytes = GetParam();
-  LevelConfig c;
-  c.memory_nodes = 2;
-  c.base_buckets = 4;
-  c.max_resizes = 3;
-  c.value_bytes = value_bytes;
-  LevelTable t(c);
-  SyncClient cl(*t.fabric, c);
-  // Up to 4·(64+32)·2 = 768 slots after 3 resizes; 900 keys overfill it: kFull happens at the end.
-  const auto universe = distinct_keys(900, 11);
-  std::unordered_map<uint64_t, std::vector<std::byte>> oracle;
-  std::mt19937_64 rng(5);
-  std::vector<std::byte> out(value_bytes);
-  uint64_t full = 0;
-  for (int i = 0; i < 30000; ++i) {
-    const uint64_t k = universe[rng() % universe.size()];
-    const auto v = value_for(k, static_cast<uint32_t>(i), value_bytes);
-    const bool present = oracle.count(k) > 0;
-    switch (rng() % 6) {
-      case 0: {
-        const OpResult r = cl.run(cl.client.get(k, out));
-        ASSERT_EQ(r.status, present ? Status::kFound : Status::kNotFound) << i;
-        if (present) { ASSERT_EQ(out, oracle[k]); }
-        break;
-      }
-      case 1:
-      case 5: {
-        const OpResult r = cl.run(cl.client.find_or_put(k, v));
-        if (present) ASSERT_EQ(r.status, Status::kFound);
-        else if (r.status == Status::kFull) ++full;
-        else { ASSERT_EQ(r.status, Status::kInserted); oracle[k] = v; }
-        break;
-      }
-      case 2: {
-        const OpResult r = cl.run(cl.client.put(k, v));
-        if (r.status == Status::kFull) { ++full; break; }
-        ASSERT_EQ(r.status, present ? Status::kUpdated : Status::kInserted);
-        oracle[k] = v;
-        break;
-      }
-      case 3: {
-        const OpResult r = cl.run(cl.client.update(k, v));
-        if (!present) { ASSERT_EQ(r.status, Status::kNotFound); break; }
-        if (r.status == Status::kFull) { ++full; break; }
-        ASSERT_EQ(r.status, Status::kUpdated);
-        oracle[k] = v;
-        break;
-      }
-      default: {
-        if (rng() % 3) break;  // fewer erases than inserts: the table fills and resizes
-        const OpResult r = cl.run(cl.client.erase(k));
-        ASSERT_EQ(r.status, present ? Status::kErased : Status::kNotFound);
-        oracle.erase(k);
-      }
-    }
-  }
-  const LevelStats s = t.server->stats();
-  EXPECT_EQ(s.resizes, 2u * 3u) << "both shards should use every resize";
-  EXPECT_GT(s.moves, 0u);
-  EXPECT_GT(full, 0u);
-  uint64_t n = 0;
-  for (uint32_t node = 0; node < 2; ++node)
-    for (const auto& [k, v] : state_of(t.server->shard(node))) {
-      ASSERT_TRUE(oracle.count(k));
-      ASSERT_EQ(v, oracle[k]);
-      ++n;
-    }
-  EXPECT_EQ(n, oracle.size());
-}
-
-INSTANTIATE_TEST_SUITE_P(ValueSizes, LevelOracle, testing::Values(0u, 8u, 40u));
+// Random operations against std::unordered_map, through resizes to kFull: tests/conformance_test.cpp
+// (Conformance/level*).
 
 TEST(Level, BadInputFailsBeforeAnyRequest) {
   LevelConfig c;

@@ -1,5 +1,6 @@
 // Out-of-band (heap) records for linear probing: kHeap (CAS-insertable) and kHeap4 (Fig. 5,
-// bulk-loaded) on LocalFabric, against std::unordered_map / std::multimap oracles.
+// bulk-loaded) on LocalFabric, against std::unordered_map / std::multimap oracles (online random
+// operations: conformance_test).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -124,84 +125,8 @@ TEST(Heap4, OnlineWritesAreRejected) {
 
 // --- online operations (kHeap) --------------------------------------------------------------------
 
-class HeapOracle : public testing::TestWithParam<LoadParam> {};
-
-TEST_P(HeapOracle, RandomOperationsMatchUnorderedMap) {
-  const auto [format, kb, vb] = GetParam();
-  LocalTable t(heap_config(format, kb, vb, 512, 3));
-  Client client(*t.fabric, t.cfg, test::probe(8, 1024, 4));
-  std::unordered_map<uint64_t, std::vector<std::byte>> oracle;
-  std::mt19937_64 rng(42);
-  std::vector<uint64_t> universe;
-  for (int i = 0; i < 900; ++i) universe.push_back(rng() & key_mask(kb));
-  universe.push_back(0);
-  std::vector<std::byte> out(vb);
-  for (int step = 0; step < 6000; ++step) {
-    const uint64_t k = universe[rng() % universe.size()];
-    const int op = static_cast<int>(rng() % 5);
-    const auto v = value_for(k, static_cast<uint32_t>(step), vb);
-    const bool present = oracle.count(k) > 0;
-    if (op == 0) {
-      auto r = client.find_or_put(k, v);
-      ASSERT_EQ(r.status, present ? Status::kFound : Status::kInserted) << "step " << step;
-      if (!present) oracle[k] = v;
-    } else if (op == 1) {
-      auto r = client.get(k, out);
-      ASSERT_EQ(r.status, present ? Status::kFound : Status::kNotFound) << "step " << step;
-      if (present) {
-        ASSERT_EQ(out, oracle[k]) << "step " << step;
-      }
-    } else if (op == 2) {
-      ASSERT_EQ(client.erase(k).status, present ? Status::kErased : Status::kNotFound);
-      oracle.erase(k);
-    } else if (op == 3) {
-      ASSERT_EQ(client.update(k, v).status, present ? Status::kUpdated : Status::kNotFound);
-      if (present) oracle[k] = v;
-    } else {
-      ASSERT_EQ(client.put(k, v).status, present ? Status::kUpdated : Status::kInserted);
-      oracle[k] = v;
-    }
-  }
-  auto keys = t.all_keys();
-  std::unordered_set<uint64_t> distinct(keys.begin(), keys.end());
-  EXPECT_EQ(distinct.size(), keys.size()) << "duplicate live key";
-  EXPECT_EQ(keys.size(), oracle.size());
-  for (const auto& [k, v] : oracle) {
-    ASSERT_EQ(client.get(k, out).status, Status::kFound);
-    EXPECT_EQ(out, v);
-  }
-  // get_visit (the benchmark's get) hands over the same values, and reports absent keys as such.
-  struct Seen final : GetVisitor {
-    int calls = 0;
-    OpResult r;
-    std::vector<std::byte> value;
-    void on_get(uint64_t, const OpResult& r2, std::span<const std::byte> v) override {
-      ++calls;
-      r = r2;
-      value.assign(v.begin(), v.end());
-    }
-  };
-  for (const uint64_t k : universe) {
-    Seen seen;
-    client.engine().run(client.table().get_visit(k, vb, seen));
-    ASSERT_EQ(seen.calls, 1);
-    const auto it = oracle.find(k);
-    ASSERT_EQ(seen.r.status, it != oracle.end() ? Status::kFound : Status::kNotFound) << k;
-    if (it != oracle.end()) {
-      EXPECT_EQ(seen.value, it->second) << k;
-    } else {
-      EXPECT_TRUE(seen.value.empty()) << k;
-    }
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Formats, HeapOracle,
-                         testing::Values(LoadParam{SlotFormat::kHeap, 4, 0}, LoadParam{SlotFormat::kHeap, 4, 4},
-                                         LoadParam{SlotFormat::kHeap, 4, 28}, LoadParam{SlotFormat::kHeap, 8, 32},
-                                         LoadParam{SlotFormat::kHeap, 4, 124},
-                                         // YCSB's default records (10 x 100 B) and the largest heap records.
-                                         LoadParam{SlotFormat::kHeap, 8, 1000}, LoadParam{SlotFormat::kHeap, 8, 4096}),
-                         load_name);
+// Random operations against std::unordered_map (get_visit included): tests/conformance_test.cpp
+// (Conformance/linear_heap*).
 
 TEST(Heap, FingerprintCollisionsAreResolvedByTheRecordKey) {
   LinearConfig c = heap_config(SlotFormat::kHeap, 4, 8, 1, 1);  // every key's home is slot 0

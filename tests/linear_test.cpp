@@ -1,4 +1,5 @@
-// Linear table conformance on LocalFabric against std::unordered_map as the oracle.
+// Linear probing on LocalFabric: pipelined calls, READs per lookup, the probe bound, table edges, the
+// speculative claim, tombstones, bad input (random operations against std::unordered_map: conformance_test).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -41,56 +42,7 @@ class LinearOracle : public testing::TestWithParam<Format> {
   }
 };
 
-TEST_P(LinearOracle, RandomOperationsMatchUnorderedMap) {
-  LocalTable t(config(512, 3));
-  Client client(*t.fabric, t.cfg, test::probe(8, 1024, 4));
-  const uint32_t vb = t.cfg.format == SlotFormat::kSet ? 0 : t.cfg.value_bytes;
-  std::unordered_map<uint64_t, std::vector<std::byte>> oracle;
-  std::mt19937_64 rng(42);
-  std::vector<uint64_t> universe;
-  for (int i = 0; i < 900; ++i) universe.push_back(rng() & key_mask());
-  universe.push_back(0);  // key 0 is an ordinary key
-  std::vector<std::byte> out(vb);
-  for (int step = 0; step < 6000; ++step) {
-    const uint64_t k = universe[rng() % universe.size()];
-    const int op = static_cast<int>(rng() % 5);
-    const auto v = value_for(k, static_cast<uint32_t>(step), vb);
-    const bool present = oracle.count(k) > 0;
-    if (op == 0) {
-      auto r = client.find_or_put(k, v);
-      ASSERT_EQ(r.status, present ? Status::kFound : Status::kInserted) << "step " << step;
-      if (!present) oracle[k] = v;
-    } else if (op == 1) {
-      auto r = client.get(k, out);
-      ASSERT_EQ(r.status, present ? Status::kFound : Status::kNotFound) << "step " << step;
-      if (present) {
-        ASSERT_EQ(out, oracle[k]);
-      }
-    } else if (op == 2) {
-      auto r = client.erase(k);
-      ASSERT_EQ(r.status, present ? Status::kErased : Status::kNotFound);
-      oracle.erase(k);
-    } else if (op == 3 && vb > 0) {
-      auto r = client.update(k, v);
-      ASSERT_EQ(r.status, present ? Status::kUpdated : Status::kNotFound);
-      if (present) oracle[k] = v;
-    } else {
-      auto r = client.put(k, v);
-      ASSERT_EQ(r.status, present ? Status::kUpdated : Status::kInserted);
-      oracle[k] = v;
-    }
-  }
-  // The table holds exactly the oracle's keys, each once.
-  auto keys = t.all_keys();
-  std::unordered_set<uint64_t> distinct(keys.begin(), keys.end());
-  EXPECT_EQ(distinct.size(), keys.size()) << "duplicate key in the table";
-  EXPECT_EQ(keys.size(), oracle.size());
-  for (const auto& [k, v] : oracle) {
-    EXPECT_TRUE(distinct.count(k));
-    ASSERT_EQ(client.get(k, out).status, Status::kFound);
-    EXPECT_EQ(out, v);
-  }
-}
+// Random operations against std::unordered_map: tests/conformance_test.cpp (Conformance, every format).
 
 TEST_P(LinearOracle, PipelinedCallsMatchSynchronousOnes) {
   LocalTable t(config(4096, 2));

@@ -229,27 +229,8 @@ TEST(Race, BadKeysAndValuesAreRejectedBeforeAnyRequest) {
   EXPECT_THROW(bad.validate(), InvalidArgument);
 }
 
-TEST(Race, IntegerKeySchemesRejectByteKeysCleanly) {
-  test::LocalTable lt(LinearConfig::for_records(100, 0.5, 1));
-  Client lc(*lt.fabric, lt.cfg);
-  const std::string k = "abc";
-  try {
-    lc.engine().run(lc.table().find_or_put(KeyView(k), {}));
-    FAIL() << "linear accepted a byte key";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("--scheme linear takes 8-byte integer keys"), std::string::npos) << e.what();
-  }
-  CuckooConfig cc;
-  auto fabric = make_local_fabric({cc.region_bytes()});
-  CuckooServer server(*fabric, cc);
-  auto tr = fabric->connect();
-  Engine e(*tr);
-  CuckooClient client(cc, CuckooProbe::kParallel, e);
-  KvClient& kv = client;
-  EXPECT_THROW(e.run(kv.get(KeyView(k), nullptr)), InvalidArgument);
-  EXPECT_THROW(e.run(kv.erase(KeyView(k))), InvalidArgument);
-  EXPECT_EQ(tr->counters().batches, 0u);
-}
+// Byte keys on integer-key schemes (InvalidArgument naming the scheme, no request): tests/conformance_test.cpp
+// (Conformance.ErrorContractFailsBeforeAnyRequest, every scheme).
 
 TEST(Race, ExhaustedPoolAnswersFullAndChangesNothing) {
   RaceConfig cfg = small_cfg(2);

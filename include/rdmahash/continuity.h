@@ -522,6 +522,8 @@ class ContinuityServer {
 class ContinuityClient final : public KvClient {
  public:
   ContinuityClient(const ContinuityConfig& cfg, Engine& engine, uint16_t rpc_id = kContinuityRpcFirst);
+  // Integer keys only: the byte-key overloads are KvClient's, which reject them naming the scheme.
+  const char* scheme_name() const override { return "continuity"; }
   Task<OpResult> find_or_put(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> get(uint64_t key, std::span<std::byte> value_out) override;
   Task<OpResult> update(uint64_t key, std::span<const std::byte> value) override;

@@ -354,6 +354,8 @@ class LevelServer {
 class LevelClient final : public KvClient {
  public:
   LevelClient(const LevelConfig& cfg, Engine& engine, uint16_t rpc_id = kLevelRpcFirst);
+  // Integer keys only: the byte-key overloads are KvClient's, which reject them naming the scheme.
+  const char* scheme_name() const override { return "level"; }
   Task<OpResult> find_or_put(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> get(uint64_t key, std::span<std::byte> value_out) override;
   Task<OpResult> update(uint64_t key, std::span<const std::byte> value) override;
