@@ -31,10 +31,10 @@
 #include <unordered_set>
 #include <vector>
 
-#include "bench/options.h"
 #include "bench/workload.h"
 #include "rdmahash/engine.h"
 #include "rdmahash/fabric.h"
+#include "rdmahash/scheme.h"
 #include "rdmahash/table.h"
 #include "test_util.h"
 
@@ -94,35 +94,42 @@ constexpr int kRandomSteps = 3000;
 constexpr uint32_t kClients = 3;
 constexpr uint64_t kFillCap = 4096;     // new keys offered while filling (growing tables stop growing first)
 
-bench::BenchOptions options_of(const Param& p, const std::string& pm_path) {
-  bench::BenchOptions o;
-  o.scheme = p.scheme;
-  o.storage = p.storage;
-  o.slot_format = p.slot_format;
+const SchemeDescriptor& descriptor_of(const Param& p) {
+  const SchemeDescriptor* d = find_scheme(p.scheme);
+  if (!d) throw std::invalid_argument(std::string("conformance: no registered scheme '") + p.scheme + "'");
+  return *d;
+}
+
+// The typed table options of a parameter (rdmahash/scheme.h).
+TableOptions options_of(const Param& p, const std::string& pm_path) {
+  TableOptions o;
+  o.scheme = descriptor_of(p).id;
+  o.storage = parse_storage(p.storage).value();
+  o.slot_format = parse_slot_format(p.slot_format).value();
   o.key_bytes = p.key_bytes;
   o.value_bytes = p.value_bytes;
   o.slots_per_bucket = p.slots_per_bucket;
-  o.cuckoo_probe = p.probe;
+  o.cuckoo_lookup = parse_cuckoo_lookup(p.probe).value();
   o.sbuckets = p.sbuckets;
   o.pm_path = pm_path;
   o.memory_nodes = p.persistent ? 1 : 2;
   o.records = 2 * kRecords;
-  o.clients = kClients;
-  o.ops = kFillCap;        // race: room for the fill (records + ops · 8)
-  o.table_writes = kFillCap / 2;  // linear heaps: room for out-of-place writes; level: for resizes (then kFull)
-  o.workloads = {std::string(p.storage) == "heap4" ? bench::Workload::kGet : bench::Workload::kKvMix};
+  o.load_factor = kLoadFactor;
+  o.inserts = kFillCap * 8;  // race: room for the fill
+  o.writes = kFillCap / 2;   // linear heaps: room for out-of-place writes; level: for resizes (then kFull)
   o.seed = 7;
-  o.progress = false;
+  o.command = "conformance";
   return o;
 }
 
-// THE place the suite builds a scheme: today through the benchmark's adapter (src/bench/workload.h).
-std::unique_ptr<bench::SchemeAdapter> make_table(const Param& p, const std::string& pm_path) {
-  return bench::make_adapter(options_of(p, pm_path), kLoadFactor);
+// THE place the suite builds a scheme: the registry (every registered scheme must have a parameter:
+// ConformanceCoverage below).
+std::unique_ptr<SchemeTable> make_scheme_table(const Param& p, const std::string& pm_path) {
+  return rdmahash::make_table(options_of(p, pm_path));
 }
 
 // What the scheme's header documents (the contract the cases check).
-enum class GetAll { kMultimap, kLikeGet, kUnsupported };
+enum class GetAll { kMultimap, kLikeGet };
 struct Contract {
   bool values;            // holds values (a set holds keys only)
   bool writable;          // online writes (linear heap4 is bulk-loaded: writes throw InvalidArgument)
@@ -134,21 +141,21 @@ struct Contract {
   std::optional<uint64_t> key_limit;  // keys from here on are outside the key range
 };
 Contract contract_of(const Param& p) {
+  const SchemeCaps& caps = descriptor_of(p).caps;
   const std::string s = p.scheme, storage = p.storage;
   Contract c{};
-  const bool set = s == "linear" && std::string(p.slot_format) == "set";
+  const bool set = std::string(p.slot_format) == "set";
   c.values = !set && p.value_bytes > 0;
   c.writable = storage != "heap4";
   c.update = !set;
-  c.byte_keys = s == "race";
-  c.fixed_values = s != "race";
-  // linear.h: inline updates are in place; heap records out of place (heap exhausted: kFull).
-  // cuckoo.h: updates in place (inline slot or heap record). race.h: a new block from the pool.
-  // continuity.h / level.h: out of place in the key's segment / buckets (none free: kFull).
-  c.full_on_update = !(s == "linear" && storage == "inline") && s != "cuckoo";
-  c.get_all = s == "linear" ? GetAll::kMultimap : (s == "cuckoo" || s == "race") ? GetAll::kLikeGet : GetAll::kUnsupported;
+  c.byte_keys = caps.byte_keys;
+  c.fixed_values = !caps.byte_keys;
+  // Updates in place (linear.h inline slots, cuckoo.h) never answer kFull; every other scheme
+  // writes a new copy and may (a heap or pool exhausted, no free slot in the key's buckets).
+  c.full_on_update = !((s == "linear" && storage == "inline") || s == "cuckoo");
+  c.get_all = caps.multimap ? GetAll::kMultimap : GetAll::kLikeGet;  // table.h: else as get()
   if (set) c.key_limit = 1ULL << 63;
-  else if ((s == "linear" || s == "cuckoo") && p.key_bytes == 4) c.key_limit = 1ULL << 32;
+  else if (caps.four_byte_keys && p.key_bytes == 4) c.key_limit = 1ULL << 32;
   return c;
 }
 
@@ -165,7 +172,7 @@ struct Table {
   Param param;
   Contract contract;
   std::filesystem::path dir;  // persistent: the pmem file's directory (removed at the end)
-  std::unique_ptr<bench::SchemeAdapter> adapter;
+  std::unique_ptr<SchemeTable> table;
   std::unique_ptr<Fabric> fabric;
   std::unique_ptr<bench::KeySpace> keys;
 
@@ -177,19 +184,19 @@ struct Table {
       dir = ::mkdtemp(tmpl.data());
       pm_path = (dir / "table.pm").string();
     }
-    adapter = make_table(p, pm_path);
-    const auto pm = adapter->persistent_region();
-    fabric = pm.empty() ? make_local_fabric(std::vector<uint64_t>(options().memory_nodes, adapter->region_bytes()))
+    table = make_scheme_table(p, pm_path);
+    const auto pm = table->persistent_region();
+    fabric = pm.empty() ? make_local_fabric(std::vector<uint64_t>(p.persistent ? 1 : 2, table->region_bytes()))
                         : make_local_fabric_over({pm});
-    keys = std::make_unique<bench::KeySpace>(kRecords, adapter->key_bits(), seed_of(p));
-    adapter->load(*fabric, *keys, {});
+    keys = std::make_unique<bench::KeySpace>(kRecords, table->key_bits(), seed_of(p));
+    bench::KeyRecords records(*keys);
+    table->load(*fabric, records);
   }
   ~Table() {
     fabric.reset();
-    adapter.reset();
+    table.reset();
     if (!dir.empty()) std::filesystem::remove_all(dir);
   }
-  bench::BenchOptions options() const { return options_of(param, dir.empty() ? "" : (dir / "table.pm").string()); }
   uint32_t vb() const { return contract.values ? param.value_bytes : 0; }
   std::vector<std::byte> value(uint64_t key, uint32_t salt) const { return value_for(key, salt, vb()); }
   // The bulk-loaded records, as the oracle starts.
@@ -222,7 +229,9 @@ struct Session {
   std::unique_ptr<Engine> engine;
   std::unique_ptr<KvClient> kv;
   Session(Table& t, uint32_t id) : transport(t.fabric->connect()), engine(std::make_unique<Engine>(*transport)) {
-    kv = t.adapter->make_client_as(*engine, bench::ReadSizeSpec{}, t.options(), id).client;
+    ClientOptions c;
+    c.client_id = id;
+    kv = t.table->make_client(*engine, c).client;
   }
   OpResult run(Task<OpResult> task) { return engine->run(std::move(task)); }
   uint64_t batches() const { return transport->counters().batches; }
@@ -322,7 +331,6 @@ void random_op(Table& t, Session& s, Oracle& oracle, uint64_t k, uint32_t op, ui
     }
     default: {  // get_all
       std::vector<std::byte> all;
-      if (c.get_all == GetAll::kUnsupported) { EXPECT_THROW(s.run(s.kv->get_all(k, &all)), InvalidArgument) << where; break; }
       const OpResult r = s.run(s.kv->get_all(k, &all));
       ASSERT_EQ(r.status, present ? Status::kFound : Status::kNotFound) << where;
       ASSERT_EQ(r.matches, present ? 1u : 0u) << where;
@@ -450,7 +458,6 @@ TEST_P(Conformance, ErrorContractFailsBeforeAnyRequest) {
     if (c.update) invalid([&] { return s.kv->update(bad, v); }, "update, key outside the range");
     invalid([&] { return s.kv->erase(bad); }, "erase, key outside the range");
   }
-  if (c.get_all == GetAll::kUnsupported) invalid([&] { return s.kv->get_all(k, nullptr); }, "get_all");
   const std::string key_str = "some key";
   const KeyView key(key_str);
   const std::vector<std::byte> v8(8);
@@ -538,7 +545,7 @@ TEST_P(Conformance, FillingTowardCapacityLosesNothing) {
   Session s(t, 0);
   Oracle oracle = t.loaded();
   std::vector<uint64_t> refused;  // kFull: never inserted
-  const uint64_t slots_before = t.adapter->slots_in(*t.fabric);
+  const uint64_t slots_before = t.table->slots_in(*t.fabric);
   // New keys until the first kFull, then 64 more (other segments or buckets may still take some).
   uint64_t offered = 0, after_full = 0;
   for (uint64_t i = kRecords; offered < kFillCap && after_full < 64; ++i, ++offered) {
@@ -553,7 +560,7 @@ TEST_P(Conformance, FillingTowardCapacityLosesNothing) {
     }
     if (!refused.empty()) ++after_full;
   }
-  const uint64_t slots_after = t.adapter->slots_in(*t.fabric);
+  const uint64_t slots_after = t.table->slots_in(*t.fabric);
   RecordProperty("inserted", static_cast<int>(offered - refused.size()));
   RecordProperty("refused", static_cast<int>(refused.size()));
   RecordProperty("slots", std::to_string(slots_before) + " -> " + std::to_string(slots_after));
@@ -584,6 +591,17 @@ TEST_P(Conformance, FillingTowardCapacityLosesNothing) {
 
 INSTANTIATE_TEST_SUITE_P(Schemes, Conformance, testing::ValuesIn(kParams),
                          [](const testing::TestParamInfo<Param>& i) { return std::string(i.param.name); });
+
+// A registered scheme without a parameter would escape the suite: each has one (by registry name),
+// and every parameter names a registered scheme.
+TEST(ConformanceCoverage, EveryRegisteredSchemeIsInTheSuite) {
+  for (const SchemeDescriptor& d : schemes()) {
+    bool covered = false;
+    for (const Param& p : kParams) covered = covered || std::string(p.scheme) == d.name;
+    EXPECT_TRUE(covered) << "scheme " << d.name << " has no conformance parameter (tests/conformance_test.cpp kParams)";
+  }
+  for (const Param& p : kParams) EXPECT_NE(find_scheme(p.scheme), nullptr) << p.name;
+}
 
 }  // namespace
 }  // namespace rdmahash

@@ -529,6 +529,7 @@ class ContinuityClient final : public KvClient {
   Task<OpResult> update(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> put(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> erase(uint64_t key) override;
+  Task<OpResult> get_all(uint64_t key, std::vector<std::byte>* values_out) override;  // get(): one record a key
   // Reads and validates node's header (one READ).
   Task<ContinuityHeader> read_header(uint32_t node);
   const ContinuityConfig& config() const { return cfg_; }

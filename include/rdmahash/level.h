@@ -361,6 +361,7 @@ class LevelClient final : public KvClient {
   Task<OpResult> update(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> put(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> erase(uint64_t key) override;
+  Task<OpResult> get_all(uint64_t key, std::vector<std::byte>* values_out) override;  // get(): one record a key
   const LevelConfig& config() const { return cfg_; }
   uint64_t persists() const { return persists_; }
 

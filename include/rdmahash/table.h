@@ -101,8 +101,8 @@ class KvClient {
   // Remove a present key (kErased) or report kNotFound.
   virtual Task<OpResult> erase(uint64_t key) = 0;
   // Every record of `key` (multimap tables); values appended to `values_out` if given. Schemes that
-  // hold a key at most once answer with get().
-  virtual Task<OpResult> get_all(uint64_t key, std::vector<std::byte>* values_out);
+  // hold a key at most once answer with get() (matches 0 or 1).
+  virtual Task<OpResult> get_all(uint64_t key, std::vector<std::byte>* values_out) = 0;
 
   // Byte-string keys (contract above). Default: InvalidArgument naming the scheme, no request.
   virtual Task<OpResult> find_or_put(KeyView key, std::span<const std::byte> value);
@@ -111,7 +111,7 @@ class KvClient {
   virtual Task<OpResult> put(KeyView key, std::span<const std::byte> value);
   virtual Task<OpResult> erase(KeyView key);
   // The scheme's name as --scheme spells it (for error messages).
-  virtual const char* scheme_name() const { return "linear"; }
+  virtual const char* scheme_name() const = 0;
 };
 
 }  // namespace rdmahash

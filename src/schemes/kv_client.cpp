@@ -1,4 +1,4 @@
-// KvClient's default methods, shared by every scheme: to_string(Status), get_all and get_visit,
+// KvClient's default methods, shared by every scheme: to_string(Status), get_visit,
 // and the byte-string-key overloads of schemes that take 8-byte integer keys. The interface is
 // documented in include/rdmahash/table.h.
 #include <algorithm>
@@ -20,11 +20,6 @@ const char* to_string(Status s) {
     case Status::kErased: return "erased";
   }
   return "?";
-}
-
-Task<OpResult> KvClient::get_all(uint64_t, std::vector<std::byte>*) {
-  throw InvalidArgument("this scheme holds each key at most once: multimap lookups (get_all) are not supported");
-  co_return OpResult{};
 }
 
 Task<void> KvClient::get_visit(uint64_t key, uint32_t value_bytes, GetVisitor& v) {

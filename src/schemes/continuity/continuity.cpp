@@ -977,6 +977,13 @@ Task<OpResult> ContinuityClient::update(uint64_t key, std::span<const std::byte>
 
 Task<OpResult> ContinuityClient::erase(uint64_t key) { co_return co_await remote(write_rpc::kErase, key, {}); }
 
+Task<OpResult> ContinuityClient::get_all(uint64_t key, std::vector<std::byte>* values_out) {
+  std::vector<std::byte> value(values_out ? cfg_.value_bytes : 0);
+  const OpResult r = co_await get(key, value);
+  if (r.status == Status::kFound && values_out) values_out->insert(values_out->end(), value.begin(), value.end());
+  co_return r;
+}
+
 Task<ContinuityHeader> ContinuityClient::read_header(uint32_t node) {
   if (node >= cfg_.memory_nodes) throw InvalidArgument("node " + std::to_string(node) + " holds no shard of this table");
   ContinuityHeader h{};

@@ -826,4 +826,11 @@ Task<OpResult> LevelClient::update(uint64_t key, std::span<const std::byte> valu
 
 Task<OpResult> LevelClient::erase(uint64_t key) { co_return co_await remote(write_rpc::kErase, key, {}); }
 
+Task<OpResult> LevelClient::get_all(uint64_t key, std::vector<std::byte>* values_out) {
+  std::vector<std::byte> value(values_out ? cfg_.value_bytes : 0);
+  const OpResult r = co_await get(key, value);
+  if (r.status == Status::kFound && values_out) values_out->insert(values_out->end(), value.begin(), value.end());
+  co_return r;
+}
+
 }  // namespace rdmahash
