@@ -111,6 +111,21 @@ def main():
                 fail("get-all on a zipf multimap returns at least one record per lookup on average")
             if r["read_size_policy"].startswith("fixed") is False and r["read_size"] < 1:
                 fail("model read size must be at least one slot")
+        elif w == "update":
+            # Loaded keys only: every update finds its key (the table is reloaded before the point).
+            if o["updated"] != ops or sum(o.values()) != ops:
+                fail(f"update of loaded keys: {o}, expected {ops} updated")
+            if r["records_end"] != r["records_start"]:
+                fail(f"update changed the record count: {r['records_start']} -> {r['records_end']}")
+        elif w == "erase":
+            # Each client erases its own loaded keys (indices c, c + n, ...): all distinct while
+            # ops x clients fits the loaded records (with --same-keys one client erases each key).
+            loaded = r["records_start"]
+            distinct = min(ops // r["clients"] if same_keys else ops, loaded)
+            if o["erased"] != distinct or o["erased"] + o["not_found"] != ops or sum(o.values()) != ops:
+                fail(f"erase of {ops} loaded keys ({loaded} loaded): {o}, expected {distinct} erased")
+            if r["records_end"] != loaded - o["erased"]:
+                fail(f"erase: {loaded} -> {r['records_end']} records after {o['erased']} erases")
         elif w == "ycsb-load":
             if o["inserted"] != ops:
                 fail(f"ycsb load phase must insert every record: {o}")

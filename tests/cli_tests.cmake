@@ -25,6 +25,31 @@ set(CHECK_JSON ${CMAKE_CURRENT_SOURCE_DIR}/check_bench_json.py)
 add_test(NAME bench_local_json COMMAND python3 ${CHECK_JSON} --
   ${RDMAHASH_BIN} bench --fabric local --clients 2 --records 20000 --load-factor 0.5,0.8
   --workload raw-read,get,find-or-put,mixed --ops 1000 --depth 8)
+# Seed 004's per-operation figures and seed 002's update-only latency: update of loaded keys and
+# erase of each client's own loaded keys, every scheme (the erase point ends 2000 records lighter;
+# a get after it starts from the reloaded table).
+foreach(entry IN ITEMS "linear|--value-bytes 16" "linear_heap|--storage heap --value-bytes 16"
+                       "cuckoo|--scheme cuckoo --value-bytes 16" "race|--scheme race --key-bytes 16 --value-bytes 32"
+                       "continuity|--scheme continuity --value-bytes 16 --load-factor 0.25"
+                       "level|--scheme level --value-bytes 16")
+  string(REPLACE "|" ";" parts "${entry}")
+  list(GET parts 0 name)
+  list(GET parts 1 args)
+  separate_arguments(args)
+  add_test(NAME bench_local_update_erase_${name} COMMAND python3 ${CHECK_JSON} --
+    ${RDMAHASH_BIN} bench --fabric local --clients 2 --records 20000 --workload update,erase,get --ops 1000 --depth 8 ${args})
+endforeach()
+# Past the loaded records a client's erases wrap and miss (outcomes.not_found), never fail.
+add_test(NAME bench_local_erase_wraps COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --fabric local --clients 2 --records 1500 --workload erase --ops 1000 --depth 8 --value-bytes 8)
+add_test(NAME bench_local_erase_same_keys COMMAND python3 ${CHECK_JSON} --same-keys --
+  ${RDMAHASH_BIN} bench --fabric local --clients 2 --records 20000 --workload erase --ops 1000 --same-keys --value-bytes 8)
+# Updates write each key's own value: a get after them on the same table (--keep-table) checks it.
+add_test(NAME bench_local_update_keep_table COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --fabric local --clients 2 --records 20000 --workload update,get --keep-table --ops 2000
+  --value-bytes 24 --storage heap)
+add_test(NAME cli_update_needs_values COMMAND ${EXPECT_FAIL} "workload update replaces values"
+  ${RDMAHASH_BIN} bench --workload update --records 100 --ops 10)
 add_test(NAME bench_ucx_1mem_2clients COMMAND python3 ${CHECK_JSON} --
   ${RDMAHASH_MPIRUN} -n 3 ${RDMAHASH_BIN} bench --fabric ucx --memory-nodes 1 --records 20000 --load-factor 0.8
   --workload raw-read,get,find-or-put,write-intensive --ops 1000 --depth 8 --value-bytes 16)

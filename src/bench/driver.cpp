@@ -68,6 +68,11 @@ Task<void> do_op(KvClient* kv, Engine* engine, Op op, uint32_t value_bytes, Clie
     if (value_bytes)
       for (size_t i = 0; i + value_bytes <= values.size(); i += value_bytes)
         if (!value_matches(op.key, std::span<const std::byte>(values).subspan(i, value_bytes))) ++r->value_mismatches;
+  } else if (op.kind == OpKind::kUpdate) {
+    fill_value(op.key, buf);  // the key's own value: later reads still verify
+    res = co_await kv->update(op.key, buf);
+  } else if (op.kind == OpKind::kErase) {
+    res = co_await kv->erase(op.key);
   } else {
     // A find-or-put: gets never come here (run_client hands them to get_visit and GetCheck).
     if (op.kind != OpKind::kFindOrPut) throw std::logic_error("do_op: a get must go to get_visit");

@@ -21,6 +21,8 @@ const char* to_string(Workload w) {
     case Workload::kReadIntensive: return "read-intensive";
     case Workload::kWriteIntensive: return "write-intensive";
     case Workload::kRawRead: return "raw-read";
+    case Workload::kUpdate: return "update";
+    case Workload::kErase: return "erase";
     case Workload::kYcsbLoad: return "ycsb-load";
     case Workload::kYcsbRun: return "ycsb-run";
     case Workload::kKvMix: return "kv-mix";
@@ -30,10 +32,10 @@ const char* to_string(Workload w) {
 
 Workload parse_workload(const std::string& s) {
   for (Workload w : {Workload::kGet, Workload::kGetAll, Workload::kFindOrPut, Workload::kMixed, Workload::kReadIntensive,
-                     Workload::kWriteIntensive, Workload::kRawRead, Workload::kKvMix})
+                     Workload::kWriteIntensive, Workload::kRawRead, Workload::kUpdate, Workload::kErase, Workload::kKvMix})
     if (s == to_string(w)) return w;
   throw InvalidArgument("unknown workload '" + s +
-                        "' (expected get, get-all, find-or-put, mixed, read-intensive, write-intensive, raw-read or kv-mix)");
+                        "' (expected get, get-all, find-or-put, mixed, read-intensive, write-intensive, raw-read, update, erase or kv-mix)");
 }
 
 ReadSizeSpec parse_read_size(const std::string& s) {
@@ -201,6 +203,9 @@ std::string BenchOptions::error() const {
       if (w != Workload::kGet && w != Workload::kGetAll && w != Workload::kRawRead)
         return std::string("--storage heap4 tables are bulk-loaded (read-only): workload ") + to_string(w) +
                " writes; use get, get-all or raw-read";
+  for (Workload w : workloads)
+    if (w == Workload::kUpdate && value_bytes == 0)
+      return "workload update replaces values: give --value-bytes (a table of keys alone has nothing to update)";
   if (memory_nodes == 0) return "--memory-nodes must be at least 1";
   if (clients == 0) return "--clients must be at least 1";
   if (clients > 256) return "--clients must be at most 256";

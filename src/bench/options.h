@@ -14,7 +14,10 @@
 
 namespace rdmahash::bench {
 
-enum class Workload { kGet, kGetAll, kFindOrPut, kMixed, kReadIntensive, kWriteIntensive, kRawRead,
+// kUpdate: update() of random loaded keys (the value fill_value writes: readers can verify it);
+// kErase: erase() of loaded keys, each client its own (client c: key indices c, c + n, c + 2n, ...;
+// past the loaded records the indices wrap and erases miss: outcomes.not_found).
+enum class Workload { kGet, kGetAll, kFindOrPut, kMixed, kReadIntensive, kWriteIntensive, kRawRead, kUpdate, kErase,
                       kYcsbLoad, kYcsbRun, kKvMix };
 const char* to_string(Workload w);
 Workload parse_workload(const std::string& s);  // throws InvalidArgument

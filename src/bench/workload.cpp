@@ -90,6 +90,8 @@ OpStream::OpStream(const BenchOptions& o, Workload w, const KeySpace& keys, uint
   // New keys of different clients never collide unless --same-keys asks them to, and no insert
   // point re-uses the new keys of an earlier one (they would be found, not inserted).
   next_new_ = keys.records() + (insert_point * clients + stream) * (o.ops + 1);
+  next_erase_ = stream;
+  erase_step_ = o.same_keys ? 1 : clients;
   if (keys.zipf_theta() > 0)
     zipf_.reset(new Zipf{ycsb::Rng(hash::mix64(state_ ^ 0x51ED2701ULL)),
                          ycsb::ZipfianGenerator(0, keys.records() - 1, keys.zipf_theta())});
@@ -111,6 +113,12 @@ Op OpStream::next() {
     case Workload::kRawRead: return Op{OpKind::kRawRead, rng()};
     case Workload::kGet: return Op{OpKind::kGet, keys_.key(present_index())};
     case Workload::kGetAll: return Op{OpKind::kGetAll, keys_.key(present_index())};
+    case Workload::kUpdate: return Op{OpKind::kUpdate, keys_.key(present_index())};
+    case Workload::kErase: {
+      const uint64_t i = next_erase_ % keys_.records();
+      next_erase_ += erase_step_;
+      return Op{OpKind::kErase, keys_.key(i)};
+    }
     default: break;
   }
   const bool insert = static_cast<double>(rng() >> 11) * 0x1.0p-53 < insert_fraction_;

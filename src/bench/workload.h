@@ -81,7 +81,7 @@ class GetCheck final : public GetVisitor {
   uint32_t value_bytes_;
 };
 
-enum class OpKind : uint8_t { kGet, kGetAll, kFindOrPut, kRawRead };
+enum class OpKind : uint8_t { kGet, kGetAll, kFindOrPut, kRawRead, kUpdate, kErase };
 struct Op {
   OpKind kind;
   uint64_t key;  // kRawRead: random 64 bits for the address
@@ -108,6 +108,8 @@ class OpStream {
   const KeySpace& keys_;
   uint64_t state_;
   uint64_t next_new_;
+  uint64_t next_erase_;  // kErase: the next loaded key index this client erases
+  uint64_t erase_step_;  // clients (1 with same_keys: every client erases the same keys)
   double insert_fraction_;
 };
 

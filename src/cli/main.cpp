@@ -140,7 +140,8 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, OptionText& text, std::ve
   cmd.add_option("--race-dir-cache", text.race_dir_cache, "race: clients cache the directory (on) or read its entry per operation (off)")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   cmd.add_option("--workload", workloads,
-                 "get, get-all, find-or-put, mixed, read-intensive, write-intensive, raw-read, kv-mix (a list runs each)")
+                 "get, get-all, find-or-put, mixed, read-intensive, write-intensive, raw-read, update (loaded keys, new values), "
+                 "erase (each client its own loaded keys), kv-mix (a list runs each)")
       ->delimiter(',')->capture_default_str();
   cmd.add_option("--ops", o.ops, "operations per client")->capture_default_str();
   cmd.add_option("--depth", o.depth, "operations in flight per client")->capture_default_str();
