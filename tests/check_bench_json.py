@@ -33,6 +33,9 @@ def main():
     same_keys = "--same-keys" in opts
     # --expect FIELD=VALUE: every row's FIELD (a top-level string field) is VALUE.
     expect = [opts[i + 1].split("=", 1) for i, a in enumerate(opts) if a == "--expect"]
+    # --chunk-sweep: the find-or-put rows of each load factor sweep --chunk, and a larger chunk
+    # needs fewer chunk READs per insert (seed 001 Table 1): C_min's at least 1.2x C_max's.
+    chunk_sweep = "--chunk-sweep" in opts
     cmd = args[args.index("--") + 1:]
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "out.jsonl")
@@ -207,6 +210,20 @@ def main():
                     fail(f"continuity inserts persist twice: {r['persists_per_op']} per op, {o['inserted']} inserted")
         print(f"ok: {w} lf={r['load_factor']:.2f} ops={ops} rt/op={r['round_trips_per_op']:.2f} "
               f"outcomes={o}")
+    if chunk_sweep:
+        by_lf = {}
+        for line in lines:
+            r = json.loads(line)
+            if r["workload"] == "find-or-put":
+                by_lf.setdefault(r["target_load_factor"], {})[r["chunk"]] = r["chunks_per_op"]
+        for lf, per_chunk in by_lf.items():
+            if len(per_chunk) < 2:
+                fail(f"--chunk sweep at load factor {lf}: rows for chunks {sorted(per_chunk)} only")
+            lo, hi = min(per_chunk), max(per_chunk)
+            if not per_chunk[lo] >= 1.2 * per_chunk[hi]:
+                fail(f"--chunk sweep at load factor {lf}: {per_chunk[lo]:.3f} chunk READs per op at C={lo}, "
+                     f"{per_chunk[hi]:.3f} at C={hi}: the chunk size did not reach the clients")
+            print(f"ok: chunk sweep lf={lf} chunks/op {per_chunk}")
     print(f"{len(lines)} passed, 0 failed")
 
 

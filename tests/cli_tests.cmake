@@ -48,6 +48,12 @@ add_test(NAME bench_local_erase_same_keys COMMAND python3 ${CHECK_JSON} --same-k
 add_test(NAME bench_local_update_keep_table COMMAND python3 ${CHECK_JSON} --
   ${RDMAHASH_BIN} bench --fabric local --clients 2 --records 20000 --workload update,get --keep-table --ops 2000
   --value-bytes 24 --storage heap)
+# Seed 001's Table 1: find-or-put over chunk sizes on one table (each point reloads it).
+add_test(NAME bench_local_chunk_sweep COMMAND python3 ${CHECK_JSON} --chunk-sweep --
+  ${RDMAHASH_BIN} bench --fabric local --clients 2 --records 20000 --load-factor 0.8 --workload find-or-put,get
+  --chunk 8,64 --ops 1000 --depth 8)
+add_test(NAME cli_chunk_sweep_needs_chunks COMMAND ${EXPECT_FAIL} "does not probe in chunks"
+  ${RDMAHASH_BIN} bench --scheme cuckoo --chunk 8,16 --records 100 --ops 10)
 add_test(NAME cli_update_needs_values COMMAND ${EXPECT_FAIL} "workload update replaces values"
   ${RDMAHASH_BIN} bench --workload update --records 100 --ops 10)
 add_test(NAME bench_ucx_1mem_2clients COMMAND python3 ${CHECK_JSON} --

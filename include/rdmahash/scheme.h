@@ -127,6 +127,7 @@ struct SchemeCaps {
   bool heap4 = false;            // Storage::kHeap4
   bool multimap = false;         // duplicate keys, get_all
   bool read_size_model = false;  // ReadSizeSpec other than kFixed
+  bool chunked_inserts = false;  // find_or_put probes chunks of TableOptions::chunk slots (ClientOptions::chunk)
   bool persistent = false;       // pm_path
   bool online_resize = false;    // the table grows while serving (report: resizes, resizing)
   bool splits = false;           // grows by splitting subtables (report: splits, directory depth)
@@ -140,6 +141,7 @@ struct ClientOptions {
   double assumed_load_factor = 0;  // model R from this load factor instead of the table's (0: table's)
   uint32_t clusters = 1000;        // clusters tracked per client (kCluster)
   uint32_t client_id = 0;          // unique among the table's clients, live and dead (caps.client_ids)
+  uint32_t chunk = 0;              // linear find-or-put: slots per chunk READ (0: the table's TableOptions::chunk)
 };
 
 // The records a memory node loads: `count` keys, each with the value `fill` writes for it.

@@ -85,12 +85,12 @@ Task<void> do_op(KvClient* kv, Engine* engine, Op op, uint32_t value_bytes, Clie
 
 // One client's share of one point.
 ClientResult run_client(Engine& engine, const SchemeTable& table, const BenchOptions& o, Workload w,
-                        const ReadSizeSpec& read_size, uint32_t read_bytes, const KeySpace& keys, uint32_t client,
-                        uint32_t clients, uint64_t insert_point, uint32_t repeat,
+                        const ReadSizeSpec& read_size, uint32_t read_bytes, uint32_t chunk, const KeySpace& keys,
+                        uint32_t client, uint32_t clients, uint64_t insert_point, uint32_t repeat,
                         check::HistoryBuffer* history) {
   ClientResult r;
   r.latency_ns.reserve(o.ops);
-  auto setup = make_client(table, engine, o, read_size, client);
+  auto setup = make_client(table, engine, o, read_size, client, chunk);
   std::unique_ptr<KvClient> kv = std::move(setup.client);
   r.read_size = setup.read_size;
   OpStream stream(o, w, keys, client, clients, insert_point);
@@ -238,11 +238,17 @@ struct Point {
   ReadSizeSpec read_size;
   uint32_t read_bytes;
   uint32_t repeat = 0;
+  uint32_t chunk = 0;  // find-or-put chunk size of this point's clients (0: the table's)
 };
 
 // Workloads that change the table (a later point would not start from the loaded state).
 bool writes(Workload w) {
   return w != Workload::kGet && w != Workload::kGetAll && w != Workload::kRawRead;
+}
+
+// Workloads whose operations include find-or-puts (their clients probe chunks).
+bool inserts_keys(Workload w) {
+  return w == Workload::kFindOrPut || w == Workload::kMixed || w == Workload::kReadIntensive || w == Workload::kWriteIntensive;
 }
 
 std::vector<Point> points_of(const BenchOptions& o) {
@@ -260,6 +266,8 @@ std::vector<Point> points_of(const BenchOptions& o) {
       for (const ReadSizeSpec& r : o.read_sizes) pts.push_back({w, r, 0, rep});
     else if (w == Workload::kRawRead)
       for (uint32_t b : o.read_bytes) pts.push_back({w, o.read_sizes.front(), b, rep});
+    else if (inserts_keys(w))  // --chunk sweeps the workloads whose find-or-puts probe chunks
+      for (uint32_t c : o.chunks) pts.push_back({w, o.read_sizes.front(), 0, rep, c});
     else
       pts.push_back({w, o.read_sizes.front(), 0, rep});
   }
@@ -279,7 +287,7 @@ ClientResult run_point(Engine& engine, const SchemeTable& table, const BenchOpti
                        const ycsb::Workload* w, check::HistoryBuffer* history) {
   if (pt.workload == Workload::kYcsbLoad || pt.workload == Workload::kYcsbRun)
     return run_ycsb_client(engine, table, o, *w, pt.workload, keys, client, clients);
-  return run_client(engine, table, o, pt.workload, pt.read_size, pt.read_bytes, keys, client, clients,
+  return run_client(engine, table, o, pt.workload, pt.read_size, pt.read_bytes, pt.chunk, keys, client, clients,
                     insert_point, pt.repeat, history);
 }
 
@@ -486,6 +494,7 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
       info.workload = pt.workload;
       info.read_size = pt.read_size.slots;
       info.read_bytes = pt.read_bytes;
+      info.chunk = pt.chunk ? pt.chunk : o.chunks.front();
       info.read_size_policy = pt.read_size.text();
       info.repeat = pt.repeat;
       info.ycsb = yw ? ycsb::summary(*yw) : "";

@@ -156,7 +156,7 @@ TableOptions table_options(const BenchOptions& o, double load_factor) {
   t.storage = o.storage;
   t.slot_format = o.slot_format;
   t.tail_slots = o.tail_slots;
-  t.chunk = o.chunk;
+  t.chunk = o.chunks.empty() ? 8 : o.chunks.front();
   t.max_chunks = o.max_chunks;
   t.speculative_claim = o.speculative_claim;
   t.cost_params = o.cost_params;
@@ -182,6 +182,9 @@ std::string BenchOptions::error() const {
   if (zipf_theta < 0 || zipf_theta >= 10 || std::isnan(zipf_theta)) return "--distribution zipf:THETA needs 0 < THETA < 10";
   if (zipf_theta == 1.0) return "--distribution zipf:1 is not supported (the generator needs THETA != 1)";
   if (load_factors.empty()) return "--load-factor needs at least one value";
+  if (chunks.empty()) return "--chunk needs at least one value";
+  for (uint32_t c : chunks)
+    if (c == 0 || c > 65536) return "--chunk must be in [1, 65536]";
   // Every limit of the table, each in one place (the registry: rdmahash/scheme.h), at every load factor.
   for (double f : load_factors)
     if (std::string e = check_table_options(table_options(*this, f)); !e.empty()) return flag_error(e);
@@ -195,6 +198,9 @@ std::string BenchOptions::error() const {
   if (!pm_path.empty() && symmetric)
     return "--pm-path holds one memory node's table: use --memory-nodes 1 (and no --symmetric)";
   if (!pm_path.empty() && load_factors.size() != 1) return "--pm-path holds one table: give one --load-factor";
+  if (chunks.size() > 1 && !caps.chunked_inserts)
+    return "--chunk with several values sweeps find-or-put's chunk size: --scheme " + std::string(scheme_of(*this).name) +
+           " does not probe in chunks";
   if (!caps.multimap)
     for (Workload w : workloads)
       if (w == Workload::kGetAll) return "workload get-all (multimap scans) applies to --scheme linear";

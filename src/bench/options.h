@@ -73,7 +73,7 @@ struct BenchOptions {
   std::vector<Workload> workloads{Workload::kGet};
   uint64_t ops = 100000;               // per client
   uint32_t depth = 16;
-  uint32_t chunk = 8;
+  std::vector<uint32_t> chunks{8};    // find-or-put chunk sizes C (a list sweeps the inserting workloads)
   uint32_t max_chunks = 128;
   SpeculativeClaim speculative_claim = SpeculativeClaim::kAuto;  // linear find-or-put: claim the home slot with chunk 0's READ (linear.h)
   std::vector<ReadSizeSpec> read_sizes{ReadSizeSpec{}};  // lookup read sizes (a list sweeps)

@@ -166,7 +166,7 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   j["value_bytes"] = o.value_bytes;
   j["workload"] = to_string(p.workload);
   j["depth"] = o.depth;
-  j["chunk"] = o.chunk;
+  j["chunk"] = p.chunk;
   j["max_chunks"] = o.max_chunks;
   j["speculative_claim"] = to_string(o.speculative_claim);
   j["read_size"] = t.read_size ? t.read_size : p.read_size;

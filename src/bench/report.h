@@ -50,6 +50,7 @@ struct PointInfo {
   double target_load_factor = 0;
   Workload workload = Workload::kGet;
   uint32_t read_size = 0, read_bytes = 0;
+  uint32_t chunk = 8;  // find-or-put chunk size of the point's clients
   std::string read_size_policy = "fixed";
   uint32_t repeat = 0;  // which repetition of the point (--repeat)
   std::string ycsb;     // the YCSB workload's summary, when the point is a YCSB phase

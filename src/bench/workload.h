@@ -137,8 +137,9 @@ std::unique_ptr<SchemeTable> make_table(const BenchOptions& o, double load_facto
 // Loads `keys` into the memory nodes this process hosts.
 void load_table(SchemeTable& t, Fabric& fabric, const KeySpace& keys, std::function<void(uint64_t)> progress = {});
 // A client of `t` reading as `read_size` says, named `client_id` (unique among the table's clients).
+// `chunk`: find-or-put chunk size (0: the table's).
 SchemeTable::Client make_client(const SchemeTable& t, Engine& engine, const BenchOptions& o,
-                                const ReadSizeSpec& read_size, uint32_t client_id = 0);
+                                const ReadSizeSpec& read_size, uint32_t client_id = 0, uint32_t chunk = 0);
 // After a client's run: its scheme statistics into the row (splits, split loads, directory depth).
 void add_client_stats(const SchemeTable& t, KvClient& kv, ClientResult& r);
 

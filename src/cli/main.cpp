@@ -145,7 +145,9 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, OptionText& text, std::ve
       ->delimiter(',')->capture_default_str();
   cmd.add_option("--ops", o.ops, "operations per client")->capture_default_str();
   cmd.add_option("--depth", o.depth, "operations in flight per client")->capture_default_str();
-  cmd.add_option("--chunk", o.chunk, "find-or-put chunk size C (slots)")->capture_default_str();
+  cmd.add_option("--chunk", o.chunks,
+                 "find-or-put chunk size C (slots); a list sweeps the workloads that insert (seed 001's Table 1)")
+      ->delimiter(',')->capture_default_str();
   cmd.add_option("--max-chunks", o.max_chunks, "find-or-put gives up after M chunks")->capture_default_str();
   cmd.add_option("--speculative-claim", text.speculative_claim,
                  "linear find-or-put: CAS the claim of the home slot in chunk 0's batch (on), only after a scan "

@@ -20,7 +20,7 @@ constexpr uint32_t kInline = 120, kHeap = 4096;
 const SchemeDescriptor kSchemes[] = {
     {SchemeId::kLinear, "linear", "linear probing over one-sided READs, read size by a cost model (seeds 000, 001, 003)",
      SchemeCaps{.max_value_bytes_inline = kInline, .max_value_bytes_heap = kHeap, .four_byte_keys = true,
-                .heap4 = true, .multimap = true, .read_size_model = true},
+                .heap4 = true, .multimap = true, .read_size_model = true, .chunked_inserts = true},
      scheme_impl::check_linear, scheme_impl::make_linear},
     {SchemeId::kCuckoo, "cuckoo", "Pilaf-style cuckoo hashing, inserts on the memory node's CPU (seed 000's baseline)",
      SchemeCaps{.max_value_bytes_inline = kInline, .max_value_bytes_heap = kHeap, .four_byte_keys = true},

@@ -92,6 +92,10 @@ class LinearTable final : public SchemeTable {
   Client make_client(Engine& engine, const ClientOptions& c) const override {
     const ReadSizeSpec& spec = c.read_size;
     ProbeConfig p = probe_;
+    if (c.chunk) {  // a point of a --chunk sweep: the client's own chunk size (the table is the same)
+      p.chunk = c.chunk;
+      p.validate();
+    }
     if (spec.kind == ReadSizeSpec::Kind::kFixed) {
       p.read_size = spec.slots;
       return {std::make_unique<LinearClient>(cfg_, p, engine), p.read_size};
