@@ -401,6 +401,38 @@ def lf_figure(rows, out, name, fig_title, what, min_lfs=2):
     return made
 
 
+
+def seed001_chunks(rows, out):
+    """Seed 001 Table 1 / Fig. 2: find-or-put round trips, chunk READs and latency over the load
+    factor, one line per chunk size C (rows of a `--chunk` sweep)."""
+    rows = [r for r in rows if r.get("workload") == "find-or-put" and "chunk" in r]
+    chunks = sorted({r["chunk"] for r in rows})
+    if len(chunks) < 2:
+        raise Skip("needs find-or-put rows of 2+ chunk sizes (bench --chunk 8,16,...)")
+    keys = tuple(k for k in BASE_CONTEXT if k != "workload")
+    parts = partitions(rows, keys, lambda pr: n_lfs(pr) >= 2)
+    made = []
+    for ctx, pr in parts.items():
+        lf = lambda r: r["target_load_factor"]
+        line = lambda r: f"C = {r['chunk']:3d}"  # padded: the legend sorts by C
+        fig, axes = new_figure(ncols=3, width=5.2, height=4.6)
+        for ax, (y, label) in zip(axes, [(lambda r: r["round_trips_per_op"], "round trips per find-or-put"),
+                                          (lambda r: r["chunks_per_op"], "chunk READs per find-or-put"),
+                                          (lambda r: r["latency_us"]["p50"], "median latency (µs)")]):
+            ser = series(pr, line, lf, y)
+            plot_lines(ax, ser)
+            lf_axis(ax, pr)
+            ax.set_ylabel(label)
+            ax.set_ylim(bottom=0)
+        legend(axes[0])
+        title(fig, "Seed 001 Table 1 / Fig. 2 — find-or-put over load factor and chunk size", pr, omit=("lf",))
+        made.append((save(fig, out, f"seed001_chunks{suffix(keys, ctx, list(parts))}.png"),
+                     "find-or-put round trips, chunk READs and p50 latency vs load factor per chunk size — "
+                     + describe(pr, ("lf",))))
+    if not made:
+        raise Skip("needs find-or-put rows of a --chunk sweep at 2+ load factors")
+    return made
+
 def fig6(rows, out):
     rows = [r for r in throughput_rows(rows) if r["scheme"] == "cuckoo"]
     if not rows:
@@ -938,7 +970,8 @@ def main(argv=None):
                ("fig8", lambda: fig8(rows, args.out)), ("fig9", lambda: fig9(rows, args.out)),
                ("table1", lambda: table1(rows, args.out)), ("fig10", lambda: fig10(rows, args.out, binary)),
                ("fig11", lambda: fig11(rows, args.out)), ("fig12", lambda: fig12(rows, args.out)),
-               ("ycsb", lambda: ycsb_figure(rows, args.out))]
+               ("ycsb", lambda: ycsb_figure(rows, args.out)),
+               ("seed001_chunks", lambda: seed001_chunks(rows, args.out))]
     made = []
     for name, draw in figures:
         try:
