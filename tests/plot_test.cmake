@@ -70,6 +70,10 @@ if(PLOT_PYTHON)
   add_test(NAME plot_ycsb_rows
     COMMAND ${PLOT_PYTHON} -c "${PLOT_CHECK}" ${PLOT_OUT}_ycsb ycsb.png --
             ${PLOT_PYTHON} ${PLOT_PY} ${CMAKE_SOURCE_DIR}/tests/data/bench_ycsb_sample.jsonl --out ${PLOT_OUT}_ycsb)
+  # Seed 001's Table 1 (tests/data/bench_chunk_sample.jsonl: a --chunk 8,32,128 sweep at 3 load factors).
+  add_test(NAME plot_seed001_chunks
+    COMMAND ${PLOT_PYTHON} -c "${PLOT_CHECK}" ${PLOT_OUT}_chunks seed001_chunks.png --
+            ${PLOT_PYTHON} ${PLOT_PY} ${CMAKE_SOURCE_DIR}/tests/data/bench_chunk_sample.jsonl --out ${PLOT_OUT}_chunks)
   add_test(NAME plot_single_point
     COMMAND ${PLOT_PYTHON} -c "${PLOT_CHECK}" ${PLOT_OUT}_one points.png --
             ${PLOT_PYTHON} ${PLOT_PY} ${CMAKE_SOURCE_DIR}/tests/data/bench_single_point.jsonl --out ${PLOT_OUT}_one)
