@@ -306,6 +306,9 @@ inline constexpr uint64_t kContinuityGeometryOffset = 64;  // the geometry word
 inline constexpr uint64_t kContinuityRecordsOffset = 72;   // the records word (ContinuityConfig::records)
 inline constexpr uint64_t kContinuityTableBase = 128;      // table 0
 
+// SBuckets per segment pair: 1..4 (the indicator word has 24 valid bits; --sbuckets).
+inline constexpr uint32_t kMaxSBuckets = 4;
+
 struct ContinuityConfig {
   uint32_t memory_nodes = 1;
   uint64_t buckets_per_node = 64;  // N numbered buckets, even, >= 2

@@ -297,9 +297,12 @@ inline constexpr uint32_t kRaceMaxNodes = 64;                 // 6 node bits in 
 inline constexpr uint32_t kRaceMaxClientId = 2047;            // 11 owner bits in a directory entry
 inline constexpr uint64_t kRaceBoardBytes = 256;              // death board: one bit per client id
 
+// Bucket groups per subtable: at most 4096 (a subtable of 258 KiB; --race-groups).
+inline constexpr uint32_t kMaxRaceGroups = 4096;
+
 struct RaceConfig {
   uint32_t memory_nodes = 1;
-  uint32_t groups_per_subtable = 64;  // G: 3·G buckets, 21·G slots per subtable
+  uint32_t groups_per_subtable = 64;  // G: 3·G buckets, 21·G slots per subtable (1..kMaxRaceGroups)
   uint32_t initial_depth = 0;         // 2^initial_depth subtables at format time
   uint32_t max_depth = 16;            // directory capacity 2^max_depth entries; at most 28 (one READ < 4 GiB)
   uint64_t chunk_bytes = 1 << 20;     // KV-block space per allocation RPC

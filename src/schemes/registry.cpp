@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "rdmahash/continuity.h"
 #include "rdmahash/linear.h"
+#include "rdmahash/race.h"
 #include "rdmahash/ucx_service.h"
 
 namespace rdmahash {
@@ -77,8 +79,8 @@ std::string check_table_options(const TableOptions& o) {
   if (std::string e = d.check(o); !e.empty()) return e;
   // Bounded whatever the scheme (an option another scheme ignores still has its range).
   if (o.initial_depth > 20) return "{initial_depth} must be at most 20";
-  if (o.race_groups == 0 || o.race_groups > 4096) return "{race_groups} must be in [1, 4096]";
-  if (o.sbuckets < 1 || o.sbuckets > 4) return "{sbuckets} must be in [1, 4] (the indicator word has 24 valid bits)";
+  if (o.race_groups == 0 || o.race_groups > kMaxRaceGroups) return "{race_groups} must be in [1, 4096]";
+  if (o.sbuckets < 1 || o.sbuckets > kMaxSBuckets) return "{sbuckets} must be in [1, 4] (the indicator word has 24 valid bits)";
   if (o.max_resizes > 16) return "{max_resizes} must be at most 16";
   if (o.added_sbucket_pairs > 65535) return "{added_sbucket_pairs} must be 0 or 1/D with D in [1, 65535]";
   if (o.added_sbucket_pairs != 0 && o.scheme != SchemeId::kContinuity) return "{added_sbucket_pairs} applies to {scheme} continuity";

@@ -110,7 +110,7 @@ std::string continuity_config_error(const ContinuityConfig& c) {
   if (c.max_resizes > 16) return "max resizes must be at most 16, got " + std::to_string(c.max_resizes);
   if (c.buckets_per_node > (1ULL << 36) >> c.max_resizes)
     return "numbered buckets per node, doubled max_resizes times, must be at most 2^36";
-  if (c.sbuckets < 1 || c.sbuckets > 4)
+  if (c.sbuckets < 1 || c.sbuckets > kMaxSBuckets)
     return "SBuckets per segment pair must be in [1, 4] (the indicator has 24 valid bits), got " +
            std::to_string(c.sbuckets);
   if (c.value_bytes > 120) return "value bytes must be at most 120, got " + std::to_string(c.value_bytes);

@@ -11,7 +11,7 @@ namespace rdmahash {
 void RaceConfig::validate() const {
   auto bad = [](const std::string& m) { throw InvalidArgument("race config: " + m); };
   if (memory_nodes == 0 || memory_nodes > kRaceMaxNodes) bad("memory nodes must be in [1, 64]");
-  if (groups_per_subtable == 0 || groups_per_subtable > (1u << 20)) bad("groups per subtable must be in [1, 2^20]");
+  if (groups_per_subtable == 0 || groups_per_subtable > kMaxRaceGroups) bad("groups per subtable must be in [1, 4096]");
   // The directory is READ whole (64 + 8·2^depth bytes), and a request's length is 32-bit.
   if (max_depth > 28) bad("max depth must be at most 28 (the directory is read in one request of under 4 GiB)");
   if (initial_depth > max_depth) bad("initial depth must be at most max depth (" + std::to_string(max_depth) + ")");
