@@ -10,6 +10,7 @@
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "rdmahash/hopscotch.h"
 #include "test_util.h"
@@ -260,6 +261,81 @@ TEST(Hopscotch, ShuffledReadsWithDisplacementsBetweenWordsNeverMissOrTear) {
   EXPECT_EQ(missed, 0u) << "a present key was reported absent while records were moving";
   EXPECT_EQ(torn, 0u) << "a torn value was returned";
   EXPECT_GT(shard.stats().displacements - moved_before, 100u) << "displacements must overlap the lookups";
+}
+
+// The miss the moves counter exists for, forced: the reader's one READ of y's neighbourhood is
+// performed slot by slot from the top, and between the first slot (y's destination, still free)
+// and the rest (y's old slot, cleared by then) an insert moves y. The READ sees y nowhere; the
+// moves word changed meanwhile, so the lookup must read again and find y.
+class DescendingOnceTransport final : public Transport {
+ public:
+  DescendingOnceTransport(std::unique_ptr<Transport> inner, uint32_t record_bytes, uint32_t read_bytes,
+                          std::function<void()> hook)
+      : inner_(std::move(inner)), rb_(record_bytes), len_(read_bytes), hook_(std::move(hook)) {}
+  void execute(std::span<Request> batch) override {
+    ++counters_.batches;
+    for (Request& r : batch) {
+      if (r.kind == ReqKind::kRead && r.len == len_ && hook_) {
+        for (uint32_t i = len_ / rb_; i-- > 0;) {
+          Request piece = r;
+          piece.addr.offset += i * rb_;
+          piece.buf = static_cast<std::byte*>(r.buf) + i * rb_;
+          piece.len = rb_;
+          inner_->execute(std::span<Request>(&piece, 1));
+          if (hook_) std::exchange(hook_, nullptr)();
+        }
+      } else {
+        inner_->execute(std::span<Request>(&r, 1));
+      }
+      counters_.add(r);
+    }
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  uint32_t rb_, len_;
+  std::function<void()> hook_;
+};
+
+TEST(Hopscotch, MissDuringAMoveIsReadAgain) {
+  const HopscotchConfig c = small(64, 4, 16);
+  Table t(c);
+  HopscotchShard& shard = t.server->shard(0);
+  auto homed = [&](uint64_t home, size_t n) {
+    std::vector<uint64_t> out;
+    for (uint64_t k = 1; out.size() < n; ++k)
+      if (hopscotch_place(c, k * 0x9E3779B97F4A7C15ULL >> 1).home == home) out.push_back(k * 0x9E3779B97F4A7C15ULL >> 1);
+    return out;
+  };
+  const auto at10 = homed(10, 5);
+  const uint64_t y = homed(12, 1)[0];
+  for (size_t i = 0; i < 4; ++i) ASSERT_EQ(shard.put(at10[i], value_for(at10[i], 0, 16)).status, Status::kInserted);
+  ASSERT_EQ(shard.put(y, value_for(y, 0, 16)).status, Status::kInserted);
+  auto slot_of = [&](uint64_t key) -> uint64_t {
+    for (const auto& [s, k] : t.scan(0))
+      if (k == key) return s;
+    return ~0ULL;
+  };
+  ASSERT_EQ(slot_of(y), 14u) << "slots 10..13 hold the four keys homed at 10, y (home 12) probes to 14";
+  // Inserting a fifth key homed at 10 finds slot 15 free, moves y from 14 to 15 (its neighbourhood
+  // [12, 16) still holds it), then finds nothing to move into 14 and answers kFull.
+  const uint64_t x = at10[4];
+  auto hook = [&] {
+    const uint64_t moved = shard.stats().displacements;
+    EXPECT_EQ(shard.put(x, value_for(x, 0, 16)).status, Status::kFull);
+    EXPECT_EQ(shard.stats().displacements, moved + 1);
+  };
+  auto transport = std::make_unique<DescendingOnceTransport>(t.fabric->connect(), c.record_bytes(), c.read_bytes(), hook);
+  Engine engine(*transport);
+  HopscotchClient client(c, engine);
+  (void)engine.run(client.read_header(0));  // the moves word cached: a miss could be trusted at once
+  std::vector<std::byte> out(16);
+  OpStats st;
+  const OpResult r = engine.run(client.get(y, out), &st);
+  EXPECT_EQ(slot_of(y), 15u);
+  EXPECT_EQ(r.status, Status::kFound) << "y was present throughout, but the READ met it in neither slot";
+  EXPECT_EQ(out, value_for(y, 0, 16));
+  EXPECT_EQ(r.chunks, 2u) << "the neighbourhood READ, then once more after the moves word changed";
 }
 
 TEST(Hopscotch, CorruptRecordIsNeverReturned) {
