@@ -72,6 +72,11 @@ edge_bad(load_factor_one "--load-factor must be in \\(0, 1\\)" --load-factor 1)
 edge_ok(slots_per_bucket_1 --scheme cuckoo --slots-per-bucket 1 --load-factor 0.3)
 edge_ok(slots_per_bucket_4 --scheme cuckoo --slots-per-bucket 4)
 edge_bad(slots_per_bucket_2 "--slots-per-bucket must be 1 or 4" --scheme cuckoo --slots-per-bucket 2)
+edge_ok(neighborhood_2 --scheme hopscotch --neighborhood 2 --value-bytes 16 --load-factor 0.05)
+edge_ok(neighborhood_64 --scheme hopscotch --neighborhood 64 --value-bytes 16 --load-factor 0.9)
+edge_bad(neighborhood_1 "--neighborhood must be in \\[2, 64\\]" --scheme hopscotch --neighborhood 1)
+edge_bad(neighborhood_65 "--neighborhood must be in \\[2, 64\\]" --scheme hopscotch --neighborhood 65)
+edge_bad(neighborhood_other_scheme "--neighborhood applies to --scheme hopscotch" --scheme cuckoo --neighborhood 4)
 # --client-wait / --client-spin-us (ucx clients; valid values run in cli_tests.cmake and
 # serve_tests.cmake over TCP): bad values are rejected whatever the fabric.
 edge_bad(client_wait_bad "--client-wait must be auto, poll, hybrid or event, got 'busy'" --client-wait busy)

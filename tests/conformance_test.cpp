@@ -54,6 +54,7 @@ struct Param {
   uint32_t slots_per_bucket = 4;        // cuckoo
   const char* probe = "parallel";       // cuckoo
   uint32_t sbuckets = 3;                // continuity
+  uint32_t neighborhood = 8;            // hopscotch
   bool persistent = false;              // continuity, level: the table is a pmem file (one node)
 };
 
@@ -84,6 +85,8 @@ const Param kParams[] = {
     {.name = "level_volatile", .scheme = "level", .value_bytes = 8},
     {.name = "level_v0", .scheme = "level", .value_bytes = 0},
     {.name = "level_pmem", .scheme = "level", .value_bytes = 40, .persistent = true},
+    {.name = "hopscotch", .scheme = "hopscotch", .value_bytes = 16},
+    {.name = "hopscotch_h16_v0", .scheme = "hopscotch", .value_bytes = 0, .neighborhood = 16},
 };
 
 // Table size and run lengths (small: the suite also runs under TSan and ASan).
@@ -111,6 +114,7 @@ TableOptions options_of(const Param& p, const std::string& pm_path) {
   o.slots_per_bucket = p.slots_per_bucket;
   o.cuckoo_lookup = parse_cuckoo_lookup(p.probe).value();
   o.sbuckets = p.sbuckets;
+  o.neighborhood = p.neighborhood;
   o.pm_path = pm_path;
   o.memory_nodes = p.persistent ? 1 : 2;
   o.records = 2 * kRecords;
@@ -150,9 +154,9 @@ Contract contract_of(const Param& p) {
   c.update = !set;
   c.byte_keys = caps.byte_keys;
   c.fixed_values = !caps.byte_keys;
-  // Updates in place (linear.h inline slots, cuckoo.h) never answer kFull; every other scheme
+  // Updates in place (linear.h inline slots, cuckoo.h, hopscotch.h) never answer kFull; every other scheme
   // writes a new copy and may (a heap or pool exhausted, no free slot in the key's buckets).
-  c.full_on_update = !((s == "linear" && storage == "inline") || s == "cuckoo");
+  c.full_on_update = !((s == "linear" && storage == "inline") || s == "cuckoo" || s == "hopscotch");
   c.get_all = caps.multimap ? GetAll::kMultimap : GetAll::kLikeGet;  // table.h: else as get()
   if (set) c.key_limit = 1ULL << 63;
   else if (caps.four_byte_keys && p.key_bytes == 4) c.key_limit = 1ULL << 32;

@@ -43,7 +43,7 @@ namespace rdmahash {
 class ClientLossHandler;  // rdmahash/ucx_service.h
 enum class SpeculativeClaim : uint8_t;  // rdmahash/linear.h: kOff, kOn, kAuto
 
-enum class SchemeId : uint8_t { kLinear, kCuckoo, kRace, kContinuity, kLevel };
+enum class SchemeId : uint8_t { kLinear, kCuckoo, kRace, kContinuity, kLevel, kHopscotch };
 
 // Where records live: in the table's slots, or out of band in a heap (linear, cuckoo; seed 000
 // §4.1). kHeap4: linear only, four fingerprints per 8-byte slot (bulk-loaded, read-only).
@@ -110,6 +110,8 @@ struct TableOptions {
   uint32_t max_resizes = 0;
   uint32_t added_sbucket_pairs = 0;  // D of --added-sbuckets 1/D (0: none)
   uint32_t resize_pace = 2;
+  // hopscotch
+  uint32_t neighborhood = 8;   // H: slots of a key's neighbourhood, in [2, 64]
   // persistent schemes (continuity, level): the memory node's table lives in this file
   std::string pm_path;
   bool keep_table = false;     // reloads keep the table as it is (no image copy)
@@ -221,7 +223,7 @@ struct SchemeDescriptor {
 std::span<const SchemeDescriptor> schemes();
 const SchemeDescriptor& scheme(SchemeId id);
 const SchemeDescriptor* find_scheme(std::string_view name);  // null if none
-std::string scheme_names();  // "linear, cuckoo, race, continuity, level"
+std::string scheme_names();  // "linear, cuckoo, race, continuity, level, hopscotch"
 inline const SchemeCaps& caps(SchemeId id) { return scheme(id).caps; }
 uint32_t max_value_bytes(const TableOptions& o);  // by scheme and storage
 

@@ -169,6 +169,7 @@ TableOptions table_options(const BenchOptions& o, double load_factor) {
   t.max_resizes = o.max_resizes;
   t.added_sbucket_pairs = o.added_sbucket_pairs;
   t.resize_pace = o.resize_pace;
+  t.neighborhood = o.neighborhood;
   t.pm_path = o.pm_path;
   t.keep_table = o.keep_table;
   t.command = o.command;
@@ -251,6 +252,7 @@ std::string table_spec(const BenchOptions& o) {
   add("slot_format", to_string(o.slot_format));
   add("storage", to_string(o.storage));
   add("slots_per_bucket", std::to_string(o.slots_per_bucket));
+  add("neighborhood", std::to_string(o.neighborhood));
   add("initial_depth", std::to_string(o.initial_depth));
   add("race_groups", std::to_string(o.race_groups));
   add("sbuckets", std::to_string(o.sbuckets));
@@ -307,6 +309,7 @@ void apply_table_spec(BenchOptions& o, const std::string& spec) {
     else if (k == "slot_format") o.slot_format = word(parse_slot_format(v));
     else if (k == "storage") o.storage = word(parse_storage(v));
     else if (k == "slots_per_bucket") o.slots_per_bucket = u32();
+    else if (k == "neighborhood") o.neighborhood = u32();
     else if (k == "initial_depth") o.initial_depth = u32();
     else if (k == "race_groups") o.race_groups = u32();
     else if (k == "sbuckets") o.sbuckets = u32();
@@ -327,7 +330,7 @@ void apply_table_spec(BenchOptions& o, const std::string& spec) {
     else if (k == "table_capacity") o.table_capacity = u64();
     else throw InvalidArgument("table spec from the memory node: unknown option '" + k + "' (a newer server?)");
   }
-  if (seen != 19) throw InvalidArgument("table spec from the memory node: " + std::to_string(seen) + " of 19 options");
+  if (seen != 20) throw InvalidArgument("table spec from the memory node: " + std::to_string(seen) + " of 20 options");
 }
 
 int64_t added_sbuckets_pairs(const std::string& spec) {
@@ -343,7 +346,7 @@ int64_t added_sbuckets_pairs(const std::string& spec) {
 
 const std::vector<std::string>& table_option_names() {
   static const std::vector<std::string> names{
-      "--scheme",      "--sbuckets",      "--max-resizes", "--added-sbuckets", "--resize-pace", "--pm-path",   "--slot-format", "--storage",   "--slots-per-bucket",
+      "--scheme",      "--sbuckets",      "--max-resizes", "--added-sbuckets", "--resize-pace", "--pm-path",   "--slot-format", "--storage",   "--slots-per-bucket", "--neighborhood",
       "--memory-nodes", "--records",      "--load-factor", "--key-bytes", "--value-bytes", "--initial-depth",
       "--race-groups", "--tail-slots",    "--seed",      "--distribution"};
   return names;

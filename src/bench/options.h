@@ -61,6 +61,7 @@ struct BenchOptions {
   uint32_t sbuckets = 3;               // continuity: SBuckets per segment pair (1..4)
   uint32_t max_resizes = 0;            // continuity: starts 2^N times smaller, doubles online up to N times
   uint32_t added_sbucket_pairs = 0;    // continuity: added SBucket groups for 1/D of the segment pairs (0: none)
+  uint32_t neighborhood = 8;           // hopscotch: slots of a key's neighbourhood, in [2, 64]
   uint32_t resize_pace = 2;            // continuity (memory node): pairs migrated per write besides the key's own
   std::string pm_path;                 // continuity, level: the table lives in this pmem file (reopened if it exists)
   uint32_t memory_nodes = 1;

@@ -77,6 +77,9 @@ void add_table_options(CLI::App& cmd, BenchOptions& o, OptionText& text, std::st
       ->capture_default_str();
   cmd.add_option("--storage", text.storage, "records inline in the table slots, in a heap (8-byte CAS-able slots), or heap4 (linear, bulk-loaded: 4 fingerprints per slot)")->capture_default_str();
   cmd.add_option("--slots-per-bucket", o.slots_per_bucket, "cuckoo: 1 or 4 slots per bucket")->capture_default_str();
+  cmd.add_option("--neighborhood", o.neighborhood,
+                 "hopscotch: H, the slots of a key's neighbourhood (2..64); a lookup READs them in one READ")
+      ->capture_default_str();
   cmd.add_option("--memory-nodes", o.memory_nodes,
                  serve ? "memory nodes K the table is split over (one `rdmahash serve` each: --node 0..K-1)"
                        : "memory nodes K (ucx: ranks 0..K-1)")

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "rdmahash/continuity.h"
+#include "rdmahash/hopscotch.h"
 #include "rdmahash/linear.h"
 #include "rdmahash/race.h"
 #include "rdmahash/ucx_service.h"
@@ -36,6 +37,8 @@ const SchemeDescriptor kSchemes[] = {
      scheme_impl::check_continuity, scheme_impl::make_continuity},
     {SchemeId::kLevel, "level", "level hashing (OSDI'18), seed 002's persistent-memory baseline",
      SchemeCaps{.max_value_bytes_inline = kInline, .persistent = true}, scheme_impl::check_level, scheme_impl::make_level},
+    {SchemeId::kHopscotch, "hopscotch", "FaRM-KV hopscotch hashing: one READ of a key's neighbourhood, writes on the memory node's CPU (NSDI'14)",
+     SchemeCaps{.max_value_bytes_inline = kInline}, scheme_impl::check_hopscotch, scheme_impl::make_hopscotch},
 };
 
 std::string short_text(double v) {  // for messages: "1e-15", not "1.0000000000000001e-15"
@@ -84,6 +87,8 @@ std::string check_table_options(const TableOptions& o) {
   if (o.max_resizes > 16) return "{max_resizes} must be at most 16";
   if (o.added_sbucket_pairs > 65535) return "{added_sbucket_pairs} must be 0 or 1/D with D in [1, 65535]";
   if (o.added_sbucket_pairs != 0 && o.scheme != SchemeId::kContinuity) return "{added_sbucket_pairs} applies to {scheme} continuity";
+  if (o.neighborhood != kHopscotchDefaultNeighborhood && o.scheme != SchemeId::kHopscotch)
+    return "{neighborhood} applies to {scheme} hopscotch";
   if (o.resize_pace > 1000000) return "{resize_pace} must be at most 1000000";
   if (o.max_resizes > 0 && o.scheme != SchemeId::kContinuity) return "{max_resizes} applies to {scheme} continuity";
   if (!o.pm_path.empty() && !c.persistent) return "{pm_path} applies to {scheme} continuity or level";

@@ -19,5 +19,7 @@ std::string check_continuity(const TableOptions& o);
 std::unique_ptr<SchemeTable> make_continuity(const TableOptions& o);
 std::string check_level(const TableOptions& o);
 std::unique_ptr<SchemeTable> make_level(const TableOptions& o);
+std::string check_hopscotch(const TableOptions& o);
+std::unique_ptr<SchemeTable> make_hopscotch(const TableOptions& o);
 
 }  // namespace rdmahash::scheme_impl

@@ -1,0 +1,274 @@
+// rdmahash/hopscotch.h — FaRM-KV's hopscotch hash table (Dragojević et al., NSDI'14, §5), volatile
+// part: one-sided lookups that READ a key's whole neighbourhood at once; inserts, updates and erases
+// run on the owner memory node's CPU, which is the only writer of its shard (as cuckoo.h).
+//
+// Placement
+// ---------
+// A 64-bit hash h of the key picks the shard (`node = ⌊h·K/2^64⌋`) and, from a further mix, the
+// key's home slot `home ∈ [0, N)` among the shard's N home slots, and its 32-bit `kbits` (a
+// fingerprint kept in the record's ctrl word). Every key lives within its *neighbourhood*, the H
+// consecutive slots [home, home + H) (H = `neighborhood`, 8 by default, in [2, 64]). The slot array
+// has N + H - 1 slots: the last home slot's neighbourhood ends inside the array, so neighbourhoods
+// never wrap and every neighbourhood is one contiguous range of memory.
+//
+// Memory layout of a shard (all offsets 8-byte aligned)
+// -----------------------------------------------------
+//   [0, 64)                  HopscotchShardHeader; word 48 `records`, word 56 `moves`
+//   [64, 64 + (N+H-1)·rb)    the slots, each one inline record of rb = `record_bytes()` bytes
+// A record has the format of schemes/record.h (shared with linear's inline slots and cuckoo):
+//   [ctrl:8][key:8][value, padded to 8][check:8]
+//   ctrl = bit 63 OCC | bit 62 LOCK | bits 32..60 version (29 bits, wraps) | bits 0..31 kbits
+//   check = hash(salt, version, key, value)
+// Only 8-byte keys (key_bytes 8): every record has its check word, so every torn READ of a record
+// is detectable.
+//
+// Lookups: ONE READ of the H-slot neighbourhood
+// ---------------------------------------------
+// FaRM's neighbourhoods are bucket-granular (a key lives in its home bucket or the next one, and a
+// lookup READs two buckets, usually in one READ since they are adjacent). With slot-granular
+// neighbourhoods the equivalent is one READ of the H slots [home, home+H): the same "one round trip,
+// one READ" for every present key, the read size is H·rb bytes (8 × 40 = 320 bytes at 16-byte
+// values), and there is no second bucket to fetch when the first is full. That is what this table
+// does. A hit costs exactly one READ (tests/hopscotch_test.cpp, Hopscotch.HitIsOneReadInOneRoundTrip).
+//
+// Write protocol (memory-node CPU only, one mutex per shard; stores are 8-byte atomic releases)
+//   insert into a free slot (ctrl v, not OCC): payload with check(v+1); ctrl ← OCC|v+1|kbits.
+//   update in place: ctrl ← ctrl|LOCK; payload with check(v+1); ctrl ← OCC|v+1|kbits.
+//   erase / clear:   ctrl ← v+1 (not OCC).
+//   move y from slot j to free slot f: insert y at f as above (y is now live twice, one value),
+//                    then clear j. COPY FIRST, THEN CLEAR: y is present at every instant.
+// A slot's version only grows, so a torn READ mixing two states of one slot fails the check.
+//
+// Inserts (hopscotch displacement, Herlihy, Shavit & Tzafrir 2008): if the key's neighbourhood has a
+// free slot, the key goes there. Otherwise the node finds the nearest free slot f ≥ home by linear
+// probing (at most `max_probe` slots, within the array), then, while f is outside the key's
+// neighbourhood (f - home ≥ H), looks among the H-1 slots before f, from the farthest, for an entry
+// y whose own neighbourhood still contains f (f - home(y) < H) and moves y from its slot j to f;
+// the free slot is now j < f. Each move keeps every key inside its neighbourhood. When no such y
+// exists (or no free slot is found) the insert reports kFull: the moves done so far kept every key
+// in its neighbourhood and present, so nothing is lost. FaRM's chained overflow blocks are NOT
+// built: a key whose neighbourhood cannot be freed is refused with kFull.
+// Capacity without them (measured: `rdmahash bench --records 100000 --value-bytes 16`, seed 1, the
+// first kFull of the bulk load): H=8 fills to about 0.48-0.51 of the home slots, H=16 to 0.77,
+// H=32 to 0.87, H=64 past 0.9. A lookup still READs only H slots, so a larger H trades bytes per
+// lookup (H·rb) for load factor; overflow chains (FaRM) would lift H=8's limit instead.
+// Around the moves of one insert the node sets the shard's `moves` word odd (before the first copy)
+// and even again (after the last clear): a per-shard seqlock around displacements only.
+//
+// Why a one-sided reader is never wrong
+//  * Hit. The reader accepts a record only if its ctrl is OCC, unlocked, carries the key's kbits,
+//    the key word matches, and `check` matches the version in ctrl and the key/value read with it:
+//    the bytes are exactly the record state whose ctrl it read, which says the key was present (with
+//    that value) when read. During a move both copies hold one value, so either is correct.
+//  * Miss. A READ of H slots is not atomic (RDMA orders nothing inside a READ): its slots are read
+//    at different instants. Inserts without displacement, updates and erases never move a key and
+//    change its presence with one 8-byte store, so only a move can hide a present key (the reader
+//    reads y's new slot before the copy and its old slot after the clear). Invariant: *a key present
+//    at every instant of [t0, t1] and not found by a READ inside [t0, t1] was moved in that window,
+//    and every move lies between an odd and the next even store of `moves`*. So a miss is trusted
+//    only if `moves` had one even value both before the READ (the value this client read in an
+//    earlier, completed round trip, cached per shard) and after it (one 8-byte READ of the header
+//    once the neighbourhood was scanned). Otherwise the lookup reads again with the fresh value as
+//    its "before". A validated miss linearizes at an instant of that window where the key was absent.
+//  Assumed of the fabric (as cuckoo.h): the node's stores become visible in program order, and a
+//  READ posted after another one completed observes memory no older than that one did.
+// Retries (as cuckoo.h). A record caught mid-write (LOCK, or a failed check) is re-read, bounded by
+// `retry_budget` (a time: only a dead or stalled node CPU keeps a record unstable that long; then
+// RetryBudgetExceeded). A miss overlapping displacements is re-validated up to 16 times; then the
+// lookup asks the owner by RPC (write_rpc kGet), which answers under the shard's lock.
+// Costs: a hit is 1 READ, 1 round trip; a miss adds the 8-byte header READ (and on a shard's first
+// miss, one more attempt to learn the "before" value).
+//
+// What a dead client leaves: nothing. Every write is an RPC the node applies under its shard mutex;
+// a client holds no lock and no half-written record. A write whose RPC reached the node is applied
+// whole (its reply may be dropped), one that did not is not applied. Readers hold nothing.
+//
+// Safety mechanisms (mutants in tests/mutants/hopscotch.json; scripts/mutants.py)
+//  * check word: a reader accepts a record only if `check` matches (hopscotch-consistent-true)
+//  * move order: copy to the new slot, then clear the old (hopscotch-move-clear-first)
+//  * moves counter: a miss counts only if `moves` was one even value around it (hopscotch-miss-trusted)
+//  * neighbourhood bound: displacement moves y to f only if f - home(y) < H (hopscotch-bound-off-by-one)
+//  * value bound: the shard refuses a value larger than value_bytes (hopscotch-shard-value-bound)
+//
+// Thread safety: HopscotchClient belongs to one Engine (one thread); HopscotchShard and the RPC
+// handler are thread-safe; any number of clients may use one table concurrently.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "rdmahash/engine.h"
+#include "rdmahash/fabric.h"
+#include "rdmahash/table.h"
+
+namespace rdmahash {
+
+inline constexpr uint16_t kHopscotchRpcFirst = 0x0F00;  // RPC ids reserved for hopscotch tables
+inline constexpr uint16_t kHopscotchRpcLast = 0x0F0F;
+inline constexpr uint64_t kHopscotchMagic = 0x3148435348504f48ULL;  // "HOPSCH1"
+inline constexpr uint32_t kHopscotchDefaultNeighborhood = 8;
+inline constexpr uint64_t kHopscotchMovesOffset = 56;
+
+struct HopscotchConfig {
+  uint32_t memory_nodes = 1;
+  uint64_t home_slots_per_node = 1024;  // N: home slots (the array has N + H - 1)
+  uint32_t neighborhood = kHopscotchDefaultNeighborhood;  // H in [2, 64]
+  uint32_t value_bytes = 8;             // 0..120
+  uint64_t hash_seed = 0x4F505343484F5048ULL;
+  uint32_t max_probe = 4096;            // slots the free-slot search may examine
+  // Client side (not part of the table): how long a record caught mid-write is re-read.
+  std::chrono::nanoseconds retry_budget = kDefaultRetryBudget;
+
+  static HopscotchConfig for_records(uint64_t records, double load_factor, uint32_t memory_nodes,
+                                     uint32_t neighborhood = kHopscotchDefaultNeighborhood);
+  void validate() const;  // throws InvalidArgument naming the bad field
+  uint64_t slots_per_node() const { return home_slots_per_node + neighborhood - 1; }
+  uint32_t record_bytes() const;
+  uint32_t read_bytes() const { return neighborhood * record_bytes(); }  // one lookup READ
+  uint64_t region_bytes() const;
+};
+
+std::string hopscotch_config_error(const HopscotchConfig& cfg);
+
+struct HopscotchShardHeader {
+  uint64_t magic;
+  uint32_t neighborhood, key_bytes;
+  uint32_t value_bytes, node;
+  uint32_t memory_nodes, pad;
+  uint64_t home_slots;
+  uint64_t hash_seed;
+  uint64_t records;  // live records
+  uint64_t moves;    // displacement sequence number: odd while an insert moves records
+};
+static_assert(sizeof(HopscotchShardHeader) == 64);
+
+struct HopscotchPlacement {
+  uint32_t node;
+  uint64_t home;   // home slot in the node's shard
+  uint32_t kbits;  // low 32 bits of the record ctrl
+};
+HopscotchPlacement hopscotch_place(const HopscotchConfig& cfg, uint64_t key);
+
+struct HopscotchShardStats {
+  uint64_t inserts = 0;            // keys inserted (bulk and online)
+  uint64_t displacing_inserts = 0; // inserts that moved records
+  uint64_t displacements = 0;      // records moved
+  uint64_t full = 0;               // inserts refused with kFull
+};
+
+struct HopscotchShardResult {
+  Status status;
+  uint32_t displacements = 0;
+};
+
+// Memory-node side: one shard, owned by the node's CPU. Formats `region` on construction.
+class HopscotchShard {
+ public:
+  HopscotchShard(const HopscotchConfig& cfg, uint32_t node, std::span<std::byte> region);
+  HopscotchShard(const HopscotchShard&) = delete;
+  HopscotchShard& operator=(const HopscotchShard&) = delete;
+
+  HopscotchShardResult find_or_put(uint64_t key, std::span<const std::byte> value);
+  HopscotchShardResult put(uint64_t key, std::span<const std::byte> value);
+  HopscotchShardResult update(uint64_t key, std::span<const std::byte> value);
+  HopscotchShardResult erase(uint64_t key);
+  // put() for a key of this shard (false: another shard's); throws InvalidArgument on kFull.
+  bool bulk_insert(uint64_t key, std::span<const std::byte> value);
+
+  bool owns(uint64_t key) const;
+  std::optional<std::vector<std::byte>> find(uint64_t key) const;  // node-side, under the lock
+  std::vector<uint64_t> keys() const;
+  uint64_t records() const;
+  HopscotchShardStats stats() const;
+  // Tests: called (under the shard's lock) after each store step of a move: after the copy and
+  // after the clear. Must not call into the shard.
+  void set_move_hook(std::function<void()> hook) { move_hook_ = std::move(hook); }
+
+ private:
+  uint64_t off(uint64_t slot) const;
+  bool occupied(uint64_t slot) const;
+  uint64_t key_at(uint64_t slot) const;
+  std::optional<uint64_t> locate(uint64_t key, const HopscotchPlacement& p) const;
+  void check_value(std::span<const std::byte> value, bool exact) const;
+  void write_new(uint64_t slot, uint64_t key, uint32_t kbits, std::span<const std::byte> value);
+  void rewrite(uint64_t slot, uint64_t key, std::span<const std::byte> value);
+  void clear(uint64_t slot);
+  void move(uint64_t from, uint64_t to);
+  HopscotchShardResult insert_new(uint64_t key, const HopscotchPlacement& p, std::span<const std::byte> value);
+  void set_records(uint64_t n);
+
+  HopscotchConfig cfg_;
+  uint32_t node_;
+  std::span<std::byte> region_;
+  mutable std::mutex mu_;
+  uint64_t records_ = 0;
+  uint64_t moves_ = 0;
+  HopscotchShardStats stats_;
+  std::function<void()> move_hook_;
+};
+
+// Memory-node side of a table: formats the hosted shards, registers the RPC handler under `rpc_id`
+// (which co-owns the shards).
+class HopscotchServer {
+ public:
+  HopscotchServer(Fabric& fabric, const HopscotchConfig& cfg, uint16_t rpc_id = kHopscotchRpcFirst);
+  ~HopscotchServer();
+  HopscotchServer(const HopscotchServer&) = delete;
+  HopscotchServer& operator=(const HopscotchServer&) = delete;
+  bool hosts(uint32_t node) const;
+  HopscotchShard& shard(uint32_t node);  // throws InvalidArgument if not hosted here
+  bool bulk_insert(uint64_t key, std::span<const std::byte> value);
+  uint64_t records() const;
+  HopscotchShardStats stats() const;
+
+ private:
+  struct State;
+  HopscotchConfig cfg_;
+  std::shared_ptr<State> state_;
+};
+
+// One-sided lookups (one READ of the neighbourhood), two-sided writes.
+class HopscotchClient final : public KvClient {
+ public:
+  using KvClient::erase;
+  using KvClient::find_or_put;
+  using KvClient::get;
+  using KvClient::put;
+  using KvClient::update;
+  const char* scheme_name() const override { return "hopscotch"; }
+  HopscotchClient(const HopscotchConfig& cfg, Engine& engine, uint16_t rpc_id = kHopscotchRpcFirst);
+  // OpResult.chunks = neighbourhood READs issued (0 for the RPC operations).
+  Task<OpResult> find_or_put(uint64_t key, std::span<const std::byte> value) override;
+  Task<OpResult> get(uint64_t key, std::span<std::byte> value_out) override;
+  Task<OpResult> update(uint64_t key, std::span<const std::byte> value) override;
+  Task<OpResult> put(uint64_t key, std::span<const std::byte> value) override;
+  Task<OpResult> erase(uint64_t key) override;
+  Task<OpResult> get_all(uint64_t key, std::vector<std::byte>* values_out) override;
+  // Reads and validates a shard's header (one READ) and primes the moves cache.
+  Task<HopscotchShardHeader> read_header(uint32_t node);
+  // Tests: one READ of the key's neighbourhood, no re-read and no miss validation: kFound, kNotFound,
+  // or nullopt when the key's record was caught mid-write or torn.
+  Task<std::optional<Status>> probe_once(uint64_t key, std::span<std::byte> value_out);
+  const HopscotchConfig& config() const { return cfg_; }
+
+ private:
+  enum class Scan : uint8_t { kMiss, kHit, kUnstable };
+  Scan scan(const std::byte* slots, uint64_t key, const HopscotchPlacement& p, std::span<std::byte> out) const;
+  Task<OpResult> remote(uint8_t op, uint64_t key, std::span<const std::byte> value);
+  void check_value(std::span<const std::byte> value, bool exact) const;
+
+  HopscotchConfig cfg_;
+  Engine& engine_;
+  uint16_t rpc_id_;
+  uint32_t cfg_tag_;
+  std::vector<std::optional<uint64_t>> moves_seen_;
+};
+
+}  // namespace rdmahash
