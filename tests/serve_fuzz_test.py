@@ -12,7 +12,9 @@ truncated or mutated proof, and good hellos followed by a proof made with a wron
 close with SO_LINGER 0 (a reset: no TIME_WAIT, so 10^5 connections do not exhaust the ports) from
 source addresses spread over 127.0.0.0/8. Every 100 messages (fewer than the listen backlog of 128) a correct handshake (HMAC with the
 right token) must be welcomed: the server keeps answering while being fuzzed.
-Then: every client exited 0, a client after the fuzzing runs, all histories together are
+Then: every client exited 0, a client after the fuzzing runs (after good handshakes that bring the
+server's next client id to the first client's plus a multiple of 1 024, so that its index among the bench's client ids is the
+first client's and only its id tells them apart), all histories together are
 linearizable, the server counted every fuzz connection as dropped and none as connected, and it
 stops on SIGTERM with exit 0.
 """
@@ -21,6 +23,7 @@ import hmac
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import struct
@@ -90,19 +93,6 @@ def main():
         run = [rdmahash, "bench", "--connect", addr, "--workload", "kv-mix", "--keys", "16", "--depth", "4", "--quiet",
                "--token-file", tok]
 
-        def clients():  # one connected client at all times while the fuzzer runs
-            i = 0
-            while not stop_clients.is_set():
-                h = os.path.join(work, f"h{i}.bin")
-                r = subprocess.run(run + ["--ops", "20000", "--history", h], capture_output=True, text=True)
-                histories.append(h)
-                if r.returncode != 0:
-                    client_failures.append(f"client {i}: exit {r.returncode}: {r.stderr.strip()}")
-                i += 1
-
-        t = threading.Thread(target=clients)
-        t.start()
-
         def good_handshake():
             with socket.create_connection((host, port), timeout=10) as s:
                 nc = os.urandom(32)
@@ -116,6 +106,31 @@ def main():
                     fail(f"a good handshake was not welcomed during the fuzzing: {status} {body!r}")
                 s.sendall(b"BYE!")
                 s.recv(1)
+
+        def last_client_id():  # the server numbers welcomed clients 0, 1, ... and logs each
+            log.flush()
+            with open(log.name) as f:
+                ids = [int(m.group(1)) for m in re.finditer(r"client (\d+) connected", f.read())]
+            return ids[-1] if ids else -1
+
+        first = os.path.join(work, "first.bin")
+        if subprocess.call(run + ["--ops", "2000", "--history", first]) != 0:
+            fail("the first client failed")
+        histories.append(first)
+        first_id = last_client_id()
+
+        def clients():  # one connected client at all times while the fuzzer runs
+            i = 0
+            while not stop_clients.is_set():
+                h = os.path.join(work, f"h{i}.bin")
+                r = subprocess.run(run + ["--ops", "20000", "--history", h], capture_output=True, text=True)
+                histories.append(h)
+                if r.returncode != 0:
+                    client_failures.append(f"client {i}: exit {r.returncode}: {r.stderr.strip()}")
+                i += 1
+
+        t = threading.Thread(target=clients)
+        t.start()
 
         t0 = time.time()
         kinds = 0
@@ -143,6 +158,13 @@ def main():
         t.join(timeout=300)
         if client_failures:
             fail("clients failed during the fuzzing: " + "; ".join(client_failures))
+        # The last client's id is the first's plus a multiple of 1 024: the same index in the bench's
+        # client index space, and it must still be named apart from it in its history.
+        for _ in range((first_id - last_client_id() - 1) % 1024):
+            good_handshake()
+            synced += 1
+        if (last_client_id() + 1) % 1024 != first_id % 1024:
+            fail(f"the next client id is not the first's ({first_id}) plus a multiple of 1024")
         last = os.path.join(work, "last.bin")
         if subprocess.call(run + ["--ops", "5000", "--history", last]) != 0:
             fail("a client after the fuzzing failed")
@@ -170,6 +192,7 @@ def main():
              f"got {served} served, {finished} finished, {lost} lost")
     if dropped != kinds:
         fail(f"expected every one of the {kinds} fuzz connections dropped, the server counted {dropped}")
+    shutil.rmtree(work)  # ~40 MB of histories; kept when the test fails
     print("PASS")
 
 

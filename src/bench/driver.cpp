@@ -677,6 +677,12 @@ class ConnectBackend final : public Backend {
   Fabric& fabric() override { return *conn_.fabric; }
   void begin_history(const KeySpace& keys, uint32_t value_bytes, std::vector<check::HistoryBuffer>& history,
                      uint64_t events) override {
+    // Named by the server's id, not the wrapped index: the kv-mix values carry it in bits 44..63.
+    if (conn_.client_id >= (uint32_t{1} << 20) - 1)
+      throw InvalidArgument("--history: memory node 0 has given out " + std::to_string(conn_.client_id) +
+                            " client ids; a history names its client by that id, which must be below 2^20 - 1 "
+                            "(every written value must be unique): restart the servers");
+    history.at(client_).set_client(conn_.client_id);
     history.at(client_).map_file(o_.history_path, kv_mix_initial_state(o_, keys, value_bytes), events);
   }
   void write_history(const KeySpace&, uint32_t, std::vector<check::HistoryBuffer>& history) override {

@@ -65,8 +65,8 @@ KvMix::KvMix(const BenchOptions& o, const KeySpace& keys, uint32_t value_bytes, 
       first_(first_key_index(o)),
       count_(o.kv_keys),
       value_bytes_(value_bytes),
-      client_(client),
-      tag_base_((uint64_t{client} + 1) << 44 | uint64_t{repeat} << 34),
+      client_(history && history->client() ? *history->client() : client),
+      tag_base_((uint64_t{client_} + 1) << 44 | uint64_t{repeat} << 34),
       state_(hash::mix64(o.seed * 0x100000001B3ULL + uint64_t{client} * 1031 + repeat + 0x4B564D49ULL)),
       history_(history) {}
 

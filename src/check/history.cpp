@@ -73,6 +73,7 @@ HistoryBuffer& HistoryBuffer::operator=(HistoryBuffer&& o) noexcept {
   count_ = o.count_;
   capacity_ = o.capacity_;
   path_ = std::move(o.path_);
+  client_ = o.client_;
   return *this;
 }
 

@@ -29,6 +29,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -96,8 +97,16 @@ class HistoryBuffer {
   void close_file();
   bool mapped() const { return mapped_ != nullptr; }
 
+  // The client's name in the events and in the values it writes, where it is not its index among
+  // this run's clients: a `bench --connect` client is one of many runs against one server, so it
+  // is named by the id the server gave it (the index wraps; the id does not), which keeps clients
+  // distinct across files and every written value unique.
+  void set_client(uint32_t id) { client_ = id; }
+  std::optional<uint32_t> client() const { return client_; }
+
  private:
   std::vector<HistoryEvent> events_;
+  std::optional<uint32_t> client_;
   std::byte* mapped_ = nullptr;  // the whole file
   uint64_t mapped_bytes_ = 0;
   uint64_t first_ = 0;           // mapped: events before this one are the init events
