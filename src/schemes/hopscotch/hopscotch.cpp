@@ -330,12 +330,8 @@ struct HopscotchServer::State {
                          case write_rpc::kPut: r = s.put(key, value); break;
                          case write_rpc::kUpdate: r = s.update(key, value); break;
                          case write_rpc::kErase: r = s.erase(key); break;
-                         case write_rpc::kGet: {
-                           if (!s.owns(key)) throw InvalidArgument("hopscotch: key does not belong to this shard");
-                           auto v = s.find(key);
-                           if (!v) return write_rpc::Result{Status::kNotFound, 0};
-                           return write_rpc::Result{Status::kFound, 0, std::move(*v)};
-                         }
+                         case write_rpc::kGet:
+                           return write_rpc::get_on_node(s, "hopscotch", key);
                        }
                        return write_rpc::Result{r.status, r.displacements};
                      });
@@ -479,26 +475,12 @@ Task<OpResult> HopscotchClient::get(uint64_t key, std::span<std::byte> value_out
     before = after;
   }
   // Displacements kept overlapping this lookup: ask the owner, under the shard's lock.
-  const write_rpc::Result res =
-      co_await write_rpc::call(engine_, "hopscotch", rpc_id_, p.node, cfg_tag_, write_rpc::kGet, key, {});
-  r.status = res.status;
-  if (res.status == Status::kFound) {
-    if (res.value.size() != cfg_.value_bytes)
-      throw FabricError("hopscotch: node " + std::to_string(p.node) + " returned a value of the wrong size");
-    if (!value_out.empty()) std::memcpy(value_out.data(), res.value.data(), std::min(value_out.size(), res.value.size()));
-    r.matches = 1;
-  }
-  co_return r;
+  co_return co_await write_rpc::get(engine_, "hopscotch", rpc_id_, p.node, cfg_tag_, key, cfg_.value_bytes, value_out, r);
 }
 
 Task<OpResult> HopscotchClient::remote(uint8_t op, uint64_t key, std::span<const std::byte> value) {
   const uint32_t node = hopscotch_place(cfg_, key).node;
-  const write_rpc::Result res = co_await write_rpc::call(engine_, "hopscotch", rpc_id_, node, cfg_tag_,
-                                                         static_cast<write_rpc::Op>(op), key, value);
-  OpResult r;
-  r.status = res.status;
-  r.matches = (r.status == Status::kFound || r.status == Status::kUpdated || r.status == Status::kErased) ? 1 : 0;
-  co_return r;
+  return write_rpc::write(engine_, "hopscotch", rpc_id_, node, cfg_tag_, static_cast<write_rpc::Op>(op), key, value);
 }
 
 Task<OpResult> HopscotchClient::find_or_put(uint64_t key, std::span<const std::byte> value) {
@@ -519,10 +501,7 @@ Task<OpResult> HopscotchClient::update(uint64_t key, std::span<const std::byte> 
 Task<OpResult> HopscotchClient::erase(uint64_t key) { co_return co_await remote(write_rpc::kErase, key, {}); }
 
 Task<OpResult> HopscotchClient::get_all(uint64_t key, std::vector<std::byte>* values_out) {
-  std::vector<std::byte> value(values_out ? cfg_.value_bytes : 0);
-  const OpResult r = co_await get(key, value);
-  if (r.status == Status::kFound && values_out) values_out->insert(values_out->end(), value.begin(), value.end());
-  co_return r;
+  return get_all_by_get(key, cfg_.value_bytes, values_out);
 }
 
 Task<HopscotchShardHeader> HopscotchClient::read_header(uint32_t node) {
