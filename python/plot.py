@@ -433,6 +433,54 @@ def seed001_chunks(rows, out):
         raise Skip("needs find-or-put rows of a --chunk sweep at 2+ load factors")
     return made
 
+SEED004_OPS = (("find-or-put", "insertion (find-or-put of new keys)"), ("get", "search (get of present keys)"),
+               ("update", "update (present keys)"), ("erase", "deletion (present keys)"))
+
+
+def seed004_ops(rows, out):
+    """Seed 004's per-operation figures (insertion, search, update, deletion): throughput and round
+    trips per op against the number of client processes, one line per scheme (rows of
+    scripts/fig_seed004_ops.sh: one mpirun per scheme and client count)."""
+    names = [w for w, _ in SEED004_OPS]
+    rows = [r for r in rows if r.get("workload") in names and r.get("fabric") != "local"]
+    keys = ("fabric", "ucx_tls", "memory_nodes", "symmetric", "depth", "value_bytes", "records", "distribution",
+            "zipf_theta", "target_load_factor")
+    parts = partitions(rows, keys, lambda pr: len({r["clients"] for r in pr}) >= 2)
+    made = []
+    for ctx, pr in parts.items():
+        present = [(w, label) for w, label in SEED004_OPS if any(r["workload"] == w for r in pr)]
+        import matplotlib.pyplot as plt
+        fig, grid = plt.subplots(2, len(present), figsize=(4.2 * len(present), 7.0), squeeze=False,
+                                 layout="constrained")
+        for col, (w, label) in enumerate(present):
+            wr = [r for r in pr if r["workload"] == w]
+            line = lambda r: f"{r['scheme_detail']} k={r['key_bytes']}"
+            ser = series(wr, line, lambda r: r["clients"], mops)
+            ax = grid[0][col]
+            plot_lines(ax, ser)
+            ax.set_title(label, fontsize=10)
+            ax.set_ylabel("throughput (million ops/s)")
+            ax.set_ylim(bottom=0)
+            ax.grid(True, alpha=0.3)
+            ax.set_xticks(sorted({r["clients"] for r in wr}))
+            ax = grid[1][col]
+            plot_lines(ax, series(wr, line, lambda r: r["clients"], lambda r: r["round_trips_per_op"]))
+            ax.set_xlabel("client processes")
+            ax.set_ylabel("round trips per op")
+            ax.set_ylim(bottom=0)
+            ax.grid(True, alpha=0.3)
+            ax.set_xticks(sorted({r["clients"] for r in wr}))
+        legend(grid[0][0])
+        title(fig, "Seed 004 — insertion, search, update and deletion vs clients, per scheme", pr,
+              omit=("workload", "clients", "ranks", "key_bytes"))
+        made.append((save(fig, out, f"seed004_ops{suffix(keys, ctx, list(parts))}.png"),
+                     "throughput and round trips per op vs client processes for insertion, search, update "
+                     "and deletion, one line per scheme — " + describe(pr, ("workload", "clients", "ranks", "key_bytes"))))
+    if not made:
+        raise Skip("needs find-or-put/get/update/erase rows over UCX at 2+ client counts (scripts/fig_seed004_ops.sh)")
+    return made
+
+
 def fig6(rows, out):
     rows = [r for r in throughput_rows(rows) if r["scheme"] == "cuckoo"]
     if not rows:
@@ -971,7 +1019,8 @@ def main(argv=None):
                ("table1", lambda: table1(rows, args.out)), ("fig10", lambda: fig10(rows, args.out, binary)),
                ("fig11", lambda: fig11(rows, args.out)), ("fig12", lambda: fig12(rows, args.out)),
                ("ycsb", lambda: ycsb_figure(rows, args.out)),
-               ("seed001_chunks", lambda: seed001_chunks(rows, args.out))]
+               ("seed001_chunks", lambda: seed001_chunks(rows, args.out)),
+               ("seed004_ops", lambda: seed004_ops(rows, args.out))]
     made = []
     for name, draw in figures:
         try:

@@ -74,6 +74,10 @@ if(PLOT_PYTHON)
   add_test(NAME plot_seed001_chunks
     COMMAND ${PLOT_PYTHON} -c "${PLOT_CHECK}" ${PLOT_OUT}_chunks seed001_chunks.png --
             ${PLOT_PYTHON} ${PLOT_PY} ${CMAKE_SOURCE_DIR}/tests/data/bench_chunk_sample.jsonl --out ${PLOT_OUT}_chunks)
+  # Seed 004's per-operation figure from a SMALL=1 run of scripts/fig_seed004_ops.sh (1 and 2 clients).
+  add_test(NAME plot_seed004_ops
+    COMMAND ${PLOT_PYTHON} -c "${PLOT_CHECK}" ${PLOT_OUT}_seed004 seed004_ops.png --
+            ${PLOT_PYTHON} ${PLOT_PY} ${CMAKE_SOURCE_DIR}/tests/data/bench_seed004_ops_sample.jsonl --out ${PLOT_OUT}_seed004)
   add_test(NAME plot_single_point
     COMMAND ${PLOT_PYTHON} -c "${PLOT_CHECK}" ${PLOT_OUT}_one points.png --
             ${PLOT_PYTHON} ${PLOT_PY} ${CMAKE_SOURCE_DIR}/tests/data/bench_single_point.jsonl --out ${PLOT_OUT}_one)
@@ -87,7 +91,7 @@ if(PLOT_PYTHON)
     COMMAND ${PLOT_PYTHON} -c "${PLOT_CHECK}" ${PLOT_OUT}_path points.png --
             env PATH=${PLOT_FAKE_BIN}:$ENV{PATH} ${CMAKE_SOURCE_DIR}/scripts/plot.sh
             ${CMAKE_SOURCE_DIR}/tests/data/bench_single_point.jsonl --out ${PLOT_OUT}_path)
-  set_tests_properties(plot_ycsb_rows plot_single_point plot_sh_without_matplotlib_on_path PROPERTIES
+  set_tests_properties(plot_ycsb_rows plot_single_point plot_sh_without_matplotlib_on_path plot_seed004_ops PROPERTIES
     TIMEOUT 300 LABELS plot)
 endif()
 
