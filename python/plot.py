@@ -17,6 +17,12 @@ Reads every line of every file, groups the points, and draws whichever figures t
   fig12_cluster_skew.png              matching records/s vs zipf theta, per read-size policy
   ycsb.png                            YCSB rows: throughput per workload, phase and scheme; run-phase
                                       latency p50/p90/p99
+  seed001_chunks.png                  seed 001 Table 1 / Fig. 2: find-or-put round trips, chunk READs
+                                      and latency over load factor per chunk size (bench --chunk list)
+  seed004_ops.png                     seed 004: insertion, search, update, deletion throughput and
+                                      round trips vs client processes per scheme
+  seed000_table2.png                  seed 000 Table 2: lookups per actual x assumed load factor
+                                      (bench --assumed-load-factor list; + table2.csv)
   points.png                          when no figure above applies (a single point, a short mixed run;
                                       up to 40 points per layout): bars of throughput, p50 latency,
                                       round trips and bytes per op
@@ -432,6 +438,82 @@ def seed001_chunks(rows, out):
     if not made:
         raise Skip("needs find-or-put rows of a --chunk sweep at 2+ load factors")
     return made
+
+def seed000_table2(rows, out):
+    """Seed 000 Table 2: lookup throughput of the model's read size when the load factor it assumes
+    (--assumed-load-factor, columns) differs from the table's (rows); each cell beside the diagonal
+    of its row (the paper's "drops by at most 20 %"), and the read size and round trips that carry
+    over between machines. Writes table2.csv."""
+    rows = [r for r in lookup_rows(rows) if r.get("read_size_policy") == "model" and r.get("assumed_load_factor")]
+    keys = tuple(k for k in BASE_CONTEXT if k != "workload") + ("slot_bytes_key",)
+    for r in rows:
+        r["slot_bytes_key"] = r.get("scheme_detail")
+    parts = partitions(rows, keys, lambda pr: len({r["assumed_load_factor"] for r in pr}) >= 2 and n_lfs(pr) >= 2)
+    made, csv_rows = [], []
+    for ctx, pr in parts.items():
+        actual = sorted({r["target_load_factor"] for r in pr})
+        assumed = sorted({r["assumed_load_factor"] for r in pr})
+        cell = {}
+        for r in pr:
+            cell.setdefault((r["target_load_factor"], r["assumed_load_factor"]), []).append(r)
+        import matplotlib.pyplot as plt
+        fig, axes = plt.subplots(1, 3, figsize=(14, 4.6), squeeze=False, layout="constrained")
+        panels = [("throughput (million lookups/s)", lambda rs: Stat([mops(r) for r in rs]).med, "{:.2f}"),
+                  ("throughput / the row's diagonal", None, "{:.2f}"),
+                  ("read size R (slots) · round trips per lookup",
+                   lambda rs: Stat([r["read_size"] for r in rs]).med, "{:.0f}")]
+        for ax, (label, fn, fmt) in zip(axes[0], panels):
+            grid = []
+            for a in actual:
+                line = []
+                for b in assumed:
+                    rs = cell.get((a, b))
+                    if not rs:
+                        line.append(float("nan"))
+                    elif fn is not None:
+                        line.append(fn(rs))
+                    else:
+                        diag = cell.get((a, a))
+                        line.append(Stat([mops(r) for r in rs]).med / Stat([mops(r) for r in diag]).med
+                                    if diag else float("nan"))
+                grid.append(line)
+            ax.imshow(grid, cmap="viridis", aspect="auto")
+            for i, a in enumerate(actual):
+                for j, b in enumerate(assumed):
+                    v = grid[i][j]
+                    if v != v:
+                        continue
+                    text = fmt.format(v)
+                    if fn is panels[2][1]:
+                        text += f" · {Stat([r['round_trips_per_op'] for r in cell[(a, b)]]).med:.2f}"
+                    ax.text(j, i, text, ha="center", va="center", color="white", fontsize=9,
+                            bbox=dict(facecolor="black", alpha=0.35, linewidth=0))
+            ax.set_xticks(range(len(assumed)), [f"{b:g}" for b in assumed])
+            ax.set_yticks(range(len(actual)), [f"{a:g}" for a in actual])
+            ax.set_xlabel("assumed load factor (--assumed-load-factor)")
+            ax.set_ylabel("actual load factor")
+            ax.set_title(label, fontsize=10)
+        for (a, b), rs in sorted(cell.items()):
+            diag = cell.get((a, a))
+            csv_rows.append([describe(pr, ("lf",)), a, b, Stat([mops(r) for r in rs]).med,
+                             (Stat([mops(r) for r in rs]).med / Stat([mops(r) for r in diag]).med) if diag else "",
+                             Stat([r["read_size"] for r in rs]).med, Stat([r["round_trips_per_op"] for r in rs]).med,
+                             Stat([r["bytes_per_op"] for r in rs]).med, len(rs)])
+        ser = {k: [(0, Stat([1] * len(v)))] for k, v in cell.items()}
+        title(fig, "Seed 000 Table 2 — lookups when the model assumes another load factor", pr,
+              omit=("lf",), extra=repeat_note([ser]) + " · numbers in table2.csv")
+        made.append((save(fig, out, f"seed000_table2{suffix(keys, ctx, list(parts))}.png"),
+                     "lookup throughput, its ratio to the row's diagonal, read size and round trips per actual "
+                     "× assumed load factor — " + describe(pr, ("lf",))))
+    if not made:
+        raise Skip("needs linear get rows with --read-size model at 2+ --assumed-load-factor values and 2+ load factors")
+    with open(os.path.join(out, "table2.csv"), "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["context", "actual_load_factor", "assumed_load_factor", "mops_median", "vs_diagonal",
+                    "read_size", "round_trips_per_op", "bytes_per_op", "repeats"])
+        w.writerows(csv_rows)
+    return made
+
 
 SEED004_OPS = (("find-or-put", "insertion (find-or-put of new keys)"), ("get", "search (get of present keys)"),
                ("update", "update (present keys)"), ("erase", "deletion (present keys)"))
@@ -1020,7 +1102,8 @@ def main(argv=None):
                ("fig11", lambda: fig11(rows, args.out)), ("fig12", lambda: fig12(rows, args.out)),
                ("ycsb", lambda: ycsb_figure(rows, args.out)),
                ("seed001_chunks", lambda: seed001_chunks(rows, args.out)),
-               ("seed004_ops", lambda: seed004_ops(rows, args.out))]
+               ("seed004_ops", lambda: seed004_ops(rows, args.out)),
+               ("seed000_table2", lambda: seed000_table2(rows, args.out))]
     made = []
     for name, draw in figures:
         try:
@@ -1044,6 +1127,9 @@ def main(argv=None):
                 + ", ".join(f"`{p}`" for p in args.results) + ".\n\n")
         for png, what in made:
             f.write(f"- [`{png}`]({png}): {what}\n")
+        if any(p.startswith("seed000_table2") for p, _ in made):
+            f.write("- [`table2.csv`](table2.csv): seed 000 Table 2's numbers (throughput, its ratio to the row's "
+                    "diagonal, read size, round trips and bytes per lookup) per actual and assumed load factor\n")
         if any(p.startswith("table1") for p, _ in made):
             f.write("- [`table1.csv`](table1.csv): Table 1's numbers (round trips, READs, read size, bytes and "
                     "throughput per lookup, medians over repeats) per variant and load factor\n")

@@ -52,6 +52,12 @@ add_test(NAME bench_local_update_keep_table COMMAND python3 ${CHECK_JSON} --
 add_test(NAME bench_local_chunk_sweep COMMAND python3 ${CHECK_JSON} --chunk-sweep --
   ${RDMAHASH_BIN} bench --fabric local --clients 2 --records 20000 --load-factor 0.8 --workload find-or-put,get
   --chunk 8,64 --ops 1000 --depth 8)
+# Seed 000 Table 2 on one table: --assumed-load-factor sweeps the get points (0: the table's own).
+add_test(NAME bench_local_assumed_load_factor_sweep COMMAND python3 ${CHECK_JSON} --assumed-sweep --
+  ${RDMAHASH_BIN} bench --fabric local --clients 2 --records 20000 --load-factor 0.25,0.65 --workload get
+  --read-size model --assumed-load-factor 0,0.25,0.65 --key-bytes 4 --value-bytes 4 --ops 1000 --depth 8 --repeat 2)
+add_test(NAME cli_assumed_load_factor_bad COMMAND ${EXPECT_FAIL} "--assumed-load-factor must be in"
+  ${RDMAHASH_BIN} bench --assumed-load-factor 0.5,1.5 --records 100 --ops 10)
 add_test(NAME cli_chunk_sweep_needs_chunks COMMAND ${EXPECT_FAIL} "does not probe in chunks"
   ${RDMAHASH_BIN} bench --scheme cuckoo --chunk 8,16 --records 100 --ops 10)
 add_test(NAME cli_update_needs_values COMMAND ${EXPECT_FAIL} "workload update replaces values"

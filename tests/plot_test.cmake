@@ -78,6 +78,10 @@ if(PLOT_PYTHON)
   add_test(NAME plot_seed004_ops
     COMMAND ${PLOT_PYTHON} -c "${PLOT_CHECK}" ${PLOT_OUT}_seed004 seed004_ops.png --
             ${PLOT_PYTHON} ${PLOT_PY} ${CMAKE_SOURCE_DIR}/tests/data/bench_seed004_ops_sample.jsonl --out ${PLOT_OUT}_seed004)
+  # Seed 000 Table 2 from a SMALL=1 run of scripts/fig_seed000_table2.sh (3 actual x 3 assumed).
+  add_test(NAME plot_seed000_table2
+    COMMAND ${PLOT_PYTHON} -c "${PLOT_CHECK}" ${PLOT_OUT}_table2 seed000_table2.png --
+            ${PLOT_PYTHON} ${PLOT_PY} ${CMAKE_SOURCE_DIR}/tests/data/bench_seed000_table2_sample.jsonl --out ${PLOT_OUT}_table2)
   add_test(NAME plot_single_point
     COMMAND ${PLOT_PYTHON} -c "${PLOT_CHECK}" ${PLOT_OUT}_one points.png --
             ${PLOT_PYTHON} ${PLOT_PY} ${CMAKE_SOURCE_DIR}/tests/data/bench_single_point.jsonl --out ${PLOT_OUT}_one)
@@ -91,7 +95,7 @@ if(PLOT_PYTHON)
     COMMAND ${PLOT_PYTHON} -c "${PLOT_CHECK}" ${PLOT_OUT}_path points.png --
             env PATH=${PLOT_FAKE_BIN}:$ENV{PATH} ${CMAKE_SOURCE_DIR}/scripts/plot.sh
             ${CMAKE_SOURCE_DIR}/tests/data/bench_single_point.jsonl --out ${PLOT_OUT}_path)
-  set_tests_properties(plot_ycsb_rows plot_single_point plot_sh_without_matplotlib_on_path plot_seed004_ops PROPERTIES
+  set_tests_properties(plot_ycsb_rows plot_single_point plot_sh_without_matplotlib_on_path plot_seed004_ops plot_seed000_table2 PROPERTIES
     TIMEOUT 300 LABELS plot)
 endif()
 

@@ -231,8 +231,9 @@ std::string BenchOptions::error() const {
       if (r.kind != ReadSizeSpec::Kind::kFixed)
         return "--read-size " + r.text() + " assumes one record per slot: use a fixed read size with --storage heap4";
   if (clusters > 10000000) return "--clusters must be at most 10^7";
-  if (assumed_load_factor != 0 && !(assumed_load_factor > 0 && assumed_load_factor < 1))
-    return "--assumed-load-factor must be in (0, 1)";
+  if (assumed_load_factors.empty()) return "--assumed-load-factor needs a value";
+  for (const double a : assumed_load_factors)
+    if (a != 0 && !(a > 0 && a < 1)) return "--assumed-load-factor must be in (0, 1)";
   if (zipf_theta > 0) {
     for (Workload w : workloads)
       if (w != Workload::kGet && w != Workload::kGetAll && w != Workload::kRawRead)

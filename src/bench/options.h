@@ -79,7 +79,9 @@ struct BenchOptions {
   SpeculativeClaim speculative_claim = SpeculativeClaim::kAuto;  // linear find-or-put: claim the home slot with chunk 0's READ (linear.h)
   std::vector<ReadSizeSpec> read_sizes{ReadSizeSpec{}};  // lookup read sizes (a list sweeps)
   uint32_t clusters = 1000;            // clusters tracked per client (--read-size cluster)
-  double assumed_load_factor = 0;      // model R from this load factor instead of the table's (0: table's)
+  // Model R from these load factors instead of the table's (0: the table's); a list sweeps the
+  // lookup points, as --read-size does (seed 000 Table 2 on one table).
+  std::vector<double> assumed_load_factors{0.0};
   std::string profile_path;            // cost-model parameters (rdmahash calibrate); empty: seed 000's
   std::optional<model::CostParams> cost_params;  // loaded from profile_path (slot_bytes set per table)
   double zipf_theta = 0;               // 0: uniform; else the loaded keys' (and lookups') Zipf skew
