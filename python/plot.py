@@ -388,6 +388,16 @@ class Skip(Exception):
 # ---------------------------------------------------------------------------------------------
 # Figures. Each returns [(png name, one-line description)] or raises Skip(reason).
 
+def memory_limit_line(ax, rows):
+    """bench --memory-limit: this machine's random-read limit measured in the same run (median over
+    the rows' tables), drawn as a dashed line: what one client core's memory allows."""
+    limits = [r["memory_limit_ops_per_s"] for r in rows if r.get("memory_limit_ops_per_s")]
+    if limits:
+        pages = sorted({r["memory_limit"]["pages"] for r in rows if r.get("memory_limit")})
+        ax.axhline(statistics.median(limits) / 1e6, color="black", linestyle="--", linewidth=1,
+                   label=f"memory limit: random 8-byte loads, one core ({'/'.join(pages)} pages)")
+
+
 def lf_figure(rows, out, name, fig_title, what, min_lfs=2):
     keys = BASE_CONTEXT
     parts = partitions(rows, keys, lambda pr: n_lfs(pr) >= min_lfs)
@@ -396,6 +406,7 @@ def lf_figure(rows, out, name, fig_title, what, min_lfs=2):
         ser = series(pr, variant, lambda r: r["target_load_factor"], mops)
         fig, (ax,) = new_figure()
         plot_lines(ax, ser)
+        memory_limit_line(ax, pr)
         lf_axis(ax, pr)
         ax.set_ylabel("lookup throughput (million lookups/s)")
         ax.set_ylim(bottom=0)

@@ -41,6 +41,8 @@ def main():
     # own load factor reads as the row with 0, and one assumed value reads the same at every load
     # factor; two assumed values must not all read alike (the value reached the clients).
     assumed_sweep = "--assumed-sweep" in opts
+    # --memory-limit: every row carries the probe's limit, measured on a region of the table's size.
+    memory_limit = "--memory-limit" in opts
     cmd = args[args.index("--") + 1:]
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "out.jsonl")
@@ -229,6 +231,16 @@ def main():
                 fail(f"--chunk sweep at load factor {lf}: {per_chunk[lo]:.3f} chunk READs per op at C={lo}, "
                      f"{per_chunk[hi]:.3f} at C={hi}: the chunk size did not reach the clients")
             print(f"ok: chunk sweep lf={lf} chunks/op {per_chunk}")
+    if memory_limit:
+        for line in lines:
+            r = json.loads(line)
+            m = r.get("memory_limit")
+            if not m or not r.get("memory_limit_ops_per_s", 0) > 0 or not m["dependent_ns"] > 0:
+                fail(f"row without a measured memory limit: {m}")
+            if not (r["table_bytes"] - 64 < m["bytes"] <= r["table_bytes"]):
+                fail(f"memory limit probed {m['bytes']} bytes, the table has {r['table_bytes']}")
+        print(f"ok: memory limit {m['batched_ops_per_s'] / 1e6:.1f} M loads/s, {m['dependent_ns']:.0f} ns dependent, "
+              f"{m['pages']} pages, {m['bytes']} bytes")
     if assumed_sweep:
         rs = {}
         for line in lines:

@@ -58,6 +58,12 @@ add_test(NAME bench_local_assumed_load_factor_sweep COMMAND python3 ${CHECK_JSON
   --read-size model --assumed-load-factor 0,0.25,0.65 --key-bytes 4 --value-bytes 4 --ops 1000 --depth 8 --repeat 2)
 add_test(NAME cli_assumed_load_factor_bad COMMAND ${EXPECT_FAIL} "--assumed-load-factor must be in"
   ${RDMAHASH_BIN} bench --assumed-load-factor 0.5,1.5 --records 100 --ops 10)
+# --memory-limit: each row carries this machine's random-read limit on a region of the table's size.
+add_test(NAME bench_local_memory_limit COMMAND python3 ${CHECK_JSON} --memory-limit --
+  ${RDMAHASH_BIN} bench --fabric local --clients 1 --memory-nodes 2 --records 100000 --load-factor 0.5 --workload get
+  --ops 1000 --memory-limit 4k)
+add_test(NAME cli_memory_limit_bad COMMAND ${EXPECT_FAIL} "--memory-limit"
+  ${RDMAHASH_BIN} bench --memory-limit huge --records 100 --ops 10)
 add_test(NAME cli_chunk_sweep_needs_chunks COMMAND ${EXPECT_FAIL} "does not probe in chunks"
   ${RDMAHASH_BIN} bench --scheme cuckoo --chunk 8,16 --records 100 --ops 10)
 add_test(NAME cli_update_needs_values COMMAND ${EXPECT_FAIL} "workload update replaces values"

@@ -437,7 +437,24 @@ class Backend {
   // --history, before the table's first point: room for `events` per client (--connect: the file
   // itself is the buffer, so that a killed client leaves its history behind).
   virtual void begin_history(const KeySpace&, uint32_t /*value_bytes*/, std::vector<check::HistoryBuffer>&, uint64_t /*events*/) {}
+  // This process reports the points (local, --connect: yes; UCX: rank 0).
+  virtual bool reports() { return true; }
 };
+
+// --memory-limit: the machine's random-read limit on a region of `bytes`, measured here and now (in
+// the reporting process, while the others wait at the next point's barrier).
+std::optional<model::MemoryLimit> probe_memory(const BenchOptions& o, uint64_t bytes) {
+  if (o.memory_limit == BenchOptions::MemoryProbe::kOff) return std::nullopt;
+  const uint64_t avail = mem_available_bytes();
+  if (avail && bytes + (uint64_t{256} << 20) > avail)
+    throw InvalidArgument("--memory-limit: a probe region of the table's size (" + bytes_text(bytes) +
+                          ") does not fit in MemAvailable (" + bytes_text(avail) + ") beside the table");
+  model::MemoryLimitOptions m;
+  m.bytes = std::max<uint64_t>(bytes, 4096);
+  m.pages = o.memory_limit == BenchOptions::MemoryProbe::kThp ? model::ProbePages::kThp : model::ProbePages::k4;
+  m.seed = o.seed;
+  return model::measure_memory_limit(m);
+}
 
 // Every load factor, every point: the shared sweep. Each point starts from a stated table state:
 // by default the loaded one (the shards are reloaded after any point that wrote), or with
@@ -460,6 +477,13 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
     double warmup = 0;
     if (!o.cold)
       if (auto w = b.run([&](Engine& e, uint32_t) { return warm_up(e, *table, b.memory_nodes()); })) warmup = w->seconds;
+    const std::optional<model::MemoryLimit> limit =
+        b.reports() ? probe_memory(o, table->region_bytes() * b.memory_nodes()) : std::nullopt;
+    if (limit && !o.quiet)
+      std::printf("memory limit (%s pages, %s, one core): %.1f M random 8-byte loads/s in prefetched batches of %u, "
+                  "%.0f ns per dependent load (probe %.1f s)\n",
+                  limit->pages.c_str(), bytes_text(limit->bytes).c_str(), limit->batched_ops_per_s / 1e6, limit->batch,
+                  limit->dependent_ns, limit->seconds);
     uint64_t present = loaded;  // records in the table (known where points are reported)
     bool dirty = false;                 // a point wrote since the last load
     uint64_t insert_point = 0;
@@ -514,6 +538,7 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
       info.warmup_seconds = warmup;
       info.table_bytes = table->region_bytes() * b.memory_nodes();
       info.llc_bytes = llc;
+      info.memory_limit = limit;
       info.persistence = table->persistence();
       info.table_resizes = table->table_resizes();
       info.resizing_start = resizing_start;
@@ -632,6 +657,7 @@ class UcxBackend final : public Backend {
       if (!b.empty()) total.merge(ClientResult::deserialize(b));
     return total;
   }
+  bool reports() override { return fabric_.rank() == 0; }
   Fabric& fabric() override { return fabric_; }
   void write_history(const KeySpace& keys, uint32_t value_bytes, std::vector<check::HistoryBuffer>& history) override {
     const uint32_t client = static_cast<uint32_t>(

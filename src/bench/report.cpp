@@ -160,6 +160,15 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   j["keep_table"] = o.keep_table;
   j["table_bytes"] = p.table_bytes;
   j["llc_bytes"] = p.llc_bytes;
+  if (p.memory_limit) {  // --memory-limit: this machine's random-read limit on a region of the table's size
+    j["memory_limit_ops_per_s"] = p.memory_limit->batched_ops_per_s;
+    j["memory_limit"] = {{"bytes", p.memory_limit->bytes},
+                         {"pages", p.memory_limit->pages},
+                         {"batch", p.memory_limit->batch},
+                         {"batched_ops_per_s", p.memory_limit->batched_ops_per_s},
+                         {"dependent_ns", p.memory_limit->dependent_ns},
+                         {"probe_seconds", p.memory_limit->seconds}};
+  }
   j["warmup_seconds"] = p.warmup_seconds;
   j["cold"] = o.cold;
   j["key_bytes"] = o.key_bytes;

@@ -178,6 +178,11 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, OptionText& text, std::ve
   cmd.add_option("-p", ycsb_props, "override a YCSB property, as YCSB's client: -p name=value (repeatable)");
   cmd.add_flag("--ycsb-skip-unsupported", o.ycsb_skip_unsupported,
                "skip YCSB operations the scheme cannot do (scans) instead of failing; counted as skipped");
+  cmd.add_option("--memory-limit", text.memory_limit,
+                 "before each table's first point, measure this machine's random 8-byte read limit on a region of "
+                 "the table's size (one core: dependent ns per load, and loads/s in prefetched batches of 16), with "
+                 "4 KB pages (4k) or transparent huge pages (thp); rows report it (JSON memory_limit_ops_per_s)")
+      ->check(CLI::IsMember({"off", "4k", "thp"}))->capture_default_str();
   cmd.add_flag("--cold", o.cold,
                "no warm-up: the first point also measures the clients' first touch of every page (default: "
                "each client reads one word per 4 KiB page of every shard first; JSON warmup_seconds)");
