@@ -112,9 +112,12 @@ namespace rdmahash {
 
 inline constexpr uint16_t kHopscotchRpcFirst = 0x0F00;  // RPC ids reserved for hopscotch tables
 inline constexpr uint16_t kHopscotchRpcLast = 0x0F0F;
-inline constexpr uint64_t kHopscotchMagic = 0x3148435348504f48ULL;  // "HOPSCH1"
+inline constexpr uint64_t kHopscotchMagic = 0x3248435348504f48ULL;  // "HOPSCH2": with overflow chains
 inline constexpr uint32_t kHopscotchDefaultNeighborhood = 8;
 inline constexpr uint64_t kHopscotchMovesOffset = 56;
+inline constexpr uint64_t kHopscotchSlotsOffset = 128;  // the slot array follows the 128-byte header
+inline constexpr uint32_t kHopscotchDefaultBlockRecords = 2;
+inline constexpr uint32_t kHopscotchDefaultOverflowPercent = 25;
 
 struct HopscotchConfig {
   uint32_t memory_nodes = 1;
@@ -123,6 +126,10 @@ struct HopscotchConfig {
   uint32_t value_bytes = 8;             // 0..120
   uint64_t hash_seed = 0x4F505343484F5048ULL;
   uint32_t max_probe = 4096;            // slots the free-slot search may examine
+  // Overflow chains: records per overflow block, and the pool's record capacity as a percentage
+  // of the home slots (0: no pool, a full neighbourhood answers kFull).
+  uint32_t block_records = kHopscotchDefaultBlockRecords;        // in [1, 64]
+  uint32_t overflow_percent = kHopscotchDefaultOverflowPercent;  // in [0, 400]
   // Client side (not part of the table): how long a record caught mid-write is re-read.
   std::chrono::nanoseconds retry_budget = kDefaultRetryBudget;
 
@@ -132,6 +139,11 @@ struct HopscotchConfig {
   uint64_t slots_per_node() const { return home_slots_per_node + neighborhood - 1; }
   uint32_t record_bytes() const;
   uint32_t read_bytes() const { return neighborhood * record_bytes(); }  // one lookup READ
+  uint64_t groups() const { return (home_slots_per_node + neighborhood - 1) / neighborhood; }  // chain heads
+  uint64_t overflow_blocks() const;  // pool blocks per shard
+  uint32_t block_bytes() const { return 8 + block_records * record_bytes(); }  // [next:8][records]
+  uint64_t heads_offset() const { return kHopscotchSlotsOffset + slots_per_node() * record_bytes(); }
+  uint64_t pool_offset() const { return heads_offset() + groups() * 8; }
   uint64_t region_bytes() const;
 };
 
@@ -141,13 +153,17 @@ struct HopscotchShardHeader {
   uint64_t magic;
   uint32_t neighborhood, key_bytes;
   uint32_t value_bytes, node;
-  uint32_t memory_nodes, pad;
+  uint32_t memory_nodes, block_records;
   uint64_t home_slots;
   uint64_t hash_seed;
-  uint64_t records;  // live records
+  uint64_t records;  // live records (neighbourhoods and chains)
   uint64_t moves;    // displacement sequence number: odd while an insert moves records
+  uint64_t overflow_blocks;  // pool blocks
+  uint64_t blocks_used;      // pool blocks linked into chains now
+  uint64_t chained;          // live records in chains
+  uint64_t reserved[5];
 };
-static_assert(sizeof(HopscotchShardHeader) == 64);
+static_assert(sizeof(HopscotchShardHeader) == kHopscotchSlotsOffset);
 
 struct HopscotchPlacement {
   uint32_t node;
@@ -161,6 +177,9 @@ struct HopscotchShardStats {
   uint64_t displacing_inserts = 0; // inserts that moved records
   uint64_t displacements = 0;      // records moved
   uint64_t full = 0;               // inserts refused with kFull
+  uint64_t chained = 0;            // live records in overflow chains
+  uint64_t blocks_used = 0;        // overflow blocks linked into chains now
+  uint64_t overflow_blocks = 0;    // the pool's blocks
 };
 
 struct HopscotchShardResult {
@@ -190,19 +209,34 @@ class HopscotchShard {
   // Tests: called (under the shard's lock) after each store step of a move: after the copy and
   // after the clear. Must not call into the shard.
   void set_move_hook(std::function<void()> hook) { move_hook_ = std::move(hook); }
+  // Tests: called (under the shard's lock) after each step of linking a new overflow block: after
+  // the block is filled and after the pointer store that publishes it. Must not call into the shard.
+  void set_chain_hook(std::function<void()> hook) { chain_hook_ = std::move(hook); }
 
  private:
   uint64_t off(uint64_t slot) const;
   bool occupied(uint64_t slot) const;
   uint64_t key_at(uint64_t slot) const;
-  std::optional<uint64_t> locate(uint64_t key, const HopscotchPlacement& p) const;
+  // Byte offset of the key's record (neighbourhood or chain), and whether it is in a chain.
+  struct Where {
+    uint64_t at;
+    bool chained;
+  };
+  std::optional<Where> locate(uint64_t key, const HopscotchPlacement& p) const;
+  uint64_t head_off(const HopscotchPlacement& p) const { return cfg_.heads_offset() + p.home / cfg_.neighborhood * 8; }
   void check_value(std::span<const std::byte> value, bool exact) const;
   void write_new(uint64_t slot, uint64_t key, uint32_t kbits, std::span<const std::byte> value);
-  void rewrite(uint64_t slot, uint64_t key, std::span<const std::byte> value);
+  void write_at(uint64_t o, uint64_t key, uint32_t kbits, std::span<const std::byte> value);
+  void rewrite(uint64_t o, uint64_t key, std::span<const std::byte> value);
   void clear(uint64_t slot);
+  void clear_at(uint64_t o);
   void move(uint64_t from, uint64_t to);
   HopscotchShardResult insert_new(uint64_t key, const HopscotchPlacement& p, std::span<const std::byte> value);
+  HopscotchShardResult insert_chained(uint64_t key, const HopscotchPlacement& p, std::span<const std::byte> value,
+                                      uint32_t moved);
+  void unlink_if_empty(const HopscotchPlacement& p, uint64_t rec);
   void set_records(uint64_t n);
+  void set_chained(uint64_t n);
 
   HopscotchConfig cfg_;
   uint32_t node_;
@@ -210,8 +244,12 @@ class HopscotchShard {
   mutable std::mutex mu_;
   uint64_t records_ = 0;
   uint64_t moves_ = 0;
+  uint64_t chained_ = 0;
+  uint64_t blocks_used_ = 0;           // pool blocks ever taken (the bump pointer)
+  std::vector<uint64_t> free_blocks_;  // taken, then unlinked empty: reused first
   HopscotchShardStats stats_;
   std::function<void()> move_hook_;
+  std::function<void()> chain_hook_;
 };
 
 // Memory-node side of a table: formats the hosted shards, registers the RPC handler under `rpc_id`
@@ -244,7 +282,7 @@ class HopscotchClient final : public KvClient {
   using KvClient::update;
   const char* scheme_name() const override { return "hopscotch"; }
   HopscotchClient(const HopscotchConfig& cfg, Engine& engine, uint16_t rpc_id = kHopscotchRpcFirst);
-  // OpResult.chunks = neighbourhood READs issued (0 for the RPC operations).
+  // OpResult.chunks = READs of records issued: neighbourhoods and overflow blocks (0 for the RPCs).
   Task<OpResult> find_or_put(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> get(uint64_t key, std::span<std::byte> value_out) override;
   Task<OpResult> update(uint64_t key, std::span<const std::byte> value) override;
@@ -260,7 +298,10 @@ class HopscotchClient final : public KvClient {
 
  private:
   enum class Scan : uint8_t { kMiss, kHit, kUnstable };
-  Scan scan(const std::byte* slots, uint64_t key, const HopscotchPlacement& p, std::span<std::byte> out) const;
+  Scan scan(const std::byte* recs, uint32_t n, uint64_t key, const HopscotchPlacement& p, std::span<std::byte> out) const;
+  // Follows the key's group chain from `head`: kHit or kMiss (every record stable when read).
+  Task<Scan> scan_chain(uint64_t head, uint64_t key, const HopscotchPlacement& p, std::span<std::byte> out, OpResult& r);
+  void check_pointer(uint32_t node, uint64_t ptr) const;
   Task<OpResult> remote(uint8_t op, uint64_t key, std::span<const std::byte> value);
   void check_value(std::span<const std::byte> value, bool exact) const;
 
