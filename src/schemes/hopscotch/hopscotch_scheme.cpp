@@ -44,10 +44,7 @@ class HopscotchTable final : public SchemeTable {
     return {std::make_unique<HopscotchClient>(cfg_, engine), cfg_.neighborhood};
   }
 
-  std::string describe() const override {
-    return "hopscotch H=" + std::to_string(cfg_.neighborhood) + ", overflow " + std::to_string(cfg_.overflow_blocks()) +
-           " blocks of " + std::to_string(cfg_.block_records) + " records per node";
-  }
+  std::string describe() const override { return "hopscotch H=" + std::to_string(cfg_.neighborhood); }
   ReportFields report_options() const override {
     return {{"neighborhood", uint64_t{cfg_.neighborhood}},
             {"overflow_blocks", cfg_.overflow_blocks()},
