@@ -280,8 +280,9 @@ class HopscotchShard {
   // Tests: called (under the shard's lock) after each store step of a move: after the copy and
   // after the clear. Must not call into the shard.
   void set_move_hook(std::function<void()> hook) { move_hook_ = std::move(hook); }
-  // Tests: called (under the shard's lock) after each step of linking a new overflow block: after
-  // the block is filled and after the pointer store that publishes it. Must not call into the shard.
+  // Tests: called (under the shard's lock) after each step of linking a new overflow block (after
+  // the block is filled, after the head store that publishes it) and after the store that unlinks
+  // an emptied block (`moves` is odd then). Must not call into the shard.
   void set_chain_hook(std::function<void()> hook) { chain_hook_ = std::move(hook); }
 
  private:
