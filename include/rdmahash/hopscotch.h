@@ -251,6 +251,7 @@ struct HopscotchShardStats {
   uint64_t chained = 0;            // live records in overflow chains
   uint64_t blocks_used = 0;        // overflow blocks linked into chains now
   uint64_t overflow_blocks = 0;    // the pool's blocks
+  uint64_t unlinks = 0;            // emptied blocks unlinked (and freed for reuse)
 };
 
 struct HopscotchShardResult {

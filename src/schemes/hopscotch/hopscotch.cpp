@@ -229,6 +229,7 @@ void HopscotchShard::unlink_if_empty(const HopscotchPlacement& p, uint64_t rec) 
   if (chain_hook_) chain_hook_();
   node_store(base, kHopscotchMovesOffset, ++moves_);  // even: done
   free_blocks_.push_back(x);
+  ++stats_.unlinks;
   node_store(base, kBlocksUsedOffset, blocks_used_ - free_blocks_.size());
 }
 
@@ -496,6 +497,7 @@ HopscotchShardStats HopscotchServer::stats() const {
     t.chained += x.chained;
     t.blocks_used += x.blocks_used;
     t.overflow_blocks += x.overflow_blocks;
+    t.unlinks += x.unlinks;
   }
   return t;
 }
