@@ -783,6 +783,11 @@ TEST(HopscotchChains, BadPoolConfigurationsAreRefused) {
   other.overflow_percent = 50;
   HopscotchClient client(other, engine);
   EXPECT_THROW(engine.run(client.read_header(0)), InvalidArgument);
+  // A shard of the chainless layout (magic "HOPSCH1", a 64-byte header) is not taken for this one.
+  const uint64_t old_magic = 0x3148435348504f48ULL;
+  std::memcpy(t.fabric->local_region(0).data(), &old_magic, 8);
+  HopscotchClient same(chain_config(), engine);
+  EXPECT_THROW(engine.run(same.read_header(0)), FabricError);
 }
 
 // An empty block unlinked (and reused by another group) while a reader walks through it: the
