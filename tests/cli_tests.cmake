@@ -39,6 +39,14 @@ foreach(entry IN ITEMS "linear|--value-bytes 16" "linear_heap|--storage heap --v
   add_test(NAME bench_local_update_erase_${name} COMMAND python3 ${CHECK_JSON} --
     ${RDMAHASH_BIN} bench --fabric local --clients 2 --records 20000 --workload update,erase,get --ops 1000 --depth 8 ${args})
 endforeach()
+# Hopscotch at load factor 0.8 (issue 28 item 1): H=8 neighbourhoods alone refused keys from about
+# 0.5 on; the overflow chains take them, so the bulk load, the gets and new inserts all succeed. A
+# load the pool cannot hold (H=2 at 0.95) is refused with a message naming the pool.
+add_test(NAME bench_local_hopscotch_lf08 COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --fabric local --scheme hopscotch --load-factor 0.8 --records 100000 --value-bytes 16
+  --workload get,find-or-put --ops 2000 --depth 8)
+add_test(NAME cli_hopscotch_pool_exhausted COMMAND ${EXPECT_FAIL} "neighbourhood of 2 slots is full and the overflow pool's [0-9]+ blocks are all in use"
+  ${RDMAHASH_BIN} bench --fabric local --scheme hopscotch --neighborhood 2 --load-factor 0.95 --records 100000 --ops 10)
 # Past the loaded records a client's erases wrap and miss (outcomes.not_found), never fail.
 add_test(NAME bench_local_erase_wraps COMMAND python3 ${CHECK_JSON} --
   ${RDMAHASH_BIN} bench --fabric local --clients 2 --records 1500 --workload erase --ops 1000 --depth 8 --value-bytes 8)
