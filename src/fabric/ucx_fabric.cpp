@@ -580,8 +580,18 @@ void UcxFabricImpl::client_done() {
     ucs_status_t st = wait(sp);
     if (st != UCS_OK && first_error == UCS_OK) first_error = st;
   }
+  // A send that completed locally may still sit in a transport's queue (UCX over TCP buffers it
+  // while the socket is busy or the endpoint still wiring up) and only leaves with this worker's
+  // progress; the caller's next step is an MPI collective that never progresses UCX, and the memory
+  // nodes wait for this message before they join it. Flush: the messages have left when it completes.
+  if (first_error == UCS_OK) {
+    ucp_request_param_t p{};
+    first_error = wait(ucp_worker_flush_nbx(worker_, &p));
+  }
   if (first_error != UCS_OK) throw FabricError(ucx_error("client_done: sending the done message", first_error));
 }
+
+constexpr int kServeRecheckMs = 20;
 
 void UcxFabricImpl::serve() {
   if (!is_memory_node()) return;
@@ -590,8 +600,13 @@ void UcxFabricImpl::serve() {
   while (done_received_ < expected) {
     if (!serve_step()) continue;  // not armed: progress again
     if (done_received_ >= expected) break;
+    // Bounded: a worker armed while UCX's TCP transport still held unread bytes (seen with two
+    // memory nodes on separate hosts and clients on a third, shared memory within a host and TCP
+    // between: the last client's done message never woke either node) signals nothing more, so
+    // the sleep is cut every kServeRecheck and the worker progressed again. A missed wakeup then
+    // costs at most that, never a hang.
     pollfd pfd{fd, POLLIN, 0};
-    if (::poll(&pfd, 1, -1) < 0 && errno != EINTR)
+    if (::poll(&pfd, 1, kServeRecheckMs) < 0 && errno != EINTR)
       throw FabricError(std::string("ucx fabric: poll on the worker event fd: ") + std::strerror(errno));
   }
   done_received_ -= expected;  // messages of a later round may already be counted

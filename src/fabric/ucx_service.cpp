@@ -117,7 +117,10 @@ Endpoint parse_endpoint(const std::string& text) {
   return e;
 }
 
-// This machine's identity for "same host": the kernel's boot id (what shared memory needs in common).
+// This host's identity for "same host" (may UCX reach the peer over shared memory?): the kernel's
+// boot id, its host name and its network namespace. One kernel can hold several hosts — the network
+// and UTS namespaces of scripts/hosts.sh — between which UCX uses TCP, not shared memory; so the
+// boot id alone (what shared memory needs in common) is not enough. Empty when there is no boot id.
 std::string host_id() {
   char buf[64] = {};
   if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
@@ -126,6 +129,11 @@ std::string host_id() {
   }
   std::string id(buf);
   while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+  if (id.empty()) return id;
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) == 0) id += "/" + std::string(name);
+  char ns[64] = {};
+  if (const ssize_t n = ::readlink("/proc/self/ns/net", ns, sizeof ns - 1); n > 0) id += "/" + std::string(ns, static_cast<size_t>(n));
   return id;
 }
 
@@ -625,6 +633,10 @@ int Server::run(std::FILE* log) {
       const int t = static_cast<int>(std::max<int64_t>(0, ms) + 1);
       timeout = timeout < 0 ? t : std::min(timeout, t);
     }
+    // A bounded sleep even with nothing due: a worker armed while UCX's TCP transport still held
+    // unread bytes signals nothing more (seen across hosts, ucx_fabric.cpp serve()); progressing
+    // again every 100 ms turns such a missed wakeup into a delay, never a hang.
+    if (timeout < 0 || timeout > 100) timeout = 100;
     if (!armed) timeout = 0;
     else ++stats_.sleeps;  // counted as a blocking wait even when something is already ready
     const int rc = ::poll(fds.data(), fds.size(), timeout);
