@@ -87,6 +87,9 @@ const Param kParams[] = {
     {.name = "level_pmem", .scheme = "level", .value_bytes = 40, .persistent = true},
     {.name = "hopscotch", .scheme = "hopscotch", .value_bytes = 16},
     {.name = "hopscotch_h16_v0", .scheme = "hopscotch", .value_bytes = 0, .neighborhood = 16},
+    {.name = "cluster", .scheme = "cluster", .value_bytes = 16},
+    {.name = "cluster_v0", .scheme = "cluster", .value_bytes = 0},
+    {.name = "cluster_v120", .scheme = "cluster", .value_bytes = 120},
 };
 
 // Table size and run lengths (small: the suite also runs under TSan and ASan).
@@ -156,7 +159,8 @@ Contract contract_of(const Param& p) {
   c.fixed_values = !caps.byte_keys;
   // Updates in place (linear.h inline slots, cuckoo.h, hopscotch.h) never answer kFull; every other scheme
   // writes a new copy and may (a heap or pool exhausted, no free slot in the key's buckets).
-  c.full_on_update = !((s == "linear" && storage == "inline") || s == "cuckoo" || s == "hopscotch");
+  c.full_on_update = !((s == "linear" && storage == "inline") || s == "cuckoo" || s == "hopscotch" ||
+                       s == "cluster");
   c.get_all = caps.multimap ? GetAll::kMultimap : GetAll::kLikeGet;  // table.h: else as get()
   if (set) c.key_limit = 1ULL << 63;
   else if (caps.four_byte_keys && p.key_bytes == 4) c.key_limit = 1ULL << 32;

@@ -52,7 +52,8 @@ set(SERVE_KILLS
   "cuckoo_inline|8|--scheme cuckoo --value-bytes 16"
   "cuckoo_heap|8|--scheme cuckoo --storage heap --value-bytes 16"
   "level|6|--scheme level --value-bytes 16"
-  "hopscotch|8|--scheme hopscotch --neighborhood 16 --value-bytes 16")
+  "hopscotch|8|--scheme hopscotch --neighborhood 16 --value-bytes 16"
+  "cluster|8|--scheme cluster --value-bytes 16")
 foreach(entry IN LISTS SERVE_KILLS)
   string(REPLACE "|" ";" parts "${entry}")
   list(GET parts 0 name)
