@@ -59,6 +59,8 @@ class ClusterTable final : public SchemeTable {
 }  // namespace
 
 std::string check_cluster(const TableOptions& o) {
+  // The entries are out of place already (header slots point at them): there is no other storage.
+  if (o.storage != Storage::kInline) return "{storage} applies to other schemes: {scheme} cluster keeps its entries out of place, values inline in them";
   if (o.records / o.memory_nodes / o.load_factor > 0x1p32)
     return "{load_factor} is too small for {records}: cluster shards hold at most 2^32 entries";
   return {};
