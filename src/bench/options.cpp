@@ -211,7 +211,7 @@ std::string BenchOptions::error() const {
         return std::string("--storage heap4 tables are bulk-loaded (read-only): workload ") + to_string(w) +
                " writes; use get, get-all or raw-read";
   for (Workload w : workloads)
-    if (w == Workload::kUpdate && value_bytes == 0)
+    if (w == Workload::kUpdate && value_bytes == 0 && connect.empty())  // --connect: the server's table decides (driver)
       return "workload update replaces values: give --value-bytes (a table of keys alone has nothing to update)";
   if (memory_nodes == 0) return "--memory-nodes must be at least 1";
   if (clients == 0) return "--clients must be at least 1";
