@@ -54,9 +54,10 @@ std::vector<uint64_t> distinct_keys(size_t n, uint64_t seed) {
 // Random find_or_put / put / update / erase / get through the client (RPC writes, one-sided gets)
 // against an oracle, on tables small enough to chain and to run out of entries and pool buckets.
 TEST(Cluster, RandomOperationsMatchAnOracleNearFullWithChains) {
-  for (uint32_t vb : {0u, 16u, 120u}) {
+  for (uint32_t vb : {0u, 16u, 120u, 17u}) {
     ClusterConfig c = small(12, 10, 120, vb);  // 84 main slots, 70 pool slots, 120 entries
     c.memory_nodes = 2;
+    c.location_cache = vb == 17 ? 16 : 0;  // the last round through a location cache smaller than the table
     Table t(c);
     auto transport = t.fabric->connect();
     Engine engine(*transport);
@@ -402,6 +403,65 @@ TEST(Cluster, PoolBoundAnswersKFull) {
   ASSERT_EQ(shard.erase(placed[3]), Status::kErased);
   EXPECT_EQ(shard.put(keys.back(), value_for(keys.back(), 1, 16)), Status::kInserted);
   EXPECT_EQ(shard.stats().pool_used, 2u);
+}
+
+// DrTM's location cache: a hit on a cached bucket is one READ (the entry); a stale cached slot
+// (its key erased, re-inserted elsewhere, or its entry reused) costs READs, never a wrong answer.
+TEST(Cluster, LocationCacheHitIsOneReadAndStaleLinesAreNeverBelieved) {
+  ClusterConfig c = ClusterConfig::for_records(2000, 0.8, 1);
+  c.value_bytes = 16;
+  Table t(c);
+  ClusterShard& shard = t.server->shard(0);
+  const auto keys = distinct_keys(2000, 29);
+  for (uint64_t k : keys) ASSERT_TRUE(t.server->bulk_insert(k, value_for(k, 0, 16)));
+  auto transport = t.fabric->connect();
+  Engine engine(*transport);
+  c.location_cache = 1u << 12;  // larger than the table's header buckets: every line stays
+  ClusterClient client(c, engine);
+  std::vector<std::byte> out(16);
+  for (uint64_t k : keys) ASSERT_EQ(engine.run(client.get(k, out)).status, Status::kFound);
+  for (uint64_t k : keys) {
+    OpStats st;
+    ASSERT_EQ(engine.run(client.get(k, out), &st).status, Status::kFound);
+    ASSERT_EQ(out, value_for(k, 0, 16));
+    ASSERT_EQ(st.reads, 1u) << "a cached hit READs the entry only";
+    ASSERT_EQ(st.bytes, c.entry_bytes());
+  }
+  // Behind the cache's back: erase half the keys, put new keys (reusing their entries), re-insert
+  // some erased keys (new entries, new slots), update the rest.
+  std::unordered_map<uint64_t, uint32_t> want;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint64_t k = keys[i];
+    if (i % 2 == 0) {
+      ASSERT_EQ(shard.erase(k), Status::kErased);
+    } else {
+      ASSERT_EQ(shard.update(k, value_for(k, 1, 16)), Status::kUpdated);
+      want[k] = 1;
+    }
+  }
+  const auto fresh = distinct_keys(3000, 31);
+  for (size_t i = 0; i < 300; ++i) {
+    if (want.count(fresh[i]) || std::find(keys.begin(), keys.end(), fresh[i]) != keys.end()) continue;
+    ASSERT_EQ(shard.put(fresh[i], value_for(fresh[i], 2, 16)), Status::kInserted);
+    want[fresh[i]] = 2;
+  }
+  for (size_t i = 0; i < keys.size(); i += 8) {
+    ASSERT_EQ(shard.put(keys[i], value_for(keys[i], 3, 16)), Status::kInserted);
+    want[keys[i]] = 3;
+  }
+  for (int round = 0; round < 2; ++round)
+    for (uint64_t k : keys) {
+      const OpResult r = engine.run(client.get(k, out));
+      if (!want.count(k)) {
+        ASSERT_EQ(r.status, Status::kNotFound) << "key " << k;
+      } else {
+        ASSERT_EQ(r.status, Status::kFound) << "key " << k;
+        ASSERT_EQ(out, value_for(k, want[k], 16)) << "key " << k;
+      }
+    }
+  ClusterConfig bad = c;
+  bad.location_cache = kClusterMaxLocationCache + 1;
+  EXPECT_THROW(bad.validate(), InvalidArgument);
 }
 
 TEST(Cluster, BadConfigurationsAndValuesAreRefused) {

@@ -17,6 +17,7 @@ set(HISTORY_SCHEMES
   "cuckoo_heap|--scheme cuckoo --storage heap --value-bytes 16"
   "hopscotch|--scheme hopscotch --neighborhood 32 --value-bytes 16"
   "cluster|--scheme cluster --value-bytes 16"
+  "cluster_location_cache|--scheme cluster --value-bytes 16 --location-cache 4096"
   "race|--scheme race --key-bytes 16 --value-bytes 16"
   "level|--scheme level --value-bytes 16")
 foreach(entry IN LISTS HISTORY_SCHEMES)

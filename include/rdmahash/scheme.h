@@ -144,6 +144,7 @@ struct ClientOptions {
   uint32_t clusters = 1000;        // clusters tracked per client (kCluster)
   uint32_t client_id = 0;          // unique among the table's clients, live and dead (caps.client_ids)
   uint32_t chunk = 0;              // linear find-or-put: slots per chunk READ (0: the table's TableOptions::chunk)
+  uint32_t location_cache = 0;     // cluster: header buckets each client caches (0: off)
 };
 
 // The records a memory node loads: `count` keys, each with the value `fill` writes for it.

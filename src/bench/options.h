@@ -79,6 +79,7 @@ struct BenchOptions {
   SpeculativeClaim speculative_claim = SpeculativeClaim::kAuto;  // linear find-or-put: claim the home slot with chunk 0's READ (linear.h)
   std::vector<ReadSizeSpec> read_sizes{ReadSizeSpec{}};  // lookup read sizes (a list sweeps)
   uint32_t clusters = 1000;            // clusters tracked per client (--read-size cluster)
+  uint32_t location_cache = 0;         // cluster: header buckets each client caches (DrTM's location cache; 0: off)
   double assumed_load_factor = 0;      // model R from this load factor instead of the table's (0: table's)
   std::string profile_path;            // cost-model parameters (rdmahash calibrate); empty: seed 000's
   std::optional<model::CostParams> cost_params;  // loaded from profile_path (slot_bytes set per table)

@@ -84,6 +84,9 @@ std::string cluster_config_error(const ClusterConfig& c) {
   if (c.entries_per_node == 0 || c.entries_per_node > (1ULL << 32)) return "entries per node must be in [1, 2^32]";
   if (c.value_bytes > kClusterMaxValueBytes)
     return "value bytes must be at most " + std::to_string(kClusterMaxValueBytes) + ", got " + std::to_string(c.value_bytes);
+  if (c.location_cache > kClusterMaxLocationCache)
+    return "location cache must be at most " + std::to_string(kClusterMaxLocationCache) + " header buckets, got " +
+           std::to_string(c.location_cache);
   return {};
 }
 
@@ -416,6 +419,41 @@ ClusterClient::ClusterClient(const ClusterConfig& cfg, Engine& engine, uint16_t 
   cfg_.validate();
   if (rpc_id < kClusterRpcFirst || rpc_id > kClusterRpcLast)
     throw InvalidArgument("cluster rpc id must be in [0x1000, 0x100F], got " + std::to_string(rpc_id));
+  cache_.resize(cfg_.location_cache);
+}
+
+ClusterClient::CacheLine* ClusterClient::cache_line(uint32_t node, uint64_t bucket, bool for_fill) {
+  if (cache_.empty()) return nullptr;
+  const uint64_t tag = (uint64_t{node} << 33) | bucket;  // buckets < 2^32 + 1
+  // Indexed by the bucket's place among all header buckets (as a CPU cache by address): a cache
+  // at least as large as the table's header buckets holds all of them, without conflicts.
+  const uint64_t place = uint64_t{node} * (cfg_.main_buckets_per_node + cfg_.pool_buckets_per_node) + bucket;
+  CacheLine& l = cache_[place % cache_.size()];
+  if (for_fill) {
+    l.tag = tag;
+    return &l;
+  }
+  return l.tag == tag ? &l : nullptr;
+}
+
+uint64_t ClusterClient::cached_slot(uint64_t key, CacheLine** line) {
+  const ClusterPlacement p = cluster_place(cfg_, key);
+  uint64_t b = p.bucket;
+  for (uint64_t hop = 0; hop <= cfg_.pool_buckets_per_node; ++hop) {
+    CacheLine* l = cache_line(p.node, b, false);
+    if (!l) return 0;
+    for (uint32_t s = 0; s < kEntrySlots; ++s) {
+      const uint64_t meta = load64(l->bytes + s * 16);
+      if ((meta & kSlotEntry) && load64(l->bytes + s * 16 + 8) == key && meta_index(meta) < cfg_.entries_per_node) {
+        *line = l;
+        return meta;
+      }
+    }
+    const uint64_t link = load64(l->bytes + kEntrySlots * 16);
+    if (!(link & kSlotLink) || meta_index(link) >= cfg_.pool_buckets_per_node) return 0;  // a cached miss proves nothing
+    b = cfg_.main_buckets_per_node + meta_index(link);
+  }
+  return 0;
 }
 
 void ClusterClient::check_value(std::span<const std::byte> value, bool exact) const {
@@ -437,6 +475,7 @@ Task<ClusterSlotRef> ClusterClient::find_slot(uint64_t key) {
   for (uint64_t hop = 0; hop <= cfg_.pool_buckets_per_node; ++hop) {
     co_await engine_.read(RemoteAddr{p.node, cfg_.buckets_offset() + b * kClusterBucketBytes}, buf, kClusterBucketBytes);
     ++ref.reads;
+    if (CacheLine* l = cache_line(p.node, b, true)) std::memcpy(l->bytes, buf, kClusterBucketBytes);
     for (uint32_t s = 0; s < kEntrySlots; ++s) {
       const uint64_t meta = load64(buf + s * 16);
       if ((meta & kSlotEntry) && load64(buf + s * 16 + 8) == key && meta_index(meta) < cfg_.entries_per_node) {
@@ -470,6 +509,24 @@ Task<ClusterEntryRead> ClusterClient::read_entry(uint64_t key, const ClusterSlot
 Task<OpResult> ClusterClient::get(uint64_t key, std::span<std::byte> value_out) {
   OpResult r;
   const ClusterPlacement p = cluster_place(cfg_, key);
+  CacheLine* line = nullptr;
+  if (const uint64_t meta = cached_slot(key, &line)) {
+    const uint64_t tag = line->tag;
+    // A cached slot is a slot read earlier: the entry READ judges it as any other (cluster.h).
+    RetryDeadline deadline(cfg_.retry_budget);
+    ClusterEntryRead e;
+    while (true) {
+      e = co_await read_entry(key, ClusterSlotRef{meta, 0}, value_out);
+      ++r.chunks;
+      if (e != ClusterEntryRead::kUnstable || deadline.expired()) break;
+    }
+    if (e == ClusterEntryRead::kHit) {
+      r.status = Status::kFound;
+      r.matches = 1;
+      co_return r;
+    }
+    if (line->tag == tag) line->tag = ~0ULL;  // stale (or still unstable): READ the chain from memory
+  }
   for (uint32_t attempt = 0; attempt < kStaleAttemptsBeforeRpc; ++attempt) {
     const ClusterSlotRef slot = co_await find_slot(key);
     r.chunks += slot.reads;

@@ -41,7 +41,9 @@ class ClusterTable final : public SchemeTable {
   Client make_client(Engine& engine, const ClientOptions& c) const override {
     if (c.read_size.kind != ReadSizeSpec::Kind::kFixed)
       throw InvalidArgument("--read-size " + c.read_size.text() + " applies to linear probing, not to --scheme cluster");
-    return {std::make_unique<ClusterClient>(cfg_, engine), kClusterSlotsPerBucket};
+    ClusterConfig cc = cfg_;
+    cc.location_cache = c.location_cache;  // client side: validated by ClusterClient
+    return {std::make_unique<ClusterClient>(cc, engine), kClusterSlotsPerBucket};
   }
 
   std::string describe() const override {
