@@ -232,7 +232,9 @@ std::string BenchOptions::error() const {
         return "--read-size " + r.text() + " assumes one record per slot: use a fixed read size with --storage heap4";
   if (clusters > 10000000) return "--clusters must be at most 10^7";
   if (location_cache > (1u << 24)) return "--location-cache must be at most 2^24 header buckets";
-  if (location_cache != 0 && scheme != SchemeId::kCluster) return "--location-cache applies to --scheme cluster";
+  // --connect: the served table's scheme decides (checked again by the driver once it is known).
+  if (location_cache != 0 && scheme != SchemeId::kCluster && connect.empty())
+    return "--location-cache applies to --scheme cluster";
   if (assumed_load_factor != 0 && !(assumed_load_factor > 0 && assumed_load_factor < 1))
     return "--assumed-load-factor must be in (0, 1)";
   if (zipf_theta > 0) {
