@@ -377,6 +377,51 @@ TEST(Cluster, ShuffledReadsWithWritesBetweenWordsNeverMissOrTear) {
   EXPECT_GT(t.server->stats().pool_used, 0u);
 }
 
+// Runs `hook` before every READ of `len` bytes (an entry READ), outside the shard's lock.
+class BeforeReadTransport final : public Transport {
+ public:
+  BeforeReadTransport(std::unique_ptr<Transport> inner, uint32_t len, std::function<void()> hook)
+      : inner_(std::move(inner)), len_(len), hook_(std::move(hook)) {}
+  void execute(std::span<Request> batch) override {
+    ++counters_.batches;
+    for (Request& r : batch) {
+      if (r.kind == ReqKind::kRead && r.len == len_) hook_();
+      inner_->execute(std::span<Request>(&r, 1));
+      counters_.add(r);
+    }
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  uint32_t len_;
+  std::function<void()> hook_;
+};
+
+// The key is erased and put again (into the same entry, the next incarnation) before every entry
+// READ: every slot the lookup reads is stale by the time it READs the entry. After 16 attempts the
+// lookup asks the owner (kGet), which answers under the shard's lock with the latest value.
+TEST(Cluster, ALookupWhoseSlotKeepsGoingStaleAsksTheOwner) {
+  const ClusterConfig c = small(4, 4, 28, 16);
+  Table t(c);
+  ClusterShard& shard = t.server->shard(0);
+  const uint64_t k = distinct_keys(1, 37)[0];
+  ASSERT_EQ(shard.put(k, value_for(k, 0, 16)), Status::kInserted);
+  uint32_t salt = 0;
+  auto transport = std::make_unique<BeforeReadTransport>(t.fabric->connect(), c.entry_bytes(), [&] {
+    ASSERT_EQ(shard.erase(k), Status::kErased);
+    ASSERT_EQ(shard.put(k, value_for(k, ++salt, 16)), Status::kInserted);
+  });
+  Engine engine(*transport);
+  ClusterClient client(c, engine);
+  std::vector<std::byte> out(16);
+  OpStats st;
+  const OpResult r = engine.run(client.get(k, out), &st);
+  ASSERT_EQ(r.status, Status::kFound);
+  EXPECT_EQ(out, value_for(k, salt, 16));
+  EXPECT_EQ(st.rpcs, 1u);
+  EXPECT_EQ(st.reads, 32u) << "16 attempts of a header READ and an entry READ";
+}
+
 // One main bucket and two pool buckets: exactly 21 keys fit (7 entry slots each), the rest are
 // kFull, and every placed key stays readable (the chain never runs past the pool).
 TEST(Cluster, PoolBoundAnswersKFull) {

@@ -109,6 +109,8 @@
 //    (cluster-incarnation-unchecked)
 //  * check word: the entry READ rejects an entry whose check word does not match (cluster-check-true)
 //  * pool bound: a chain grows only while pool buckets remain (cluster-pool-bound)
+//  * stale slot: an entry that is not its slot's sends the lookup back to the main bucket; it is
+//    never taken for a miss (cluster-stale-is-miss)
 //
 // Thread safety: ClusterClient belongs to one Engine (one thread); ClusterShard and the RPC handler
 // are thread-safe; any number of clients may use one table concurrently.
