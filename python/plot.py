@@ -17,6 +17,12 @@ Reads every line of every file, groups the points, and draws whichever figures t
   fig12_cluster_skew.png              matching records/s vs zipf theta, per read-size policy
   ycsb.png                            YCSB rows: throughput per workload, phase and scheme; run-phase
                                       latency p50/p90/p99
+  seed001_chunks.png                  seed 001 Table 1 / Fig. 2: find-or-put round trips, chunk READs
+                                      and latency over load factor per chunk size (bench --chunk list)
+  seed004_ops.png                     seed 004: insertion, search, update, deletion throughput and
+                                      round trips vs client processes per scheme
+  seed000_table2.png                  seed 000 Table 2: lookups per actual x assumed load factor
+                                      (bench --assumed-load-factor list; + table2.csv)
   points.png                          when no figure above applies (a single point, a short mixed run;
                                       up to 40 points per layout): bars of throughput, p50 latency,
                                       round trips and bytes per op
@@ -382,6 +388,16 @@ class Skip(Exception):
 # ---------------------------------------------------------------------------------------------
 # Figures. Each returns [(png name, one-line description)] or raises Skip(reason).
 
+def memory_limit_line(ax, rows):
+    """bench --memory-limit: this machine's random-read limit measured in the same run (median over
+    the rows' tables), drawn as a dashed line: what one client core's memory allows."""
+    limits = [r["memory_limit_ops_per_s"] for r in rows if r.get("memory_limit_ops_per_s")]
+    if limits:
+        pages = sorted({r["memory_limit"]["pages"] for r in rows if r.get("memory_limit")})
+        ax.axhline(statistics.median(limits) / 1e6, color="black", linestyle="--", linewidth=1,
+                   label=f"memory limit: random 8-byte loads, one core ({'/'.join(pages)} pages)")
+
+
 def lf_figure(rows, out, name, fig_title, what, min_lfs=2):
     keys = BASE_CONTEXT
     parts = partitions(rows, keys, lambda pr: n_lfs(pr) >= min_lfs)
@@ -390,6 +406,7 @@ def lf_figure(rows, out, name, fig_title, what, min_lfs=2):
         ser = series(pr, variant, lambda r: r["target_load_factor"], mops)
         fig, (ax,) = new_figure()
         plot_lines(ax, ser)
+        memory_limit_line(ax, pr)
         lf_axis(ax, pr)
         ax.set_ylabel("lookup throughput (million lookups/s)")
         ax.set_ylim(bottom=0)
@@ -432,6 +449,130 @@ def seed001_chunks(rows, out):
     if not made:
         raise Skip("needs find-or-put rows of a --chunk sweep at 2+ load factors")
     return made
+
+def seed000_table2(rows, out):
+    """Seed 000 Table 2: lookup throughput of the model's read size when the load factor it assumes
+    (--assumed-load-factor, columns) differs from the table's (rows); each cell beside the diagonal
+    of its row (the paper's "drops by at most 20 %"), and the read size and round trips that carry
+    over between machines. Writes table2.csv."""
+    rows = [r for r in lookup_rows(rows) if r.get("read_size_policy") == "model" and r.get("assumed_load_factor")]
+    keys = tuple(k for k in BASE_CONTEXT if k != "workload") + ("slot_bytes_key",)
+    for r in rows:
+        r["slot_bytes_key"] = r.get("scheme_detail")
+    parts = partitions(rows, keys, lambda pr: len({r["assumed_load_factor"] for r in pr}) >= 2 and n_lfs(pr) >= 2)
+    made, csv_rows = [], []
+    for ctx, pr in parts.items():
+        actual = sorted({r["target_load_factor"] for r in pr})
+        assumed = sorted({r["assumed_load_factor"] for r in pr})
+        cell = {}
+        for r in pr:
+            cell.setdefault((r["target_load_factor"], r["assumed_load_factor"]), []).append(r)
+        import matplotlib.pyplot as plt
+        fig, axes = plt.subplots(1, 3, figsize=(14, 4.6), squeeze=False, layout="constrained")
+        panels = [("throughput (million lookups/s)", lambda rs: Stat([mops(r) for r in rs]).med, "{:.2f}"),
+                  ("throughput / the row's diagonal", None, "{:.2f}"),
+                  ("read size R (slots) · round trips per lookup",
+                   lambda rs: Stat([r["read_size"] for r in rs]).med, "{:.0f}")]
+        for ax, (label, fn, fmt) in zip(axes[0], panels):
+            grid = []
+            for a in actual:
+                line = []
+                for b in assumed:
+                    rs = cell.get((a, b))
+                    if not rs:
+                        line.append(float("nan"))
+                    elif fn is not None:
+                        line.append(fn(rs))
+                    else:
+                        diag = cell.get((a, a))
+                        line.append(Stat([mops(r) for r in rs]).med / Stat([mops(r) for r in diag]).med
+                                    if diag else float("nan"))
+                grid.append(line)
+            ax.imshow(grid, cmap="viridis", aspect="auto")
+            for i, a in enumerate(actual):
+                for j, b in enumerate(assumed):
+                    v = grid[i][j]
+                    if v != v:
+                        continue
+                    text = fmt.format(v)
+                    if fn is panels[2][1]:
+                        text += f" · {Stat([r['round_trips_per_op'] for r in cell[(a, b)]]).med:.2f}"
+                    ax.text(j, i, text, ha="center", va="center", color="white", fontsize=9,
+                            bbox=dict(facecolor="black", alpha=0.35, linewidth=0))
+            ax.set_xticks(range(len(assumed)), [f"{b:g}" for b in assumed])
+            ax.set_yticks(range(len(actual)), [f"{a:g}" for a in actual])
+            ax.set_xlabel("assumed load factor (--assumed-load-factor)")
+            ax.set_ylabel("actual load factor")
+            ax.set_title(label, fontsize=10)
+        for (a, b), rs in sorted(cell.items()):
+            diag = cell.get((a, a))
+            csv_rows.append([describe(pr, ("lf",)), a, b, Stat([mops(r) for r in rs]).med,
+                             (Stat([mops(r) for r in rs]).med / Stat([mops(r) for r in diag]).med) if diag else "",
+                             Stat([r["read_size"] for r in rs]).med, Stat([r["round_trips_per_op"] for r in rs]).med,
+                             Stat([r["bytes_per_op"] for r in rs]).med, len(rs)])
+        ser = {k: [(0, Stat([1] * len(v)))] for k, v in cell.items()}
+        title(fig, "Seed 000 Table 2 — lookups when the model assumes another load factor", pr,
+              omit=("lf",), extra=repeat_note([ser]) + " · numbers in table2.csv")
+        made.append((save(fig, out, f"seed000_table2{suffix(keys, ctx, list(parts))}.png"),
+                     "lookup throughput, its ratio to the row's diagonal, read size and round trips per actual "
+                     "× assumed load factor — " + describe(pr, ("lf",))))
+    if not made:
+        raise Skip("needs linear get rows with --read-size model at 2+ --assumed-load-factor values and 2+ load factors")
+    with open(os.path.join(out, "table2.csv"), "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["context", "actual_load_factor", "assumed_load_factor", "mops_median", "vs_diagonal",
+                    "read_size", "round_trips_per_op", "bytes_per_op", "repeats"])
+        w.writerows(csv_rows)
+    return made
+
+
+SEED004_OPS = (("find-or-put", "insertion (find-or-put of new keys)"), ("get", "search (get of present keys)"),
+               ("update", "update (present keys)"), ("erase", "deletion (present keys)"))
+
+
+def seed004_ops(rows, out):
+    """Seed 004's per-operation figures (insertion, search, update, deletion): throughput and round
+    trips per op against the number of client processes, one line per scheme (rows of
+    scripts/fig_seed004_ops.sh: one mpirun per scheme and client count)."""
+    names = [w for w, _ in SEED004_OPS]
+    rows = [r for r in rows if r.get("workload") in names and r.get("fabric") != "local"]
+    keys = ("fabric", "ucx_tls", "memory_nodes", "symmetric", "depth", "value_bytes", "records", "distribution",
+            "zipf_theta", "target_load_factor")
+    parts = partitions(rows, keys, lambda pr: len({r["clients"] for r in pr}) >= 2)
+    made = []
+    for ctx, pr in parts.items():
+        present = [(w, label) for w, label in SEED004_OPS if any(r["workload"] == w for r in pr)]
+        import matplotlib.pyplot as plt
+        fig, grid = plt.subplots(2, len(present), figsize=(4.2 * len(present), 7.0), squeeze=False,
+                                 layout="constrained")
+        for col, (w, label) in enumerate(present):
+            wr = [r for r in pr if r["workload"] == w]
+            line = lambda r: f"{r['scheme_detail']} k={r['key_bytes']}"
+            ser = series(wr, line, lambda r: r["clients"], mops)
+            ax = grid[0][col]
+            plot_lines(ax, ser)
+            ax.set_title(label, fontsize=10)
+            ax.set_ylabel("throughput (million ops/s)")
+            ax.set_ylim(bottom=0)
+            ax.grid(True, alpha=0.3)
+            ax.set_xticks(sorted({r["clients"] for r in wr}))
+            ax = grid[1][col]
+            plot_lines(ax, series(wr, line, lambda r: r["clients"], lambda r: r["round_trips_per_op"]))
+            ax.set_xlabel("client processes")
+            ax.set_ylabel("round trips per op")
+            ax.set_ylim(bottom=0)
+            ax.grid(True, alpha=0.3)
+            ax.set_xticks(sorted({r["clients"] for r in wr}))
+        legend(grid[0][0])
+        title(fig, "Seed 004 — insertion, search, update and deletion vs clients, per scheme", pr,
+              omit=("workload", "clients", "ranks", "key_bytes"))
+        made.append((save(fig, out, f"seed004_ops{suffix(keys, ctx, list(parts))}.png"),
+                     "throughput and round trips per op vs client processes for insertion, search, update "
+                     "and deletion, one line per scheme — " + describe(pr, ("workload", "clients", "ranks", "key_bytes"))))
+    if not made:
+        raise Skip("needs find-or-put/get/update/erase rows over UCX at 2+ client counts (scripts/fig_seed004_ops.sh)")
+    return made
+
 
 def fig6(rows, out):
     rows = [r for r in throughput_rows(rows) if r["scheme"] == "cuckoo"]
@@ -971,7 +1112,9 @@ def main(argv=None):
                ("table1", lambda: table1(rows, args.out)), ("fig10", lambda: fig10(rows, args.out, binary)),
                ("fig11", lambda: fig11(rows, args.out)), ("fig12", lambda: fig12(rows, args.out)),
                ("ycsb", lambda: ycsb_figure(rows, args.out)),
-               ("seed001_chunks", lambda: seed001_chunks(rows, args.out))]
+               ("seed001_chunks", lambda: seed001_chunks(rows, args.out)),
+               ("seed004_ops", lambda: seed004_ops(rows, args.out)),
+               ("seed000_table2", lambda: seed000_table2(rows, args.out))]
     made = []
     for name, draw in figures:
         try:
@@ -995,6 +1138,9 @@ def main(argv=None):
                 + ", ".join(f"`{p}`" for p in args.results) + ".\n\n")
         for png, what in made:
             f.write(f"- [`{png}`]({png}): {what}\n")
+        if any(p.startswith("seed000_table2") for p, _ in made):
+            f.write("- [`table2.csv`](table2.csv): seed 000 Table 2's numbers (throughput, its ratio to the row's "
+                    "diagonal, read size, round trips and bytes per lookup) per actual and assumed load factor\n")
         if any(p.startswith("table1") for p, _ in made):
             f.write("- [`table1.csv`](table1.csv): Table 1's numbers (round trips, READs, read size, bytes and "
                     "throughput per lookup, medians over repeats) per variant and load factor\n")

@@ -3,6 +3,7 @@
 # (emptied of old results), the MPI/UCX environment for real processes over UCX shared memory, and
 #   bench ARGS...  one `rdmahash bench` sweep: 1 memory node + 1 client (mpirun -n 2), appended
 #                  to $OUT/results.jsonl
+#   bench_n N ARGS the same with N ranks: 1 memory node + N-1 clients
 #   plot           scripts/plot.sh (python/plot.py with a python3 that has matplotlib) $OUT/results.jsonl --out $OUT
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -40,4 +41,13 @@ bench() {
 plot() {
   scripts/plot.sh "$OUT/results.jsonl" --out "$OUT" --rdmahash "$BIN"
   echo "figures: $OUT/index.md" >&2
+}
+
+# bench_n N ARGS...: as bench, with N ranks (1 memory node + N-1 clients).
+bench_n() {
+  local n=$1
+  shift
+  echo "+ mpirun -n $n $BIN bench --fabric ucx --memory-nodes 1 $*" >&2
+  mpirun --oversubscribe -n "$n" "$BIN" bench --fabric ucx --memory-nodes 1 --no-progress \
+    --json "$OUT/results.jsonl" "$@"
 }

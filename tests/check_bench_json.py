@@ -36,6 +36,13 @@ def main():
     # --chunk-sweep: the find-or-put rows of each load factor sweep --chunk, and a larger chunk
     # needs fewer chunk READs per insert (seed 001 Table 1): C_min's at least 1.2x C_max's.
     chunk_sweep = "--chunk-sweep" in opts
+    # --assumed-sweep: get rows of each load factor sweep --assumed-load-factor (with 0, the table's):
+    # a model read size depends only on the load factor it assumes, so the row assuming the table's
+    # own load factor reads as the row with 0, and one assumed value reads the same at every load
+    # factor; two assumed values must not all read alike (the value reached the clients).
+    assumed_sweep = "--assumed-sweep" in opts
+    # --memory-limit: every row carries the probe's limit, measured on a region of the table's size.
+    memory_limit = "--memory-limit" in opts
     cmd = args[args.index("--") + 1:]
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "out.jsonl")
@@ -224,6 +231,39 @@ def main():
                 fail(f"--chunk sweep at load factor {lf}: {per_chunk[lo]:.3f} chunk READs per op at C={lo}, "
                      f"{per_chunk[hi]:.3f} at C={hi}: the chunk size did not reach the clients")
             print(f"ok: chunk sweep lf={lf} chunks/op {per_chunk}")
+    if memory_limit:
+        for line in lines:
+            r = json.loads(line)
+            m = r.get("memory_limit")
+            if not m or not r.get("memory_limit_ops_per_s", 0) > 0 or not m["dependent_ns"] > 0:
+                fail(f"row without a measured memory limit: {m}")
+            if not (r["table_bytes"] - 64 < m["bytes"] <= r["table_bytes"]):
+                fail(f"memory limit probed {m['bytes']} bytes, the table has {r['table_bytes']}")
+        print(f"ok: memory limit {m['batched_ops_per_s'] / 1e6:.1f} M loads/s, {m['dependent_ns']:.0f} ns dependent, "
+              f"{m['pages']} pages, {m['bytes']} bytes")
+    if assumed_sweep:
+        rs = {}
+        for line in lines:
+            r = json.loads(line)
+            if r["workload"] == "get":
+                rs.setdefault((r["target_load_factor"], r["assumed_load_factor"]), set()).add(r["read_size"])
+        for (lf, a), sizes in rs.items():
+            if len(sizes) != 1:
+                fail(f"load factor {lf}, assumed {a}: read sizes {sorted(sizes)} differ between repetitions")
+        lfs = sorted({lf for lf, _ in rs})
+        assumed = sorted({a for _, a in rs if a})
+        if len(lfs) < 2 or len(assumed) < 2:
+            fail(f"--assumed-sweep needs get rows at 2+ load factors and 2+ assumed values: {sorted(rs)}")
+        for lf in lfs:
+            if (lf, lf) in rs and rs[(lf, lf)] != rs.get((lf, 0.0)):
+                fail(f"load factor {lf}: assuming it read {rs[(lf, lf)]}, the table's own read {rs.get((lf, 0.0))}")
+        for a in assumed:
+            per_lf = {lf: rs[(lf, a)] for lf in lfs if (lf, a) in rs}
+            if len({min(v) for v in per_lf.values()}) != 1:
+                fail(f"assumed {a}: read sizes {per_lf} differ between load factors")
+        if len({min(rs[(lfs[0], a)]) for a in assumed}) < 2:
+            fail(f"assumed values {assumed} all read {rs[(lfs[0], assumed[0])]}: the assumption did not reach the clients")
+        print(f"ok: assumed-load-factor sweep, read sizes {dict(sorted((k, min(v)) for k, v in rs.items()))}")
     print(f"{len(lines)} passed, 0 failed")
 
 

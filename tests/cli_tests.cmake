@@ -40,6 +40,14 @@ foreach(entry IN ITEMS "linear|--value-bytes 16" "linear_heap|--storage heap --v
   add_test(NAME bench_local_update_erase_${name} COMMAND python3 ${CHECK_JSON} --
     ${RDMAHASH_BIN} bench --fabric local --clients 2 --records 20000 --workload update,erase,get --ops 1000 --depth 8 ${args})
 endforeach()
+# Hopscotch at load factor 0.8 (issue 28 item 1): H=8 neighbourhoods alone refused keys from about
+# 0.5 on; the overflow chains take them, so the bulk load, the gets and new inserts all succeed. A
+# load the pool cannot hold (H=2 at 0.95) is refused with a message naming the pool.
+add_test(NAME bench_local_hopscotch_lf08 COMMAND python3 ${CHECK_JSON} --
+  ${RDMAHASH_BIN} bench --fabric local --scheme hopscotch --load-factor 0.8 --records 100000 --value-bytes 16
+  --workload get,find-or-put --ops 2000 --depth 8)
+add_test(NAME cli_hopscotch_pool_exhausted COMMAND ${EXPECT_FAIL} "neighbourhood of 2 slots is full and the overflow pool's [0-9]+ blocks are all in use"
+  ${RDMAHASH_BIN} bench --fabric local --scheme hopscotch --neighborhood 2 --load-factor 0.95 --records 100000 --ops 10)
 # Past the loaded records a client's erases wrap and miss (outcomes.not_found), never fail.
 add_test(NAME bench_local_erase_wraps COMMAND python3 ${CHECK_JSON} --
   ${RDMAHASH_BIN} bench --fabric local --clients 2 --records 1500 --workload erase --ops 1000 --depth 8 --value-bytes 8)
@@ -53,6 +61,18 @@ add_test(NAME bench_local_update_keep_table COMMAND python3 ${CHECK_JSON} --
 add_test(NAME bench_local_chunk_sweep COMMAND python3 ${CHECK_JSON} --chunk-sweep --
   ${RDMAHASH_BIN} bench --fabric local --clients 2 --records 20000 --load-factor 0.8 --workload find-or-put,get
   --chunk 8,64 --ops 1000 --depth 8)
+# Seed 000 Table 2 on one table: --assumed-load-factor sweeps the get points (0: the table's own).
+add_test(NAME bench_local_assumed_load_factor_sweep COMMAND python3 ${CHECK_JSON} --assumed-sweep --
+  ${RDMAHASH_BIN} bench --fabric local --clients 2 --records 20000 --load-factor 0.25,0.65 --workload get
+  --read-size model --assumed-load-factor 0,0.25,0.65 --key-bytes 4 --value-bytes 4 --ops 1000 --depth 8 --repeat 2)
+add_test(NAME cli_assumed_load_factor_bad COMMAND ${EXPECT_FAIL} "--assumed-load-factor must be in"
+  ${RDMAHASH_BIN} bench --assumed-load-factor 0.5,1.5 --records 100 --ops 10)
+# --memory-limit: each row carries this machine's random-read limit on a region of the table's size.
+add_test(NAME bench_local_memory_limit COMMAND python3 ${CHECK_JSON} --memory-limit --
+  ${RDMAHASH_BIN} bench --fabric local --clients 1 --memory-nodes 2 --records 100000 --load-factor 0.5 --workload get
+  --ops 1000 --memory-limit 4k)
+add_test(NAME cli_memory_limit_bad COMMAND ${EXPECT_FAIL} "--memory-limit"
+  ${RDMAHASH_BIN} bench --memory-limit huge --records 100 --ops 10)
 add_test(NAME cli_chunk_sweep_needs_chunks COMMAND ${EXPECT_FAIL} "does not probe in chunks"
   ${RDMAHASH_BIN} bench --scheme cuckoo --chunk 8,16 --records 100 --ops 10)
 add_test(NAME cli_update_needs_values COMMAND ${EXPECT_FAIL} "workload update replaces values"

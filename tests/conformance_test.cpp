@@ -87,6 +87,9 @@ const Param kParams[] = {
     {.name = "level_pmem", .scheme = "level", .value_bytes = 40, .persistent = true},
     {.name = "hopscotch", .scheme = "hopscotch", .value_bytes = 16},
     {.name = "hopscotch_h16_v0", .scheme = "hopscotch", .value_bytes = 0, .neighborhood = 16},
+    // H=2: neighbourhoods overflow early, so the random operations and the fill run through the
+    // overflow chains and the fill ends with the pool exhausted.
+    {.name = "hopscotch_h2", .scheme = "hopscotch", .value_bytes = 16, .neighborhood = 2},
     {.name = "cluster", .scheme = "cluster", .value_bytes = 16},
     {.name = "cluster_v0", .scheme = "cluster", .value_bytes = 0},
     {.name = "cluster_v120", .scheme = "cluster", .value_bytes = 120},

@@ -15,7 +15,7 @@ set(HISTORY_SCHEMES
   "linear_heap|--scheme linear --storage heap --value-bytes 16"
   "cuckoo_inline|--scheme cuckoo --value-bytes 16"
   "cuckoo_heap|--scheme cuckoo --storage heap --value-bytes 16"
-  "hopscotch|--scheme hopscotch --neighborhood 32 --value-bytes 16"
+  "hopscotch|--scheme hopscotch --value-bytes 16 --load-factor 0.8"
   "cluster|--scheme cluster --value-bytes 16"
   "cluster_location_cache|--scheme cluster --value-bytes 16 --location-cache 4096"
   "race|--scheme race --key-bytes 16 --value-bytes 16"

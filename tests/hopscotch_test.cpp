@@ -24,8 +24,8 @@ struct Table {
   HopscotchConfig cfg;
   std::unique_ptr<Fabric> fabric;
   std::unique_ptr<HopscotchServer> server;
-  explicit Table(const HopscotchConfig& c) : cfg(c) {
-    fabric = make_local_fabric(std::vector<uint64_t>(c.memory_nodes, c.region_bytes()));
+  explicit Table(const HopscotchConfig& c, uint64_t spare = 0) : cfg(c) {
+    fabric = make_local_fabric(std::vector<uint64_t>(c.memory_nodes, c.region_bytes() + spare));
     server = std::make_unique<HopscotchServer>(*fabric, c);
   }
   // Every live (slot, key) of node n, read straight from its memory.
@@ -35,11 +35,43 @@ struct Table {
     const uint32_t rb = cfg.record_bytes();
     for (uint64_t s = 0; s < cfg.slots_per_node(); ++s) {
       uint64_t ctrl = 0, key = 0;
-      std::memcpy(&ctrl, region.data() + 64 + s * rb, 8);
-      std::memcpy(&key, region.data() + 64 + s * rb + 8, 8);
+      std::memcpy(&ctrl, region.data() + kHopscotchSlotsOffset + s * rb, 8);
+      std::memcpy(&key, region.data() + kHopscotchSlotsOffset + s * rb + 8, 8);
       if (ctrl >> 63) out.emplace_back(s, key);
     }
     return out;
+  }
+  // Every live (group, key) of node n's overflow chains, followed from the heads in its memory.
+  std::vector<std::pair<uint64_t, uint64_t>> chains(uint32_t n) const {
+    std::vector<std::pair<uint64_t, uint64_t>> out;
+    const auto region = fabric->local_region(n);
+    auto word = [&](uint64_t o) {
+      uint64_t w = 0;
+      std::memcpy(&w, region.data() + o, 8);
+      return w;
+    };
+    for (uint64_t g = 0; g < cfg.groups(); ++g)
+      for (uint64_t b = word(cfg.heads_offset() + g * 8); b != 0; b = word(b))
+        for (uint32_t i = 0; i < cfg.block_records; ++i) {
+          const uint64_t o = b + 8 + uint64_t{i} * cfg.record_bytes();
+          if (word(o) >> 63) out.emplace_back(g, word(o + 8));
+        }
+    return out;
+  }
+  // Every key of node n where it may be: within H of its home, or in its group's chain, once.
+  void expect_placed(uint32_t n, const std::set<uint64_t>& present) const {
+    std::set<uint64_t> seen;
+    for (const auto& [slot, key] : scan(n)) {
+      const uint64_t home = hopscotch_place(cfg, key).home;
+      ASSERT_GE(slot, home) << "key " << key << " before its home";
+      ASSERT_LT(slot - home, cfg.neighborhood) << "key " << key << " at distance " << slot - home << " from home";
+      ASSERT_TRUE(seen.insert(key).second) << "key " << key << " live twice outside a move";
+    }
+    for (const auto& [group, key] : chains(n)) {
+      ASSERT_EQ(group, hopscotch_place(cfg, key).home / cfg.neighborhood) << "key " << key << " in another group's chain";
+      ASSERT_TRUE(seen.insert(key).second) << "key " << key << " live twice";
+    }
+    ASSERT_EQ(seen, present);
   }
 };
 
@@ -86,14 +118,8 @@ TEST(Hopscotch, EveryKeyStaysWithinItsNeighbourhood) {
         else present.insert(k);
       }
       if (step % 1000 == 999) {
-        std::set<uint64_t> seen;
-        for (const auto& [slot, key] : t.scan(0)) {
-          const uint64_t home = hopscotch_place(t.cfg, key).home;
-          ASSERT_GE(slot, home) << "key " << key << " before its home (H=" << H << ")";
-          ASSERT_LT(slot - home, H) << "key " << key << " at distance " << slot - home << " from home (H=" << H << ")";
-          ASSERT_TRUE(seen.insert(key).second) << "key " << key << " live twice outside a move";
-        }
-        ASSERT_EQ(seen, present);
+        SCOPED_TRACE("H=" + std::to_string(H));
+        t.expect_placed(0, present);
       }
     }
     EXPECT_GT(shard.stats().displacements, 100u) << "H=" << H << ": the churn must displace records";
@@ -123,19 +149,22 @@ TEST(Hopscotch, HitIsOneReadInOneRoundTrip) {
     ASSERT_EQ(transport->counters().bytes_read - bytes, c.read_bytes());
     ASSERT_EQ(r.chunks, 1u);
   }
-  // A miss once the moves word is cached: the neighbourhood READ and the 8-byte moves READ.
+  EXPECT_EQ(t.server->stats().chained, 0u) << "at this load every key fits its neighbourhood";
+  // A miss once the moves word is cached: the neighbourhood READ, then the 8-byte moves READ and
+  // the group's chain head READ (empty) in one round trip.
   (void)engine.run(client.read_header(0));
   (void)engine.run(client.read_header(1));
   OpStats st;
   ASSERT_EQ(engine.run(client.get(keys.back() ^ 0x5555, out), &st).status, Status::kNotFound);
-  EXPECT_EQ(st.reads, 2u);
+  EXPECT_EQ(st.reads, 3u);
   EXPECT_EQ(st.round_trips, 2u);
 }
 
 // The move hook runs between the copy and the clear of every move, and after the clear: a reader's
 // single READ taken at each of those instants must find every present key (copy-then-clear).
 TEST(Hopscotch, ReaderBetweenDisplacementStepsFindsEveryPresentKey) {
-  const HopscotchConfig c = small(400, 8, 24);
+  HopscotchConfig c = small(400, 8, 24);
+  c.overflow_percent = 0;  // every key in its neighbourhood, where probe_once looks
   Table t(c);
   HopscotchShard& shard = t.server->shard(0);
   auto transport = t.fabric->connect();
@@ -207,15 +236,17 @@ class ShuffledTransport final : public Transport {
   std::mt19937_64 rng_{23};
 };
 
-TEST(Hopscotch, ShuffledReadsWithDisplacementsBetweenWordsNeverMissOrTear) {
-  const HopscotchConfig c = small(600, 8, 40);
+// Lookups of never-erased keys (load 0.8) whose READs are split into shuffled words, with updates,
+// inserts and erases of other keys between the words; returns the shard's stats at the end.
+HopscotchShardStats shuffled_reads_never_miss_or_tear(uint32_t H, uint64_t min_moves) {
+  const HopscotchConfig c = small(600, H, 40);
   Table t(c);
   HopscotchShard& shard = t.server->shard(0);
   const auto all = distinct_keys(700, 41);
   const std::vector<uint64_t> pool(all.begin(), all.begin() + 480);  // load 0.8, never erased
   std::unordered_map<uint64_t, uint32_t> salt;
   for (uint64_t k : pool) {
-    ASSERT_EQ(shard.put(k, value_for(k, 0, 40)).status, Status::kInserted);
+    EXPECT_EQ(shard.put(k, value_for(k, 0, 40)).status, Status::kInserted);
     salt[k] = 0;
   }
   std::mt19937_64 rng(7);
@@ -260,8 +291,11 @@ TEST(Hopscotch, ShuffledReadsWithDisplacementsBetweenWordsNeverMissOrTear) {
   }
   EXPECT_EQ(missed, 0u) << "a present key was reported absent while records were moving";
   EXPECT_EQ(torn, 0u) << "a torn value was returned";
-  EXPECT_GT(shard.stats().displacements - moved_before, 100u) << "displacements must overlap the lookups";
+  EXPECT_GT(shard.stats().displacements - moved_before, min_moves) << "displacements must overlap the lookups";
+  return shard.stats();
 }
+
+TEST(Hopscotch, ShuffledReadsWithDisplacementsBetweenWordsNeverMissOrTear) { (void)shuffled_reads_never_miss_or_tear(8, 100); }
 
 // The miss the moves counter exists for, forced: the reader's one READ of y's neighbourhood is
 // performed slot by slot from the top, and between the first slot (y's destination, still free)
@@ -318,11 +352,12 @@ TEST(Hopscotch, MissDuringAMoveIsReadAgain) {
   };
   ASSERT_EQ(slot_of(y), 14u) << "slots 10..13 hold the four keys homed at 10, y (home 12) probes to 14";
   // Inserting a fifth key homed at 10 finds slot 15 free, moves y from 14 to 15 (its neighbourhood
-  // [12, 16) still holds it), then finds nothing to move into 14 and answers kFull.
+  // [12, 16) still holds it), then finds nothing to move into 14 and chains x in its group.
   const uint64_t x = at10[4];
   auto hook = [&] {
     const uint64_t moved = shard.stats().displacements;
-    EXPECT_EQ(shard.put(x, value_for(x, 0, 16)).status, Status::kFull);
+    EXPECT_EQ(shard.put(x, value_for(x, 0, 16)).status, Status::kInserted);
+    EXPECT_EQ(shard.stats().chained, 1u);
     EXPECT_EQ(shard.stats().displacements, moved + 1);
   };
   auto transport = std::make_unique<DescendingOnceTransport>(t.fabric->connect(), c.record_bytes(), c.read_bytes(), hook);
@@ -348,7 +383,7 @@ TEST(Hopscotch, CorruptRecordIsNeverReturned) {
   // Flip one value byte of a present record (its check word now disagrees): the state a torn READ
   // of an update would show.
   const auto [slot, key] = t.scan(0).at(10);
-  region[64 + slot * c.record_bytes() + 16 + 3] ^= std::byte{0x40};
+  region[kHopscotchSlotsOffset + slot * c.record_bytes() + 16 + 3] ^= std::byte{0x40};
   auto transport = t.fabric->connect();
   Engine engine(*transport);
   HopscotchClient client(c, engine);
@@ -379,6 +414,462 @@ TEST(Hopscotch, ValuesLargerThanTheTableAreRefused) {
   EXPECT_EQ(transport->counters().batches, 0u);
   EXPECT_THROW(HopscotchConfig(small(256, 65, 16)).validate(), InvalidArgument);
   EXPECT_THROW(HopscotchConfig(small(256, 1, 16)).validate(), InvalidArgument);
+}
+
+
+// --- overflow chains -------------------------------------------------------------------------------
+
+// n keys whose home slot is `home` (from the n-th such key on after `skip`).
+std::vector<uint64_t> homed_keys(const HopscotchConfig& c, uint64_t home, size_t n, size_t skip = 0) {
+  std::vector<uint64_t> out;
+  for (uint64_t k = 1; out.size() < n + skip; ++k) {
+    const uint64_t key = k * 0x9E3779B97F4A7C15ULL >> 1;
+    if (hopscotch_place(c, key).home == home) out.push_back(key);
+  }
+  return {out.begin() + static_cast<std::ptrdiff_t>(skip), out.end()};
+}
+
+// H=4, 64 home slots: four keys homed at 10 fill slots 10..13 and nothing homed at 10 can be
+// displaced into 14 (every key there is homed at 10), so further keys homed at 10 go to the chain of
+// group 2 (home slots 8..11), four per block (not the default two), each new block linked at the head.
+HopscotchConfig chain_config() {
+  HopscotchConfig c = small(64, 4, 16);
+  c.block_records = 4;
+  return c;
+}
+
+TEST(HopscotchChains, FillToNinetyPercentAndRandomOpsMatchTheOracle) {
+  HopscotchConfig c = small(2048, 8, 16);
+  c.memory_nodes = 2;
+  Table t(c);
+  auto transport = t.fabric->connect();
+  Engine engine(*transport);
+  HopscotchClient client(c, engine);
+  const auto universe = distinct_keys(2 * 2048, 17);
+  const size_t fill = 2 * 2048 * 9 / 10;
+  std::unordered_map<uint64_t, std::vector<std::byte>> oracle;
+  for (size_t i = 0; i < fill; ++i) {
+    const uint64_t k = universe[i];
+    ASSERT_EQ(engine.run(client.put(k, value_for(k, 0, 16))).status, Status::kInserted) << "key " << i;
+    oracle[k] = value_for(k, 0, 16);
+  }
+  const HopscotchShardStats filled = t.server->stats();
+  EXPECT_GT(filled.chained, fill / 50) << "at load 0.9 with H=8 many keys must be chained";
+  std::printf("load 0.9, H=8: %llu of %zu keys chained in %llu of %llu blocks\n",
+              static_cast<unsigned long long>(filled.chained), fill, static_cast<unsigned long long>(filled.blocks_used),
+              static_cast<unsigned long long>(filled.overflow_blocks));
+  std::vector<std::byte> out(16);
+  for (const auto& [k, v] : oracle) {
+    ASSERT_EQ(engine.run(client.get(k, out)).status, Status::kFound) << "key " << k;
+    ASSERT_EQ(out, v);
+  }
+  // Random operations over the fill's keys and a quarter more, erasing at half the rate of the
+  // inserts: the load stays around 0.9.
+  std::mt19937_64 rng(99);
+  uint64_t full = 0;
+  const size_t range = fill + fill / 4;
+  for (int step = 0; step < 30000; ++step) {
+    const uint64_t k = universe[rng() % range];
+    const bool present = oracle.count(k) > 0;
+    const auto v = value_for(k, static_cast<uint32_t>(step + 1), 16);
+    const std::string where = "step " + std::to_string(step) + ", key " + std::to_string(k);
+    switch (rng() % 5) {
+      case 0: {
+        const Status s = engine.run(client.find_or_put(k, v)).status;
+        if (s == Status::kFull && !present) { ++full; break; }
+        ASSERT_EQ(s, present ? Status::kFound : Status::kInserted) << where;
+        if (!present) oracle[k] = v;
+        break;
+      }
+      case 1: {
+        const Status s = engine.run(client.put(k, v)).status;
+        if (s == Status::kFull && !present) { ++full; break; }
+        ASSERT_EQ(s, present ? Status::kUpdated : Status::kInserted) << where;
+        oracle[k] = v;
+        break;
+      }
+      case 2:
+        ASSERT_EQ(engine.run(client.update(k, v)).status, present ? Status::kUpdated : Status::kNotFound) << where;
+        if (present) oracle[k] = v;
+        break;
+      case 3:
+        if (rng() % 2) {
+          ASSERT_EQ(engine.run(client.erase(k)).status, present ? Status::kErased : Status::kNotFound) << where;
+          oracle.erase(k);
+          break;
+        }
+        [[fallthrough]];
+      default: {
+        const Status s = engine.run(client.get(k, out)).status;
+        ASSERT_EQ(s, present ? Status::kFound : Status::kNotFound) << where;
+        if (present) {
+          ASSERT_EQ(out, oracle[k]) << where;
+        }
+      }
+    }
+  }
+  std::set<uint64_t> present[2];
+  for (const auto& [k, v] : oracle) present[hopscotch_place(c, k).node].insert(k);
+  for (uint32_t n = 0; n < 2; ++n) {
+    t.expect_placed(n, present[n]);
+    auto keys = t.server->shard(n).keys();
+    EXPECT_EQ(std::set<uint64_t>(keys.begin(), keys.end()), present[n]);
+  }
+  for (const auto& [k, v] : oracle) {
+    ASSERT_EQ(engine.run(client.get(k, out)).status, Status::kFound);
+    ASSERT_EQ(out, v);
+    ASSERT_EQ(t.server->shard(hopscotch_place(c, k).node).find(k), v);
+  }
+  EXPECT_EQ(t.server->records(), oracle.size());
+  std::printf("after 30000 random operations: %zu keys, %llu chained, %llu blocks used, %llu kFull\n", oracle.size(),
+              static_cast<unsigned long long>(t.server->stats().chained),
+              static_cast<unsigned long long>(t.server->stats().blocks_used), static_cast<unsigned long long>(full));
+}
+
+// A chained key is found with one-sided READs only: the neighbourhood, then the moves word and the
+// chain head in one round trip, then one READ per block down to the key's.
+TEST(HopscotchChains, ChainedKeyIsFoundOneSided) {
+  const HopscotchConfig c = chain_config();
+  Table t(c);
+  HopscotchShard& shard = t.server->shard(0);
+  const auto keys = homed_keys(c, 10, 13);
+  for (uint64_t k : keys) ASSERT_EQ(shard.put(k, value_for(k, 0, 16)).status, Status::kInserted);
+  ASSERT_EQ(shard.stats().chained, 9u);
+  ASSERT_EQ(shard.stats().blocks_used, 3u);
+  auto transport = t.fabric->connect();
+  Engine engine(*transport);
+  HopscotchClient client(c, engine);
+  (void)engine.run(client.read_header(0));
+  std::vector<std::byte> out(16);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    OpStats st;
+    const OpResult r = engine.run(client.get(keys[i], out), &st);
+    ASSERT_EQ(r.status, Status::kFound) << "key " << i;
+    ASSERT_EQ(out, value_for(keys[i], 0, 16));
+    // Keys 4..7 are in the first block (the chain's last), 8..11 the second, 12 the third (its head).
+    const uint32_t hops = i < 4 ? 0 : i < 8 ? 3 : i < 12 ? 2 : 1;
+    EXPECT_EQ(st.round_trips, hops ? 2 + hops : 1) << "key " << i;
+    EXPECT_EQ(st.reads, hops ? 3 + hops : 1) << "key " << i;
+    EXPECT_EQ(st.rpcs, 0u);
+    EXPECT_EQ(r.chunks, 1 + hops) << "key " << i;
+  }
+  OpStats st;
+  EXPECT_EQ(engine.run(client.get(homed_keys(c, 9, 1)[0], out), &st).status, Status::kNotFound);
+  EXPECT_EQ(st.round_trips, 6u) << "a miss in a group with three blocks reads all three, then `moves` again";
+  // The chain is searched node-side too: update, find, erase, and the freed record reused.
+  ASSERT_EQ(shard.update(keys[5], value_for(keys[5], 1, 16)).status, Status::kUpdated);
+  ASSERT_EQ(shard.find(keys[5]), value_for(keys[5], 1, 16));
+  ASSERT_EQ(shard.find_or_put(keys[5], value_for(keys[5], 2, 16)).status, Status::kFound);
+  ASSERT_EQ(engine.run(client.get(keys[5], out)).status, Status::kFound);
+  ASSERT_EQ(out, value_for(keys[5], 1, 16));
+  ASSERT_EQ(shard.erase(keys[5]).status, Status::kErased);
+  ASSERT_EQ(engine.run(client.get(keys[5], out)).status, Status::kNotFound);
+  ASSERT_EQ(shard.stats().chained, 8u);
+  // Three more fill the head block; the next one takes the record freed in the last block.
+  const auto more = homed_keys(c, 10, 4, 13);
+  for (uint64_t k : more) ASSERT_EQ(shard.put(k, value_for(k, 0, 16)).status, Status::kInserted);
+  EXPECT_EQ(shard.stats().blocks_used, 3u) << "the freed chain record is reused, no block is taken";
+  OpStats last;
+  ASSERT_EQ(engine.run(client.get(more[3], out), &last).status, Status::kFound);
+  EXPECT_EQ(last.round_trips, 5u) << "the freed record is in the chain's last block";
+}
+
+// The chain hook runs after a new block is filled and after the head store that links it: a reader
+// at either instant must find every present key with its value (fill first, then publish).
+TEST(HopscotchChains, ReaderAtEachStepOfABlockPublishFindsEveryPresentKey) {
+  const HopscotchConfig c = chain_config();
+  Table t(c);
+  HopscotchShard& shard = t.server->shard(0);
+  auto transport = t.fabric->connect();
+  Engine engine(*transport);
+  HopscotchClient client(c, engine);
+  (void)engine.run(client.read_header(0));
+  const auto keys = homed_keys(c, 10, 17);
+  std::vector<uint64_t> present;
+  uint64_t steps = 0, missed = 0;
+  std::vector<std::byte> out(16);
+  shard.set_chain_hook([&] {
+    ++steps;
+    for (uint64_t k : present)
+      if (engine.run(client.get(k, out)).status != Status::kFound || out != value_for(k, 0, 16)) ++missed;
+  });
+  for (uint64_t k : keys) {
+    ASSERT_EQ(shard.put(k, value_for(k, 0, 16)).status, Status::kInserted);
+    present.push_back(k);
+  }
+  EXPECT_EQ(steps, 2u * 4) << "four blocks, two steps each";
+  EXPECT_EQ(missed, 0u) << "a reader met a published block that was not filled yet";
+}
+
+// Performs the READs of one length word by word from the last, running `hook` once right after
+// word `fire_after` was read: the record state a reader gets when a write lands in the middle of
+// its READ.
+class WordsDescendingOnceTransport final : public Transport {
+ public:
+  WordsDescendingOnceTransport(std::unique_ptr<Transport> inner, uint32_t len, uint32_t fire_after,
+                               std::function<void()> hook)
+      : inner_(std::move(inner)), len_(len), fire_after_(fire_after), hook_(std::move(hook)) {}
+  void execute(std::span<Request> batch) override {
+    ++counters_.batches;
+    for (Request& r : batch) {
+      if (r.kind == ReqKind::kRead && r.len == len_ && hook_) {
+        for (uint32_t w = len_ / 8; w-- > 0;) {
+          Request piece = r;
+          piece.addr.offset += w * 8;
+          piece.buf = static_cast<std::byte*>(r.buf) + w * 8;
+          piece.len = 8;
+          inner_->execute(std::span<Request>(&piece, 1));
+          if (w == fire_after_ && hook_) std::exchange(hook_, nullptr)();
+        }
+      } else {
+        inner_->execute(std::span<Request>(&r, 1));
+      }
+      counters_.add(r);
+    }
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  uint32_t len_, fire_after_;
+  std::function<void()> hook_;
+};
+
+// A torn block READ: z's chain record is erased and z put again into the same record while the
+// reader's block READ is between z's key word and its ctrl word. The reader holds the new ctrl
+// with the old value and check word; the check word disagrees, so it reads the block again and
+// returns the new value, never the erased one.
+TEST(HopscotchChains, TornBlockReadIsReadAgain) {
+  const HopscotchConfig c = chain_config();
+  Table t(c);
+  HopscotchShard& shard = t.server->shard(0);
+  const auto keys = homed_keys(c, 10, 6);
+  for (uint64_t k : keys) ASSERT_EQ(shard.put(k, value_for(k, 0, 16)).status, Status::kInserted);
+  // z: record 0 of the only block, words 1 (ctrl) .. 5 (check); keys[5] keeps the block linked.
+  const uint64_t z = keys[4];
+  ASSERT_EQ(shard.erase(z).status, Status::kErased);
+  bool fired = false;
+  auto hook = [&] {
+    fired = true;
+    ASSERT_EQ(shard.put(z, value_for(z, 1, 16)).status, Status::kInserted);
+    ASSERT_EQ(shard.stats().blocks_used, 1u) << "z must reuse its old record";
+  };
+  auto transport = std::make_unique<WordsDescendingOnceTransport>(t.fabric->connect(), c.block_bytes(), 2, hook);
+  Engine engine(*transport);
+  HopscotchClient client(c, engine);
+  (void)engine.run(client.read_header(0));
+  std::vector<std::byte> out(16);
+  const OpResult r = engine.run(client.get(z, out));
+  ASSERT_TRUE(fired);
+  ASSERT_EQ(r.status, Status::kFound);
+  EXPECT_EQ(out, value_for(z, 1, 16)) << "the erased value was returned from a torn block READ";
+  EXPECT_EQ(r.chunks, 3u) << "the neighbourhood, the torn block, the block again";
+}
+
+// Runs `hook` once, right after batch number `after` (1-based) was performed.
+class AfterBatchTransport final : public Transport {
+ public:
+  AfterBatchTransport(std::unique_ptr<Transport> inner, uint64_t after, std::function<void()> hook)
+      : inner_(std::move(inner)), after_(after), hook_(std::move(hook)) {}
+  void execute(std::span<Request> batch) override {
+    inner_->execute(batch);
+    for (const Request& r : batch) counters_.add(r);
+    if (++counters_.batches == after_ && hook_) std::exchange(hook_, nullptr)();
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  uint64_t after_;
+  std::function<void()> hook_;
+};
+
+// Misses racing a block publish, forced. (a) z is chained (a new block at the head) after the
+// reader's neighbourhood READ and before its head READ: the head READ sees the new block, so z is
+// found. (b) w is chained (another new block) after the reader's head READ: the reader follows the
+// old head, whose chain still holds every older key, so an older key is found (and w, inserted
+// during the lookup, may be missed).
+TEST(HopscotchChains, MissRacingABlockPublish) {
+  const HopscotchConfig c = chain_config();
+  Table t(c);
+  HopscotchShard& shard = t.server->shard(0);
+  const auto keys = homed_keys(c, 10, 14);
+  for (size_t i = 0; i < 8; ++i) ASSERT_EQ(shard.put(keys[i], value_for(keys[i], 0, 16)).status, Status::kInserted);
+  ASSERT_EQ(shard.stats().blocks_used, 1u);
+  std::vector<std::byte> out(16);
+  {  // (a): batches: 1 the header, 2 the neighbourhood READ, 3 moves + head
+    const uint64_t z = keys[8];
+    auto transport = std::make_unique<AfterBatchTransport>(t.fabric->connect(), 2, [&] {
+      ASSERT_EQ(shard.put(z, value_for(z, 0, 16)).status, Status::kInserted);
+      ASSERT_EQ(shard.stats().blocks_used, 2u);
+    });
+    Engine engine(*transport);
+    HopscotchClient client(c, engine);
+    (void)engine.run(client.read_header(0));
+    const OpResult r = engine.run(client.get(z, out));
+    EXPECT_EQ(r.status, Status::kFound) << "a key chained before the head READ was missed";
+    EXPECT_EQ(out, value_for(z, 0, 16));
+  }
+  {  // (b): fill the second block, then a third is published after the head READ
+    for (size_t i = 9; i < 12; ++i) ASSERT_EQ(shard.put(keys[i], value_for(keys[i], 0, 16)).status, Status::kInserted);
+    const uint64_t w = keys[12];
+    auto transport = std::make_unique<AfterBatchTransport>(t.fabric->connect(), 3, [&] {
+      ASSERT_EQ(shard.put(w, value_for(w, 0, 16)).status, Status::kInserted);
+      ASSERT_EQ(shard.stats().blocks_used, 3u);
+    });
+    Engine engine(*transport);
+    HopscotchClient client(c, engine);
+    (void)engine.run(client.read_header(0));
+    OpStats st;
+    const OpResult r = engine.run(client.get(keys[4], out), &st);  // in the first block, the chain's tail
+    EXPECT_EQ(r.status, Status::kFound);
+    EXPECT_EQ(out, value_for(keys[4], 0, 16));
+    EXPECT_EQ(st.round_trips, 4u) << "the old head's chain: two blocks";
+    EXPECT_EQ(engine.run(client.get(w, out)).status, Status::kFound) << "once published, w is found";
+  }
+}
+
+// The pool bound: with a pool of two blocks, the ninth chained key is refused with kFull, and
+// nothing is written past the shard's region (a canary follows it).
+TEST(HopscotchChains, PoolExhaustedAnswersFullAndStaysInItsRegion) {
+  HopscotchConfig c = chain_config();
+  c.overflow_percent = 12;  // 8 records: two blocks of four
+  ASSERT_EQ(c.overflow_blocks(), 2u);
+  constexpr uint64_t kSpare = 512;
+  Table t(c, kSpare);
+  auto region = t.fabric->local_region(0);
+  ASSERT_EQ(region.size(), c.region_bytes() + kSpare);
+  std::fill(region.begin() + static_cast<std::ptrdiff_t>(c.region_bytes()), region.end(), std::byte{0xA5});
+  HopscotchShard& shard = t.server->shard(0);
+  const auto keys = homed_keys(c, 10, 13);
+  for (size_t i = 0; i < 12; ++i) ASSERT_EQ(shard.put(keys[i], value_for(keys[i], 0, 16)).status, Status::kInserted);
+  EXPECT_EQ(shard.put(keys[12], value_for(keys[12], 0, 16)).status, Status::kFull);
+  EXPECT_EQ(shard.find_or_put(keys[12], value_for(keys[12], 0, 16)).status, Status::kFull);
+  EXPECT_THROW(shard.bulk_insert(keys[12], value_for(keys[12], 0, 16)), InvalidArgument);
+  EXPECT_EQ(shard.stats().blocks_used, 2u);
+  EXPECT_EQ(shard.records(), 12u);
+  for (size_t b = c.region_bytes(); b < region.size(); ++b)
+    ASSERT_EQ(region[b], std::byte{0xA5}) << "byte " << b - c.region_bytes() << " past the region was written";
+  auto transport = t.fabric->connect();
+  Engine engine(*transport);
+  HopscotchClient client(c, engine);
+  std::vector<std::byte> out(16);
+  for (size_t i = 0; i < 12; ++i) ASSERT_EQ(engine.run(client.get(keys[i], out)).status, Status::kFound);
+  EXPECT_EQ(engine.run(client.get(keys[12], out)).status, Status::kNotFound);
+  // An erase frees a chain record: the refused key fits now.
+  ASSERT_EQ(shard.erase(keys[6]).status, Status::kErased);
+  ASSERT_EQ(shard.put(keys[12], value_for(keys[12], 0, 16)).status, Status::kInserted);
+  ASSERT_EQ(engine.run(client.get(keys[12], out)).status, Status::kFound);
+  // No pool at all: the neighbourhood is the limit, as before chains.
+  HopscotchConfig none = chain_config();
+  none.overflow_percent = 0;
+  Table t0(none);
+  for (size_t i = 0; i < 4; ++i) ASSERT_EQ(t0.server->shard(0).put(keys[i], value_for(keys[i], 0, 16)).status, Status::kInserted);
+  EXPECT_EQ(t0.server->shard(0).put(keys[4], value_for(keys[4], 0, 16)).status, Status::kFull);
+}
+
+TEST(HopscotchChains, BadPoolConfigurationsAreRefused) {
+  HopscotchConfig c = chain_config();
+  c.block_records = 0;
+  EXPECT_THROW(c.validate(), InvalidArgument);
+  c.block_records = 65;
+  EXPECT_THROW(c.validate(), InvalidArgument);
+  c = chain_config();
+  c.overflow_percent = 401;
+  EXPECT_THROW(c.validate(), InvalidArgument);
+  // A client built for another pool is refused by the shard's header.
+  Table t(chain_config());
+  auto transport = t.fabric->connect();
+  Engine engine(*transport);
+  HopscotchConfig other = chain_config();
+  other.overflow_percent = 50;
+  HopscotchClient client(other, engine);
+  EXPECT_THROW(engine.run(client.read_header(0)), InvalidArgument);
+  // A shard of the chainless layout (magic "HOPSCH1", a 64-byte header) is not taken for this one.
+  const uint64_t old_magic = 0x3148435348504f48ULL;
+  std::memcpy(t.fabric->local_region(0).data(), &old_magic, 8);
+  HopscotchClient same(chain_config(), engine);
+  EXPECT_THROW(engine.run(same.read_header(0)), FabricError);
+}
+
+// An empty block unlinked (and reused by another group) while a reader walks through it: the
+// reader holds the old head, the block; the hook erases the block's only key (the block is unlinked
+// and freed) and chains a key of another group (the block is reused there, its next pointer now 0).
+// The walk ends early and misses k, which was present throughout; `moves` changed meanwhile, so the
+// lookup walks again and finds k.
+TEST(HopscotchChains, MissRacingABlockUnlinkIsWalkedAgain) {
+  const HopscotchConfig c = chain_config();
+  Table t(c);
+  HopscotchShard& shard = t.server->shard(0);
+  const auto keys = homed_keys(c, 10, 9);  // 4 in the neighbourhood, 4 in block 1, 1 in block 2 (the head)
+  for (uint64_t k : keys) ASSERT_EQ(shard.put(k, value_for(k, 0, 16)).status, Status::kInserted);
+  const auto other = homed_keys(c, 40, 5);  // group 10: its neighbourhood full, then one chained
+  for (size_t i = 0; i < 4; ++i) ASSERT_EQ(shard.put(other[i], value_for(other[i], 0, 16)).status, Status::kInserted);
+  ASSERT_EQ(shard.stats().blocks_used, 2u);
+  const uint64_t k = keys[4];  // in block 1, behind the head
+  bool fired = false;
+  // Batches: 1 the header, 2 the neighbourhood READ, 3 moves + head (block 2).
+  auto transport = std::make_unique<AfterBatchTransport>(t.fabric->connect(), 3, [&] {
+    fired = true;
+    ASSERT_EQ(shard.erase(keys[8]).status, Status::kErased);
+    ASSERT_EQ(shard.stats().blocks_used, 1u) << "the emptied head block is unlinked";
+    ASSERT_EQ(shard.put(other[4], value_for(other[4], 0, 16)).status, Status::kInserted);
+    ASSERT_EQ(shard.stats().blocks_used, 2u) << "and reused by group 10";
+  });
+  Engine engine(*transport);
+  HopscotchClient client(c, engine);
+  (void)engine.run(client.read_header(0));
+  std::vector<std::byte> out(16);
+  OpStats st;
+  const OpResult r = engine.run(client.get(k, out), &st);
+  ASSERT_TRUE(fired);
+  EXPECT_EQ(r.status, Status::kFound) << "the walk through the reused block missed a present key";
+  EXPECT_EQ(out, value_for(k, 0, 16));
+  EXPECT_EQ(st.round_trips, 7u) << "neighbourhood, moves + head, the reused block, moves; again: 3";
+  EXPECT_EQ(engine.run(client.get(other[4], out)).status, Status::kFound);
+}
+
+// Erase-and-insert churn keeps the pool's linked blocks near what the chained records need: empty
+// blocks go back to the pool instead of staying linked to every group that once overflowed.
+TEST(HopscotchChains, ChurnReusesEmptyBlocks) {
+  HopscotchConfig c = small(4096, 8, 16);
+  Table t(c);
+  HopscotchShard& shard = t.server->shard(0);
+  const auto universe = distinct_keys(8192, 23);
+  std::vector<uint64_t> in(universe.begin(), universe.begin() + 4096 * 9 / 10);
+  std::vector<uint64_t> out(universe.begin() + 4096 * 9 / 10, universe.end());
+  for (uint64_t k : in) ASSERT_EQ(shard.put(k, value_for(k, 0, 16)).status, Status::kInserted);
+  std::mt19937_64 rng(5);
+  uint64_t full = 0, max_blocks = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const size_t a = rng() % in.size(), b = rng() % out.size();
+    ASSERT_EQ(shard.erase(in[a]).status, Status::kErased);
+    std::swap(in[a], out[b]);
+    if (shard.put(in[a], value_for(in[a], 0, 16)).status == Status::kFull) {
+      ++full;
+      std::swap(in[a], in.back());
+      out.push_back(in.back());
+      in.pop_back();
+    }
+    max_blocks = std::max(max_blocks, shard.stats().blocks_used);
+  }
+  const HopscotchShardStats st = shard.stats();
+  std::printf("200000 erase+insert at load 0.9: %llu kFull, %llu chained in %llu blocks (at most %llu) of %llu\n",
+              static_cast<unsigned long long>(full), static_cast<unsigned long long>(st.chained),
+              static_cast<unsigned long long>(st.blocks_used), static_cast<unsigned long long>(max_blocks),
+              static_cast<unsigned long long>(st.overflow_blocks));
+  EXPECT_EQ(full, 0u);
+  EXPECT_LE(st.blocks_used, st.chained) << "every linked block holds a live record";
+  std::set<uint64_t> present(in.begin(), in.end());
+  t.expect_placed(0, present);
+}
+
+// The same at H=2, where many keys are chained: chain inserts, erases, block unlinks and reuses land
+// between the words of the lookups' neighbourhood and block READs.
+TEST(HopscotchChains, ShuffledReadsWithChainChurnBetweenWordsNeverMissOrTear) {
+  const HopscotchShardStats st = shuffled_reads_never_miss_or_tear(2, 20);
+  std::printf("H=2: %llu chained, %llu blocks linked, %llu unlinks\n", static_cast<unsigned long long>(st.chained),
+              static_cast<unsigned long long>(st.blocks_used), static_cast<unsigned long long>(st.unlinks));
+  EXPECT_GT(st.chained, 20u);
+  EXPECT_GT(st.unlinks, 20u) << "blocks must be unlinked under the lookups";
 }
 
 }  // namespace

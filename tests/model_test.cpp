@@ -1,5 +1,6 @@
 // Tests for the variable read size model (include/rdmahash/model.h, seed 000 §3).
 #include "rdmahash/model.h"
+#include "model/memory_limit.h"
 
 #include <gtest/gtest.h>
 
@@ -452,3 +453,64 @@ TEST(ClusterHints, InvalidInputsThrow) {
 }
 
 }  // namespace
+
+namespace rdmahash::model {
+namespace {
+
+// The memory-limit probe's chase must visit every line of the region before it repeats one: a
+// permutation with short cycles would keep the chase inside a cached subset and overstate the limit.
+TEST(MemoryLimit, ChaseIsOneCycleThroughEveryLine) {
+  for (uint32_t n : {1u, 2u, 3u, 1000u, 4097u, 65536u}) {
+    std::vector<uint32_t> next(n);
+    random_cycle(next, 7);
+    std::vector<bool> seen(n, false);
+    uint32_t at = 0, steps = 0, in_order = 0;
+    do {
+      ASSERT_LT(next[at], n);
+      ASSERT_FALSE(seen[at]) << "n=" << n << ": line " << at << " visited twice after " << steps << " steps";
+      seen[at] = true;
+      in_order += next[at] == at + 1;
+      at = next[at];
+      ++steps;
+    } while (at != 0);
+    EXPECT_EQ(steps, n) << "n=" << n << ": the chase from line 0 returns after " << steps << " lines";
+    if (n >= 1000) {
+      EXPECT_LT(in_order, n / 100) << "the order is not random (prefetchers would follow it)";
+    }
+  }
+}
+
+TEST(MemoryLimit, MeasuresASmallRegion) {
+  MemoryLimitOptions o;
+  o.bytes = (1u << 20) + 40;  // not a whole number of lines: rounded down
+  o.rounds = 2;
+  o.dependent_loads = 1u << 14;
+  o.batched_loads = 1u << 16;
+  const MemoryLimit m = measure_memory_limit(o);
+  EXPECT_EQ(m.bytes, uint64_t{1} << 20);
+  EXPECT_EQ(m.pages, "4k");
+  EXPECT_EQ(m.batch, 16u);
+  EXPECT_GT(m.dependent_ns, 0.0);
+  EXPECT_GT(m.batched_ops_per_s, 0.0);
+  o.pages = ProbePages::kThp;
+  EXPECT_EQ(measure_memory_limit(o).pages, "thp");
+}
+
+TEST(MemoryLimit, BadInputThrows) {
+  MemoryLimitOptions o;
+  o.bytes = 100;
+  EXPECT_THROW(measure_memory_limit(o), std::invalid_argument);
+  o.bytes = uint64_t{1} << 41;
+  EXPECT_THROW(measure_memory_limit(o), std::invalid_argument);
+  o.bytes = 1u << 16;
+  o.batch = 0;
+  EXPECT_THROW(measure_memory_limit(o), std::invalid_argument);
+  o.batch = 257;
+  EXPECT_THROW(measure_memory_limit(o), std::invalid_argument);
+  o.batch = 16;
+  o.rounds = 0;
+  EXPECT_THROW(measure_memory_limit(o), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace rdmahash::model

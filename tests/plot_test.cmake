@@ -74,6 +74,23 @@ if(PLOT_PYTHON)
   add_test(NAME plot_seed001_chunks
     COMMAND ${PLOT_PYTHON} -c "${PLOT_CHECK}" ${PLOT_OUT}_chunks seed001_chunks.png --
             ${PLOT_PYTHON} ${PLOT_PY} ${CMAKE_SOURCE_DIR}/tests/data/bench_chunk_sample.jsonl --out ${PLOT_OUT}_chunks)
+  # Seed 004's per-operation figure from a SMALL=1 run of scripts/fig_seed004_ops.sh (1 and 2 clients).
+  add_test(NAME plot_seed004_ops
+    COMMAND ${PLOT_PYTHON} -c "${PLOT_CHECK}" ${PLOT_OUT}_seed004 seed004_ops.png --
+            ${PLOT_PYTHON} ${PLOT_PY} ${CMAKE_SOURCE_DIR}/tests/data/bench_seed004_ops_sample.jsonl --out ${PLOT_OUT}_seed004)
+  # Seed 000 Table 2 from a SMALL=1 run of scripts/fig_seed000_table2.sh (3 actual x 3 assumed).
+  add_test(NAME plot_seed000_table2
+    COMMAND ${PLOT_PYTHON} -c "${PLOT_CHECK}" ${PLOT_OUT}_table2 seed000_table2.png --
+            ${PLOT_PYTHON} ${PLOT_PY} ${CMAKE_SOURCE_DIR}/tests/data/bench_seed000_table2_sample.jsonl --out ${PLOT_OUT}_table2)
+  # Seed 000 Fig. 13 (a model figure): the script over a short range of offsets; the PNG drawn and
+  # the CSV holding both models at both load factors for every offset.
+  add_test(NAME plot_seed000_fig13
+    COMMAND ${PLOT_PYTHON} -c "import csv, os, subprocess, sys; out = sys.argv[1]; env = dict(os.environ, RDMAHASH_BUILD=sys.argv[2], FIG13_OUT=out, X_MIN='-4', X_MAX='11', PYTHON=sys.executable); r = subprocess.run([sys.argv[3]], env=env); rows = list(csv.DictReader(open(os.path.join(out, 'fig13.csv')))); png = os.path.join(out, 'seed000_fig13.png'); ok = r.returncode == 0 and len(rows) == 2 * 2 * 16 and os.path.getsize(png) > 5120; print('PASS' if ok else 'FAIL: exit %d, %d rows' % (r.returncode, len(rows))); sys.exit(0 if ok else 1)"
+            ${PLOT_OUT}_fig13 $<TARGET_FILE_DIR:rdmahash_cli> ${CMAKE_SOURCE_DIR}/scripts/fig_seed000_fig13.sh)
+  # Seed 002 Fig. 10 from the continuity load test's output (the script runs the test and draws it).
+  add_test(NAME plot_seed002_fig10
+    COMMAND ${PLOT_PYTHON} -c "import csv, os, subprocess, sys; out = sys.argv[1]; env = dict(os.environ, RDMAHASH_BUILD=sys.argv[2], FIG10_OUT=out, PYTHON=sys.executable); r = subprocess.run([sys.argv[3]], env=env); rows = list(csv.DictReader(open(os.path.join(out, 'fig10.csv')))); png = os.path.join(out, 'seed002_fig10.png'); ok = r.returncode == 0 and [x['added_sbuckets'] for x in rows] == ['off', '1/20', '1/10'] and os.path.getsize(png) > 5120; print('PASS' if ok else 'FAIL: exit %d, rows %s' % (r.returncode, rows)); sys.exit(0 if ok else 1)"
+            ${PLOT_OUT}_fig10 ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR}/scripts/fig_seed002_fig10.sh)
   add_test(NAME plot_single_point
     COMMAND ${PLOT_PYTHON} -c "${PLOT_CHECK}" ${PLOT_OUT}_one points.png --
             ${PLOT_PYTHON} ${PLOT_PY} ${CMAKE_SOURCE_DIR}/tests/data/bench_single_point.jsonl --out ${PLOT_OUT}_one)
@@ -87,7 +104,7 @@ if(PLOT_PYTHON)
     COMMAND ${PLOT_PYTHON} -c "${PLOT_CHECK}" ${PLOT_OUT}_path points.png --
             env PATH=${PLOT_FAKE_BIN}:$ENV{PATH} ${CMAKE_SOURCE_DIR}/scripts/plot.sh
             ${CMAKE_SOURCE_DIR}/tests/data/bench_single_point.jsonl --out ${PLOT_OUT}_path)
-  set_tests_properties(plot_ycsb_rows plot_single_point plot_sh_without_matplotlib_on_path PROPERTIES
+  set_tests_properties(plot_ycsb_rows plot_single_point plot_sh_without_matplotlib_on_path plot_seed004_ops plot_seed000_table2 plot_seed000_fig13 plot_seed002_fig10 PROPERTIES
     TIMEOUT 300 LABELS plot)
 endif()
 

@@ -1,6 +1,7 @@
 // rdmahash/hopscotch.h — FaRM-KV's hopscotch hash table (Dragojević et al., NSDI'14, §5), volatile
-// part: one-sided lookups that READ a key's whole neighbourhood at once; inserts, updates and erases
-// run on the owner memory node's CPU, which is the only writer of its shard (as cuckoo.h).
+// part: one-sided lookups that READ a key's whole neighbourhood at once, with FaRM's chained
+// overflow blocks for keys whose neighbourhood is full; inserts, updates and erases run on the owner
+// memory node's CPU, which is the only writer of its shard (as cuckoo.h).
 //
 // Placement
 // ---------
@@ -11,25 +12,43 @@
 // has N + H - 1 slots: the last home slot's neighbourhood ends inside the array, so neighbourhoods
 // never wrap and every neighbourhood is one contiguous range of memory.
 //
+// Overflow chains (FaRM §5: "chained overflow blocks" per bucket). The home slots are cut into
+// *groups*, aligned runs of H home slots (group = ⌊home/H⌋, ⌈N/H⌉ groups). Each group has one chain
+// head word: 0, or the offset of the first of a linked list of *overflow blocks*, each
+// [next:8][B records] (B = `block_records`, 2 by default), taken from the shard's pool. A key lives
+// in its neighbourhood or in its group's chain, never both. Why groups of H and not one chain per
+// home slot: the keys homed in one group are the ones whose neighbourhoods overlap and fill
+// together, so they share blocks (fewer, fuller blocks: measured 1.3 records per 2-record block at
+// load 0.9), and the heads cost 8/H bytes per home slot (1 at H=8) instead of 8.
+//
 // Memory layout of a shard (all offsets 8-byte aligned)
 // -----------------------------------------------------
-//   [0, 64)                  HopscotchShardHeader; word 48 `records`, word 56 `moves`
-//   [64, 64 + (N+H-1)·rb)    the slots, each one inline record of rb = `record_bytes()` bytes
-// A record has the format of schemes/record.h (shared with linear's inline slots and cuckoo):
+//   [0, 128)                 HopscotchShardHeader; word 48 `records`, word 56 `moves`,
+//                            word 64 pool blocks, 72 blocks linked now, 80 records in chains
+//   [128, 128 + (N+H-1)·rb)  the slots, each one inline record of rb = `record_bytes()` bytes
+//   heads_offset()           ⌈N/H⌉ chain head words
+//   pool_offset()            the pool: `overflow_blocks()` blocks of 8 + B·rb bytes
+// The pool holds `overflow_percent` (25 by default) percent of N records, rounded up to blocks;
+// 0 disables chains. The magic ("HOPSCH2"), the header (block_records, overflow_blocks) and the
+// RPC config tag all changed with the chains: a client of the chainless layout is refused.
+// A record (slot or chain) has the format of schemes/record.h (shared with linear's inline slots and cuckoo):
 //   [ctrl:8][key:8][value, padded to 8][check:8]
 //   ctrl = bit 63 OCC | bit 62 LOCK | bits 32..60 version (29 bits, wraps) | bits 0..31 kbits
 //   check = hash(salt, version, key, value)
 // Only 8-byte keys (key_bytes 8): every record has its check word, so every torn READ of a record
 // is detectable.
 //
-// Lookups: ONE READ of the H-slot neighbourhood
-// ---------------------------------------------
+// Lookups: ONE READ of the H-slot neighbourhood, then the group's chain on a miss
+// ------------------------------------------------------------------------------
 // FaRM's neighbourhoods are bucket-granular (a key lives in its home bucket or the next one, and a
 // lookup READs two buckets, usually in one READ since they are adjacent). With slot-granular
 // neighbourhoods the equivalent is one READ of the H slots [home, home+H): the same "one round trip,
 // one READ" for every present key, the read size is H·rb bytes (8 × 40 = 320 bytes at 16-byte
 // values), and there is no second bucket to fetch when the first is full. That is what this table
 // does. A hit costs exactly one READ (tests/hopscotch_test.cpp, Hopscotch.HitIsOneReadInOneRoundTrip).
+// On a neighbourhood miss the lookup READs the `moves` word and the group's chain head in one round
+// trip (both posted before either is awaited), then walks the chain, one READ per block (B·rb + 8
+// bytes), stopping at the key.
 //
 // Write protocol (memory-node CPU only, one mutex per shard; stores are 8-byte atomic releases)
 //   insert into a free slot (ctrl v, not OCC): payload with check(v+1); ctrl ← OCC|v+1|kbits.
@@ -37,7 +56,15 @@
 //   erase / clear:   ctrl ← v+1 (not OCC).
 //   move y from slot j to free slot f: insert y at f as above (y is now live twice, one value),
 //                    then clear j. COPY FIRST, THEN CLEAR: y is present at every instant.
-// A slot's version only grows, so a torn READ mixing two states of one slot fails the check.
+//   chain insert:    into the first free record of the group's chain (as a free slot above); if
+//                    none, take a pool block (the free list of unlinked blocks first, else the next
+//                    never-used one; none left: kFull), write its record and its next ← the current
+//                    head, THEN publish it with one store: head ← block. FILL FIRST, THEN PUBLISH.
+//   chain erase:     as an erase; if the block is now empty, unlink it: moves ← odd, the word
+//                    pointing at it (head or previous next) ← its next, moves ← even; the block
+//                    goes on the free list (it may next serve another group).
+// A record's version only grows (also across block reuse), so a torn READ mixing two states of
+// one record fails the check.
 //
 // Inserts (hopscotch displacement, Herlihy, Shavit & Tzafrir 2008): if the key's neighbourhood has a
 // free slot, the key goes there. Otherwise the node finds the nearest free slot f ≥ home by linear
@@ -45,42 +72,82 @@
 // neighbourhood (f - home ≥ H), looks among the H-1 slots before f, from the farthest, for an entry
 // y whose own neighbourhood still contains f (f - home(y) < H) and moves y from its slot j to f;
 // the free slot is now j < f. Each move keeps every key inside its neighbourhood. When no such y
-// exists (or no free slot is found) the insert reports kFull: the moves done so far kept every key
-// in its neighbourhood and present, so nothing is lost. FaRM's chained overflow blocks are NOT
-// built: a key whose neighbourhood cannot be freed is refused with kFull.
-// Capacity without them (measured: `rdmahash bench --records 100000 --value-bytes 16`, seed 1, the
-// first kFull of the bulk load): H=8 fills to about 0.48-0.51 of the home slots, H=16 to 0.77,
-// H=32 to 0.87, H=64 past 0.9. A lookup still READs only H slots, so a larger H trades bytes per
-// lookup (H·rb) for load factor; overflow chains (FaRM) would lift H=8's limit instead.
+// exists (or no free slot is found) the insert gives up on the neighbourhood: the moves done so far
+// kept every key in its neighbourhood and present, so nothing is lost; the key then goes to its
+// group's chain, and kFull only means the pool is exhausted. Chain records never move, and a chained key stays in the
+// chain until erased (an erase in the neighbourhood does not pull it back).
+// Capacity. Without chains the first kFull of a bulk load came at load 0.48-0.51 for H=8 (0.77 at
+// H=16, 0.87 at H=32; `rdmahash bench --records 100000 --value-bytes 16`): one unlucky neighbourhood
+// is enough. With them (125 000 home slots, 16-byte values, random keys, the default pool of 25%:
+// 15 625 blocks of 2): the bulk load's first kFull comes at records/home slots = 0.90 (H=2), 1.10
+// (H=4), 1.19 (H=8), 1.22 (H=16), 1.23 (H=32), 1.24 (H=64), i.e. when the pool is full. Keys in
+// chains at H=8 after a bulk load: 0.7% at load 0.8, 2.4% at 0.9, 4.0% at 0.95. Under sustained
+// erase+insert churn (2-4·10^6 at a fixed load; the same driver) chained keys accumulate to a
+// steady 6.1% (0.8), 11.4%
+// (0.9), 14.0% (0.95), needing at most 5 040 / 9 791 / 12 536 linked blocks of 2 (8.1% / 15.7% /
+// 20.1% of N as records): the 25% default covers churn at 0.95 with room to spare and costs
+// 88 B per 8 home slots (27% of the slot array at 16-byte values). Blocks of 4 need 25.3% at 0.9
+// and 168-byte blocks (31% at 0.95): 2 is the cheaper default.
 // Around the moves of one insert the node sets the shard's `moves` word odd (before the first copy)
-// and even again (after the last clear): a per-shard seqlock around displacements only.
+// and even again (after the last clear): a per-shard seqlock around displacements, and around the
+// unlink of an empty chain block. An insert that moves nothing leaves `moves` alone.
 //
 // Why a one-sided reader is never wrong
 //  * Hit. The reader accepts a record only if its ctrl is OCC, unlocked, carries the key's kbits,
 //    the key word matches, and `check` matches the version in ctrl and the key/value read with it:
 //    the bytes are exactly the record state whose ctrl it read, which says the key was present (with
 //    that value) when read. During a move both copies hold one value, so either is correct.
+//    A chain hit is the same: a consistent record of the key is a live record, wherever its block
+//    is now, since a key's records are only ever written into its own group's chain.
 //  * Miss. A READ of H slots is not atomic (RDMA orders nothing inside a READ): its slots are read
 //    at different instants. Inserts without displacement, updates and erases never move a key and
 //    change its presence with one 8-byte store, so only a move can hide a present key (the reader
 //    reads y's new slot before the copy and its old slot after the clear). Invariant: *a key present
 //    at every instant of [t0, t1] and not found by a READ inside [t0, t1] was moved in that window,
-//    and every move lies between an odd and the next even store of `moves`*. So a miss is trusted
-//    only if `moves` had one even value both before the READ (the value this client read in an
-//    earlier, completed round trip, cached per shard) and after it (one 8-byte READ of the header
-//    once the neighbourhood was scanned). Otherwise the lookup reads again with the fresh value as
-//    its "before". A validated miss linearizes at an instant of that window where the key was absent.
+//    and every move lies between an odd and the next even store of `moves`*. So a neighbourhood miss
+//    counts only if `moves` had one even value both before the READ (the value this client read in
+//    an earlier, completed round trip, cached per shard) and after it (one 8-byte READ of the header
+//    once the neighbourhood was scanned).
+//  * Miss in the chain. A key present at every instant of the lookup is either in its neighbourhood
+//    throughout (covered above) or in ONE chain record throughout: chain records never move, and
+//    a key goes between the neighbourhood and the chain only by an erase and an insert, absent in
+//    between. Its block was linked before the key became present there (a new block's record is
+//    visible only from the head store that links it; a free record of a linked block is published
+//    by its ctrl store) and is not unlinked while it holds the key (only empty blocks are). The head
+//    READ is posted after the neighbourhood READ completed, so it lies inside the lookup; while no
+//    block is unlinked, the chain only grows at the head and a linked block's next never changes,
+//    so the walk from the head read reaches every block linked at that instant, the key's among
+//    them; and each block READ, posted after the READ that returned its pointer completed, sees the
+//    block no older than filled (fill first, then publish: the fabric assumption below). A torn
+//    block READ cannot fake an absence either: the next word is immutable while linked and each
+//    record carries its check word (a record caught mid-write is read again, below). Unlinks are
+//    the one change that can cut a walk short (a reader holding an unlinked block's pointer may
+//    follow it into another group's chain, or to its end), so they sit inside `moves` windows, and
+//    a chain miss counts only if `moves` read once more after the walk (one more round trip) still
+//    equals the "before" value and the value read with the head. A walk longer than the pool (only
+//    stale pointers or corruption make one) also does not count. A miss that does not count is read
+//    again with the fresh value as its "before". A validated miss linearizes at an instant of the
+//    lookup where the key was absent.
 //  Assumed of the fabric (as cuckoo.h): the node's stores become visible in program order, and a
 //  READ posted after another one completed observes memory no older than that one did.
 // Retries (as cuckoo.h). A record caught mid-write (LOCK, or a failed check) is re-read, bounded by
 // `retry_budget` (a time: only a dead or stalled node CPU keeps a record unstable that long; then
 // RetryBudgetExceeded). A miss overlapping displacements is re-validated up to 16 times; then the
 // lookup asks the owner by RPC (write_rpc kGet), which answers under the shard's lock.
-// Costs: a hit is 1 READ, 1 round trip; a miss adds the 8-byte header READ (and on a shard's first
-// miss, one more attempt to learn the "before" value).
+// Costs (measured: 125 000 home slots, H=8, 16-byte values; `rdmahash bench --fabric local --scheme
+// hopscotch --records 100000 --value-bytes 16 --workload get --load-factor L`, round_trips_per_op in
+// its JSON): a hit in the neighbourhood is 1 READ, 1 round trip; a chained key adds the moves+head
+// round trip and one per block down to its own (tests: HopscotchChains.ChainedKeyIsFoundOneSided);
+// a miss is 2 round trips (3 READs) in a group without a chain, 3 + its blocks in a group with one
+// (and on a shard's first miss, one more attempt to learn the "before" value). Gets of loaded keys
+// average 1.00 round trips at load 0.5, 1.02 at 0.8 and 1.05 at 0.9 (the bench). With a throwaway
+// driver (random keys; HopscotchShard::put/erase, HopscotchClient::get): hits 1.01 / 1.05 after a
+// bulk load to 0.8 / 0.9, 1.14 / 1.28 after 2·10^6 erase+inserts (more keys chained; at most 7);
+// misses 2.07 / 2.23 after the bulk load, 2.56 / 3.09 after the churn.
 //
 // What a dead client leaves: nothing. Every write is an RPC the node applies under its shard mutex;
-// a client holds no lock and no half-written record. A write whose RPC reached the node is applied
+// a client holds no lock, no half-written record and no pool block (blocks are taken and linked,
+// or unlinked and freed, by the node within one RPC). A write whose RPC reached the node is applied
 // whole (its reply may be dropped), one that did not is not applied. Readers hold nothing.
 //
 // Safety mechanisms (mutants in tests/mutants/hopscotch.json; scripts/mutants.py)
@@ -89,6 +156,10 @@
 //  * moves counter: a miss counts only if `moves` was one even value around it (hopscotch-miss-trusted)
 //  * neighbourhood bound: displacement moves y to f only if f - home(y) < H (hopscotch-bound-off-by-one)
 //  * value bound: the shard refuses a value larger than value_bytes (hopscotch-shard-value-bound)
+//  * publish order: a new block is filled before the head store links it (hopscotch-chain-publish-first)
+//  * chain search: a neighbourhood miss walks the group's chain (hopscotch-chain-unsearched)
+//  * unlink window: an empty block is unlinked inside a moves window (hopscotch-unlink-unfenced)
+//  * pool bound: no block is taken past the pool, kFull instead (hopscotch-pool-bound)
 //
 // Thread safety: HopscotchClient belongs to one Engine (one thread); HopscotchShard and the RPC
 // handler are thread-safe; any number of clients may use one table concurrently.
@@ -112,9 +183,12 @@ namespace rdmahash {
 
 inline constexpr uint16_t kHopscotchRpcFirst = 0x0F00;  // RPC ids reserved for hopscotch tables
 inline constexpr uint16_t kHopscotchRpcLast = 0x0F0F;
-inline constexpr uint64_t kHopscotchMagic = 0x3148435348504f48ULL;  // "HOPSCH1"
+inline constexpr uint64_t kHopscotchMagic = 0x3248435348504f48ULL;  // "HOPSCH2": with overflow chains
 inline constexpr uint32_t kHopscotchDefaultNeighborhood = 8;
 inline constexpr uint64_t kHopscotchMovesOffset = 56;
+inline constexpr uint64_t kHopscotchSlotsOffset = 128;  // the slot array follows the 128-byte header
+inline constexpr uint32_t kHopscotchDefaultBlockRecords = 2;
+inline constexpr uint32_t kHopscotchDefaultOverflowPercent = 25;
 
 struct HopscotchConfig {
   uint32_t memory_nodes = 1;
@@ -123,6 +197,10 @@ struct HopscotchConfig {
   uint32_t value_bytes = 8;             // 0..120
   uint64_t hash_seed = 0x4F505343484F5048ULL;
   uint32_t max_probe = 4096;            // slots the free-slot search may examine
+  // Overflow chains: records per overflow block, and the pool's record capacity as a percentage
+  // of the home slots (0: no pool, a full neighbourhood answers kFull).
+  uint32_t block_records = kHopscotchDefaultBlockRecords;        // in [1, 64]
+  uint32_t overflow_percent = kHopscotchDefaultOverflowPercent;  // in [0, 400]
   // Client side (not part of the table): how long a record caught mid-write is re-read.
   std::chrono::nanoseconds retry_budget = kDefaultRetryBudget;
 
@@ -132,6 +210,11 @@ struct HopscotchConfig {
   uint64_t slots_per_node() const { return home_slots_per_node + neighborhood - 1; }
   uint32_t record_bytes() const;
   uint32_t read_bytes() const { return neighborhood * record_bytes(); }  // one lookup READ
+  uint64_t groups() const { return (home_slots_per_node + neighborhood - 1) / neighborhood; }  // chain heads
+  uint64_t overflow_blocks() const;  // pool blocks per shard
+  uint32_t block_bytes() const { return 8 + block_records * record_bytes(); }  // [next:8][records]
+  uint64_t heads_offset() const { return kHopscotchSlotsOffset + slots_per_node() * record_bytes(); }
+  uint64_t pool_offset() const { return heads_offset() + groups() * 8; }
   uint64_t region_bytes() const;
 };
 
@@ -141,13 +224,17 @@ struct HopscotchShardHeader {
   uint64_t magic;
   uint32_t neighborhood, key_bytes;
   uint32_t value_bytes, node;
-  uint32_t memory_nodes, pad;
+  uint32_t memory_nodes, block_records;
   uint64_t home_slots;
   uint64_t hash_seed;
-  uint64_t records;  // live records
+  uint64_t records;  // live records (neighbourhoods and chains)
   uint64_t moves;    // displacement sequence number: odd while an insert moves records
+  uint64_t overflow_blocks;  // pool blocks
+  uint64_t blocks_used;      // pool blocks linked into chains now
+  uint64_t chained;          // live records in chains
+  uint64_t reserved[5];
 };
-static_assert(sizeof(HopscotchShardHeader) == 64);
+static_assert(sizeof(HopscotchShardHeader) == kHopscotchSlotsOffset);
 
 struct HopscotchPlacement {
   uint32_t node;
@@ -161,6 +248,10 @@ struct HopscotchShardStats {
   uint64_t displacing_inserts = 0; // inserts that moved records
   uint64_t displacements = 0;      // records moved
   uint64_t full = 0;               // inserts refused with kFull
+  uint64_t chained = 0;            // live records in overflow chains
+  uint64_t blocks_used = 0;        // overflow blocks linked into chains now
+  uint64_t overflow_blocks = 0;    // the pool's blocks
+  uint64_t unlinks = 0;            // emptied blocks unlinked (and freed for reuse)
 };
 
 struct HopscotchShardResult {
@@ -190,19 +281,35 @@ class HopscotchShard {
   // Tests: called (under the shard's lock) after each store step of a move: after the copy and
   // after the clear. Must not call into the shard.
   void set_move_hook(std::function<void()> hook) { move_hook_ = std::move(hook); }
+  // Tests: called (under the shard's lock) after each step of linking a new overflow block (after
+  // the block is filled, after the head store that publishes it) and after the store that unlinks
+  // an emptied block (`moves` is odd then). Must not call into the shard.
+  void set_chain_hook(std::function<void()> hook) { chain_hook_ = std::move(hook); }
 
  private:
   uint64_t off(uint64_t slot) const;
   bool occupied(uint64_t slot) const;
   uint64_t key_at(uint64_t slot) const;
-  std::optional<uint64_t> locate(uint64_t key, const HopscotchPlacement& p) const;
+  // Byte offset of the key's record (neighbourhood or chain), and whether it is in a chain.
+  struct Where {
+    uint64_t at;
+    bool chained;
+  };
+  std::optional<Where> locate(uint64_t key, const HopscotchPlacement& p) const;
+  uint64_t head_off(const HopscotchPlacement& p) const { return cfg_.heads_offset() + p.home / cfg_.neighborhood * 8; }
   void check_value(std::span<const std::byte> value, bool exact) const;
   void write_new(uint64_t slot, uint64_t key, uint32_t kbits, std::span<const std::byte> value);
-  void rewrite(uint64_t slot, uint64_t key, std::span<const std::byte> value);
+  void write_at(uint64_t o, uint64_t key, uint32_t kbits, std::span<const std::byte> value);
+  void rewrite(uint64_t o, uint64_t key, std::span<const std::byte> value);
   void clear(uint64_t slot);
+  void clear_at(uint64_t o);
   void move(uint64_t from, uint64_t to);
   HopscotchShardResult insert_new(uint64_t key, const HopscotchPlacement& p, std::span<const std::byte> value);
+  HopscotchShardResult insert_chained(uint64_t key, const HopscotchPlacement& p, std::span<const std::byte> value,
+                                      uint32_t moved);
+  void unlink_if_empty(const HopscotchPlacement& p, uint64_t rec);
   void set_records(uint64_t n);
+  void set_chained(uint64_t n);
 
   HopscotchConfig cfg_;
   uint32_t node_;
@@ -210,8 +317,12 @@ class HopscotchShard {
   mutable std::mutex mu_;
   uint64_t records_ = 0;
   uint64_t moves_ = 0;
+  uint64_t chained_ = 0;
+  uint64_t blocks_used_ = 0;           // pool blocks ever taken (the bump pointer)
+  std::vector<uint64_t> free_blocks_;  // taken, then unlinked empty: reused first
   HopscotchShardStats stats_;
   std::function<void()> move_hook_;
+  std::function<void()> chain_hook_;
 };
 
 // Memory-node side of a table: formats the hosted shards, registers the RPC handler under `rpc_id`
@@ -244,7 +355,7 @@ class HopscotchClient final : public KvClient {
   using KvClient::update;
   const char* scheme_name() const override { return "hopscotch"; }
   HopscotchClient(const HopscotchConfig& cfg, Engine& engine, uint16_t rpc_id = kHopscotchRpcFirst);
-  // OpResult.chunks = neighbourhood READs issued (0 for the RPC operations).
+  // OpResult.chunks = READs of records issued: neighbourhoods and overflow blocks (0 for the RPCs).
   Task<OpResult> find_or_put(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> get(uint64_t key, std::span<std::byte> value_out) override;
   Task<OpResult> update(uint64_t key, std::span<const std::byte> value) override;
@@ -260,7 +371,10 @@ class HopscotchClient final : public KvClient {
 
  private:
   enum class Scan : uint8_t { kMiss, kHit, kUnstable };
-  Scan scan(const std::byte* slots, uint64_t key, const HopscotchPlacement& p, std::span<std::byte> out) const;
+  Scan scan(const std::byte* recs, uint32_t n, uint64_t key, const HopscotchPlacement& p, std::span<std::byte> out) const;
+  // Follows the key's group chain from `head`: kHit or kMiss (every record stable when read).
+  Task<Scan> scan_chain(uint64_t head, uint64_t key, const HopscotchPlacement& p, std::span<std::byte> out, OpResult& r);
+  void check_pointer(uint32_t node, uint64_t ptr) const;
   Task<OpResult> remote(uint8_t op, uint64_t key, std::span<const std::byte> value);
   void check_value(std::span<const std::byte> value, bool exact) const;
 

@@ -112,6 +112,10 @@ class KvClient {
   virtual Task<OpResult> erase(KeyView key);
   // The scheme's name as --scheme spells it (for error messages).
   virtual const char* scheme_name() const = 0;
+
+ protected:
+  // get_all() of a table that holds a key at most once: get() into a buffer of `value_bytes`.
+  Task<OpResult> get_all_by_get(uint64_t key, uint32_t value_bytes, std::vector<std::byte>* values_out);
 };
 
 }  // namespace rdmahash

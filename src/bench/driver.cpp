@@ -85,12 +85,13 @@ Task<void> do_op(KvClient* kv, Engine* engine, Op op, uint32_t value_bytes, Clie
 
 // One client's share of one point.
 ClientResult run_client(Engine& engine, const SchemeTable& table, const BenchOptions& o, Workload w,
-                        const ReadSizeSpec& read_size, uint32_t read_bytes, uint32_t chunk, const KeySpace& keys,
+                        const ReadSizeSpec& read_size, uint32_t read_bytes, uint32_t chunk, double assumed_lf,
+                        const KeySpace& keys,
                         uint32_t client, uint32_t clients, uint64_t insert_point, uint32_t repeat,
                         check::HistoryBuffer* history) {
   ClientResult r;
   r.latency_ns.reserve(o.ops);
-  auto setup = make_client(table, engine, o, read_size, client, chunk);
+  auto setup = make_client(table, engine, o, read_size, client, chunk, assumed_lf);
   std::unique_ptr<KvClient> kv = std::move(setup.client);
   r.read_size = setup.read_size;
   OpStream stream(o, w, keys, client, clients, insert_point);
@@ -171,7 +172,7 @@ ClientResult run_ycsb_client(Engine& engine, const SchemeTable& table, const Ben
                              const ycsb::Workload& w, Workload phase, const KeySpace& keys, uint32_t client,
                              uint32_t clients) {
   ClientResult r;
-  auto setup = make_client(table, engine, o, o.read_sizes.front(), client);
+  auto setup = make_client(table, engine, o, o.read_sizes.front(), client, 0, o.assumed_load_factors.front());
   std::unique_ptr<KvClient> kv = std::move(setup.client);
   r.read_size = setup.read_size;
   const uint32_t vb = table.value_bytes();
@@ -239,6 +240,7 @@ struct Point {
   uint32_t read_bytes;
   uint32_t repeat = 0;
   uint32_t chunk = 0;  // find-or-put chunk size of this point's clients (0: the table's)
+  double assumed_load_factor = 0;  // the load factor model read sizes assume (0: the table's)
 };
 
 // Workloads that change the table (a later point would not start from the loaded state).
@@ -255,21 +257,23 @@ std::vector<Point> points_of(const BenchOptions& o) {
   std::vector<Point> pts;
   if (!o.ycsb_path.empty()) {  // YCSB: each repetition is a load phase into an empty table, then a run phase
     for (uint32_t rep = 0; rep < o.repeat; ++rep) {
-      pts.push_back({Workload::kYcsbLoad, o.read_sizes.front(), 0, rep});
-      pts.push_back({Workload::kYcsbRun, o.read_sizes.front(), 0, rep});
+      pts.push_back({Workload::kYcsbLoad, o.read_sizes.front(), 0, rep, 0, o.assumed_load_factors.front()});
+      pts.push_back({Workload::kYcsbRun, o.read_sizes.front(), 0, rep, 0, o.assumed_load_factors.front()});
     }
     return pts;
   }
+  const double assumed = o.assumed_load_factors.front();
   for (uint32_t rep = 0; rep < o.repeat; ++rep)
   for (Workload w : o.workloads) {
     if (w == Workload::kGet || w == Workload::kGetAll)
-      for (const ReadSizeSpec& r : o.read_sizes) pts.push_back({w, r, 0, rep});
+      for (const ReadSizeSpec& r : o.read_sizes)
+        for (double a : o.assumed_load_factors) pts.push_back({w, r, 0, rep, 0, a});
     else if (w == Workload::kRawRead)
-      for (uint32_t b : o.read_bytes) pts.push_back({w, o.read_sizes.front(), b, rep});
+      for (uint32_t b : o.read_bytes) pts.push_back({w, o.read_sizes.front(), b, rep, 0, assumed});
     else if (inserts_keys(w))  // --chunk sweeps the workloads whose find-or-puts probe chunks
-      for (uint32_t c : o.chunks) pts.push_back({w, o.read_sizes.front(), 0, rep, c});
+      for (uint32_t c : o.chunks) pts.push_back({w, o.read_sizes.front(), 0, rep, c, assumed});
     else
-      pts.push_back({w, o.read_sizes.front(), 0, rep});
+      pts.push_back({w, o.read_sizes.front(), 0, rep, 0, assumed});
   }
   return pts;
 }
@@ -287,7 +291,8 @@ ClientResult run_point(Engine& engine, const SchemeTable& table, const BenchOpti
                        const ycsb::Workload* w, check::HistoryBuffer* history) {
   if (pt.workload == Workload::kYcsbLoad || pt.workload == Workload::kYcsbRun)
     return run_ycsb_client(engine, table, o, *w, pt.workload, keys, client, clients);
-  return run_client(engine, table, o, pt.workload, pt.read_size, pt.read_bytes, pt.chunk, keys, client, clients,
+  return run_client(engine, table, o, pt.workload, pt.read_size, pt.read_bytes, pt.chunk, pt.assumed_load_factor, keys,
+                    client, clients,
                     insert_point, pt.repeat, history);
 }
 
@@ -432,7 +437,24 @@ class Backend {
   // --history, before the table's first point: room for `events` per client (--connect: the file
   // itself is the buffer, so that a killed client leaves its history behind).
   virtual void begin_history(const KeySpace&, uint32_t /*value_bytes*/, std::vector<check::HistoryBuffer>&, uint64_t /*events*/) {}
+  // This process reports the points (local, --connect: yes; UCX: rank 0).
+  virtual bool reports() { return true; }
 };
+
+// --memory-limit: the machine's random-read limit on a region of `bytes`, measured here and now (in
+// the reporting process, while the others wait at the next point's barrier).
+std::optional<model::MemoryLimit> probe_memory(const BenchOptions& o, uint64_t bytes) {
+  if (o.memory_limit == BenchOptions::MemoryProbe::kOff) return std::nullopt;
+  const uint64_t avail = mem_available_bytes();
+  if (avail && bytes + (uint64_t{256} << 20) > avail)
+    throw InvalidArgument("--memory-limit: a probe region of the table's size (" + bytes_text(bytes) +
+                          ") does not fit in MemAvailable (" + bytes_text(avail) + ") beside the table");
+  model::MemoryLimitOptions m;
+  m.bytes = std::max<uint64_t>(bytes, 4096);
+  m.pages = o.memory_limit == BenchOptions::MemoryProbe::kThp ? model::ProbePages::kThp : model::ProbePages::k4;
+  m.seed = o.seed;
+  return model::measure_memory_limit(m);
+}
 
 // Every load factor, every point: the shared sweep. Each point starts from a stated table state:
 // by default the loaded one (the shards are reloaded after any point that wrote), or with
@@ -455,6 +477,13 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
     double warmup = 0;
     if (!o.cold)
       if (auto w = b.run([&](Engine& e, uint32_t) { return warm_up(e, *table, b.memory_nodes()); })) warmup = w->seconds;
+    const std::optional<model::MemoryLimit> limit =
+        b.reports() ? probe_memory(o, table->region_bytes() * b.memory_nodes()) : std::nullopt;
+    if (limit && !o.quiet)
+      std::printf("memory limit (%s pages, %s, one core): %.1f M random 8-byte loads/s in prefetched batches of %u, "
+                  "%.0f ns per dependent load (probe %.1f s)\n",
+                  limit->pages.c_str(), bytes_text(limit->bytes).c_str(), limit->batched_ops_per_s / 1e6, limit->batch,
+                  limit->dependent_ns, limit->seconds);
     uint64_t present = loaded;  // records in the table (known where points are reported)
     bool dirty = false;                 // a point wrote since the last load
     uint64_t insert_point = 0;
@@ -495,6 +524,7 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
       info.read_size = pt.read_size.slots;
       info.read_bytes = pt.read_bytes;
       info.chunk = pt.chunk ? pt.chunk : o.chunks.front();
+      info.assumed_load_factor = pt.assumed_load_factor;
       info.read_size_policy = pt.read_size.text();
       info.repeat = pt.repeat;
       info.ycsb = yw ? ycsb::summary(*yw) : "";
@@ -508,6 +538,7 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
       info.warmup_seconds = warmup;
       info.table_bytes = table->region_bytes() * b.memory_nodes();
       info.llc_bytes = llc;
+      info.memory_limit = limit;
       info.persistence = table->persistence();
       info.table_resizes = table->table_resizes();
       info.resizing_start = resizing_start;
@@ -626,6 +657,7 @@ class UcxBackend final : public Backend {
       if (!b.empty()) total.merge(ClientResult::deserialize(b));
     return total;
   }
+  bool reports() override { return fabric_.rank() == 0; }
   Fabric& fabric() override { return fabric_; }
   void write_history(const KeySpace& keys, uint32_t value_bytes, std::vector<check::HistoryBuffer>& history) override {
     const uint32_t client = static_cast<uint32_t>(

@@ -100,6 +100,10 @@ std::string apply_option_text(const OptionText& t, BenchOptions& o) {
   else return "--scheme '" + t.scheme + "' is not available (available: " + scheme_names() + ")";
   if (auto v = parse_switch(t.race_dir_cache)) r.race_dir_cache = *v;
   else return "--race-dir-cache must be on or off";
+  if (t.memory_limit == "off") r.memory_limit = BenchOptions::MemoryProbe::kOff;
+  else if (t.memory_limit == "4k") r.memory_limit = BenchOptions::MemoryProbe::k4k;
+  else if (t.memory_limit == "thp") r.memory_limit = BenchOptions::MemoryProbe::kThp;
+  else return "--memory-limit must be off, 4k or thp, got '" + t.memory_limit + "'";
   if (auto v = parse_speculative_claim(t.speculative_claim)) r.speculative_claim = *v;
   else return "--speculative-claim must be on, off or auto, got '" + t.speculative_claim + "'";
   if (const int64_t d = added_sbuckets_pairs(t.added_sbuckets); d >= 0) r.added_sbucket_pairs = static_cast<uint32_t>(d);
@@ -235,8 +239,9 @@ std::string BenchOptions::error() const {
   // --connect: the served table's scheme decides (checked again by the driver once it is known).
   if (location_cache != 0 && scheme != SchemeId::kCluster && connect.empty())
     return "--location-cache applies to --scheme cluster";
-  if (assumed_load_factor != 0 && !(assumed_load_factor > 0 && assumed_load_factor < 1))
-    return "--assumed-load-factor must be in (0, 1)";
+  if (assumed_load_factors.empty()) return "--assumed-load-factor needs a value";
+  for (const double a : assumed_load_factors)
+    if (a != 0 && !(a > 0 && a < 1)) return "--assumed-load-factor must be in (0, 1)";
   if (zipf_theta > 0) {
     for (Workload w : workloads)
       if (w != Workload::kGet && w != Workload::kGetAll && w != Workload::kRawRead)

@@ -76,11 +76,18 @@ struct BenchOptions {
   uint32_t depth = 16;
   std::vector<uint32_t> chunks{8};    // find-or-put chunk sizes C (a list sweeps the inserting workloads)
   uint32_t max_chunks = 128;
+  // --memory-limit: before each table's first point, measure this machine's random-read limit on a
+  // region of the table's size (model/memory_limit.h) with 4 KB or transparent huge pages; rows then
+  // report it (memory_limit_ops_per_s). Off by default: it maps a second region of the table's size.
+  enum class MemoryProbe : uint8_t { kOff, k4k, kThp };
+  MemoryProbe memory_limit = MemoryProbe::kOff;
   SpeculativeClaim speculative_claim = SpeculativeClaim::kAuto;  // linear find-or-put: claim the home slot with chunk 0's READ (linear.h)
   std::vector<ReadSizeSpec> read_sizes{ReadSizeSpec{}};  // lookup read sizes (a list sweeps)
   uint32_t clusters = 1000;            // clusters tracked per client (--read-size cluster)
   uint32_t location_cache = 0;         // cluster: header buckets each client caches (DrTM's location cache; 0: off)
-  double assumed_load_factor = 0;      // model R from this load factor instead of the table's (0: table's)
+  // Model R from these load factors instead of the table's (0: the table's); a list sweeps the
+  // lookup points, as --read-size does (seed 000 Table 2 on one table).
+  std::vector<double> assumed_load_factors{0.0};
   std::string profile_path;            // cost-model parameters (rdmahash calibrate); empty: seed 000's
   std::optional<model::CostParams> cost_params;  // loaded from profile_path (slot_bytes set per table)
   double zipf_theta = 0;               // 0: uniform; else the loaded keys' (and lookups') Zipf skew
@@ -131,7 +138,7 @@ struct BenchOptions {
 struct OptionText {
   std::string fabric = "local", scheme = "linear", slot_format = "auto", storage = "inline", cuckoo_probe = "parallel",
               race_dir_cache = "on", direct_access = "on", serve_mode = "auto", client_wait = "auto",
-              read_coalescing = "auto", speculative_claim = "auto", added_sbuckets = "0";
+              read_coalescing = "auto", speculative_claim = "auto", added_sbuckets = "0", memory_limit = "off";
 };
 // Parses `t` into `o`'s typed fields: "" or a message naming the bad option (nothing set then).
 std::string apply_option_text(const OptionText& t, BenchOptions& o);

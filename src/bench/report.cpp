@@ -160,6 +160,15 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   j["keep_table"] = o.keep_table;
   j["table_bytes"] = p.table_bytes;
   j["llc_bytes"] = p.llc_bytes;
+  if (p.memory_limit) {  // --memory-limit: this machine's random-read limit on a region of the table's size
+    j["memory_limit_ops_per_s"] = p.memory_limit->batched_ops_per_s;
+    j["memory_limit"] = {{"bytes", p.memory_limit->bytes},
+                         {"pages", p.memory_limit->pages},
+                         {"batch", p.memory_limit->batch},
+                         {"batched_ops_per_s", p.memory_limit->batched_ops_per_s},
+                         {"dependent_ns", p.memory_limit->dependent_ns},
+                         {"probe_seconds", p.memory_limit->seconds}};
+  }
   j["warmup_seconds"] = p.warmup_seconds;
   j["cold"] = o.cold;
   j["key_bytes"] = o.key_bytes;
@@ -173,7 +182,7 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   j["read_size_policy"] = p.read_size_policy;
   j["clusters"] = o.clusters;
   j["location_cache"] = o.location_cache;
-  j["assumed_load_factor"] = o.assumed_load_factor;
+  j["assumed_load_factor"] = p.assumed_load_factor;
   j["distribution"] = o.zipf_theta > 0 ? "zipf" : "uniform";
   j["zipf_theta"] = o.zipf_theta;
   j["matches_per_op"] = t.ops ? static_cast<double>(t.matches) / static_cast<double>(t.ops) : 0.0;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bench/options.h"
+#include "model/memory_limit.h"
 #include "rdmahash/engine.h"
 #include "rdmahash/table.h"
 
@@ -51,6 +52,7 @@ struct PointInfo {
   Workload workload = Workload::kGet;
   uint32_t read_size = 0, read_bytes = 0;
   uint32_t chunk = 8;  // find-or-put chunk size of the point's clients
+  double assumed_load_factor = 0;  // the load factor model read sizes assumed (0: the table's)
   std::string read_size_policy = "fixed";
   uint32_t repeat = 0;  // which repetition of the point (--repeat)
   std::string ycsb;     // the YCSB workload's summary, when the point is a YCSB phase
@@ -60,6 +62,7 @@ struct PointInfo {
   double warmup_seconds = 0;  // the clients' page-touching pass before this table's first point (0: --cold)
   uint64_t table_bytes = 0;   // all shards' regions
   uint64_t llc_bytes = 0;     // last-level cache of this machine (0: unknown)
+  std::optional<model::MemoryLimit> memory_limit;  // --memory-limit: measured before the table's first point
   std::string persistence;  // persistent schemes: volatile, pmem or msync (empty: not persistent)
   ReportFields scheme_options;  // SchemeTable::report_options()
   std::optional<uint64_t> table_resizes;  // continuity: online resizes so far (where known)

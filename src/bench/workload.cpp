@@ -138,10 +138,10 @@ void load_table(SchemeTable& t, Fabric& fabric, const KeySpace& keys, std::funct
 }
 
 SchemeTable::Client make_client(const SchemeTable& t, Engine& engine, const BenchOptions& o, const ReadSizeSpec& read_size,
-                                uint32_t client_id, uint32_t chunk) {
+                                uint32_t client_id, uint32_t chunk, double assumed_load_factor) {
   ClientOptions c;
   c.read_size = read_size;
-  c.assumed_load_factor = o.assumed_load_factor;
+  c.assumed_load_factor = assumed_load_factor;
   c.clusters = o.clusters;
   c.client_id = client_id;
   c.chunk = chunk;

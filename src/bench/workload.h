@@ -137,9 +137,11 @@ std::unique_ptr<SchemeTable> make_table(const BenchOptions& o, double load_facto
 // Loads `keys` into the memory nodes this process hosts.
 void load_table(SchemeTable& t, Fabric& fabric, const KeySpace& keys, std::function<void(uint64_t)> progress = {});
 // A client of `t` reading as `read_size` says, named `client_id` (unique among the table's clients).
-// `chunk`: find-or-put chunk size (0: the table's).
+// `chunk`: find-or-put chunk size (0: the table's); `assumed_load_factor`: the load factor a model
+// read size is sized for (0: the table's).
 SchemeTable::Client make_client(const SchemeTable& t, Engine& engine, const BenchOptions& o,
-                                const ReadSizeSpec& read_size, uint32_t client_id = 0, uint32_t chunk = 0);
+                                const ReadSizeSpec& read_size, uint32_t client_id = 0, uint32_t chunk = 0,
+                                double assumed_load_factor = 0);
 // After a client's run: its scheme statistics into the row (splits, split loads, directory depth).
 void add_client_stats(const SchemeTable& t, KvClient& kv, ClientResult& r);
 

@@ -166,8 +166,9 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, OptionText& text, std::ve
   cmd.add_option("--location-cache", o.location_cache,
                  "cluster: header buckets each client caches (DrTM's location cache: a cached hit is one READ); 0: off")
       ->capture_default_str();
-  cmd.add_option("--assumed-load-factor", o.assumed_load_factor,
-                 "size model reads for this load factor instead of the table's (seed 000 §5.6)");
+  cmd.add_option("--assumed-load-factor", o.assumed_load_factors,
+                 "size model reads for this load factor instead of the table's (seed 000 §5.6; a list sweeps)")
+      ->delimiter(',');
   cmd.add_option("--read-bytes", o.read_bytes, "raw-read READ size in bytes (a list sweeps)")->delimiter(',')
       ->capture_default_str();
   cmd.add_option("--repeat", o.repeat, "run the whole sequence of points N times (medians on noisy machines)")
@@ -180,6 +181,11 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, OptionText& text, std::ve
   cmd.add_option("-p", ycsb_props, "override a YCSB property, as YCSB's client: -p name=value (repeatable)");
   cmd.add_flag("--ycsb-skip-unsupported", o.ycsb_skip_unsupported,
                "skip YCSB operations the scheme cannot do (scans) instead of failing; counted as skipped");
+  cmd.add_option("--memory-limit", text.memory_limit,
+                 "before each table's first point, measure this machine's random 8-byte read limit on a region of "
+                 "the table's size (one core: dependent ns per load, and loads/s in prefetched batches of 16), with "
+                 "4 KB pages (4k) or transparent huge pages (thp); rows report it (JSON memory_limit_ops_per_s)")
+      ->check(CLI::IsMember({"off", "4k", "thp"}))->capture_default_str();
   cmd.add_flag("--cold", o.cold,
                "no warm-up: the first point also measures the clients' first touch of every page (default: "
                "each client reads one word per 4 KiB page of every shard first; JSON warmup_seconds)");

@@ -1,4 +1,4 @@
-// KvClient's default methods, shared by every scheme: to_string(Status), get_visit,
+// KvClient's default methods, shared by every scheme: to_string(Status), get_visit, get_all_by_get,
 // and the byte-string-key overloads of schemes that take 8-byte integer keys. The interface is
 // documented in include/rdmahash/table.h.
 #include <algorithm>
@@ -30,6 +30,13 @@ Task<void> KvClient::get_visit(uint64_t key, uint32_t value_bytes, GetVisitor& v
   std::fill(buf.begin(), buf.end(), std::byte{0});
   const OpResult r = co_await get(key, buf);
   v.on_get(key, r, r.status == Status::kFound ? std::span<const std::byte>(buf) : std::span<const std::byte>());
+}
+
+Task<OpResult> KvClient::get_all_by_get(uint64_t key, uint32_t value_bytes, std::vector<std::byte>* values_out) {
+  std::vector<std::byte> value(values_out ? value_bytes : 0);
+  const OpResult r = co_await get(key, value);
+  if (r.status == Status::kFound && values_out) values_out->insert(values_out->end(), value.begin(), value.end());
+  co_return r;
 }
 
 namespace {

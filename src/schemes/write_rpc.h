@@ -2,6 +2,7 @@
 // continuity): wire format, the node-side dispatcher and the client-side call (internal).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -109,6 +110,50 @@ inline Task<Result> call(Engine& engine, const char* scheme, uint16_t rpc_id, ui
     throw FabricError(std::string(scheme) + ": node " + std::to_string(node) + ": " + msg);
   }
   co_return Result{static_cast<Status>(rep.status), rep.aux, std::vector<std::byte>(reply.begin() + sizeof rep, reply.end())};
+}
+
+// Node side: kGet for a shard with owns(key) and find(key) -> std::optional<std::vector<std::byte>>,
+// called under the shard's lock (cuckoo, hopscotch).
+template <class Shard>
+Result get_on_node(const Shard& s, const char* scheme, uint64_t key) {
+  if (!s.owns(key)) throw InvalidArgument(std::string(scheme) + ": key does not belong to this shard");
+  auto v = s.find(key);
+  if (!v) return Result{Status::kNotFound, 0};
+  return Result{Status::kFound, 0, std::move(*v)};
+}
+
+// Client side: a write (find_or_put, put, update, erase) as the caller sees it: one match for a key
+// found, updated or erased; where the scheme's node counts persists in `aux` (continuity, level),
+// they go to OpResult::persists and to `*persists`.
+inline Task<OpResult> write(Engine& engine, const char* scheme, uint16_t rpc_id, uint32_t node, uint32_t cfg_tag, Op op,
+                            uint64_t key, std::span<const std::byte> value, uint64_t* persists = nullptr) {
+  const Result res = co_await call(engine, scheme, rpc_id, node, cfg_tag, op, key, value);
+  OpResult r;
+  r.status = res.status;
+  r.matches = (r.status == Status::kFound || r.status == Status::kUpdated || r.status == Status::kErased) ? 1 : 0;
+  if (persists) {
+    r.persists = res.aux;
+    *persists += res.aux;
+  }
+  co_return r;
+}
+
+// Client side: a lookup the owner answers under its shard's lock (the fallback of a one-sided
+// lookup that keeps overlapping the node's writes; it linearizes inside the RPC). The value must
+// be exactly `value_bytes`; it is copied into `value_out` (as much as fits). `r` carries what the
+// one-sided attempts counted (chunks); status and matches are the node's answer.
+inline Task<OpResult> get(Engine& engine, const char* scheme, uint16_t rpc_id, uint32_t node, uint32_t cfg_tag, uint64_t key,
+                          uint32_t value_bytes, std::span<std::byte> value_out, OpResult r) {
+  const Result res = co_await call(engine, scheme, rpc_id, node, cfg_tag, kGet, key, {});
+  r.status = res.status;
+  r.matches = 0;
+  if (res.status == Status::kFound) {
+    if (res.value.size() != value_bytes)
+      throw FabricError(std::string(scheme) + ": node " + std::to_string(node) + " returned a value of the wrong size");
+    if (!value_out.empty()) std::memcpy(value_out.data(), res.value.data(), std::min(value_out.size(), res.value.size()));
+    r.matches = 1;
+  }
+  co_return r;
 }
 
 }  // namespace rdmahash::write_rpc

@@ -933,15 +933,7 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
   if (ask) {
     // An old item whose pair keeps changing: the node answers under its shard lock (one RPC; the
     // lookup linearizes inside it).
-    const write_rpc::Result res = co_await write_rpc::call(engine_, "continuity", rpc_id_, node, cfg_tag_, write_rpc::kGet, key, {});
-    r.status = res.status;
-    if (res.status == Status::kFound) {
-      if (res.value.size() != cfg_.value_bytes)
-        throw FabricError("continuity: node " + std::to_string(node) + " returned a value of the wrong size");
-      if (!value_out.empty()) std::memcpy(value_out.data(), res.value.data(), std::min(value_out.size(), res.value.size()));
-      r.matches = 1;
-    }
-    co_return r;
+    co_return co_await write_rpc::get(engine_, "continuity", rpc_id_, node, cfg_tag_, key, cfg_.value_bytes, value_out, r);
   }
   throw FabricError("continuity: segment at offset " + std::to_string(p.segment_offset) + " on node " +
                     std::to_string(p.node) + " stayed inconsistent or carries a resize mark its table cannot have " +
@@ -950,14 +942,7 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
 
 Task<OpResult> ContinuityClient::remote(uint8_t op, uint64_t key, std::span<const std::byte> value) {
   const uint32_t node = continuity_place(cfg_, key).node;
-  const write_rpc::Result res =
-      co_await write_rpc::call(engine_, "continuity", rpc_id_, node, cfg_tag_, static_cast<write_rpc::Op>(op), key, value);
-  persists_ += res.aux;
-  OpResult r;
-  r.status = res.status;
-  r.matches = (r.status == Status::kFound || r.status == Status::kUpdated || r.status == Status::kErased) ? 1 : 0;
-  r.persists = res.aux;
-  co_return r;
+  return write_rpc::write(engine_, "continuity", rpc_id_, node, cfg_tag_, static_cast<write_rpc::Op>(op), key, value, &persists_);
 }
 
 Task<OpResult> ContinuityClient::find_or_put(uint64_t key, std::span<const std::byte> value) {
@@ -978,10 +963,7 @@ Task<OpResult> ContinuityClient::update(uint64_t key, std::span<const std::byte>
 Task<OpResult> ContinuityClient::erase(uint64_t key) { co_return co_await remote(write_rpc::kErase, key, {}); }
 
 Task<OpResult> ContinuityClient::get_all(uint64_t key, std::vector<std::byte>* values_out) {
-  std::vector<std::byte> value(values_out ? cfg_.value_bytes : 0);
-  const OpResult r = co_await get(key, value);
-  if (r.status == Status::kFound && values_out) values_out->insert(values_out->end(), value.begin(), value.end());
-  co_return r;
+  return get_all_by_get(key, cfg_.value_bytes, values_out);
 }
 
 Task<ContinuityHeader> ContinuityClient::read_header(uint32_t node) {

@@ -482,12 +482,8 @@ struct CuckooServer::State {
                          case write_rpc::kPut: r = s.put(key, value); break;
                          case write_rpc::kUpdate: r = s.update(key, value); break;
                          case write_rpc::kErase: r = s.erase(key); break;
-                         case write_rpc::kGet: {  // under the shard's lock: no relocation overlaps it
-                           if (!s.owns(key)) throw InvalidArgument("cuckoo: key does not belong to this shard");
-                           auto v = s.find(key);
-                           if (!v) return write_rpc::Result{Status::kNotFound, 0};
-                           return write_rpc::Result{Status::kFound, 0, std::move(*v)};
-                         }
+                         case write_rpc::kGet:  // under the shard's lock: no relocation overlaps it
+                           return write_rpc::get_on_node(s, "cuckoo", key);
                        }
                        return write_rpc::Result{r.status, r.displacements};
                      });
@@ -767,24 +763,12 @@ Task<OpResult> CuckooClient::get(uint64_t key, std::span<std::byte> value_out) {
   // Relocations kept overlapping this lookup (a steady stream of inserts that displace can do so
   // indefinitely): ask the owner, which answers under the shard's lock, where no relocation can
   // overlap. One RPC; the lookup linearizes inside it. See cuckoo.h, "Retries".
-  const write_rpc::Result res = co_await write_rpc::call(engine_, "cuckoo", rpc_id_, p.node, cfg_tag_, write_rpc::kGet, key, {});
-  r.status = res.status;
-  if (res.status == Status::kFound) {
-    if (res.value.size() != cfg_.value_bytes) throw FabricError("cuckoo: node " + std::to_string(p.node) + " returned a value of the wrong size");
-    if (!value_out.empty()) std::memcpy(value_out.data(), res.value.data(), std::min(value_out.size(), res.value.size()));
-    r.matches = 1;
-  }
-  co_return r;
+  co_return co_await write_rpc::get(engine_, "cuckoo", rpc_id_, p.node, cfg_tag_, key, cfg_.value_bytes, value_out, r);
 }
 
 Task<OpResult> CuckooClient::remote(uint8_t op, uint64_t key, std::span<const std::byte> value) {
   const uint32_t node = cuckoo_place(cfg_, key).node;
-  const write_rpc::Result res =
-      co_await write_rpc::call(engine_, "cuckoo", rpc_id_, node, cfg_tag_, static_cast<write_rpc::Op>(op), key, value);
-  OpResult r;
-  r.status = res.status;
-  r.matches = (r.status == Status::kFound || r.status == Status::kUpdated || r.status == Status::kErased) ? 1 : 0;
-  co_return r;
+  return write_rpc::write(engine_, "cuckoo", rpc_id_, node, cfg_tag_, static_cast<write_rpc::Op>(op), key, value);
 }
 
 // Coroutines (not plain functions returning a Task) so that a bad key or value surfaces from the
@@ -813,10 +797,7 @@ Task<OpResult> CuckooClient::erase(uint64_t key) {
 }
 
 Task<OpResult> CuckooClient::get_all(uint64_t key, std::vector<std::byte>* values_out) {
-  std::vector<std::byte> value(values_out ? cfg_.value_bytes : 0);
-  const OpResult r = co_await get(key, value);
-  if (r.status == Status::kFound && values_out) values_out->insert(values_out->end(), value.begin(), value.end());
-  co_return r;
+  return get_all_by_get(key, cfg_.value_bytes, values_out);
 }
 
 Task<CuckooShardHeader> CuckooClient::read_header(uint32_t node) {

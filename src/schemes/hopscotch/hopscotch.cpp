@@ -27,6 +27,8 @@ using record::version_of;
 
 constexpr uint64_t kHeaderBytes = sizeof(HopscotchShardHeader);
 constexpr uint64_t kRecordsOffset = 48;
+constexpr uint64_t kBlocksUsedOffset = 72;
+constexpr uint64_t kChainedOffset = 80;
 constexpr uint32_t kMissAttemptsBeforeRpc = 16;
 
 struct Layout : record::Layout {
@@ -41,7 +43,8 @@ inline void node_store(std::byte* base, uint64_t off, uint64_t v) { word_ref(bas
 
 uint32_t config_tag(const HopscotchConfig& c) {
   uint64_t h = hash::mix64(c.hash_seed ^ kHopscotchMagic);
-  for (uint64_t f : {uint64_t{c.memory_nodes}, c.home_slots_per_node, uint64_t{c.neighborhood}, uint64_t{c.value_bytes}})
+  for (uint64_t f : {uint64_t{c.memory_nodes}, c.home_slots_per_node, uint64_t{c.neighborhood}, uint64_t{c.value_bytes},
+                     uint64_t{c.block_records}, c.overflow_blocks()})
     h = hash::mix64(h ^ f);
   return static_cast<uint32_t>(h);
 }
@@ -74,6 +77,9 @@ std::string hopscotch_config_error(const HopscotchConfig& c) {
   if (c.home_slots_per_node > (1ULL << 32)) return "home slots per node must be at most 2^32";
   if (c.value_bytes > 120) return "value bytes must be at most 120, got " + std::to_string(c.value_bytes);
   if (c.max_probe < c.neighborhood) return "max probe must be at least the neighborhood";
+  if (c.block_records < 1 || c.block_records > 64)
+    return "overflow block records must be in [1, 64], got " + std::to_string(c.block_records);
+  if (c.overflow_percent > 400) return "overflow percent must be at most 400, got " + std::to_string(c.overflow_percent);
   return {};
 }
 
@@ -82,7 +88,11 @@ void HopscotchConfig::validate() const {
 }
 
 uint32_t HopscotchConfig::record_bytes() const { return Layout(*this).bytes; }
-uint64_t HopscotchConfig::region_bytes() const { return kHeaderBytes + slots_per_node() * record_bytes(); }
+uint64_t HopscotchConfig::overflow_blocks() const {
+  const uint64_t records = (home_slots_per_node * overflow_percent + 99) / 100;
+  return (records + block_records - 1) / block_records;
+}
+uint64_t HopscotchConfig::region_bytes() const { return pool_offset() + overflow_blocks() * block_bytes(); }
 
 HopscotchPlacement hopscotch_place(const HopscotchConfig& c, uint64_t key) {
   const uint64_t h = hash::mix64(key ^ c.hash_seed);
@@ -113,7 +123,10 @@ HopscotchShard::HopscotchShard(const HopscotchConfig& cfg, uint32_t node, std::s
   h.memory_nodes = cfg.memory_nodes;
   h.home_slots = cfg.home_slots_per_node;
   h.hash_seed = cfg.hash_seed;
+  h.block_records = cfg.block_records;
+  h.overflow_blocks = cfg.overflow_blocks();
   std::memcpy(region.data(), &h, sizeof h);
+  stats_.overflow_blocks = cfg.overflow_blocks();
 }
 
 uint64_t HopscotchShard::off(uint64_t slot) const { return kHeaderBytes + slot * cfg_.record_bytes(); }
@@ -127,19 +140,27 @@ void HopscotchShard::check_value(std::span<const std::byte> value, bool exact) c
                           std::to_string(cfg_.value_bytes) + " value bytes");
 }
 
-std::optional<uint64_t> HopscotchShard::locate(uint64_t key, const HopscotchPlacement& p) const {
-  for (uint64_t s = p.home; s < p.home + cfg_.neighborhood; ++s) {
-    if (!occupied(s)) continue;
-    if (static_cast<uint32_t>(node_load(region_.data(), off(s))) != p.kbits) continue;
-    if (key_at(s) == key) return s;
-  }
+std::optional<HopscotchShard::Where> HopscotchShard::locate(uint64_t key, const HopscotchPlacement& p) const {
+  std::byte* base = region_.data();
+  auto holds = [&](uint64_t o) {
+    const uint64_t ctrl = node_load(base, o);
+    return (ctrl & kOcc) && static_cast<uint32_t>(ctrl) == p.kbits && node_load(base, o + 8) == key;
+  };
+  for (uint64_t s = p.home; s < p.home + cfg_.neighborhood; ++s)
+    if (holds(off(s))) return Where{off(s), false};
+  for (uint64_t b = node_load(base, head_off(p)); b != 0; b = node_load(base, b))
+    for (uint32_t i = 0; i < cfg_.block_records; ++i)
+      if (holds(b + 8 + uint64_t{i} * cfg_.record_bytes())) return Where{b + 8 + uint64_t{i} * cfg_.record_bytes(), true};
   return std::nullopt;
 }
 
 void HopscotchShard::write_new(uint64_t slot, uint64_t key, uint32_t kbits, std::span<const std::byte> value) {
+  write_at(off(slot), key, kbits, value);
+}
+
+void HopscotchShard::write_at(uint64_t o, uint64_t key, uint32_t kbits, std::span<const std::byte> value) {
   const Layout l(cfg_);
   std::byte* base = region_.data();
-  const uint64_t o = off(slot);
   const uint64_t v = (version_of(node_load(base, o)) + 1) & kVersionMask;
   std::vector<std::byte> rec(l.bytes);
   l.build(key, v, value, rec.data());
@@ -148,10 +169,9 @@ void HopscotchShard::write_new(uint64_t slot, uint64_t key, uint32_t kbits, std:
   node_store(base, o, make_ctrl(v, kbits));
 }
 
-void HopscotchShard::rewrite(uint64_t slot, uint64_t key, std::span<const std::byte> value) {
+void HopscotchShard::rewrite(uint64_t o, uint64_t key, std::span<const std::byte> value) {
   const Layout l(cfg_);
   std::byte* base = region_.data();
-  const uint64_t o = off(slot);
   const uint64_t ctrl = node_load(base, o);
   const uint64_t v = (version_of(ctrl) + 1) & kVersionMask;
   std::vector<std::byte> rec(l.bytes);
@@ -161,10 +181,12 @@ void HopscotchShard::rewrite(uint64_t slot, uint64_t key, std::span<const std::b
   node_store(base, o, make_ctrl(v, static_cast<uint32_t>(ctrl)));
 }
 
-void HopscotchShard::clear(uint64_t slot) {
+void HopscotchShard::clear(uint64_t slot) { clear_at(off(slot)); }
+
+void HopscotchShard::clear_at(uint64_t o) {
   std::byte* base = region_.data();
-  const uint64_t ctrl = node_load(base, off(slot));
-  node_store(base, off(slot), ((version_of(ctrl) + 1) & kVersionMask) << 32);
+  const uint64_t ctrl = node_load(base, o);
+  node_store(base, o, ((version_of(ctrl) + 1) & kVersionMask) << 32);
 }
 
 void HopscotchShard::move(uint64_t from, uint64_t to) {
@@ -185,18 +207,82 @@ void HopscotchShard::set_records(uint64_t n) {
   node_store(region_.data(), kRecordsOffset, n);
 }
 
+void HopscotchShard::set_chained(uint64_t n) {
+  chained_ = n;
+  node_store(region_.data(), kChainedOffset, n);
+}
+
+// An overflow block left empty by an erase goes back to the pool. Unlinking it may cut a reader
+// that holds a pointer to it off the rest of the chain (and the block may next serve another
+// group), so it is done inside a `moves` odd/even window, as a move is: a reader whose chain walk
+// overlapped it sees `moves` change and walks again (hopscotch.h).
+void HopscotchShard::unlink_if_empty(const HopscotchPlacement& p, uint64_t rec) {
+  std::byte* base = region_.data();
+  const uint64_t pool = cfg_.pool_offset();
+  const uint64_t x = pool + (rec - pool) / cfg_.block_bytes() * cfg_.block_bytes();
+  for (uint32_t i = 0; i < cfg_.block_records; ++i)
+    if (node_load(base, x + 8 + uint64_t{i} * cfg_.record_bytes()) & kOcc) return;
+  uint64_t link = head_off(p);  // the word that points at x: the head or the previous block's next
+  while (node_load(base, link) != x) link = node_load(base, link);
+  node_store(base, kHopscotchMovesOffset, ++moves_);  // odd: the chain changes shape
+  node_store(base, link, node_load(base, x));
+  if (chain_hook_) chain_hook_();
+  node_store(base, kHopscotchMovesOffset, ++moves_);  // even: done
+  free_blocks_.push_back(x);
+  ++stats_.unlinks;
+  node_store(base, kBlocksUsedOffset, blocks_used_ - free_blocks_.size());
+}
+
+// The key's neighbourhood is full and displacement could not free it: a free record of the group's
+// chain, else a new pool block linked at the chain's head. Chain records never move.
+HopscotchShardResult HopscotchShard::insert_chained(uint64_t key, const HopscotchPlacement& p,
+                                                    std::span<const std::byte> value, uint32_t moved) {
+  std::byte* base = region_.data();
+  const uint64_t rb = cfg_.record_bytes();
+  const uint64_t head = node_load(base, head_off(p));
+  auto inserted = [&] {
+    set_records(records_ + 1);
+    set_chained(chained_ + 1);
+    ++stats_.inserts;
+    stats_.displacements += moved;
+    return HopscotchShardResult{Status::kInserted, moved};
+  };
+  for (uint64_t b = head; b != 0; b = node_load(base, b))
+    for (uint32_t i = 0; i < cfg_.block_records; ++i)
+      if (!(node_load(base, b + 8 + i * rb) & kOcc)) {
+        write_at(b + 8 + i * rb, key, p.kbits, value);  // payload, then ctrl: as a free slot
+        return inserted();
+      }
+  uint64_t b = 0;
+  if (!free_blocks_.empty()) {
+    b = free_blocks_.back();  // unlinked earlier (unlink_if_empty), under the moves seqlock
+    free_blocks_.pop_back();
+  } else if (blocks_used_ < cfg_.overflow_blocks()) {
+    b = cfg_.pool_offset() + blocks_used_++ * cfg_.block_bytes();
+  } else {
+    stats_.displacements += moved;
+    ++stats_.full;
+    return {Status::kFull, moved};  // the pool is exhausted
+  }
+  node_store(base, kBlocksUsedOffset, blocks_used_ - free_blocks_.size());
+  // Fill the unlinked block (its record, its next pointer), THEN publish it with one 8-byte store
+  // of the head: a reader that sees the new head sees the whole block (hopscotch.h).
+  write_at(b + 8, key, p.kbits, value);
+  node_store(base, b, head);
+  if (chain_hook_) chain_hook_();
+  node_store(base, head_off(p), b);
+  if (chain_hook_) chain_hook_();
+  return inserted();
+}
+
 HopscotchShardResult HopscotchShard::insert_new(uint64_t key, const HopscotchPlacement& p,
                                                 std::span<const std::byte> value) {
   const uint64_t H = cfg_.neighborhood;
   const uint64_t end = std::min(cfg_.slots_per_node(), p.home + cfg_.max_probe);
   uint64_t f = p.home;
   while (f < end && occupied(f)) ++f;
-  if (f == end) {
-    ++stats_.full;
-    return {Status::kFull, 0};
-  }
+  if (f == end) return insert_chained(key, p, value, 0);
   uint32_t moved = 0;
-  if (f - p.home >= H) node_store(region_.data(), kHopscotchMovesOffset, ++moves_);  // odd: moves under way
   while (f - p.home >= H) {
     // Every slot in [home, f) is occupied. Move back the farthest y in (f-H, f) whose own
     // neighbourhood still contains f.
@@ -204,6 +290,8 @@ HopscotchShardResult HopscotchShard::insert_new(uint64_t key, const HopscotchPla
     for (uint64_t j = f - H + 1; j < f; ++j) {
       const uint64_t yhome = hopscotch_place(cfg_, key_at(j)).home;
       if (f - yhome < H) {
+        // Odd before the first move only: a search that moves nothing disturbs no reader.
+        if (moved == 0) node_store(region_.data(), kHopscotchMovesOffset, ++moves_);  // odd: moves under way
         move(j, f);
         f = j;
         ++moved;
@@ -212,10 +300,10 @@ HopscotchShardResult HopscotchShard::insert_new(uint64_t key, const HopscotchPla
       }
     }
     if (!found) {
-      node_store(region_.data(), kHopscotchMovesOffset, ++moves_);  // even: done
-      stats_.displacements += moved;
-      ++stats_.full;
-      return {Status::kFull, moved};  // every key is still present and within its neighbourhood
+      if (moved) node_store(region_.data(), kHopscotchMovesOffset, ++moves_);  // even: done
+      // Every key is still present and within its neighbourhood; this one goes to the chain.
+      if (moved) ++stats_.displacing_inserts;
+      return insert_chained(key, p, value, moved);
     }
   }
   if (moved) node_store(region_.data(), kHopscotchMovesOffset, ++moves_);  // even: done
@@ -242,7 +330,7 @@ HopscotchShardResult HopscotchShard::put(uint64_t key, std::span<const std::byte
   const HopscotchPlacement p = hopscotch_place(cfg_, key);
   std::lock_guard lock(mu_);
   if (auto at = locate(key, p)) {
-    rewrite(*at, key, value);
+    rewrite(at->at, key, value);
     return {Status::kUpdated, 0};
   }
   return insert_new(key, p, value);
@@ -254,7 +342,7 @@ HopscotchShardResult HopscotchShard::update(uint64_t key, std::span<const std::b
   const HopscotchPlacement p = hopscotch_place(cfg_, key);
   std::lock_guard lock(mu_);
   if (auto at = locate(key, p)) {
-    rewrite(*at, key, value);
+    rewrite(at->at, key, value);
     return {Status::kUpdated, 0};
   }
   return {Status::kNotFound, 0};
@@ -265,8 +353,12 @@ HopscotchShardResult HopscotchShard::erase(uint64_t key) {
   const HopscotchPlacement p = hopscotch_place(cfg_, key);
   std::lock_guard lock(mu_);
   if (auto at = locate(key, p)) {
-    clear(*at);
+    clear_at(at->at);
     set_records(records_ - 1);
+    if (at->chained) {
+      set_chained(chained_ - 1);
+      unlink_if_empty(p, at->at);
+    }
     return {Status::kErased, 0};
   }
   return {Status::kNotFound, 0};
@@ -277,9 +369,11 @@ bool HopscotchShard::bulk_insert(uint64_t key, std::span<const std::byte> value)
   if (put(key, value).status == Status::kFull) {
     std::lock_guard lock(mu_);
     throw InvalidArgument("hopscotch shard " + std::to_string(node_) + " could not place key " + std::to_string(key) +
-                          " within its neighbourhood of " + std::to_string(cfg_.neighborhood) + " slots after " +
-                          std::to_string(records_) + " of " + std::to_string(cfg_.home_slots_per_node) +
-                          " home slots were filled: use a lower load factor or a larger --neighborhood");
+                          ": its neighbourhood of " + std::to_string(cfg_.neighborhood) +
+                          " slots is full and the overflow pool's " + std::to_string(cfg_.overflow_blocks()) +
+                          " blocks are all in use, after " + std::to_string(records_) + " records in " +
+                          std::to_string(cfg_.home_slots_per_node) +
+                          " home slots: use a lower load factor or a larger --neighborhood");
   }
   return true;
 }
@@ -292,7 +386,7 @@ std::optional<std::vector<std::byte>> HopscotchShard::find(uint64_t key) const {
   const auto at = locate(key, p);
   if (!at) return std::nullopt;
   std::vector<std::byte> v(cfg_.value_bytes + 8);
-  for (uint32_t i = 0; i < l.val_padded; i += 8) store64(v.data() + i, node_load(region_.data(), off(*at) + l.val_off + i));
+  for (uint32_t i = 0; i < l.val_padded; i += 8) store64(v.data() + i, node_load(region_.data(), at->at + l.val_off + i));
   v.resize(cfg_.value_bytes);
   return v;
 }
@@ -302,6 +396,12 @@ std::vector<uint64_t> HopscotchShard::keys() const {
   std::vector<uint64_t> out;
   for (uint64_t s = 0; s < cfg_.slots_per_node(); ++s)
     if (occupied(s)) out.push_back(key_at(s));
+  std::byte* base = region_.data();
+  for (uint64_t b = 0; b < blocks_used_; ++b)  // unlinked blocks hold no live record
+    for (uint32_t i = 0; i < cfg_.block_records; ++i) {
+      const uint64_t o = cfg_.pool_offset() + b * cfg_.block_bytes() + 8 + uint64_t{i} * cfg_.record_bytes();
+      if (node_load(base, o) & kOcc) out.push_back(node_load(base, o + 8));
+    }
   return out;
 }
 
@@ -312,7 +412,10 @@ uint64_t HopscotchShard::records() const {
 
 HopscotchShardStats HopscotchShard::stats() const {
   std::lock_guard lock(mu_);
-  return stats_;
+  HopscotchShardStats s = stats_;
+  s.chained = chained_;
+  s.blocks_used = blocks_used_ - free_blocks_.size();
+  return s;
 }
 
 // --- memory-node side: the shards hosted here + the RPC handler ------------------------------------
@@ -330,12 +433,8 @@ struct HopscotchServer::State {
                          case write_rpc::kPut: r = s.put(key, value); break;
                          case write_rpc::kUpdate: r = s.update(key, value); break;
                          case write_rpc::kErase: r = s.erase(key); break;
-                         case write_rpc::kGet: {
-                           if (!s.owns(key)) throw InvalidArgument("hopscotch: key does not belong to this shard");
-                           auto v = s.find(key);
-                           if (!v) return write_rpc::Result{Status::kNotFound, 0};
-                           return write_rpc::Result{Status::kFound, 0, std::move(*v)};
-                         }
+                         case write_rpc::kGet:
+                           return write_rpc::get_on_node(s, "hopscotch", key);
                        }
                        return write_rpc::Result{r.status, r.displacements};
                      });
@@ -391,6 +490,10 @@ HopscotchShardStats HopscotchServer::stats() const {
     t.displacing_inserts += x.displacing_inserts;
     t.displacements += x.displacements;
     t.full += x.full;
+    t.chained += x.chained;
+    t.blocks_used += x.blocks_used;
+    t.overflow_blocks += x.overflow_blocks;
+    t.unlinks += x.unlinks;
   }
   return t;
 }
@@ -414,12 +517,12 @@ void HopscotchClient::check_value(std::span<const std::byte> value, bool exact) 
                           std::to_string(value.size()));
 }
 
-HopscotchClient::Scan HopscotchClient::scan(const std::byte* slots, uint64_t key, const HopscotchPlacement& p,
-                                            std::span<std::byte> out) const {
+HopscotchClient::Scan HopscotchClient::scan(const std::byte* recs, uint32_t n, uint64_t key,
+                                            const HopscotchPlacement& p, std::span<std::byte> out) const {
   const Layout l(cfg_);
   bool unstable = false;
-  for (uint32_t i = 0; i < cfg_.neighborhood; ++i) {
-    const std::byte* rec = slots + static_cast<size_t>(i) * l.bytes;
+  for (uint32_t i = 0; i < n; ++i) {
+    const std::byte* rec = recs + static_cast<size_t>(i) * l.bytes;
     const uint64_t ctrl = load64(rec);
     if (!(ctrl & kOcc) || static_cast<uint32_t>(ctrl) != p.kbits) continue;
     if ((ctrl & kLock) || !l.consistent(rec)) {
@@ -437,9 +540,44 @@ Task<std::optional<Status>> HopscotchClient::probe_once(uint64_t key, std::span<
   const HopscotchPlacement p = hopscotch_place(cfg_, key);
   std::vector<std::byte> buf(cfg_.read_bytes());
   co_await engine_.read(RemoteAddr{p.node, kHeaderBytes + p.home * cfg_.record_bytes()}, buf.data(), cfg_.read_bytes());
-  const Scan s = scan(buf.data(), key, p, value_out);
+  const Scan s = scan(buf.data(), cfg_.neighborhood, key, p, value_out);
   if (s == Scan::kUnstable) co_return std::nullopt;
   co_return s == Scan::kHit ? Status::kFound : Status::kNotFound;
+}
+
+void HopscotchClient::check_pointer(uint32_t node, uint64_t ptr) const {
+  const uint64_t first = cfg_.pool_offset();
+  if (ptr < first || (ptr - first) % cfg_.block_bytes() != 0 || (ptr - first) / cfg_.block_bytes() >= cfg_.overflow_blocks())
+    throw FabricError("hopscotch: node " + std::to_string(node) + " holds a chain pointer " + std::to_string(ptr) +
+                      " that names no overflow block (a corrupt shard?)");
+}
+
+Task<HopscotchClient::Scan> HopscotchClient::scan_chain(uint64_t head, uint64_t key, const HopscotchPlacement& p,
+                                                        std::span<std::byte> out, OpResult& r) {
+  const uint32_t len = cfg_.block_bytes();
+  std::vector<std::byte> buf(len);
+  // A chain is at most the pool long. A longer walk followed pointers of blocks unlinked and
+  // reused meanwhile (or a corrupt chain): kUnstable, the caller walks again or asks the node.
+  uint64_t hops = 0;
+  for (uint64_t b = head; b != 0; b = load64(buf.data())) {
+    check_pointer(p.node, b);
+    if (++hops > cfg_.overflow_blocks()) co_return Scan::kUnstable;
+    RetryDeadline deadline(cfg_.retry_budget);
+    Scan s;
+    do {
+      // The block's next pointer never changes once the block is linked; its records are checked.
+      co_await engine_.read(RemoteAddr{p.node, b}, buf.data(), len);
+      ++r.chunks;
+      s = scan(buf.data() + 8, cfg_.block_records, key, p, out);
+      if (s != Scan::kUnstable) break;
+      if (deadline.expired())
+        throw RetryBudgetExceeded("hopscotch: a chained record of key " + std::to_string(key) + " on node " +
+                                  std::to_string(p.node) +
+                                  " stayed locked or inconsistent longer than the retry budget (did the memory node die mid-write?)");
+    } while (true);
+    if (s == Scan::kHit) co_return Scan::kHit;
+  }
+  co_return Scan::kMiss;
 }
 
 Task<OpResult> HopscotchClient::get(uint64_t key, std::span<std::byte> value_out) {
@@ -456,7 +594,7 @@ Task<OpResult> HopscotchClient::get(uint64_t key, std::span<std::byte> value_out
     do {
       co_await engine_.read(addr, buf.data(), len);
       ++r.chunks;
-      s = scan(buf.data(), key, p, value_out);
+      s = scan(buf.data(), cfg_.neighborhood, key, p, value_out);
       if (s != Scan::kUnstable) break;
       if (deadline.expired())
         throw RetryBudgetExceeded("hopscotch: a record of key " + std::to_string(key) + " on node " +
@@ -468,37 +606,46 @@ Task<OpResult> HopscotchClient::get(uint64_t key, std::span<std::byte> value_out
       r.matches = 1;
       co_return r;
     }
-    // A miss is trusted only if no displacement began or ended since `before` (hopscotch.h).
-    uint64_t after = 0;
-    co_await engine_.read(RemoteAddr{p.node, kHopscotchMovesOffset}, &after, 8);
+    // A miss is trusted only if no displacement began or ended since `before`, and the group's chain
+    // (its head READ in the same round trip, after the neighbourhood READ) lacks the key (hopscotch.h).
+    uint64_t after = 0, head = 0;
+    {
+      Pending moves_read = engine_.read(RemoteAddr{p.node, kHopscotchMovesOffset}, &after, 8);
+      Pending head_read = engine_.read(RemoteAddr{p.node, cfg_.heads_offset() + p.home / cfg_.neighborhood * 8}, &head, 8);
+      co_await moves_read;
+      co_await head_read;
+    }
     moves_seen_[p.node] = after;
-    if (before && *before == after && (after & 1) == 0) {
+    bool walked = true;  // the chain, if any, was walked to its end
+    if (head != 0) {
+      // A hit needs no validation (a consistent record of the key is live). A miss does: a block
+      // unlinked during the walk may have cut it short, and unlinks are in `moves` windows too.
+      const Scan cs = co_await scan_chain(head, key, p, value_out, r);
+      if (cs == Scan::kHit) {
+        r.status = Status::kFound;
+        r.matches = 1;
+        co_return r;
+      }
+      walked = cs == Scan::kMiss;
+      uint64_t end = 0;
+      co_await engine_.read(RemoteAddr{p.node, kHopscotchMovesOffset}, &end, 8);
+      moves_seen_[p.node] = end;
+      if (end != after) walked = false;
+      after = end;
+    }
+    if (walked && before && *before == after && (after & 1) == 0) {
       r.status = Status::kNotFound;
       co_return r;
     }
     before = after;
   }
   // Displacements kept overlapping this lookup: ask the owner, under the shard's lock.
-  const write_rpc::Result res =
-      co_await write_rpc::call(engine_, "hopscotch", rpc_id_, p.node, cfg_tag_, write_rpc::kGet, key, {});
-  r.status = res.status;
-  if (res.status == Status::kFound) {
-    if (res.value.size() != cfg_.value_bytes)
-      throw FabricError("hopscotch: node " + std::to_string(p.node) + " returned a value of the wrong size");
-    if (!value_out.empty()) std::memcpy(value_out.data(), res.value.data(), std::min(value_out.size(), res.value.size()));
-    r.matches = 1;
-  }
-  co_return r;
+  co_return co_await write_rpc::get(engine_, "hopscotch", rpc_id_, p.node, cfg_tag_, key, cfg_.value_bytes, value_out, r);
 }
 
 Task<OpResult> HopscotchClient::remote(uint8_t op, uint64_t key, std::span<const std::byte> value) {
   const uint32_t node = hopscotch_place(cfg_, key).node;
-  const write_rpc::Result res = co_await write_rpc::call(engine_, "hopscotch", rpc_id_, node, cfg_tag_,
-                                                         static_cast<write_rpc::Op>(op), key, value);
-  OpResult r;
-  r.status = res.status;
-  r.matches = (r.status == Status::kFound || r.status == Status::kUpdated || r.status == Status::kErased) ? 1 : 0;
-  co_return r;
+  return write_rpc::write(engine_, "hopscotch", rpc_id_, node, cfg_tag_, static_cast<write_rpc::Op>(op), key, value);
 }
 
 Task<OpResult> HopscotchClient::find_or_put(uint64_t key, std::span<const std::byte> value) {
@@ -519,10 +666,7 @@ Task<OpResult> HopscotchClient::update(uint64_t key, std::span<const std::byte> 
 Task<OpResult> HopscotchClient::erase(uint64_t key) { co_return co_await remote(write_rpc::kErase, key, {}); }
 
 Task<OpResult> HopscotchClient::get_all(uint64_t key, std::vector<std::byte>* values_out) {
-  std::vector<std::byte> value(values_out ? cfg_.value_bytes : 0);
-  const OpResult r = co_await get(key, value);
-  if (r.status == Status::kFound && values_out) values_out->insert(values_out->end(), value.begin(), value.end());
-  co_return r;
+  return get_all_by_get(key, cfg_.value_bytes, values_out);
 }
 
 Task<HopscotchShardHeader> HopscotchClient::read_header(uint32_t node) {
@@ -531,7 +675,8 @@ Task<HopscotchShardHeader> HopscotchClient::read_header(uint32_t node) {
   co_await engine_.read(RemoteAddr{node, 0}, &h, sizeof h);
   if (h.magic != kHopscotchMagic) throw FabricError("node " + std::to_string(node) + " holds no hopscotch table shard");
   if (h.neighborhood != cfg_.neighborhood || h.value_bytes != cfg_.value_bytes ||
-      h.home_slots != cfg_.home_slots_per_node || h.hash_seed != cfg_.hash_seed || h.memory_nodes != cfg_.memory_nodes)
+      h.home_slots != cfg_.home_slots_per_node || h.hash_seed != cfg_.hash_seed || h.memory_nodes != cfg_.memory_nodes ||
+      h.block_records != cfg_.block_records || h.overflow_blocks != cfg_.overflow_blocks())
     throw InvalidArgument("hopscotch shard " + std::to_string(node) + " was built with a different configuration");
   moves_seen_[node] = h.moves;
   co_return h;

@@ -45,7 +45,11 @@ class HopscotchTable final : public SchemeTable {
   }
 
   std::string describe() const override { return "hopscotch H=" + std::to_string(cfg_.neighborhood); }
-  ReportFields report_options() const override { return {{"neighborhood", uint64_t{cfg_.neighborhood}}}; }
+  ReportFields report_options() const override {
+    return {{"neighborhood", uint64_t{cfg_.neighborhood}},
+            {"overflow_blocks", cfg_.overflow_blocks()},
+            {"block_records", uint64_t{cfg_.block_records}}};
+  }
 
  private:
   HopscotchConfig cfg_;

@@ -783,15 +783,7 @@ Task<OpResult> LevelClient::get(uint64_t key, std::span<std::byte> value_out) {
   if (ask) {
     // An old item whose buckets keep changing: the node answers under its shard lock (one RPC;
     // the lookup linearizes inside it).
-    const write_rpc::Result res = co_await write_rpc::call(engine_, "level", rpc_id_, p.node, cfg_tag_, write_rpc::kGet, key, {});
-    r.status = res.status;
-    if (res.status == Status::kFound) {
-      if (res.value.size() != cfg_.value_bytes)
-        throw FabricError("level: node " + std::to_string(p.node) + " returned a value of the wrong size");
-      if (!value_out.empty()) std::memcpy(value_out.data(), res.value.data(), std::min(value_out.size(), res.value.size()));
-      r.matches = 1;
-    }
-    co_return r;
+    co_return co_await write_rpc::get(engine_, "level", rpc_id_, p.node, cfg_tag_, key, cfg_.value_bytes, value_out, r);
   }
   throw FabricError("level: the buckets of key " + std::to_string(key) + " on node " + std::to_string(p.node) +
                     " kept changing (did the memory node die mid-write?)");
@@ -799,14 +791,7 @@ Task<OpResult> LevelClient::get(uint64_t key, std::span<std::byte> value_out) {
 
 Task<OpResult> LevelClient::remote(uint8_t op, uint64_t key, std::span<const std::byte> value) {
   const uint32_t node = level_place(cfg_, key).node;
-  const write_rpc::Result res =
-      co_await write_rpc::call(engine_, "level", rpc_id_, node, cfg_tag_, static_cast<write_rpc::Op>(op), key, value);
-  persists_ += res.aux;
-  OpResult r;
-  r.status = res.status;
-  r.matches = (r.status == Status::kFound || r.status == Status::kUpdated || r.status == Status::kErased) ? 1 : 0;
-  r.persists = res.aux;
-  co_return r;
+  return write_rpc::write(engine_, "level", rpc_id_, node, cfg_tag_, static_cast<write_rpc::Op>(op), key, value, &persists_);
 }
 
 Task<OpResult> LevelClient::find_or_put(uint64_t key, std::span<const std::byte> value) {
@@ -827,10 +812,7 @@ Task<OpResult> LevelClient::update(uint64_t key, std::span<const std::byte> valu
 Task<OpResult> LevelClient::erase(uint64_t key) { co_return co_await remote(write_rpc::kErase, key, {}); }
 
 Task<OpResult> LevelClient::get_all(uint64_t key, std::vector<std::byte>* values_out) {
-  std::vector<std::byte> value(values_out ? cfg_.value_bytes : 0);
-  const OpResult r = co_await get(key, value);
-  if (r.status == Status::kFound && values_out) values_out->insert(values_out->end(), value.begin(), value.end());
-  co_return r;
+  return get_all_by_get(key, cfg_.value_bytes, values_out);
 }
 
 }  // namespace rdmahash

@@ -1,0 +1,121 @@
+// The memory-limit probe; what and why in model/memory_limit.h.
+#include "model/memory_limit.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+#include <vector>
+
+#include "common/hash.h"
+
+namespace rdmahash::model {
+namespace {
+
+constexpr uint64_t kLine = 64;
+
+class Mapping {
+ public:
+  Mapping(uint64_t bytes, ProbePages pages) : bytes_(bytes) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+      throw std::runtime_error("memory-limit probe: cannot map " + std::to_string(bytes) + " bytes: " + std::strerror(errno));
+    p_ = static_cast<std::byte*>(p);
+    // Advice only: a kernel without THP ignores it; what was asked is reported.
+    (void)::madvise(p_, bytes, pages == ProbePages::kThp ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  }
+  ~Mapping() { ::munmap(p_, bytes_); }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  uint64_t* words() const { return reinterpret_cast<uint64_t*>(p_); }
+
+ private:
+  std::byte* p_ = nullptr;
+  uint64_t bytes_;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+void random_cycle(std::span<uint32_t> next, uint64_t seed) {
+  const uint64_t n = next.size();
+  if (n == 0) return;
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  uint64_t s = hash::mix64(seed ^ 0x6D656D6C696D6974ULL);
+  for (uint64_t i = n - 1; i > 0; --i) {  // Fisher-Yates: a uniformly random order
+    s = hash::mix64(s + 0x9E3779B97F4A7C15ULL);
+    std::swap(order[i], order[hash::range(s, i + 1)]);
+  }
+  // Each index links to the next in that order, the last to the first: ONE cycle through all of
+  // them (a random permutation used directly would have short cycles that stay in the cache).
+  for (uint64_t i = 0; i < n; ++i) next[order[i]] = order[(i + 1) % n];
+}
+
+MemoryLimit measure_memory_limit(const MemoryLimitOptions& o) {
+  if (o.bytes < 4096 || o.bytes > (uint64_t{1} << 40))
+    throw std::invalid_argument("memory-limit probe: bytes must be in [4096, 2^40], got " + std::to_string(o.bytes));
+  if (o.batch == 0 || o.batch > 256) throw std::invalid_argument("memory-limit probe: batch must be in [1, 256]");
+  if (o.rounds == 0) throw std::invalid_argument("memory-limit probe: rounds must be at least 1");
+  const auto t0 = std::chrono::steady_clock::now();
+  const uint64_t lines = o.bytes / kLine;
+  const uint64_t words = lines * (kLine / 8);
+  if (lines > 0xFFFFFFFFULL) throw std::invalid_argument("memory-limit probe: at most 2^32 lines");
+  Mapping m(lines * kLine, o.pages);
+  uint64_t* w = m.words();
+  {
+    std::vector<uint32_t> next(lines);
+    random_cycle(next, o.seed);
+    for (uint64_t i = 0; i < words; ++i) w[i] = i;  // touches every page
+    for (uint64_t i = 0; i < lines; ++i) w[i * (kLine / 8)] = next[i];
+  }
+  MemoryLimit r;
+  r.bytes = lines * kLine;
+  r.pages = o.pages == ProbePages::kThp ? "thp" : "4k";
+  r.batch = o.batch;
+  const uint64_t dep = o.dependent_loads ? o.dependent_loads : std::clamp<uint64_t>(lines / 4, 1u << 16, 1u << 20);
+  const uint64_t bat = o.batched_loads ? o.batched_loads : std::clamp<uint64_t>(8 * lines, 1u << 20, 1u << 23);
+  std::vector<double> dep_ns, bat_rate;
+  uint64_t sink = 0;
+  uint64_t at = 0;
+  for (uint32_t round = 0; round < o.rounds; ++round) {
+    auto t = std::chrono::steady_clock::now();
+    for (uint64_t i = 0; i < dep; ++i) at = w[at * (kLine / 8)];  // each address from the last load
+    dep_ns.push_back(seconds_since(t) * 1e9 / static_cast<double>(dep));
+    sink += at;
+
+    uint64_t ctr = hash::mix64(o.seed + round);
+    uint64_t idx[256];
+    t = std::chrono::steady_clock::now();
+    for (uint64_t done = 0; done < bat; done += o.batch) {
+      for (uint32_t k = 0; k < o.batch; ++k) {
+        idx[k] = hash::range(hash::mix64(ctr++), words);
+        __builtin_prefetch(&w[idx[k]]);
+      }
+      for (uint32_t k = 0; k < o.batch; ++k) sink += w[idx[k]];
+    }
+    const uint64_t loads = (bat + o.batch - 1) / o.batch * o.batch;
+    bat_rate.push_back(static_cast<double>(loads) / seconds_since(t));
+  }
+  // Keep the loads: the sum goes through a volatile store the compiler cannot drop.
+  volatile uint64_t keep = sink;
+  (void)keep;
+  r.dependent_ns = median(dep_ns);
+  r.batched_ops_per_s = median(bat_rate);
+  r.seconds = seconds_since(t0);
+  return r;
+}
+
+}  // namespace rdmahash::model
