@@ -77,6 +77,16 @@ edge_ok(neighborhood_64 --scheme hopscotch --neighborhood 64 --value-bytes 16 --
 edge_bad(neighborhood_1 "--neighborhood must be in \\[2, 64\\]" --scheme hopscotch --neighborhood 1)
 edge_bad(neighborhood_65 "--neighborhood must be in \\[2, 64\\]" --scheme hopscotch --neighborhood 65)
 edge_bad(neighborhood_other_scheme "--neighborhood applies to --scheme hopscotch" --scheme cuckoo --neighborhood 4)
+edge_ok(cluster_value_bytes_0 --scheme cluster --value-bytes 0)
+edge_ok(cluster_value_bytes_120 --scheme cluster --value-bytes 120 --load-factor 0.99)
+edge_ok(cluster_load_factor_min --scheme cluster --load-factor 0.01)
+edge_bad(cluster_value_bytes_over "--value-bytes must be at most 120" --scheme cluster --value-bytes 121)
+edge_bad(cluster_key_bytes_4 "--key-bytes" --scheme cluster --key-bytes 4)
+edge_bad(cluster_storage_heap "--storage applies to other schemes: --scheme cluster keeps its entries out of place" --scheme cluster --storage heap)
+edge_ok(cluster_location_cache --scheme cluster --location-cache 1024 --workload get,kv-mix --value-bytes 16)
+edge_bad(cluster_location_cache_over "--location-cache must be at most 2\\^24 header buckets" --scheme cluster --location-cache 16777217)
+edge_bad(location_cache_other_scheme "--location-cache applies to --scheme cluster" --scheme hopscotch --location-cache 8)
+edge_bad(cluster_neighborhood "--neighborhood applies to --scheme hopscotch" --scheme cluster --neighborhood 4)
 # --client-wait / --client-spin-us (ucx clients; valid values run in cli_tests.cmake and
 # serve_tests.cmake over TCP): bad values are rejected whatever the fabric.
 edge_bad(client_wait_bad "--client-wait must be auto, poll, hybrid or event, got 'busy'" --client-wait busy)

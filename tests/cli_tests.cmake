@@ -31,7 +31,8 @@ add_test(NAME bench_local_json COMMAND python3 ${CHECK_JSON} --
 foreach(entry IN ITEMS "linear|--value-bytes 16" "linear_heap|--storage heap --value-bytes 16"
                        "cuckoo|--scheme cuckoo --value-bytes 16" "race|--scheme race --key-bytes 16 --value-bytes 32"
                        "continuity|--scheme continuity --value-bytes 16 --load-factor 0.25"
-                       "level|--scheme level --value-bytes 16" "hopscotch|--scheme hopscotch --value-bytes 16 --load-factor 0.3")
+                       "level|--scheme level --value-bytes 16" "hopscotch|--scheme hopscotch --value-bytes 16 --load-factor 0.3"
+                       "cluster|--scheme cluster --value-bytes 16 --load-factor 0.8")
   string(REPLACE "|" ";" parts "${entry}")
   list(GET parts 0 name)
   list(GET parts 1 args)

@@ -90,6 +90,9 @@ const Param kParams[] = {
     // H=2: neighbourhoods overflow early, so the random operations and the fill run through the
     // overflow chains and the fill ends with the pool exhausted.
     {.name = "hopscotch_h2", .scheme = "hopscotch", .value_bytes = 16, .neighborhood = 2},
+    {.name = "cluster", .scheme = "cluster", .value_bytes = 16},
+    {.name = "cluster_v0", .scheme = "cluster", .value_bytes = 0},
+    {.name = "cluster_v120", .scheme = "cluster", .value_bytes = 120},
 };
 
 // Table size and run lengths (small: the suite also runs under TSan and ASan).
@@ -159,7 +162,8 @@ Contract contract_of(const Param& p) {
   c.fixed_values = !caps.byte_keys;
   // Updates in place (linear.h inline slots, cuckoo.h, hopscotch.h) never answer kFull; every other scheme
   // writes a new copy and may (a heap or pool exhausted, no free slot in the key's buckets).
-  c.full_on_update = !((s == "linear" && storage == "inline") || s == "cuckoo" || s == "hopscotch");
+  c.full_on_update = !((s == "linear" && storage == "inline") || s == "cuckoo" || s == "hopscotch" ||
+                       s == "cluster");
   c.get_all = caps.multimap ? GetAll::kMultimap : GetAll::kLikeGet;  // table.h: else as get()
   if (set) c.key_limit = 1ULL << 63;
   else if (caps.four_byte_keys && p.key_bytes == 4) c.key_limit = 1ULL << 32;

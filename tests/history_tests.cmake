@@ -16,6 +16,8 @@ set(HISTORY_SCHEMES
   "cuckoo_inline|--scheme cuckoo --value-bytes 16"
   "cuckoo_heap|--scheme cuckoo --storage heap --value-bytes 16"
   "hopscotch|--scheme hopscotch --value-bytes 16 --load-factor 0.8"
+  "cluster|--scheme cluster --value-bytes 16"
+  "cluster_location_cache|--scheme cluster --value-bytes 16 --location-cache 4096"
   "race|--scheme race --key-bytes 16 --value-bytes 16"
   "level|--scheme level --value-bytes 16")
 foreach(entry IN LISTS HISTORY_SCHEMES)

@@ -52,7 +52,8 @@ set(SERVE_KILLS
   "cuckoo_inline|8|--scheme cuckoo --value-bytes 16"
   "cuckoo_heap|8|--scheme cuckoo --storage heap --value-bytes 16"
   "level|6|--scheme level --value-bytes 16"
-  "hopscotch|8|--scheme hopscotch --neighborhood 16 --value-bytes 16")
+  "hopscotch|8|--scheme hopscotch --neighborhood 16 --value-bytes 16"
+  "cluster|8|--scheme cluster --value-bytes 16")
 foreach(entry IN LISTS SERVE_KILLS)
   string(REPLACE "|" ";" parts "${entry}")
   list(GET parts 0 name)
@@ -64,6 +65,11 @@ foreach(entry IN LISTS SERVE_KILLS)
   set_tests_properties(serve_kill_${name} PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
     TIMEOUT 600 LABELS serve)
 endforeach()
+# Cluster clients with DrTM's location cache (a client-side option): killed mid-run as above.
+add_test(NAME serve_kill_cluster_location_cache
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_kill_test.sh $<TARGET_FILE:rdmahash_cli> 4 20000 --records 1000 --scheme cluster --value-bytes 16)
+set_tests_properties(serve_kill_cluster_location_cache PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
+  ENVIRONMENT "CLIENT_FLAGS=--location-cache 4096" TIMEOUT 600 LABELS serve)
 # A client that dies in the middle of sending an RPC (deterministically: its payload is an
 # unreadable page) must not stall the others (tests/serve_dead_sender_test.sh; issue 26 item 1).
 foreach(entry IN ITEMS "level|--scheme level --value-bytes 16" "cuckoo_heap|--scheme cuckoo --storage heap --value-bytes 16"

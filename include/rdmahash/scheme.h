@@ -43,7 +43,7 @@ namespace rdmahash {
 class ClientLossHandler;  // rdmahash/ucx_service.h
 enum class SpeculativeClaim : uint8_t;  // rdmahash/linear.h: kOff, kOn, kAuto
 
-enum class SchemeId : uint8_t { kLinear, kCuckoo, kRace, kContinuity, kLevel, kHopscotch };
+enum class SchemeId : uint8_t { kLinear, kCuckoo, kRace, kContinuity, kLevel, kHopscotch, kCluster };
 
 // Where records live: in the table's slots, or out of band in a heap (linear, cuckoo; seed 000
 // §4.1). kHeap4: linear only, four fingerprints per 8-byte slot (bulk-loaded, read-only).
@@ -144,6 +144,7 @@ struct ClientOptions {
   uint32_t clusters = 1000;        // clusters tracked per client (kCluster)
   uint32_t client_id = 0;          // unique among the table's clients, live and dead (caps.client_ids)
   uint32_t chunk = 0;              // linear find-or-put: slots per chunk READ (0: the table's TableOptions::chunk)
+  uint32_t location_cache = 0;     // cluster: header buckets each client caches (0: off)
 };
 
 // The records a memory node loads: `count` keys, each with the value `fill` writes for it.
@@ -223,7 +224,7 @@ struct SchemeDescriptor {
 std::span<const SchemeDescriptor> schemes();
 const SchemeDescriptor& scheme(SchemeId id);
 const SchemeDescriptor* find_scheme(std::string_view name);  // null if none
-std::string scheme_names();  // "linear, cuckoo, race, continuity, level, hopscotch"
+std::string scheme_names();  // "linear, cuckoo, race, continuity, level, hopscotch, cluster"
 inline const SchemeCaps& caps(SchemeId id) { return scheme(id).caps; }
 uint32_t max_value_bytes(const TableOptions& o);  // by scheme and storage
 

@@ -874,6 +874,12 @@ int run_connect(const BenchOptions& o_in) {
   o.fabric = FabricKind::kUcx;
   o.keep_table = true;  // the table is shared: nobody reloads it
   if (auto err = o.error(); !err.empty()) throw InvalidArgument(err);
+  for (Workload w : o.workloads)
+    if (w == Workload::kUpdate && o.value_bytes == 0)
+      throw InvalidArgument("workload update replaces values: the served table has none (serve it with --value-bytes)");
+  if (o.location_cache != 0 && o.scheme != SchemeId::kCluster)
+    throw InvalidArgument("--location-cache applies to --scheme cluster: the served table is " +
+                          std::string(scheme(o.scheme).name));
   if (!o.history_path.empty() && !history_writable(o.history_path))
     throw InvalidArgument("cannot open --history file '" + o.history_path + "' for writing");
   if (const uint64_t avail = mem_available_bytes(); avail && o.ops * 8 > avail)

@@ -215,7 +215,7 @@ std::string BenchOptions::error() const {
         return std::string("--storage heap4 tables are bulk-loaded (read-only): workload ") + to_string(w) +
                " writes; use get, get-all or raw-read";
   for (Workload w : workloads)
-    if (w == Workload::kUpdate && value_bytes == 0)
+    if (w == Workload::kUpdate && value_bytes == 0 && connect.empty())  // --connect: the server's table decides (driver)
       return "workload update replaces values: give --value-bytes (a table of keys alone has nothing to update)";
   if (memory_nodes == 0) return "--memory-nodes must be at least 1";
   if (clients == 0) return "--clients must be at least 1";
@@ -235,6 +235,10 @@ std::string BenchOptions::error() const {
       if (r.kind != ReadSizeSpec::Kind::kFixed)
         return "--read-size " + r.text() + " assumes one record per slot: use a fixed read size with --storage heap4";
   if (clusters > 10000000) return "--clusters must be at most 10^7";
+  if (location_cache > (1u << 24)) return "--location-cache must be at most 2^24 header buckets";
+  // --connect: the served table's scheme decides (checked again by the driver once it is known).
+  if (location_cache != 0 && scheme != SchemeId::kCluster && connect.empty())
+    return "--location-cache applies to --scheme cluster";
   if (assumed_load_factors.empty()) return "--assumed-load-factor needs a value";
   for (const double a : assumed_load_factors)
     if (a != 0 && !(a > 0 && a < 1)) return "--assumed-load-factor must be in (0, 1)";

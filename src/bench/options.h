@@ -84,6 +84,7 @@ struct BenchOptions {
   SpeculativeClaim speculative_claim = SpeculativeClaim::kAuto;  // linear find-or-put: claim the home slot with chunk 0's READ (linear.h)
   std::vector<ReadSizeSpec> read_sizes{ReadSizeSpec{}};  // lookup read sizes (a list sweeps)
   uint32_t clusters = 1000;            // clusters tracked per client (--read-size cluster)
+  uint32_t location_cache = 0;         // cluster: header buckets each client caches (DrTM's location cache; 0: off)
   // Model R from these load factors instead of the table's (0: the table's); a list sweeps the
   // lookup points, as --read-size does (seed 000 Table 2 on one table).
   std::vector<double> assumed_load_factors{0.0};

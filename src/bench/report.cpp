@@ -181,6 +181,7 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   j["read_size"] = t.read_size ? t.read_size : p.read_size;
   j["read_size_policy"] = p.read_size_policy;
   j["clusters"] = o.clusters;
+  j["location_cache"] = o.location_cache;
   j["assumed_load_factor"] = p.assumed_load_factor;
   j["distribution"] = o.zipf_theta > 0 ? "zipf" : "uniform";
   j["zipf_theta"] = o.zipf_theta;

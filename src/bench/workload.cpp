@@ -145,6 +145,7 @@ SchemeTable::Client make_client(const SchemeTable& t, Engine& engine, const Benc
   c.clusters = o.clusters;
   c.client_id = client_id;
   c.chunk = chunk;
+  c.location_cache = o.location_cache;
   return t.make_client(engine, c);
 }
 

@@ -163,6 +163,9 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, OptionText& text, std::ve
                  "cost-model parameters from `rdmahash calibrate` for model/cluster read sizes (default: seed 000's)")
       ->check(CLI::ExistingFile);
   cmd.add_option("--clusters", o.clusters, "clusters each client tracks for --read-size cluster")->capture_default_str();
+  cmd.add_option("--location-cache", o.location_cache,
+                 "cluster: header buckets each client caches (DrTM's location cache: a cached hit is one READ); 0: off")
+      ->capture_default_str();
   cmd.add_option("--assumed-load-factor", o.assumed_load_factors,
                  "size model reads for this load factor instead of the table's (seed 000 §5.6; a list sweeps)")
       ->delimiter(',');

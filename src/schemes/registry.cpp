@@ -39,6 +39,8 @@ const SchemeDescriptor kSchemes[] = {
      SchemeCaps{.max_value_bytes_inline = kInline, .persistent = true}, scheme_impl::check_level, scheme_impl::make_level},
     {SchemeId::kHopscotch, "hopscotch", "FaRM-KV hopscotch hashing: one READ of a key's neighbourhood, writes on the memory node's CPU (NSDI'14)",
      SchemeCaps{.max_value_bytes_inline = kInline}, scheme_impl::check_hopscotch, scheme_impl::make_hopscotch},
+    {SchemeId::kCluster, "cluster", "DrTM-KV cluster hashing: READ the header bucket, then the entry; writes on the memory node's CPU (SOSP'15)",
+     SchemeCaps{.max_value_bytes_inline = kInline}, scheme_impl::check_cluster, scheme_impl::make_cluster},
 };
 
 std::string short_text(double v) {  // for messages: "1e-15", not "1.0000000000000001e-15"

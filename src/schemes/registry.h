@@ -21,5 +21,7 @@ std::string check_level(const TableOptions& o);
 std::unique_ptr<SchemeTable> make_level(const TableOptions& o);
 std::string check_hopscotch(const TableOptions& o);
 std::unique_ptr<SchemeTable> make_hopscotch(const TableOptions& o);
+std::string check_cluster(const TableOptions& o);
+std::unique_ptr<SchemeTable> make_cluster(const TableOptions& o);
 
 }  // namespace rdmahash::scheme_impl
