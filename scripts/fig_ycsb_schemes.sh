@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Seed 004's comparison (issues 9, 28): RACE against linear probing, cuckoo, FaRM's hopscotch and
-# DrTM's cluster hashing (where built: SCHEMES) on the same run.
+# DrTM's cluster hashing on the same run.
 #  1. YCSB A, B, C, D, F, the workload files unmodified, with 32-byte values (-p fieldcount=1
 #     -p fieldlength=32): RACE with 16-byte keys, directory cache on and off, the table grown from
 #     one subtable during the load phase; linear probing and cuckoo with out-of-place (heap)
@@ -12,7 +12,7 @@
 # shared memory. Output: results/ycsb_schemes/. Env: RDMAHASH_BUILD, YCSB_RECORDS (default 1 M;
 # SMALL=1: 200 000), OPS (operations per point), DEPTHS, WORKLOADS, REPEAT_YCSB (each repetition
 # is a load phase plus a run), SCHEMES (the compared schemes besides RACE, linear and cuckoo;
-# default hopscotch).
+# default hopscotch cluster).
 source "$(dirname "$0")/fig_lib.sh" ycsb_schemes
 if [ "${SMALL:-0}" != 1 ]; then RECORDS=${YCSB_RECORDS:-1000000}; fi
 WORKLOADS=${WORKLOADS:-a b c d f}
@@ -26,7 +26,7 @@ for d in $DEPTHS; do
     bench --scheme race --key-bytes 16 --initial-depth 0 --race-dir-cache off "${common[@]}"
     bench --scheme linear --storage heap --key-bytes 8 --load-factor 0.8 "${common[@]}"
     bench --scheme cuckoo --storage heap --key-bytes 8 --load-factor 0.8 "${common[@]}"
-    for extra in ${SCHEMES:-hopscotch}; do bench --scheme "$extra" --key-bytes 8 --load-factor 0.8 "${common[@]}"; done
+    for extra in ${SCHEMES:-hopscotch cluster}; do bench --scheme "$extra" --key-bytes 8 --load-factor 0.8 "${common[@]}"; done
   done
   # Insert-only: OPS new keys into a table of 1 000 records (RACE from one subtable, or presized).
   ins=(--workload find-or-put --records 1000 --ops "$OPS" --value-bytes 32 --depth "$d" --repeat "$REPEAT")
@@ -34,6 +34,6 @@ for d in $DEPTHS; do
   bench --scheme race --key-bytes 16 --initial-depth 10 "${ins[@]}"
   bench --scheme linear --storage heap --key-bytes 8 --load-factor 0.001 "${ins[@]}"
   bench --scheme cuckoo --storage heap --key-bytes 8 --load-factor 0.001 "${ins[@]}"
-  for extra in ${SCHEMES:-hopscotch}; do bench --scheme "$extra" --key-bytes 8 --load-factor 0.001 "${ins[@]}"; done
+  for extra in ${SCHEMES:-hopscotch cluster}; do bench --scheme "$extra" --key-bytes 8 --load-factor 0.001 "${ins[@]}"; done
 done
 plot

@@ -50,6 +50,7 @@ linear_set|--memory-nodes 2 --scheme linear --slot-format set
 linear_inline|--memory-nodes 2 --scheme linear --slot-format inline --value-bytes 16
 cuckoo|--memory-nodes 2 --scheme cuckoo --value-bytes 16
 hopscotch|--memory-nodes 2 --scheme hopscotch --value-bytes 16 --load-factor 0.8
+cluster|--memory-nodes 2 --scheme cluster --value-bytes 16 --load-factor 0.8
 race|--memory-nodes 1 --scheme race --key-bytes 16 --value-bytes 16
 level|--memory-nodes 2 --scheme level --value-bytes 16
 continuity|--memory-nodes 2 --scheme continuity --value-bytes 16 --load-factor 0.25

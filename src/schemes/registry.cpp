@@ -37,7 +37,7 @@ const SchemeDescriptor kSchemes[] = {
      scheme_impl::check_continuity, scheme_impl::make_continuity},
     {SchemeId::kLevel, "level", "level hashing (OSDI'18), seed 002's persistent-memory baseline",
      SchemeCaps{.max_value_bytes_inline = kInline, .persistent = true}, scheme_impl::check_level, scheme_impl::make_level},
-    {SchemeId::kHopscotch, "hopscotch", "FaRM-KV hopscotch hashing: one READ of a key's neighbourhood, writes on the memory node's CPU (NSDI'14)",
+    {SchemeId::kHopscotch, "hopscotch", "FaRM-KV hopscotch hashing: one READ of a key's neighbourhood (chained overflow blocks past it), writes on the memory node's CPU (NSDI'14)",
      SchemeCaps{.max_value_bytes_inline = kInline}, scheme_impl::check_hopscotch, scheme_impl::make_hopscotch},
     {SchemeId::kCluster, "cluster", "DrTM-KV cluster hashing: READ the header bucket, then the entry; writes on the memory node's CPU (SOSP'15)",
      SchemeCaps{.max_value_bytes_inline = kInline}, scheme_impl::check_cluster, scheme_impl::make_cluster},
