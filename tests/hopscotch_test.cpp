@@ -445,8 +445,8 @@ TEST(HopscotchChains, FillToNinetyPercentAndRandomOpsMatchTheOracle) {
   auto transport = t.fabric->connect();
   Engine engine(*transport);
   HopscotchClient client(c, engine);
-  const auto universe = distinct_keys(2 * 2048, 17);
   const size_t fill = 2 * 2048 * 9 / 10;
+  const auto universe = distinct_keys(fill + fill / 4, 17);  // the fill, and the random phase's quarter more
   std::unordered_map<uint64_t, std::vector<std::byte>> oracle;
   for (size_t i = 0; i < fill; ++i) {
     const uint64_t k = universe[i];
