@@ -37,21 +37,6 @@
 
 namespace rdmahash::scheme_impl {
 
-// Every record through `server.bulk_insert` (false: the key's shard lives elsewhere), progress every
-// 64 Ki records. `die_after` (tests only): the process kills itself after that many records (0: never).
-template <class Server>
-void bulk_load(Server& server, uint32_t value_bytes, RecordSource& records, uint64_t die_after) {
-  std::vector<std::byte> value(value_bytes);
-  const uint64_t count = records.count();
-  for (uint64_t i = 0; i < count; ++i) {
-    if (i == die_after && die_after != 0) ::raise(SIGKILL);
-    const uint64_t k = records.next();
-    records.fill(k, value);
-    server.bulk_insert(k, value);
-    if ((i & 0xFFFF) == 0 && records.progress) records.progress(i);
-  }
-}
-
 class PmImage {
  public:
   explicit PmImage(const TableOptions& o) : path_(o.pm_path), command_(o.command), keep_table_(o.keep_table) {}

@@ -14,6 +14,11 @@
 
 namespace rdmahash {
 
+void scheme_impl::require_fixed_read_size(const ClientOptions& c, const char* scheme) {
+  if (c.read_size.kind != ReadSizeSpec::Kind::kFixed)
+    throw InvalidArgument("--read-size " + c.read_size.text() + " applies to linear probing, not to --scheme " + scheme);
+}
+
 namespace {
 
 // value bytes: linear inline slots and cuckoo inline buckets up to 120, heap records up to 4096

@@ -12,6 +12,7 @@
 #include "common/hash.h"
 #include "schemes/record.h"
 #include "schemes/retry.h"
+#include "schemes/shard_host.h"
 #include "schemes/write_rpc.h"
 
 namespace rdmahash {
@@ -337,78 +338,36 @@ ClusterShardStats ClusterShard::stats() const {
 // --- memory-node side: the shards hosted here + the RPC handler ------------------------------------
 
 struct ClusterServer::State {
-  uint32_t tag = 0;
-  std::vector<std::unique_ptr<ClusterShard>> shards;
-
-  void handle(std::span<const std::byte> req, std::vector<std::byte>& reply) {
-    write_rpc::serve("cluster", tag, req, shards, reply,
-                     [](ClusterShard& s, write_rpc::Op op, uint64_t key, std::span<const std::byte> value) {
-                       switch (op) {
-                         case write_rpc::kFindOrPut: return write_rpc::Result{s.find_or_put(key, value), 0};
-                         case write_rpc::kPut: return write_rpc::Result{s.put(key, value), 0};
-                         case write_rpc::kUpdate: return write_rpc::Result{s.update(key, value), 0};
-                         case write_rpc::kErase: return write_rpc::Result{s.erase(key), 0};
-                         case write_rpc::kGet: {
-                           if (!s.owns(key)) throw InvalidArgument("cluster: key does not belong to this shard");
-                           auto v = s.find(key);
-                           if (!v) return write_rpc::Result{Status::kNotFound, 0};
-                           return write_rpc::Result{Status::kFound, 0, std::move(*v)};
-                         }
-                       }
-                       return write_rpc::Result{Status::kNotFound, 0};
-                     });
-  }
+  std::shared_ptr<detail::ShardHost<ClusterShard>> host;  // the handler co-owns it
 };
 
 ClusterServer::ClusterServer(Fabric& fabric, const ClusterConfig& cfg, uint16_t rpc_id)
     : cfg_(cfg), state_(std::make_shared<State>()) {
   cfg_.validate();
-  if (rpc_id < kClusterRpcFirst || rpc_id > kClusterRpcLast)
-    throw InvalidArgument("cluster rpc id must be in [0x1000, 0x100F], got " + std::to_string(rpc_id));
-  if (fabric.memory_nodes() < cfg.memory_nodes)
-    throw InvalidArgument("the table has " + std::to_string(cfg.memory_nodes) + " shards but the fabric only " +
-                          std::to_string(fabric.memory_nodes()) + " memory nodes");
-  state_->tag = config_tag(cfg_);
-  state_->shards.resize(cfg.memory_nodes);
-  for (uint32_t n = 0; n < cfg.memory_nodes; ++n) {
-    auto region = fabric.local_region(n);
-    if (!region.empty()) state_->shards[n] = std::make_unique<ClusterShard>(cfg_, n, region);
-  }
-  fabric.register_rpc(rpc_id, [st = state_](uint32_t, std::span<const std::byte> req, std::vector<std::byte>& reply) {
-    st->handle(req, reply);
-  });
+  state_->host = detail::ShardHost<ClusterShard>::create(fabric, cfg_, rpc_id, kClusterRpcFirst, kClusterRpcLast, "cluster", config_tag(cfg_));
 }
 
 ClusterServer::~ClusterServer() = default;
 
-bool ClusterServer::hosts(uint32_t node) const { return node < state_->shards.size() && state_->shards[node]; }
-
-ClusterShard& ClusterServer::shard(uint32_t node) {
-  if (!hosts(node)) throw InvalidArgument("cluster shard " + std::to_string(node) + " is not hosted by this process");
-  return *state_->shards[node];
-}
+bool ClusterServer::hosts(uint32_t node) const { return state_->host->hosts(node); }
+ClusterShard& ClusterServer::shard(uint32_t node) { return state_->host->shard(node); }
 
 bool ClusterServer::bulk_insert(uint64_t key, std::span<const std::byte> value) {
   const uint32_t node = cluster_place(cfg_, key).node;
   if (!hosts(node)) return false;
-  return state_->shards[node]->bulk_insert(key, value);
+  return state_->host->shard(node).bulk_insert(key, value);
 }
 
-uint64_t ClusterServer::records() const {
-  uint64_t n = 0;
-  for (const auto& s : state_->shards) n += s ? s->records() : 0;
-  return n;
-}
+uint64_t ClusterServer::records() const { return state_->host->records(); }
 
 ClusterShardStats ClusterServer::stats() const {
   ClusterShardStats t;
-  for (const auto& s : state_->shards) {
-    if (!s) continue;
-    const ClusterShardStats x = s->stats();
+  state_->host->for_each_shard([&t](const ClusterShard& s) {
+    const ClusterShardStats x = s.stats();
     t.inserts += x.inserts;
     t.pool_used += x.pool_used;
     t.full += x.full;
-  }
+  });
   return t;
 }
 

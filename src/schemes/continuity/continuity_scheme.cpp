@@ -90,8 +90,7 @@ class ContinuityTable final : public SchemeTable {
   }
 
   Client make_client(Engine& engine, const ClientOptions& c) const override {
-    if (c.read_size.kind != ReadSizeSpec::Kind::kFixed)
-      throw InvalidArgument("--read-size " + c.read_size.text() + " applies to linear probing, not to --scheme continuity");
+    require_fixed_read_size(c, "continuity");
     return {std::make_unique<ContinuityClient>(cfg_, engine), 4 + 4 * cfg_.sbuckets};
   }
 

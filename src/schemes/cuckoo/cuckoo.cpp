@@ -14,6 +14,7 @@
 #include "common/hash.h"
 #include "schemes/record.h"
 #include "schemes/retry.h"
+#include "schemes/shard_host.h"
 #include "schemes/write_rpc.h"
 
 namespace rdmahash {
@@ -469,63 +470,26 @@ CuckooShardStats CuckooShard::stats() const {
 // --- memory-node side: the table's shards on this process + the RPC handler ----------------------
 
 struct CuckooServer::State {
-  CuckooConfig cfg;
-  uint32_t tag = 0;
-  std::vector<std::unique_ptr<CuckooShard>> shards;  // by node; null where not hosted here
-
-  void handle(std::span<const std::byte> req, std::vector<std::byte>& reply) {
-    write_rpc::serve("cuckoo", tag, req, shards, reply,
-                     [](CuckooShard& s, write_rpc::Op op, uint64_t key, std::span<const std::byte> value) {
-                       CuckooShardResult r{Status::kNotFound, 0};
-                       switch (op) {
-                         case write_rpc::kFindOrPut: r = s.find_or_put(key, value); break;
-                         case write_rpc::kPut: r = s.put(key, value); break;
-                         case write_rpc::kUpdate: r = s.update(key, value); break;
-                         case write_rpc::kErase: r = s.erase(key); break;
-                         case write_rpc::kGet:  // under the shard's lock: no relocation overlaps it
-                           return write_rpc::get_on_node(s, "cuckoo", key);
-                       }
-                       return write_rpc::Result{r.status, r.displacements};
-                     });
-  }
+  std::shared_ptr<detail::ShardHost<CuckooShard>> host;  // the handler co-owns it
 };
 
 CuckooServer::CuckooServer(Fabric& fabric, const CuckooConfig& cfg, uint16_t rpc_id)
     : cfg_(cfg), state_(std::make_shared<State>()) {
   cfg_.validate();
-  if (rpc_id < kCuckooRpcFirst || rpc_id > kCuckooRpcLast)
-    throw InvalidArgument("cuckoo rpc id must be in [0x0C00, 0x0C0F], got " + std::to_string(rpc_id));
-  if (fabric.memory_nodes() < cfg.memory_nodes)
-    throw InvalidArgument("the table has " + std::to_string(cfg.memory_nodes) + " shards but the fabric only " +
-                          std::to_string(fabric.memory_nodes()) + " memory nodes");
-  state_->cfg = cfg_;
-  state_->tag = config_tag(cfg_);
-  state_->shards.resize(cfg.memory_nodes);
-  for (uint32_t n = 0; n < cfg.memory_nodes; ++n) {
-    auto region = fabric.local_region(n);
-    if (!region.empty()) state_->shards[n] = std::make_unique<CuckooShard>(cfg_, n, region);
-  }
-  // The handler co-owns the shards: it stays valid for as long as the fabric keeps it.
-  fabric.register_rpc(rpc_id, [st = state_](uint32_t, std::span<const std::byte> req, std::vector<std::byte>& reply) {
-    st->handle(req, reply);
-  });
+  state_->host = detail::ShardHost<CuckooShard>::create(fabric, cfg_, rpc_id, kCuckooRpcFirst, kCuckooRpcLast, "cuckoo", config_tag(cfg_));
 }
 
 CuckooServer::~CuckooServer() = default;
 
-bool CuckooServer::hosts(uint32_t node) const { return node < state_->shards.size() && state_->shards[node]; }
-
-CuckooShard& CuckooServer::shard(uint32_t node) {
-  if (!hosts(node)) throw InvalidArgument("cuckoo shard " + std::to_string(node) + " is not hosted by this process");
-  return *state_->shards[node];
-}
+bool CuckooServer::hosts(uint32_t node) const { return state_->host->hosts(node); }
+CuckooShard& CuckooServer::shard(uint32_t node) { return state_->host->shard(node); }
 
 bool CuckooServer::bulk_insert(uint64_t key, std::span<const std::byte> value) {
   if (cfg_.key_bytes == 4 && key > 0xffffffffULL)
     throw InvalidArgument("key " + std::to_string(key) + " does not fit 4 key bytes");
   const uint32_t node = cuckoo_place(cfg_, key).node;
   if (!hosts(node)) return false;
-  return state_->shards[node]->bulk_insert(key, value);
+  return state_->host->shard(node).bulk_insert(key, value);
 }
 
 uint64_t CuckooServer::build(std::span<const uint64_t> keys, std::span<const std::byte> values) {
@@ -557,29 +521,24 @@ uint64_t CuckooServer::build(std::span<const uint64_t> keys, std::span<const std
   return records() - before;
 }
 
-uint64_t CuckooServer::records() const {
-  uint64_t n = 0;
-  for (const auto& s : state_->shards) n += s ? s->records() : 0;
-  return n;
-}
+uint64_t CuckooServer::records() const { return state_->host->records(); }
 
 double CuckooServer::load_factor() const {
   uint64_t slots = 0;
-  for (const auto& s : state_->shards) slots += s ? s->capacity() : 0;
+  state_->host->for_each_shard([&slots](const CuckooShard& s) { slots += s.capacity(); });
   return slots ? static_cast<double>(records()) / static_cast<double>(slots) : 0.0;
 }
 
 CuckooShardStats CuckooServer::stats() const {
   CuckooShardStats t;
-  for (const auto& s : state_->shards) {
-    if (!s) continue;
-    const CuckooShardStats x = s->stats();
+  state_->host->for_each_shard([&t](const CuckooShard& s) {
+    const CuckooShardStats x = s.stats();
     t.inserts += x.inserts;
     t.relocating_inserts += x.relocating_inserts;
     t.displacements += x.displacements;
     t.max_path = std::max(t.max_path, x.max_path);
     t.full += x.full;
-  }
+  });
   return t;
 }
 

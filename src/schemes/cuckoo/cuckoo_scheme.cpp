@@ -32,20 +32,11 @@ class CuckooTable final : public SchemeTable {
     // The server formats the hosted shards and serves the clients' inserts (relocations need the
     // owner's CPU); it must outlive the run, so the table keeps it.
     server_ = std::make_unique<CuckooServer>(fabric, cfg_);
-    std::vector<std::byte> value(cfg_.value_bytes);
-    const uint64_t count = records.count();
-    for (uint64_t i = 0; i < count; ++i) {
-      const uint64_t k = records.next();
-      records.fill(k, value);
-      server_->bulk_insert(k, value);  // false when the key's shard lives elsewhere
-      if ((i & 0xFFFF) == 0 && records.progress) records.progress(i);
-    }
-    if (records.progress) records.progress(count);
+    load_all(*server_, cfg_.value_bytes, records);
   }
 
   Client make_client(Engine& engine, const ClientOptions& c) const override {
-    if (c.read_size.kind != ReadSizeSpec::Kind::kFixed)
-      throw InvalidArgument("--read-size " + c.read_size.text() + " applies to linear probing, not to --scheme cuckoo");
+    require_fixed_read_size(c, "cuckoo");
     return {std::make_unique<CuckooClient>(cfg_, probe_, engine, hash::mix64(seed_ + 7)), cfg_.slots_per_bucket};
   }
 

@@ -12,6 +12,7 @@
 #include "common/hash.h"
 #include "schemes/record.h"
 #include "schemes/retry.h"
+#include "schemes/shard_host.h"
 #include "schemes/write_rpc.h"
 
 namespace rdmahash {
@@ -421,71 +422,32 @@ HopscotchShardStats HopscotchShard::stats() const {
 // --- memory-node side: the shards hosted here + the RPC handler ------------------------------------
 
 struct HopscotchServer::State {
-  uint32_t tag = 0;
-  std::vector<std::unique_ptr<HopscotchShard>> shards;
-
-  void handle(std::span<const std::byte> req, std::vector<std::byte>& reply) {
-    write_rpc::serve("hopscotch", tag, req, shards, reply,
-                     [](HopscotchShard& s, write_rpc::Op op, uint64_t key, std::span<const std::byte> value) {
-                       HopscotchShardResult r{Status::kNotFound, 0};
-                       switch (op) {
-                         case write_rpc::kFindOrPut: r = s.find_or_put(key, value); break;
-                         case write_rpc::kPut: r = s.put(key, value); break;
-                         case write_rpc::kUpdate: r = s.update(key, value); break;
-                         case write_rpc::kErase: r = s.erase(key); break;
-                         case write_rpc::kGet:
-                           return write_rpc::get_on_node(s, "hopscotch", key);
-                       }
-                       return write_rpc::Result{r.status, r.displacements};
-                     });
-  }
+  std::shared_ptr<detail::ShardHost<HopscotchShard>> host;  // the handler co-owns it
 };
 
 HopscotchServer::HopscotchServer(Fabric& fabric, const HopscotchConfig& cfg, uint16_t rpc_id)
     : cfg_(cfg), state_(std::make_shared<State>()) {
   cfg_.validate();
-  if (rpc_id < kHopscotchRpcFirst || rpc_id > kHopscotchRpcLast)
-    throw InvalidArgument("hopscotch rpc id must be in [0x0F00, 0x0F0F], got " + std::to_string(rpc_id));
-  if (fabric.memory_nodes() < cfg.memory_nodes)
-    throw InvalidArgument("the table has " + std::to_string(cfg.memory_nodes) + " shards but the fabric only " +
-                          std::to_string(fabric.memory_nodes()) + " memory nodes");
-  state_->tag = config_tag(cfg_);
-  state_->shards.resize(cfg.memory_nodes);
-  for (uint32_t n = 0; n < cfg.memory_nodes; ++n) {
-    auto region = fabric.local_region(n);
-    if (!region.empty()) state_->shards[n] = std::make_unique<HopscotchShard>(cfg_, n, region);
-  }
-  fabric.register_rpc(rpc_id, [st = state_](uint32_t, std::span<const std::byte> req, std::vector<std::byte>& reply) {
-    st->handle(req, reply);
-  });
+  state_->host = detail::ShardHost<HopscotchShard>::create(fabric, cfg_, rpc_id, kHopscotchRpcFirst, kHopscotchRpcLast, "hopscotch", config_tag(cfg_));
 }
 
 HopscotchServer::~HopscotchServer() = default;
 
-bool HopscotchServer::hosts(uint32_t node) const { return node < state_->shards.size() && state_->shards[node]; }
-
-HopscotchShard& HopscotchServer::shard(uint32_t node) {
-  if (!hosts(node)) throw InvalidArgument("hopscotch shard " + std::to_string(node) + " is not hosted by this process");
-  return *state_->shards[node];
-}
+bool HopscotchServer::hosts(uint32_t node) const { return state_->host->hosts(node); }
+HopscotchShard& HopscotchServer::shard(uint32_t node) { return state_->host->shard(node); }
 
 bool HopscotchServer::bulk_insert(uint64_t key, std::span<const std::byte> value) {
   const uint32_t node = hopscotch_place(cfg_, key).node;
   if (!hosts(node)) return false;
-  return state_->shards[node]->bulk_insert(key, value);
+  return state_->host->shard(node).bulk_insert(key, value);
 }
 
-uint64_t HopscotchServer::records() const {
-  uint64_t n = 0;
-  for (const auto& s : state_->shards) n += s ? s->records() : 0;
-  return n;
-}
+uint64_t HopscotchServer::records() const { return state_->host->records(); }
 
 HopscotchShardStats HopscotchServer::stats() const {
   HopscotchShardStats t;
-  for (const auto& s : state_->shards) {
-    if (!s) continue;
-    const HopscotchShardStats x = s->stats();
+  state_->host->for_each_shard([&t](const HopscotchShard& s) {
+    const HopscotchShardStats x = s.stats();
     t.inserts += x.inserts;
     t.displacing_inserts += x.displacing_inserts;
     t.displacements += x.displacements;
@@ -494,7 +456,7 @@ HopscotchShardStats HopscotchServer::stats() const {
     t.blocks_used += x.blocks_used;
     t.overflow_blocks += x.overflow_blocks;
     t.unlinks += x.unlinks;
-  }
+  });
   return t;
 }
 

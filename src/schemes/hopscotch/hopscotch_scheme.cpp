@@ -27,20 +27,11 @@ class HopscotchTable final : public SchemeTable {
 
   void load(Fabric& fabric, RecordSource& records) override {
     server_ = std::make_unique<HopscotchServer>(fabric, cfg_);
-    std::vector<std::byte> value(cfg_.value_bytes);
-    const uint64_t count = records.count();
-    for (uint64_t i = 0; i < count; ++i) {
-      const uint64_t k = records.next();
-      records.fill(k, value);
-      server_->bulk_insert(k, value);  // false when the key's shard lives elsewhere
-      if ((i & 0xFFFF) == 0 && records.progress) records.progress(i);
-    }
-    if (records.progress) records.progress(count);
+    load_all(*server_, cfg_.value_bytes, records);
   }
 
   Client make_client(Engine& engine, const ClientOptions& c) const override {
-    if (c.read_size.kind != ReadSizeSpec::Kind::kFixed)
-      throw InvalidArgument("--read-size " + c.read_size.text() + " applies to linear probing, not to --scheme hopscotch");
+    require_fixed_read_size(c, "hopscotch");
     return {std::make_unique<HopscotchClient>(cfg_, engine), cfg_.neighborhood};
   }
 

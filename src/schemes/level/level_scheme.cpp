@@ -71,8 +71,7 @@ class LevelTable final : public SchemeTable {
   }
 
   Client make_client(Engine& engine, const ClientOptions& c) const override {
-    if (c.read_size.kind != ReadSizeSpec::Kind::kFixed)
-      throw InvalidArgument("--read-size " + c.read_size.text() + " applies to linear probing, not to --scheme level");
+    require_fixed_read_size(c, "level");
     return {std::make_unique<LevelClient>(cfg_, engine), 8};
   }
   std::string describe() const override {

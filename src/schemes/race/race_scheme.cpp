@@ -71,8 +71,7 @@ class RaceTable final : public SchemeTable {
 
   // The client id names this client in its split descriptors and KV blocks (tentative copies).
   Client make_client(Engine& engine, const ClientOptions& c) const override {
-    if (c.read_size.kind != ReadSizeSpec::Kind::kFixed)
-      throw InvalidArgument("--read-size " + c.read_size.text() + " applies to linear probing, not to --scheme race");
+    require_fixed_read_size(c, "race");
     return {std::make_unique<RaceClient>(cfg_, engine, c.client_id), 2 * kRaceSlots};
   }
   // Served (node 0 here): a lost client is marked on the death board after the grace period (its
