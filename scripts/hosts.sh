@@ -3,9 +3,11 @@
 # namespace (its own interfaces, addresses and loopback) with its own UTS namespace (its own host
 # name, hK), joined to the others by a bridge. Addresses are our own private range, 10.213.0.0/24
 # (hK = 10.213.0.K; the machine itself is 10.213.0.254 on the bridge); nothing outside the machine
-# is ever addressed. Processes in a host share the machine's file systems and kernel, so they see
-# the same files and the same CLOCK_MONOTONIC (the boot id says so), but not each other's network:
-# between hosts, UCX and MPI carry traffic over TCP on the bridge.
+# is ever addressed. Each host also has its own IPC namespace. Processes in a host share the
+# machine's file systems and kernel, so they see the same files and the same CLOCK_MONOTONIC (the
+# boot id says so), but not each other's network or System V IPC: between hosts, UCX (which finds a
+# peer in another IPC namespace unreachable over shared memory) and MPI carry traffic over TCP on
+# the bridge.
 #
 #   scripts/hosts.sh up N           create h1 … hN (replacing any left from before); needs root
 #   scripts/hosts.sh down           remove them
@@ -22,7 +24,7 @@ NET=10.213.0
 
 die() { echo "hosts.sh: error: $*" >&2; exit 2; }
 need_root() { [ "$(id -u)" = 0 ] || die "needs root (network namespaces)"; }
-exists() { [ -e "/var/run/netns/$1" ] && [ -e "$RUN/$1.uts" ]; }
+exists() { [ -e "/var/run/netns/$1" ] && [ -e "$RUN/$1.uts" ] && [ -e "$RUN/$1.ipc" ]; }
 
 down() {
   for f in "$RUN"/h*.uts; do
@@ -31,7 +33,8 @@ down() {
     ip netns del "$h" 2>/dev/null || true
     ip link del "rhv${h#h}" 2>/dev/null || true
     umount "$f" 2>/dev/null || true
-    rm -f "$f"
+    umount "$RUN/$h.ipc" 2>/dev/null || true
+    rm -f "$f" "$RUN/$h.ipc"
   done
   ip link del "$BR" 2>/dev/null || true
 }
@@ -57,6 +60,11 @@ up() {
     # A persistent UTS namespace (bind-mounted on a file) holding the host's name.
     touch "$RUN/$h.uts"
     unshare --uts="$RUN/$h.uts" hostname "$h"
+    # And its own IPC namespace: System V shared memory stays inside the host, and UCX (which
+    # names a host by the kernel's boot id, the same for every host here) sees a peer in another
+    # IPC namespace as unreachable over shared memory (posix, sysv), as on two real machines.
+    touch "$RUN/$h.ipc"
+    unshare --ipc="$RUN/$h.ipc" true
   done
   # Name resolution for the hosts, in every host (they share /etc): h1 … hN and the machine.
   { grep -v ' # rdmahash-hosts$' /etc/hosts 2>/dev/null || true
@@ -69,7 +77,7 @@ in_host() {  # in_host hK CMD…
   local h=$1
   shift
   exists "$h" || die "no host '$h' (scripts/hosts.sh up N first; hosts: $(list | tr '\n' ' '))"
-  exec nsenter --net="/var/run/netns/$h" --uts="$RUN/$h.uts" -- "$@"
+  exec nsenter --net="/var/run/netns/$h" --uts="$RUN/$h.uts" --ipc="$RUN/$h.ipc" -- "$@"
 }
 
 list() { for f in "$RUN"/h*.uts; do [ -e "$f" ] && basename "$f" .uts; done | sort -V; }

@@ -7,9 +7,10 @@
 #    (race, which bulk-loads in the process hosting every memory node: 1 memory node, clients h2 h3 h1)
 #    --history; the history must be linearizable (the hosts share one kernel, hence one
 #    CLOCK_MONOTONIC: the boot id says so), and rank 0's UCX context must hold TCP on the host's
-#    interface (tcp/eth0). Then the same with UCX_TLS=tcp,self: TCP alone between the hosts. (The
-#    hosts share the kernel's shared memory, /dev/shm and PIDs, so with every transport allowed UCX
-#    may still reach a peer in another host over shared memory: see scripts/hosts.sh.)
+#    interface (tcp/eth0), with the client wait resolved as over TCP (hybrid: shared memory is in
+#    every context but reaches no other host). Then the same with UCX_TLS=tcp,self: TCP alone between the hosts. And
+#    with shared memory alone (posix, sysv, cma): a run within h1 works, one between h1 and h2 must
+#    find the peer unreachable (each host has its own IPC namespace: scripts/hosts.sh).
 # 3. `rdmahash serve` in h1 listening on its bridge address with a token; two clients in h2 and one
 #    in h3 run kv-mix with histories; every process of host h3 is killed -9 mid-run; the h2 clients
 #    and a new client from h3 must finish, the four histories must be linearizable together, and the
@@ -44,6 +45,8 @@ while IFS='|' read -r name flags; do
   "$bin" check-history --timeout-per-key 120 "$dir/$name.bin" > "$dir/check.out" 2>&1 || fail "$name: history not linearizable"
   grep -q "^linearizable" "$dir/check.out" || fail "$name: no verdict"
   grep -q '"ucx_transports":"[^"]*tcp/eth0' "$dir/$name.jsonl" || fail "$name: rank 0's UCX context has no tcp/eth0"
+  # Shared memory is in every context but reaches no other host: auto resolves as over TCP.
+  grep -q '"client_wait":"hybrid"' "$dir/$name.jsonl" || fail "$name: client wait not resolved as over TCP (hybrid)"
   echo "ok: $name across hosts: $(head -1 "$dir/check.out")"
 done <<'SCHEMES'
 linear_set|--memory-nodes 2 --scheme linear --slot-format set
@@ -63,6 +66,16 @@ UCX_TLS=tcp,self mpi -x UCX_TLS "$bin" bench "${run[@]}" --memory-nodes 2 --sche
 grep -q '"ucx_transports":"[^"]*tcp/eth0' "$dir/tcp.jsonl" || fail "tcp: rank 0's UCX context has no tcp/eth0"
 grep -Eq '"ucx_transports":"[^"]*(posix|sysv|cma|xpmem|knem)' "$dir/tcp.jsonl" && fail "tcp: rank 0's UCX context has a shared-memory transport"
 echo "ok: TCP alone across hosts: $(head -1 "$dir/check.out")"
+# Shared memory only (posix, sysv, cma): within one host it works, between hosts UCX must find no
+# path (each host has its own IPC namespace, as two machines have separate kernels' shared memory).
+sm=(--fabric ucx --scheme linear --records 20000 --ops 2000 --no-progress --quiet)
+UCX_TLS=posix,sysv,cma,self timeout 300 "$hosts" mpirun --oversubscribe --host h1:2 -n 2 -x UCX_TLS -x UCX_NET_DEVICES=eth0 \
+  "$bin" bench "${sm[@]}" < /dev/null > "$dir/sm_in.err" 2>&1 || fail "shared memory within host h1 failed"
+UCX_TLS=posix,sysv,cma,self timeout 300 "$hosts" mpirun --oversubscribe --host h1:1,h2:1 -n 2 -x UCX_TLS -x UCX_NET_DEVICES=eth0 \
+  "$bin" bench "${sm[@]}" < /dev/null > "$dir/sm_across.err" 2>&1
+grep -q "Destination is unreachable" "$dir/sm_across.err" ||
+  fail "shared memory only between h1 and h2: expected 'Destination is unreachable', got: $(grep -m1 error "$dir/sm_across.err")"
+echo "ok: shared memory within a host, unreachable between hosts"
 
 # 3. serve in h1 with a token, clients in h2 and h3, host h3 killed mid-run
 tok=$dir/token

@@ -195,6 +195,7 @@ UcxFabricImpl::UcxFabricImpl(Mode mode, const UcxFabricConfig& config, uint32_t 
 
 void UcxFabricImpl::init() {
   one_host_ = all_ranks_on_this_host();
+  peers_elsewhere_ = !one_host_;
   std::string error;
   try {
     init_local();
@@ -329,10 +330,23 @@ void UcxFabricImpl::query_transports() {
     transports_ += (transports_.empty() ? "" : ",") + tl_dev;
     tls.push_back(tl_dev.substr(0, tl_dev.find('/')));
   }
+  coalesce_atomics_ = cpu_atomics_only(tls);
+  // The kAuto choices go by the transports that can carry traffic to the peers. UCX reaches a peer
+  // on another host over the network only, even when its context also holds shared memory (and the
+  // hosts of scripts/hosts.sh share one kernel, boot id included: UCX tells them apart by their
+  // IPC namespaces). So with a peer elsewhere, shared memory does not count: TCP alone resolves as
+  // TCP does (hybrid waits, coalescing), which a client polling for answers that need the memory
+  // node's CPU would otherwise not get (a 10x slower served run between two hosts under load).
+  // A served memory node (kServer) cannot know where its clients will be: it keeps the context's.
+  if (peers_elsewhere_) {
+    static const char* const kSharedMemory[] = {"posix", "sysv", "cma", "xpmem", "knem"};
+    std::erase_if(tls, [](const std::string& tl) {
+      return std::find(std::begin(kSharedMemory), std::end(kSharedMemory), tl) != std::end(kSharedMemory);
+    });
+  }
   serve_mode_ = resolve_serve_mode(config_.serve_mode, tls);
   client_wait_ = resolve_client_wait(config_.client_wait, tls);
   read_coalescing_ = resolve_read_coalescing(config_.read_coalescing, tls);
-  coalesce_atomics_ = cpu_atomics_only(tls);
 }
 
 void UcxFabricImpl::set_am_handlers(ucp_worker_h w) {

@@ -241,6 +241,9 @@ class UcxFabricImpl final : public UcxFabric {
   bool ep_failed() const { return ep_failed_; }
   void set_ep_failed() { ep_failed_ = true; }
   void set_liveness(std::function<std::string()> f) { liveness_ = std::move(f); }
+  // Service client: a memory node runs on another host, so no shared-memory transport carries all
+  // of this client's traffic, and the kAuto choices are made on the others (query_transports).
+  void set_peers_elsewhere(bool elsewhere) { peers_elsewhere_ = elsewhere; }
   bool has_liveness() const { return static_cast<bool>(liveness_); }
   // "" while every memory node is alive (or nobody can tell: MPI mode), else why not.
   std::string dead_node() const { return liveness_ ? liveness_() : std::string(); }
@@ -368,6 +371,7 @@ class UcxFabricImpl final : public UcxFabric {
   std::vector<uint64_t> remote_base_;  // index = memory node
   std::vector<std::byte*> direct_;     // index = memory node: mapped region (direct access) or null
   bool one_host_ = false;              // MPI: every rank runs on this host
+  bool peers_elsewhere_ = false;       // a peer runs on another host (MPI: !one_host_; set_peers_elsewhere)
   bool cpu_atomics_ = false;           // this context's UCX atomics are CPU atomics (ATOMIC_MODE=cpu)
   bool direct_atomics_ = false;        // CAS/FAA on direct_ regions use CPU atomics (see the header)
   bool connected_ = false;             // create() finished on every rank

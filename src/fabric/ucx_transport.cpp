@@ -1,6 +1,7 @@
 // The UCX fabric's client side (design: ucx_fabric.cpp): connecting a service client, waiting
 // between progress calls, the reply handlers, and UcxTransport — posting a batch (direct access,
 // UCX requests, coalesced kAmOpv messages), fences, flushes and completion.
+#include <algorithm>
 #include "fabric/ucx_impl.h"
 
 namespace rdmahash::ucx_impl {
@@ -634,6 +635,8 @@ std::unique_ptr<Fabric> make_ucx_service_client(const UcxFabricConfig& config, u
   auto f = std::make_unique<UcxFabricImpl>(UcxFabricImpl::Mode::kClient, config, client_id,
                                            static_cast<uint32_t>(nodes.size()));
   f->set_liveness(std::move(liveness));
+  // peer_failure is off exactly for a node on this host that shared memory may reach (ucx_service.cpp).
+  f->set_peers_elsewhere(std::any_of(nodes.begin(), nodes.end(), [](const UcxRemoteNode& n) { return n.peer_failure; }));
   f->init_service();
   f->connect_service_nodes(nodes);
   return f;
