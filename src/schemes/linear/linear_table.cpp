@@ -553,6 +553,12 @@ Task<OpResult> LinearClient::erase(uint64_t key) {
 // --- quadratic chunks (linear.h, ChunkOrder) ----------------------------------------------------
 // The same protocol as above, over the table's quadratic chunk sequence: chunk i of a key with home
 // h is slots [h + C·i(i+1)/2, ... + C) mod N. Every slot a scan looks at is (start + j) mod N.
+// Safety mechanisms, each removed by a mutant of tests/mutants/linear_quad.json that the tests kill:
+// get, locate (update, erase, find_or_put past M) and get_all walk the quadratic sequence
+// (linear-quad-get-walks-linear-order, linear-quad-locate-walks-linear-order,
+// linear-quad-get-all-walks-linear-order), as many chunks as an insert may claim in
+// (linear-quad-lookup-stops-early), a chunk past the last slot goes on at slot 0
+// (linear-quad-no-wrap), and the bulk loader follows the same sequence (linear-quad-loader-linear-order).
 
 std::pair<Pending, std::optional<Pending>> LinearClient::quad_read(uint32_t node, uint64_t start, std::byte* dst) {
   const uint64_t total = cfg_.total_slots();
