@@ -103,7 +103,8 @@ class LinearTable final : public SchemeTable {
     }
     if (spec.kind == ReadSizeSpec::Kind::kFixed) {
       p.read_size = spec.slots;
-      return {std::make_unique<LinearClient>(cfg_, p, engine), p.read_size};
+      // Quadratic tables read whole chunks in lookups too (linear.h, ChunkOrder): that is the read size.
+      return {std::make_unique<LinearClient>(cfg_, p, engine), cfg_.quadratic() ? cfg_.chunk : p.read_size};
     }
     if (cfg_.quadratic())
       throw InvalidArgument("--read-size " + spec.text() + ": the read-size model and cluster hints assume contiguous "
