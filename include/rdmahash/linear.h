@@ -7,7 +7,9 @@
 // A shard's region is a 64-byte header (ShardHeader) followed by `S` home slots and `T` tail
 // (overflow) slots. Probe sequences run forward from the home slot and never wrap: a probe that
 // would run past the tail is `full` for inserts and a miss for lookups. So every probe is one
-// contiguous READ (seed 001 needed split reads at the wrap point; we do not).
+// contiguous READ (seed 001 needed split reads at the wrap point; we do not). That is the default,
+// linear chunk order; a table with quadratic chunks (ChunkOrder below) wraps modulo the shard's
+// home + tail slots instead.
 //
 // Slot formats
 //  * kSet (seed 001): one 64-bit word. 0 = empty, 1 = tombstone, (1<<63)|key = key present.
@@ -188,6 +190,12 @@
 //    (linear-insert-probe-bound); heap capacity (linear-heap-take-record-capacity)
 //  * chunk overlap: chunk i+1 lands in the other half of a double buffer
 //    (linear-insert-chunk-overlap-one-buffer)
+//  * quadratic chunks (ChunkOrder below; tests/mutants/linear_quad.json): get, locate and get_all
+//    walk the table's quadratic sequence (linear-quad-get-walks-linear-order,
+//    linear-quad-locate-walks-linear-order, linear-quad-get-all-walks-linear-order), as many chunks
+//    as an insert may claim in (linear-quad-lookup-stops-early), a chunk past the last slot goes on
+//    at slot 0 (linear-quad-no-wrap), the bulk loader follows the same sequence
+//    (linear-quad-loader-linear-order)
 //  * speculative claim: only the home slot is claimed before a scan (linear-spec-claim-not-home,
 //    linear-heap-spec-claim-not-home), and a lost speculative claim still scans the home slot for
 //    the key (linear-spec-lost-skips-home, linear-heap-spec-lost-skips-home)
