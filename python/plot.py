@@ -421,8 +421,10 @@ def lf_figure(rows, out, name, fig_title, what, min_lfs=2):
 
 def seed001_chunks(rows, out):
     """Seed 001 Table 1 / Fig. 2: find-or-put round trips, chunk READs and latency over the load
-    factor, one line per chunk size C (rows of a `--chunk` sweep)."""
+    factor, one line per chunk size C (rows of a `--chunk` sweep) and chunk order: linear chunks
+    solid, quadratic chunks (`--chunk-order quadratic`, issue 28) dashed in the same colour."""
     rows = [r for r in rows if r.get("workload") == "find-or-put" and "chunk" in r]
+    quad = lambda r: r.get("chunk_order", "linear") == "quadratic"
     chunks = sorted({r["chunk"] for r in rows})
     if len(chunks) < 2:
         raise Skip("needs find-or-put rows of 2+ chunk sizes (bench --chunk 8,16,...)")
@@ -431,18 +433,22 @@ def seed001_chunks(rows, out):
     made = []
     for ctx, pr in parts.items():
         lf = lambda r: r["target_load_factor"]
-        line = lambda r: f"C = {r['chunk']:3d}"  # padded: the legend sorts by C
+        line = lambda r: f"C = {r['chunk']:3d}" + (" quadratic" if quad(r) else "")  # padded: sorts by C
+        palette = {c: f"C{i % 10}" for i, c in enumerate(chunks)}
+        style = lambda l: dict(color=palette.get(int(l.split()[2]), "C0"),
+                               **({"linestyle": "--", "marker": "s"} if l.endswith("quadratic") else {}))
         fig, axes = new_figure(ncols=3, width=5.2, height=4.6)
         for ax, (y, label) in zip(axes, [(lambda r: r["round_trips_per_op"], "round trips per find-or-put"),
                                           (lambda r: r["chunks_per_op"], "chunk READs per find-or-put"),
                                           (lambda r: r["latency_us"]["p50"], "median latency (µs)")]):
             ser = series(pr, line, lf, y)
-            plot_lines(ax, ser)
+            plot_lines(ax, ser, style=style)
             lf_axis(ax, pr)
             ax.set_ylabel(label)
             ax.set_ylim(bottom=0)
         legend(axes[0])
-        title(fig, "Seed 001 Table 1 / Fig. 2 — find-or-put over load factor and chunk size", pr, omit=("lf",))
+        orders = " (linear chunks solid, quadratic dashed)" if any(quad(r) for r in pr) else ""
+        title(fig, "Seed 001 Table 1 / Fig. 2 — find-or-put over load factor and chunk size" + orders, pr, omit=("lf",))
         made.append((save(fig, out, f"seed001_chunks{suffix(keys, ctx, list(parts))}.png"),
                      "find-or-put round trips, chunk READs and p50 latency vs load factor per chunk size — "
                      + describe(pr, ("lf",))))

@@ -371,3 +371,29 @@ foreach(claim on off)
     ${RDMAHASH_BIN} bench --fabric local --clients 2 --slot-format inline --key-bytes 8 --value-bytes 8 --records 20000
     --workload find-or-put,mixed --repeat 2 --ops 2000 --speculative-claim ${claim})
 endforeach()
+
+# --chunk-order linear|quadratic (issue 28, linear.h ChunkOrder): bad values and the combinations a
+# quadratic table refuses, then a local run whose JSON rows say quadratic.
+add_test(NAME cli_bad_chunk_order COMMAND ${EXPECT_FAIL} "--chunk-order must be linear or quadratic, got 'cubic'"
+  ${RDMAHASH_BIN} bench --chunk-order cubic --records 10)
+add_test(NAME cli_chunk_order_quadratic_chunk_list COMMAND ${EXPECT_FAIL} "give one --chunk per run"
+  ${RDMAHASH_BIN} bench --chunk-order quadratic --chunk 8,16 --workload find-or-put --records 100)
+add_test(NAME cli_chunk_order_quadratic_read_size_model COMMAND ${EXPECT_FAIL} "--read-size model .*contiguous probing"
+  ${RDMAHASH_BIN} bench --chunk-order quadratic --read-size model --records 100)
+add_test(NAME cli_chunk_order_quadratic_cluster_hints COMMAND ${EXPECT_FAIL} "--read-size cluster .*contiguous probing"
+  ${RDMAHASH_BIN} bench --chunk-order quadratic --read-size 8,cluster --records 100)
+add_test(NAME cli_chunk_order_quadratic_heap COMMAND ${EXPECT_FAIL} "--chunk-order quadratic applies to set and inline slots"
+  ${RDMAHASH_BIN} bench --chunk-order quadratic --storage heap --value-bytes 8 --records 100)
+add_test(NAME cli_chunk_order_quadratic_other_scheme COMMAND ${EXPECT_FAIL} "--chunk-order quadratic applies to --scheme linear"
+  ${RDMAHASH_BIN} bench --scheme cuckoo --chunk-order quadratic --records 100)
+add_test(NAME cli_serve_chunk_order_quadratic_heap COMMAND ${EXPECT_FAIL} "--chunk-order quadratic applies to set and inline slots"
+  ${RDMAHASH_BIN} serve --chunk-order quadratic --chunk 16 --storage heap --value-bytes 8 --records 100 --load-factor 0.5
+  --listen 127.0.0.1:0)
+foreach(entry IN ITEMS "set|0" "inline|8")
+  string(REPLACE "|" ";" parts "${entry}")
+  list(GET parts 0 fmt)
+  list(GET parts 1 vb)
+  add_test(NAME bench_local_chunk_order_quadratic_${fmt} COMMAND python3 ${CHECK_JSON} --expect chunk_order=quadratic --
+    ${RDMAHASH_BIN} bench --fabric local --clients 2 --slot-format ${fmt} --value-bytes ${vb} --records 20000
+    --load-factor 0.7 --chunk 16 --chunk-order quadratic --workload find-or-put,mixed,get --repeat 2 --ops 1000)
+endforeach()

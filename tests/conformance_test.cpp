@@ -34,6 +34,7 @@
 #include "bench/workload.h"
 #include "rdmahash/engine.h"
 #include "rdmahash/fabric.h"
+#include "rdmahash/linear.h"
 #include "rdmahash/scheme.h"
 #include "rdmahash/table.h"
 #include "test_util.h"
@@ -56,6 +57,7 @@ struct Param {
   uint32_t sbuckets = 3;                // continuity
   uint32_t neighborhood = 8;            // hopscotch
   bool persistent = false;              // continuity, level: the table is a pmem file (one node)
+  const char* chunk_order = "linear";   // linear: linear | quadratic (chunks of 4 slots: linear.h, ChunkOrder)
 };
 
 void PrintTo(const Param& p, std::ostream* os) { *os << p.name; }
@@ -64,6 +66,11 @@ void PrintTo(const Param& p, std::ostream* os) { *os << p.name; }
 const Param kParams[] = {
     {.name = "linear_set", .scheme = "linear", .slot_format = "set", .value_bytes = 0},
     {.name = "linear_inline", .scheme = "linear", .slot_format = "inline", .value_bytes = 32},
+    {.name = "linear_set_quadratic", .scheme = "linear", .slot_format = "set", .value_bytes = 0, .chunk_order = "quadratic"},
+    {.name = "linear_inline_quadratic", .scheme = "linear", .slot_format = "inline", .value_bytes = 32,
+     .chunk_order = "quadratic"},
+    {.name = "linear_inline_k4_quadratic", .scheme = "linear", .slot_format = "inline", .key_bytes = 4, .value_bytes = 4,
+     .chunk_order = "quadratic"},
     {.name = "linear_inline_v120", .scheme = "linear", .slot_format = "inline", .value_bytes = 120},
     {.name = "linear_inline_k4", .scheme = "linear", .slot_format = "inline", .key_bytes = 4, .value_bytes = 4},
     {.name = "linear_inline_k4_v0", .scheme = "linear", .slot_format = "inline", .key_bytes = 4, .value_bytes = 0},
@@ -122,6 +129,11 @@ TableOptions options_of(const Param& p, const std::string& pm_path) {
   o.sbuckets = p.sbuckets;
   o.neighborhood = p.neighborhood;
   o.pm_path = pm_path;
+  o.chunk_order = parse_chunk_order(p.chunk_order).value();
+  if (o.chunk_order == ChunkOrder::kQuadratic) {
+    o.chunk = 4;         // more chunks per probe
+    o.tail_slots = 64;   // quadratic chunks use the whole ring: a 4096-slot tail would not fill in kFillCap inserts
+  }
   o.memory_nodes = p.persistent ? 1 : 2;
   o.records = 2 * kRecords;
   o.load_factor = kLoadFactor;

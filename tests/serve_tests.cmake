@@ -163,6 +163,13 @@ add_test(NAME serve_handshakes_and_loopback
   COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/serve_handshake_test.py $<TARGET_FILE:rdmahash_cli>)
 set_tests_properties(serve_handshakes_and_loopback PROPERTIES PASS_REGULAR_EXPRESSION "PASS" TIMEOUT 600 LABELS serve)
 
+# A served quadratic table (--chunk-order quadratic, linear.h ChunkOrder): its order and chunk size
+# reach --connect clients; a client's other --chunk or its own --chunk-order is refused.
+add_test(NAME serve_quadratic_table_spec
+  COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/serve_quadratic_test.py $<TARGET_FILE:rdmahash_cli>)
+set_tests_properties(serve_quadratic_table_spec PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
+  TIMEOUT 300 LABELS serve)
+
 # Bad input: a clear message, exit 2.
 set(EF ${CMAKE_CURRENT_SOURCE_DIR}/expect_fail.sh)
 add_test(NAME serve_connect_nobody COMMAND ${EF} "memory node 127.0.0.1:1 cannot be reached"

@@ -7,7 +7,9 @@
 // A shard's region is a 64-byte header (ShardHeader) followed by `S` home slots and `T` tail
 // (overflow) slots. Probe sequences run forward from the home slot and never wrap: a probe that
 // would run past the tail is `full` for inserts and a miss for lookups. So every probe is one
-// contiguous READ (seed 001 needed split reads at the wrap point; we do not).
+// contiguous READ (seed 001 needed split reads at the wrap point; we do not). That is the default,
+// linear chunk order; a table with quadratic chunks (ChunkOrder below) wraps modulo the shard's
+// home + tail slots instead.
 //
 // Slot formats
 //  * kSet (seed 001): one 64-bit word. 0 = empty, 1 = tombstone, (1<<63)|key = key present.
@@ -188,6 +190,12 @@
 //    (linear-insert-probe-bound); heap capacity (linear-heap-take-record-capacity)
 //  * chunk overlap: chunk i+1 lands in the other half of a double buffer
 //    (linear-insert-chunk-overlap-one-buffer)
+//  * quadratic chunks (ChunkOrder below; tests/mutants/linear_quad.json): get, locate and get_all
+//    walk the table's quadratic sequence (linear-quad-get-walks-linear-order,
+//    linear-quad-locate-walks-linear-order, linear-quad-get-all-walks-linear-order), as many chunks
+//    as an insert may claim in (linear-quad-lookup-stops-early), a chunk past the last slot goes on
+//    at slot 0 (linear-quad-no-wrap), the bulk loader follows the same sequence
+//    (linear-quad-loader-linear-order)
 //  * speculative claim: only the home slot is claimed before a scan (linear-spec-claim-not-home,
 //    linear-heap-spec-claim-not-home), and a lost speculative claim still scans the home slot for
 //    the key (linear-spec-lost-skips-home, linear-heap-spec-lost-skips-home)
@@ -248,6 +256,28 @@ namespace rdmahash {
 enum class SlotFormat : uint8_t { kSet = 0, kInline = 1, kHeap = 2, kHeap4 = 3 };
 const char* to_string(SlotFormat f);
 
+// The order in which a key's probe sequence visits chunks of C slots (issue 28 item 4; seed 003
+// "Hiding latency" argues for linear chunks against quadratic probing between chunks).
+//  * kLinear: chunk i is slots [h + C·i, h + C·i + C) — the contiguous probe above: it never
+//    wraps, and C is the client's (ProbeConfig::chunk; any client may read any chunk size).
+//  * kQuadratic: chunk i starts at h + C·i(i+1)/2 (triangular offsets: 0, C, 3C, 6C, ...), taken
+//    modulo the shard's slot count N = home + tail slots (the tail is just more slots of the ring;
+//    a chunk that runs past slot N-1 goes on at slot 0 and is READ as two pieces in one batch,
+//    the same round trip). The sequence depends on C, so C is the table's (LinearConfig::chunk)
+//    and every client's find_or_put chunk must equal it. A sequence has at most ⌈N/C⌉ chunks
+//    (LinearConfig::quad_chunks()): inserts claim only within min(M, ⌈N/C⌉) chunks and lookups
+//    (get, update, erase, get_all, find_or_put's lookup past M, the engine's get_visit) walk the
+//    same chunks in the same order, one READ per chunk (R does not apply: a lookup reads whole
+//    chunks), and stop at the first empty slot or after ⌈N/C⌉ chunks. Triangular offsets need not
+//    visit every chunk of the ring (they do when C divides N and N/C is a power of two), so a
+//    quadratic table may answer kFull with empty slots left; every acknowledged key is still found,
+//    because lookups walk every chunk an insert may claim in. The bulk loader places records along
+//    the same sequence. Set and inline slots only (heap tables throw InvalidArgument), and no read
+//    sizer (the read-size model and cluster hints assume a contiguous probe).
+enum class ChunkOrder : uint8_t { kLinear = 0, kQuadratic = 1 };
+const char* to_string(ChunkOrder o);
+std::optional<ChunkOrder> parse_chunk_order(std::string_view name);  // "linear", "quadratic"
+
 // Bounds of a linear shard: home and tail slots per memory node, and the bytes of its region
 // (slots and heap); validate() refuses a config beyond them (sizes are computed with checked
 // arithmetic, so a huge --tail-slots cannot wrap the region size).
@@ -267,6 +297,11 @@ struct LinearConfig {
   // heap: total_slots() + total_slots()/4 + 1024 (room for every slot, out-of-place updates and
   // the private blocks clients hold).
   uint64_t heap_records = 0;
+  // The order of a key's chunks (ChunkOrder above) and, for kQuadratic, their size C: a property of
+  // the table, so that every client walks the same sequence (a quadratic client's
+  // ProbeConfig::chunk must be this C). Ignored for kLinear.
+  ChunkOrder chunk_order = ChunkOrder::kLinear;
+  uint32_t chunk = 8;
 
   // Home slots for `records` at `load_factor` (records / all home slots), split over the nodes.
   static LinearConfig for_records(uint64_t records, double load_factor, uint32_t memory_nodes);
@@ -280,6 +315,14 @@ struct LinearConfig {
   uint32_t record_bytes() const;   // bytes of one record (an inline slot, or a heap record)
   uint64_t heap_capacity() const;  // records per node's heap (0 unless heap())
   uint64_t heap_offset() const;    // byte offset of the HeapHeader in a shard region
+  bool quadratic() const { return chunk_order == ChunkOrder::kQuadratic; }
+  // kQuadratic: the chunks of a probe sequence, ⌈N/C⌉ (N = total_slots()).
+  uint64_t quad_chunks() const { return (total_slots() + chunk - 1) / chunk; }
+  // kQuadratic: the first slot of chunk i+1, given chunk i's first slot `start` (chunk 0 starts at
+  // the home slot): start + C·(i+1) mod N, so chunk i starts at home + C·i(i+1)/2 mod N.
+  uint64_t quad_next(uint64_t start, uint64_t i) const {
+    return (start + (static_cast<uint64_t>(chunk) * (i + 1)) % total_slots()) % total_slots();
+  }
 };
 
 // Chooses how many slots each lookup READ fetches (seed 000 §3–4). One per client: not
@@ -502,6 +545,13 @@ class LinearClient final : public KvClient {
   uint32_t read_slots(uint32_t node, uint64_t slot) const;
   void observe_clusters(uint32_t node, uint64_t start, const std::byte* slots, uint64_t n, uint64_t& run_start) const;
   Task<OpResult> insert(uint64_t key, std::span<const std::byte> value);
+  // kQuadratic tables (ChunkOrder above): the lookup, get_all and insert walking quadratic chunks.
+  template <class Sink>
+  Task<typename Sink::Ret> quad_lookup(uint64_t key, Sink sink);
+  Task<OpResult> quad_get_all(uint64_t key, std::vector<std::byte>* values_out);
+  Task<OpResult> quad_insert(uint64_t key, std::span<const std::byte> value);
+  // Posts the READ of quadratic chunk [start, start + C) mod N into `dst` (two READs when it wraps).
+  std::pair<Pending, std::optional<Pending>> quad_read(uint32_t node, uint64_t start, std::byte* dst);
   // Out-of-band records (kHeap, kHeap4).
   RemoteAddr record_addr(uint32_t node, uint64_t index) const;
   bool record_matches(const std::byte* rec, uint64_t key, const LinearPlacement& p) const;

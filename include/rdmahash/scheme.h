@@ -42,6 +42,7 @@ namespace rdmahash {
 
 class ClientLossHandler;  // rdmahash/ucx_service.h
 enum class SpeculativeClaim : uint8_t;  // rdmahash/linear.h: kOff, kOn, kAuto
+enum class ChunkOrder : uint8_t;        // rdmahash/linear.h: kLinear, kQuadratic
 
 enum class SchemeId : uint8_t { kLinear, kCuckoo, kRace, kContinuity, kLevel, kHopscotch, kCluster };
 
@@ -97,6 +98,7 @@ struct TableOptions {
   uint32_t chunk = 8;
   uint32_t max_chunks = 128;
   SpeculativeClaim speculative_claim = static_cast<SpeculativeClaim>(2);  // linear.h; 2: kAuto
+  ChunkOrder chunk_order = static_cast<ChunkOrder>(0);  // linear.h; 0: kLinear (kQuadratic: `chunk` is the table's)
   std::optional<model::CostParams> cost_params;  // read-size model (rdmahash calibrate); empty: seed 000's
   // cuckoo
   uint32_t slots_per_bucket = 4;

@@ -104,6 +104,8 @@ std::string apply_option_text(const OptionText& t, BenchOptions& o) {
   else if (t.memory_limit == "4k") r.memory_limit = BenchOptions::MemoryProbe::k4k;
   else if (t.memory_limit == "thp") r.memory_limit = BenchOptions::MemoryProbe::kThp;
   else return "--memory-limit must be off, 4k or thp, got '" + t.memory_limit + "'";
+  if (auto v = parse_chunk_order(t.chunk_order)) r.chunk_order = *v;
+  else return "--chunk-order must be linear or quadratic, got '" + t.chunk_order + "'";
   if (auto v = parse_speculative_claim(t.speculative_claim)) r.speculative_claim = *v;
   else return "--speculative-claim must be on, off or auto, got '" + t.speculative_claim + "'";
   if (const int64_t d = added_sbuckets_pairs(t.added_sbuckets); d >= 0) r.added_sbucket_pairs = static_cast<uint32_t>(d);
@@ -163,6 +165,7 @@ TableOptions table_options(const BenchOptions& o, double load_factor) {
   t.chunk = o.chunks.empty() ? 8 : o.chunks.front();
   t.max_chunks = o.max_chunks;
   t.speculative_claim = o.speculative_claim;
+  t.chunk_order = o.chunk_order;
   t.cost_params = o.cost_params;
   t.slots_per_bucket = o.slots_per_bucket;
   t.cuckoo_lookup = o.cuckoo_probe;
@@ -190,6 +193,17 @@ std::string BenchOptions::error() const {
   if (chunks.empty()) return "--chunk needs at least one value";
   for (uint32_t c : chunks)
     if (c == 0 || c > 65536) return "--chunk must be in [1, 65536]";
+  if (chunk_order == ChunkOrder::kQuadratic) {
+    if (scheme != SchemeId::kLinear)
+      return "--chunk-order quadratic applies to --scheme linear, not " + std::string(scheme_of(*this).name);
+    if (chunks.size() > 1)
+      return "--chunk-order quadratic: the chunk size is part of the table's probe sequence, so one table has one: "
+             "give one --chunk per run (got " + std::to_string(chunks.size()) + ")";
+    for (const auto& r : read_sizes)
+      if (r.kind != ReadSizeSpec::Kind::kFixed)
+        return "--chunk-order quadratic: --read-size " + r.text() + " (the read-size model, cluster hints) assumes "
+               "contiguous probing; quadratic lookups read whole chunks";
+  }
   // Every limit of the table, each in one place (the registry: rdmahash/scheme.h), at every load factor.
   for (double f : load_factors)
     if (std::string e = check_table_options(table_options(*this, f)); !e.empty()) return flag_error(e);
@@ -277,6 +291,8 @@ std::string table_spec(const BenchOptions& o) {
   add("zipf_theta", double_text(o.zipf_theta));
   add("table_writes", std::to_string(o.table_writes));
   add("table_capacity", std::to_string(o.table_capacity));
+  add("chunk_order", to_string(o.chunk_order));
+  add("chunk", std::to_string(o.chunks.empty() ? 8 : o.chunks.front()));  // quadratic: the table's probe sequence
   return s;
 }
 
@@ -337,9 +353,19 @@ void apply_table_spec(BenchOptions& o, const std::string& spec) {
     else if (k == "zipf_theta") o.zipf_theta = dbl();
     else if (k == "table_writes") o.table_writes = u64();
     else if (k == "table_capacity") o.table_capacity = u64();
+    else if (k == "chunk_order") o.chunk_order = word(parse_chunk_order(v));
+    else if (k == "chunk") o.served_chunk = u32();
     else throw InvalidArgument("table spec from the memory node: unknown option '" + k + "' (a newer server?)");
   }
-  if (seen != 20) throw InvalidArgument("table spec from the memory node: " + std::to_string(seen) + " of 20 options");
+  if (seen != 22) throw InvalidArgument("table spec from the memory node: " + std::to_string(seen) + " of 22 options");
+  // A quadratic table's chunk size is its probe sequence's: the client takes it (or must have given it).
+  if (o.chunk_order == ChunkOrder::kQuadratic) {
+    if (!o.chunk_given) o.chunks = {o.served_chunk};
+    else if (o.chunks.size() != 1 || o.chunks.front() != o.served_chunk)
+      throw InvalidArgument("--chunk: the served table probes quadratic chunks of " + std::to_string(o.served_chunk) +
+                            " slots (--chunk-order quadratic is the table's): give --chunk " +
+                            std::to_string(o.served_chunk) + " or drop it");
+  }
 }
 
 int64_t added_sbuckets_pairs(const std::string& spec) {
@@ -357,7 +383,7 @@ const std::vector<std::string>& table_option_names() {
   static const std::vector<std::string> names{
       "--scheme",      "--sbuckets",      "--max-resizes", "--added-sbuckets", "--resize-pace", "--pm-path",   "--slot-format", "--storage",   "--slots-per-bucket", "--neighborhood",
       "--memory-nodes", "--records",      "--load-factor", "--key-bytes", "--value-bytes", "--initial-depth",
-      "--race-groups", "--tail-slots",    "--seed",      "--distribution"};
+      "--race-groups", "--tail-slots",    "--seed",      "--distribution", "--chunk-order"};
   return names;
 }
 

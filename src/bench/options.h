@@ -81,6 +81,9 @@ struct BenchOptions {
   // report it (memory_limit_ops_per_s). Off by default: it maps a second region of the table's size.
   enum class MemoryProbe : uint8_t { kOff, k4k, kThp };
   MemoryProbe memory_limit = MemoryProbe::kOff;
+  ChunkOrder chunk_order = ChunkOrder::kLinear;  // linear: the table's chunk order (linear.h); quadratic: --chunk is the table's
+  uint32_t served_chunk = 0;  // --connect: the served table's chunk size (table spec)
+  bool chunk_given = false;   // --chunk was on the command line (--connect: checked against a quadratic table's)
   SpeculativeClaim speculative_claim = SpeculativeClaim::kAuto;  // linear find-or-put: claim the home slot with chunk 0's READ (linear.h)
   std::vector<ReadSizeSpec> read_sizes{ReadSizeSpec{}};  // lookup read sizes (a list sweeps)
   uint32_t clusters = 1000;            // clusters tracked per client (--read-size cluster)
@@ -138,7 +141,7 @@ struct BenchOptions {
 struct OptionText {
   std::string fabric = "local", scheme = "linear", slot_format = "auto", storage = "inline", cuckoo_probe = "parallel",
               race_dir_cache = "on", direct_access = "on", serve_mode = "auto", client_wait = "auto",
-              read_coalescing = "auto", speculative_claim = "auto", added_sbuckets = "0", memory_limit = "off";
+              read_coalescing = "auto", speculative_claim = "auto", chunk_order = "linear", added_sbuckets = "0", memory_limit = "off";
 };
 // Parses `t` into `o`'s typed fields: "" or a message naming the bad option (nothing set then).
 std::string apply_option_text(const OptionText& t, BenchOptions& o);

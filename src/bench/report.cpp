@@ -178,6 +178,7 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   j["chunk"] = p.chunk;
   j["max_chunks"] = o.max_chunks;
   j["speculative_claim"] = to_string(o.speculative_claim);
+  j["chunk_order"] = to_string(o.chunk_order);
   j["read_size"] = t.read_size ? t.read_size : p.read_size;
   j["read_size_policy"] = p.read_size_policy;
   j["clusters"] = o.clusters;

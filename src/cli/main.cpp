@@ -99,6 +99,10 @@ void add_table_options(CLI::App& cmd, BenchOptions& o, OptionText& text, std::st
       ->capture_default_str();
   cmd.add_option("--distribution", distribution, "loaded keys and lookups: uniform, or zipf:THETA (a multimap)")
       ->capture_default_str();
+  cmd.add_option("--chunk-order", text.chunk_order,
+                 "linear tables: the order of a key's chunks, linear (contiguous) or quadratic (chunk i at home + "
+                 "C·i(i+1)/2, modulo the shard; the table's property: one --chunk, fixed --read-size; linear.h)")
+      ->capture_default_str();
   cmd.add_option("--tail-slots", o.tail_slots, "linear: overflow slots per shard, at most 2^36 (0: max(4096, S/32))")
       ->capture_default_str();
   cmd.add_option("--seed", o.seed,
@@ -331,6 +335,9 @@ int main(int argc, char** argv) {
                     "shared secret clients must prove they hold (challenge-response; never sent); created with mode "
                     "0600 if missing; required when --listen is not a loopback address (see docs/security.md)");
   add_serve_wait_options(*serve, serve_opts, serve_text);
+  serve->add_option("--chunk", serve_opts.chunks,
+                    "--chunk-order quadratic: the chunk size C of the table's probe sequence (clients take it)")
+      ->capture_default_str();
   serve->add_option("--node", serve_cfg.node, "this server is memory node N of --memory-nodes")->capture_default_str();
   serve->add_option("--capacity", serve_cfg.capacity,
                     "records the table may come to hold, --records..2^34 (sizes race's directory, linear heaps and level's "
@@ -402,6 +409,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rdmahash bench: error: %s\n", e.what());
     return 2;
   }
+  opts.chunk_given = bench->count("--chunk") > 0;
   if (auto err = opts.error(); !err.empty()) {
     std::fprintf(stderr, "rdmahash bench: error: %s\n", err.c_str());
     return 2;

@@ -39,6 +39,8 @@ class LinearTable final : public SchemeTable {
       cfg_.heap_records = static_cast<uint64_t>(per_node * 1.05) + 1024;
     }
     cfg_.hash_seed = hash::mix64(o.seed ^ 0x7AB1E5EEDULL);
+    cfg_.chunk_order = o.chunk_order;
+    cfg_.chunk = o.chunk;  // kQuadratic: the chunks of the table's probe sequence (linear.h, ChunkOrder)
     cfg_.validate();
     probe_.chunk = o.chunk;
     probe_.max_chunks = o.max_chunks;
@@ -93,13 +95,20 @@ class LinearTable final : public SchemeTable {
     const ReadSizeSpec& spec = c.read_size;
     ProbeConfig p = probe_;
     if (c.chunk) {  // a point of a --chunk sweep: the client's own chunk size (the table is the same)
+      if (cfg_.quadratic() && c.chunk != cfg_.chunk)
+        throw InvalidArgument("--chunk-order quadratic: the table's chunks are " + std::to_string(cfg_.chunk) +
+                              " slots, a client cannot probe chunks of " + std::to_string(c.chunk));
       p.chunk = c.chunk;
       p.validate();
     }
     if (spec.kind == ReadSizeSpec::Kind::kFixed) {
       p.read_size = spec.slots;
-      return {std::make_unique<LinearClient>(cfg_, p, engine), p.read_size};
+      // Quadratic tables read whole chunks in lookups too (linear.h, ChunkOrder): that is the read size.
+      return {std::make_unique<LinearClient>(cfg_, p, engine), cfg_.quadratic() ? cfg_.chunk : p.read_size};
     }
+    if (cfg_.quadratic())
+      throw InvalidArgument("--read-size " + spec.text() + ": the read-size model and cluster hints assume contiguous "
+                            "probing; quadratic tables read whole chunks (use a fixed read size)");
     if (cfg_.format == SlotFormat::kHeap4)
       throw InvalidArgument("--read-size " + spec.text() + ": the read-size model assumes one record per slot; "
                             "use a fixed read size with --storage heap4");
@@ -126,7 +135,8 @@ class LinearTable final : public SchemeTable {
   }
 
   std::string describe() const override {
-    return std::string("linear/") + to_string(cfg_.format) + " slot=" + std::to_string(cfg_.slot_bytes()) + "B";
+    return std::string("linear/") + to_string(cfg_.format) + " slot=" + std::to_string(cfg_.slot_bytes()) + "B" +
+           (cfg_.quadratic() ? " chunks=quadratic/" + std::to_string(cfg_.chunk) : std::string());
   }
 
  private:
@@ -141,6 +151,8 @@ std::string check_linear(const TableOptions& o) {
   if (o.storage != Storage::kInline && o.slot_format == SlotFormatChoice::kSet)
     return std::string("{slot_format} set holds keys in the slots: it cannot be combined with {storage} ") +
            to_string(o.storage);
+  if (o.chunk_order == ChunkOrder::kQuadratic && o.storage != Storage::kInline)
+    return std::string("{chunk_order} quadratic applies to set and inline slots, not {storage} ") + to_string(o.storage);
   return {};
 }
 

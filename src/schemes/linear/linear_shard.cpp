@@ -74,6 +74,16 @@ std::string linear_config_error(const LinearConfig& c) {
     return "heap records per node must be below 2^46";
   if (c.format == SlotFormat::kHeap4 && (c.heap_capacity() / 4 >= 0xffffffffULL || c.heap_capacity() % 4))
     return "heap4 heaps hold a multiple of 4 records, fewer than 2^34";
+  if (c.chunk_order != ChunkOrder::kLinear && c.chunk_order != ChunkOrder::kQuadratic)
+    return "unknown chunk order " + std::to_string(static_cast<int>(c.chunk_order));
+  if (c.quadratic()) {
+    if (c.format != SlotFormat::kSet && c.format != SlotFormat::kInline)
+      return std::string("quadratic chunks apply to set and inline slots, not ") + to_string(c.format) + " tables";
+    if (c.chunk == 0 || c.chunk > 65536) return "the quadratic chunk size must be in [1, 65536], got " + std::to_string(c.chunk);
+    if (c.chunk > c.home_slots + c.tail())
+      return "the quadratic chunk size " + std::to_string(c.chunk) + " exceeds the shard's " +
+             std::to_string(c.home_slots + c.tail()) + " slots";
+  }
   // The region's size by checked arithmetic: a tail of 2^61 slots wrapped it, and the loader wrote
   // past the end of the small region it got.
   if (!checked_region_bytes(c)) return "a shard (slots and heap) would exceed 2^44 bytes";
@@ -139,6 +149,14 @@ const char* to_string(SpeculativeClaim s) {
     case SpeculativeClaim::kAuto: return "auto";
   }
   return "?";
+}
+
+const char* to_string(ChunkOrder o) { return o == ChunkOrder::kQuadratic ? "quadratic" : "linear"; }
+
+std::optional<ChunkOrder> parse_chunk_order(std::string_view name) {
+  if (name == "linear") return ChunkOrder::kLinear;
+  if (name == "quadratic") return ChunkOrder::kQuadratic;
+  return std::nullopt;
 }
 
 std::optional<SpeculativeClaim> parse_speculative_claim(std::string_view name) {
@@ -219,7 +237,19 @@ bool LinearShardLoader::insert(uint64_t key, std::span<const std::byte> value) {
   std::byte* slots = region_.data() + kHeaderBytes;
   const uint64_t total = cfg_.total_slots();
   uint64_t s = p.home;
-  if (cfg_.format == SlotFormat::kHeap4) {
+  if (cfg_.quadratic()) {  // the first empty slot in quadratic chunk order (linear.h, ChunkOrder)
+    s = total;
+    uint64_t start = p.home;
+    for (uint64_t i = 0; i < cfg_.quad_chunks() && s == total; start = cfg_.quad_next(start, i), ++i)
+      for (uint64_t j = 0; j < cfg_.chunk; ++j)
+        if (load64(slots + ((start + j) % total) * sb) == 0) {
+          s = (start + j) % total;
+          break;
+        }
+    if (s == total)
+      throw InvalidArgument("shard " + std::to_string(node_) + ": the key's " + std::to_string(cfg_.quad_chunks()) +
+                            " quadratic chunks are full: use a lower load factor or more tail slots");
+  } else if (cfg_.format == SlotFormat::kHeap4) {
     while (s < total && !bucket_has_free_way(load64(slots + s * sb))) ++s;
   } else {
     while (s < total && load64(slots + s * sb) != 0) ++s;

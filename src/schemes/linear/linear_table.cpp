@@ -15,6 +15,12 @@ LinearClient::LinearClient(const LinearConfig& cfg, const ProbeConfig& probe, En
   cfg_.validate();
   probe_.validate();
   if (cfg_.heap()) spare_.resize(cfg_.memory_nodes);
+  if (cfg_.quadratic() && probe_.chunk != cfg_.chunk)
+    throw InvalidArgument("the table probes quadratic chunks of " + std::to_string(cfg_.chunk) +
+                          " slots: a client's chunk size must be the table's, got " + std::to_string(probe_.chunk));
+  if (cfg_.quadratic() && probe_.read_sizer)
+    throw InvalidArgument("quadratic chunks: lookups read whole chunks, a read sizer (the read-size model, cluster "
+                          "hints) assumes a contiguous probe");
 }
 
 void LinearClient::validate_key(uint64_t key) const {
@@ -148,6 +154,7 @@ Task<OpResult> LinearClient::get_all(uint64_t key, std::vector<std::byte>* value
     r.status = r.matches ? Status::kFound : Status::kNotFound;
     co_return r;
   }
+  if (cfg_.quadratic()) co_return co_await quad_get_all(key, values_out);
   const uint64_t total = cfg_.total_slots();
   const InlineLayout l(cfg_);
   const bool set = cfg_.format == SlotFormat::kSet;
@@ -244,14 +251,17 @@ struct LinearClient::LocateSink {  // locate(): the key's slot and ctrl word; th
 };
 
 Task<LinearClient::Located> LinearClient::locate(uint64_t key, uint32_t& reads) {
+  if (cfg_.quadratic()) return quad_lookup(key, LocateSink{&reads});
   return lookup(key, LocateSink{&reads});  // not a coroutine itself: the lookup's frame is the only one
 }
 
 Task<OpResult> LinearClient::get(uint64_t key, std::span<std::byte> value_out) {
+  if (cfg_.quadratic()) return quad_lookup(key, CopySink{value_out});
   return lookup(key, CopySink{value_out});  // not a coroutine itself: get's frame is lookup's
 }
 
 Task<void> LinearClient::get_visit(uint64_t key, uint32_t value_bytes, GetVisitor& v) {
+  if (cfg_.quadratic()) return quad_lookup(key, VisitSink{&v, value_bytes});
   return lookup(key, VisitSink{&v, value_bytes});
 }
 
@@ -345,6 +355,7 @@ Task<OpResult> LinearClient::find_or_put(uint64_t key, std::span<const std::byte
 // Seed 001 find-or-put: chunks of C slots, at most M chunks; chunk i+1 is posted before chunk i is
 // scanned, so its round trip overlaps the scan (and usually shares a batch with chunk i).
 Task<OpResult> LinearClient::insert(uint64_t key, std::span<const std::byte> value) {
+  if (cfg_.quadratic()) co_return co_await quad_insert(key, value);
   OpResult r;
   const LinearPlacement p = linear_place(cfg_, key);
   const uint64_t total = cfg_.total_slots();
@@ -537,6 +548,215 @@ Task<OpResult> LinearClient::erase(uint64_t key) {
       co_return r;
     }
   }
+}
+
+// --- quadratic chunks (linear.h, ChunkOrder) ----------------------------------------------------
+// The same protocol as above, over the table's quadratic chunk sequence: chunk i of a key with home
+// h is slots [h + C·i(i+1)/2, ... + C) mod N. Every slot a scan looks at is (start + j) mod N.
+// Safety mechanisms, each removed by a mutant of tests/mutants/linear_quad.json that the tests kill:
+// get, locate (update, erase, find_or_put past M) and get_all walk the quadratic sequence
+// (linear-quad-get-walks-linear-order, linear-quad-locate-walks-linear-order,
+// linear-quad-get-all-walks-linear-order), as many chunks as an insert may claim in
+// (linear-quad-lookup-stops-early), a chunk past the last slot goes on at slot 0
+// (linear-quad-no-wrap), and the bulk loader follows the same sequence (linear-quad-loader-linear-order).
+
+std::pair<Pending, std::optional<Pending>> LinearClient::quad_read(uint32_t node, uint64_t start, std::byte* dst) {
+  const uint64_t total = cfg_.total_slots();
+  const uint64_t first = std::min<uint64_t>(cfg_.chunk, total - start);
+  Pending a = engine_.read(slot_addr(node, start), dst, static_cast<uint32_t>(first * slot_bytes_));
+  if (first == cfg_.chunk) return {std::move(a), std::nullopt};
+  // The chunk runs past the last slot: its rest is at slot 0 (same batch, same round trip).
+  return {std::move(a), std::optional<Pending>(engine_.read(slot_addr(node, 0), dst + first * slot_bytes_,
+                                                            static_cast<uint32_t>((cfg_.chunk - first) * slot_bytes_)))};
+}
+
+template <class Sink>
+Task<typename Sink::Ret> LinearClient::quad_lookup(uint64_t key, Sink sink) {
+  validate_key(key);
+  sink.check(cfg_.value_bytes);
+  OpResult r;
+  const LinearPlacement p = linear_place(cfg_, key);
+  const InlineLayout l(cfg_);
+  const uint64_t total = cfg_.total_slots();
+  const uint64_t C = cfg_.chunk;
+  const uint64_t chunks = cfg_.quad_chunks();
+  Scratch buf(C * slot_bytes_);
+  std::vector<std::byte> one;
+  uint64_t start = p.home;
+  for (uint64_t i = 0; i < chunks; start = cfg_.quad_next(start, i), ++i) {
+    {
+      auto rd = quad_read(p.node, start, buf.data());
+      co_await std::move(rd.first);
+      if (rd.second) co_await std::move(*rd.second);
+    }
+    ++r.chunks;
+    for (uint64_t j = 0;; ++j) {
+      const Probe found = scan(key, p, buf.data(), C, j);
+      if (found == Probe::kMore) break;
+      if (found == Probe::kMiss) co_return sink.copied(key, r, {});
+      const uint64_t slot = (start + j) % total;
+      const std::byte* sl = buf.data() + j * slot_bytes_;
+      if (found == Probe::kUnstable) {  // locked or torn: re-read it until stable (or erased)
+        one.resize(slot_bytes_);
+        if (!co_await read_stable(p.node, slot, one.data())) continue;
+        sl = one.data();
+        if (cfg_.key_bytes == 8 && load64(sl + l.key_off) != key) continue;
+      }
+      r.status = Status::kFound;
+      r.matches = 1;
+      co_return sink.hit(key, r,
+                         cfg_.value_bytes ? std::span<const std::byte>(sl + l.val_off, cfg_.value_bytes)
+                                          : std::span<const std::byte>(),
+                         Located{true, slot, load64(sl)});
+    }
+  }
+  co_return sink.copied(key, r, {});
+}
+
+Task<OpResult> LinearClient::quad_get_all(uint64_t key, std::vector<std::byte>* values_out) {
+  OpResult r;
+  const LinearPlacement p = linear_place(cfg_, key);
+  const uint64_t total = cfg_.total_slots();
+  const uint64_t C = cfg_.chunk;
+  const InlineLayout l(cfg_);
+  const bool set = cfg_.format == SlotFormat::kSet;
+  std::vector<std::byte> buf(C * slot_bytes_), one(slot_bytes_);
+  // Chunks wrapped modulo N may overlap an earlier chunk of the sequence: a slot is counted once.
+  std::vector<uint64_t> counted;
+  auto first_time = [&](uint64_t slot) {
+    if (std::find(counted.begin(), counted.end(), slot) != counted.end()) return false;
+    counted.push_back(slot);
+    return true;
+  };
+  uint64_t start = p.home;
+  for (uint64_t i = 0; i < cfg_.quad_chunks(); start = cfg_.quad_next(start, i), ++i) {
+    {
+      auto rd = quad_read(p.node, start, buf.data());
+      co_await std::move(rd.first);
+      if (rd.second) co_await std::move(*rd.second);
+    }
+    ++r.chunks;
+    for (uint64_t j = 0; j < C; ++j) {
+      const std::byte* sl = buf.data() + j * slot_bytes_;
+      const uint64_t w = load64(sl);
+      if (w == 0) {  // the first empty slot in chunk order ends the scan
+        r.status = r.matches ? Status::kFound : Status::kNotFound;
+        co_return r;
+      }
+      if (set) {
+        r.matches += w == (kOcc | key) && first_time((start + j) % total);
+        continue;
+      }
+      if ((w & kDel) || static_cast<uint32_t>(w) != p.kbits) continue;
+      if ((w & kLock) || !inline_consistent(cfg_, l, sl)) {
+        if (!co_await read_stable(p.node, (start + j) % total, one.data())) continue;
+        sl = one.data();
+      }
+      if (cfg_.key_bytes == 8 && load64(sl + l.key_off) != key) continue;
+      if (!first_time((start + j) % total)) continue;
+      ++r.matches;
+      if (values_out) values_out->insert(values_out->end(), sl + l.val_off, sl + l.val_off + cfg_.value_bytes);
+    }
+  }
+  r.status = r.matches ? Status::kFound : Status::kNotFound;
+  co_return r;
+}
+
+// insert() over quadratic chunks: the same claims, speculation and double buffer (chunk i+1 posted
+// before chunk i is scanned), at most min(M, ⌈N/C⌉) chunks.
+Task<OpResult> LinearClient::quad_insert(uint64_t key, std::span<const std::byte> value) {
+  OpResult r;
+  const LinearPlacement p = linear_place(cfg_, key);
+  const uint64_t total = cfg_.total_slots();
+  const uint32_t C = cfg_.chunk;
+  const uint64_t M = std::min<uint64_t>(probe_.max_chunks, cfg_.quad_chunks());
+  const bool set = cfg_.format == SlotFormat::kSet;
+  const InlineLayout l(cfg_);
+  const size_t chunk_bytes = static_cast<size_t>(C) * slot_bytes_;
+  Scratch bufs(2 * chunk_bytes);
+  Scratch one(slot_bytes_);
+  using Read = std::pair<Pending, std::optional<Pending>>;
+  auto post = [&](uint64_t i, uint64_t start) { return quad_read(p.node, start, bufs.data() + (i % 2) * chunk_bytes); };
+  auto is_mine = [&](uint64_t w, uint64_t slot, const std::byte* bytes) -> Task<bool> {
+    if (set) co_return w == (kOcc | key);
+    if ((w & kDel) || static_cast<uint32_t>(w) != p.kbits) co_return false;
+    if (cfg_.key_bytes == 4) {
+      if (!(w & kLock) || version_of(w) != 0) co_return true;
+      co_return co_await read_stable(p.node, slot, one.data());
+    }
+    if (!bytes || (w & kLock) || !inline_consistent(cfg_, l, bytes)) {
+      if (!co_await read_stable(p.node, slot, one.data())) co_return false;
+      bytes = one.data();
+    }
+    co_return load64(bytes + l.key_off) == key;
+  };
+  const bool one_word = slot_bytes_ == 8;
+  const uint64_t claim = set ? (kOcc | key) : one_word ? make_ctrl(1, p.kbits) : (kOcc | kLock | p.kbits);
+  auto publish_claim = [&](uint64_t slot) -> Task<void> {
+    if (one_word) co_return;
+    const uint64_t lock = lock_taken();
+    maybe_die_holding_lock(lock, false);
+    std::memset(one.data(), 0, one.size());
+    build_payload(cfg_, l, key, 1, value, one.data());
+    store64(one.data(), make_ctrl(1, p.kbits));
+    co_await publish(slot_addr(p.node, slot), one.data(), lock);
+  };
+
+  std::optional<Read> cur;
+  cur.emplace(post(0, p.home));
+  const bool speculate = speculating();
+  if (speculate && co_await engine_.cas(slot_addr(p.node, p.home), 0, claim) == 0) {
+    ++r.chunks;
+    note_claim(0);
+    co_await publish_claim(p.home);
+    r.status = Status::kInserted;
+    co_return r;
+  }
+  uint64_t start = p.home;
+  for (uint64_t i = 0; i < M; ++i) {
+    const bool more = i + 1 < M;
+    const uint64_t next_start = cfg_.quad_next(start, i);
+    const bool overlap = !(speculate && i == 0);
+    std::optional<Read> next;
+    if (overlap && more) next.emplace(post(i + 1, next_start));
+    co_await std::move(cur->first);
+    if (cur->second) co_await std::move(*cur->second);
+    cur.reset();
+    ++r.chunks;
+    const std::byte* chunk = bufs.data() + (i % 2) * chunk_bytes;
+    for (uint64_t j = 0; j < C; ++j) {
+      const std::byte* sl = chunk + j * slot_bytes_;
+      const uint64_t slot = (start + j) % total;
+      uint64_t w = load64(sl);
+      if (w == 0) {
+        const uint64_t old = co_await engine_.cas(slot_addr(p.node, slot), 0, claim);
+        if (old == 0) {
+          note_claim(i * C + j);
+          co_await publish_claim(slot);
+          r.status = Status::kInserted;
+          co_return r;
+        }
+        w = old;  // someone else claimed it first: re-check the winner
+        if (co_await is_mine(w, slot, nullptr)) { r.status = Status::kFound; r.matches = 1; co_return r; }
+        continue;
+      }
+      const bool may_be_mine = set ? w == (kOcc | key) : !(w & kDel) && static_cast<uint32_t>(w) == p.kbits;
+      if (may_be_mine && co_await is_mine(w, slot, sl)) { r.status = Status::kFound; r.matches = 1; co_return r; }
+    }
+    if (!overlap && more) next.emplace(post(i + 1, next_start));
+    if (!next) break;
+    cur.emplace(std::move(*next));
+    start = next_start;
+  }
+  // M chunks held neither the key nor an empty slot: answer as get would (a client with a larger M
+  // may have put the key further along the sequence), kFull only for an absent key.
+  if ((co_await locate(key, r.chunks)).found) {
+    r.status = Status::kFound;
+    r.matches = 1;
+    co_return r;
+  }
+  r.status = Status::kFull;
+  co_return r;
 }
 
 }  // namespace rdmahash
