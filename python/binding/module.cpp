@@ -25,6 +25,10 @@
 #include <rdmahash/scheme.h>
 #include <rdmahash/table.h>
 #include <rdmahash/ucx_fabric.h>
+#include <rdmahash/ucx_service.h>
+
+#include "bench/driver.h"   // kConnectClientIds: the id space of --connect clients
+#include "bench/options.h"  // apply_table_spec / table_options: the served table's options, as bench --connect reads them
 
 #include <algorithm>
 #include <chrono>
@@ -245,6 +249,40 @@ class Table {
       registered = true;
       py::module_::import("atexit").attr("register")(py::cpp_function(&Table::close_all_mpi));
     }
+    return t;
+  }
+
+  // A client of running `rdmahash serve` memory nodes 0..K-1 (bench --connect's path): the table
+  // is theirs (scheme, geometry, loaded records); this process only connects.
+  static std::unique_ptr<Table> connect(const std::vector<std::string>& addresses, const std::string& token_file, uint32_t depth) {
+    if (addresses.empty()) throw py::value_error("addresses: give at least one host:port (memory node 0 first)");
+    auto t = std::unique_ptr<Table>(new Table);
+    t->set_depth(depth);
+    py::gil_scoped_release nogil;
+    std::string token;
+    if (!token_file.empty()) {
+      try {
+        token = load_token_file(token_file, false);
+      } catch (const std::invalid_argument& e) {
+        throw InvalidArgument(std::string("token_file: ") + e.what());
+      }
+    }
+    UcxConnection conn = connect_ucx_servers(addresses, token);
+    bench::BenchOptions o;
+    bench::apply_table_spec(o, conn.table_spec);
+    o.workloads = {bench::Workload::kGet};  // as `rdmahash serve` built it (run_serve)
+    t->options_ = bench::table_options(o, o.load_factors.at(0));
+    t->table_ = make_table(t->options_);
+    if (t->table_->region_bytes() != conn.fabric->region_bytes(0))
+      throw FabricError("the table of memory node 0 has a region of " + std::to_string(conn.fabric->region_bytes(0)) +
+                        " bytes, but its table spec gives " + std::to_string(t->table_->region_bytes()) +
+                        ": this module and the server are different builds");
+    if (rdmahash::caps(t->options_.scheme).client_ids && conn.client_id >= bench::kConnectClientIds)
+      throw InvalidArgument(std::string(rdmahash::scheme(t->options_.scheme).name) + ": memory node 0 has given out " +
+                            std::to_string(conn.client_id) + " client ids; the scheme needs ids below " +
+                            std::to_string(bench::kConnectClientIds) + ": restart the servers");
+    t->fabric_ = std::move(conn.fabric);
+    t->open_client(conn.client_id % bench::kConnectClientIds);
     return t;
   }
 
@@ -651,6 +689,9 @@ PYBIND11_MODULE(rdmahash, m) {
         py::arg("load_factor") = 0.5, py::arg("memory_nodes") = 1, py::arg("depth") = 16,
         "An in-process table (LocalFabric): `memory_nodes` regions in this process, one client. "
         "capacity: keys it may hold; other keyword arguments are TableOptions fields (chunk, storage, ...).");
+  m.def("connect_table", &Table::connect, py::arg("addresses"), py::arg("token_file") = "", py::arg("depth") = 16,
+        "A client of running `rdmahash serve` memory nodes (host:port each, memory node 0 first), as `rdmahash bench "
+        "--connect`: the servers' table (scheme, value size, loaded records) is used as they built it.");
   m.def("mpi_table", &Table::mpi, py::arg("comm"), py::arg("scheme") = "linear", py::arg("capacity") = 100000,
         py::arg("value_bytes") = 8, py::arg("load_factor") = 0.5, py::arg("depth") = 16,
         "A table over the ranks of an mpi4py communicator (congruent to MPI.COMM_WORLD), collective: every rank hosts one "
