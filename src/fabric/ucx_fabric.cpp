@@ -11,8 +11,9 @@
 //   that a failure on one rank makes every rank throw instead of leaving the others in a
 //   collective. The collectives of create() and of destruction are non-blocking (MPI_I*) and
 //   progress the worker while they wait: over TCP a peer's endpoint wireup or flush needs this
-//   worker to progress. barrier() and gather() are plain blocking MPI calls: the lifecycle in
-//   ucx_fabric.h makes sure no client needs a memory node's progress while it sits in them.
+//   worker to progress. barrier() progresses the worker too (a symmetric rank's peer may still
+//   need its RPCs served); gather() is a plain blocking MPI call: the lifecycle in ucx_fabric.h
+//   makes sure no client needs a memory node's progress while it sits in it.
 // * Memory node regions come from ucp_mem_map(UCP_MEM_MAP_ALLOCATE). Letting UCX allocate the
 //   memory lets it pick a shared-memory segment (sysv/posix) that peers on the same host map
 //   through the unpacked rkey: GET/PUT become memcpy and CAS/FAA become CPU atomics executed by the

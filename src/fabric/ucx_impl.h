@@ -280,7 +280,10 @@ class UcxFabricImpl final : public UcxFabric {
   uint32_t client_count() const override {
     return config_.symmetric ? static_cast<uint32_t>(size_) : static_cast<uint32_t>(size_) - k_;
   }
-  void barrier() override { mpi_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+  // Progresses this rank's worker while it waits (MPI_Ibarrier + progress), as docs/using.md says:
+  // in the PGAS layout a peer may still need this rank's shard served (an RPC of cuckoo,
+  // hopscotch, cluster, ...; any one-sided request over TCP) before it reaches the barrier.
+  void barrier() override { progress_barrier(); }
   void client_done() override;
   void serve() override;
   ServeMode serve_mode() const override { return serve_mode_; }
