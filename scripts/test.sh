@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 jobs=$(nproc)
 
-cmake -S . -B build/ci -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMAHASH_WERROR=ON
+# RDMAHASH_PYTHON=ON: the Python module and its tests are built and run, never skipped quietly.
+cmake -S . -B build/ci -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMAHASH_WERROR=ON -DRDMAHASH_PYTHON=ON
 cmake --build build/ci -j "$jobs"
 ctest --test-dir build/ci --output-on-failure -j 2
 
