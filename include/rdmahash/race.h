@@ -63,8 +63,16 @@
 //  insert (find_or_put, put of an absent key):
 //          RT1 WRITE the KV block + READ both combined buckets (+ blocks of matching slots).
 //          RT2 CAS an empty slot of the less loaded combined bucket to our pointer, *tentative*
-//              (COMMITTED clear; readers ignore tentative slots).
-//          RT3 re-READ both combined buckets (+ dir entry; + blocks of new fingerprint matches).
+//              (COMMITTED clear; readers ignore tentative slots), and in the same batch re-READ
+//              both combined buckets, FENCED behind the CAS (fabric.h: performed after it at the
+//              memory node, which holds the slot and both buckets): the view after our copy
+//              landed, without a round trip of its own (race-placement-reread-fenced: unfenced,
+//              the READ may be performed first, miss our copy, and the owner would take "gone,
+//              no marker" for "committed by a helper": kInserted for a copy nobody commits).
+//              (+ dir entry and blocks of fingerprint matches not classified yet: one more round
+//              trip, only when a view holds such a slot. A block read once and found to hold
+//              another key holds it for good — blocks are immutable, never reused — so its slot
+//              costs nothing in later views.)
 //          Duplicate resolution over the view (every read, RT1 included; see Helping):
 //              a KILLED marker of ours → CAS it to 0, start over (a new placement: fresh block);
 //              our copy COMMITTED (by a helper) → kInserted;
@@ -73,18 +81,22 @@
 //              another COMMITTED copy → withdraw ours (CAS to 0), kFound (put: update it);
 //              tentative copies (ours or not), lowest-addressed t: CAS every other one to 0
 //                  (ours: withdraw) or to itself|KILLED (another's: kill); if any, re-read;
-//                  else (t is the only copy) RT4 CAS t tentative→COMMITTED: t's owner's insert
+//                  else (t is the only copy) RT3 CAS t tentative→COMMITTED: t's owner's insert
 //                  takes effect there. t ours → kInserted; another's → kFound (put: update it);
-//              no copy → RT2 CAS an empty slot of the less loaded combined bucket, tentative
-//                  (if a copy of ours was placed before — then killed or withdrawn — first WRITE
-//                  the block to a fresh address with the next READ: see "No slot value" below).
+//              no copy → RT2 CAS an empty slot of the less loaded combined bucket, tentative,
+//                  with the fenced re-READ (if a copy of ours was placed before — then killed or
+//                  withdrawn — first WRITE the block to a fresh address with the next READ: see
+//                  "No slot value" below); a lost CAS's batch already holds the fresh view.
 //          A find_or_put whose first view holds another client's lone tentative copy commits it:
 //          3 round trips (WRITE+READ, block READ + dir check, commit CAS), kFound.
-//          4 round trips, one more than the paper's 3: its rule (re-read, keep one) cannot tell an
-//          inserter that already returned kInserted from one still deciding; the commit bit can.
+//          3 round trips, the paper's count (its RT2 CAS, RT3 re-READ), although its rule (re-read,
+//          keep one) cannot tell an inserter that already returned kInserted from one still
+//          deciding and ours needs the commit CAS for that: the re-READ rides in the placement
+//          CAS's batch, fenced behind it, so the commit CAS takes the round trip the paper's
+//          re-READ had. (Until issue 30: 4, the re-READ in a round trip of its own.)
 //  update: RT1 WRITE new block + READ buckets; RT2 blocks + dir check; RT3 CAS old slot → new.
 //  erase:  RT1 READ buckets; RT2 blocks + dir check; RT3 CAS slot → 0.
-//  A lost CAS restarts from a fresh READ. No slot value is ever placed twice, so slot CASes have no
+//  A lost CAS restarts from a fresh READ (a lost placement CAS: from its batch's fenced READ). No slot value is ever placed twice, so slot CASes have no
 //  ABA: blocks are never reused, and an inserter that places the key again after its copy was
 //  killed or withdrawn first WRITEs its block to a fresh address (a new pointer: a new value; the
 //  old block is leaked). Never reusing a block is not enough by itself: the same value placed
@@ -221,7 +233,9 @@
 //     paper has none). Blocks leak also when an inserter places the key again (one per restart).
 //
 // Costs (LocalFabric and UCX, tests/race_test.cpp RoundTripsPerOperation): get 2 round trips
-// (hit or miss); insert 4; update 3; erase 3; a split about 3·G·7 freeze CASes + one READ per
+// (hit or miss); insert 3 (+1 when its first view holds a fingerprint match of another key: the
+// block READ; about 1 insert in 12 at load 0.4, 28 slots read, 7-bit fingerprints); update 3;
+// erase 3; a split about 3·G·7 freeze CASes + one READ per
 // entry + 2·3·G·7 copy CASes, in batches of 256. An inserter that places the key again (after a
 // kill or withdrawal: contention only) pays one more round trip (fresh block WRITE + READ).
 //
@@ -232,7 +246,8 @@
 //  * duplicate resolution: an inserter that finds a committed copy of its key withdraws its own and
 //    answers kFound (race-dup-committed)
 //  * CAS re-check: a new key is inserted tentative and committed only after re-reading both buckets
-//    (race-commit-without-recheck)
+//    (race-commit-without-recheck); the re-READ sharing the placement CAS's batch is fenced behind
+//    it (race-placement-reread-fenced)
 //  * stale-cache detection: a bucket header whose suffix disagrees with the key's hash, or that is
 //    RETIRED, forces a directory re-read (race-stale-header, race-retire-headers)
 //  * stale-read validation: results are confirmed by re-reading the key's directory entry after the

@@ -42,9 +42,15 @@ namespace rdmahash {
   // RT: read both combined buckets of the key in the subtable the cache names (cache off: READ
   // the directory entry first). A stale header (RETIRED, or a suffix the key does not have)
   // refreshes the directory and retries with it.
-  Task<Verdict> RaceClient::Impl::read_view(Ctx& c, View& v) {
+  // With `place`: the same READ of the subtable already read (v.sub), in one batch behind the
+  // placement CAS `place`, fenced after it (performed after the CAS at that node, fabric.h):
+  // the view a placement needs, read after it, in the placement's own round trip. `*won`: the
+  // CAS swapped.
+  Task<Verdict> RaceClient::Impl::read_view(Ctx& c, View& v, const SlotCas* place, bool* won) {
     if (dir.empty()) co_await refresh();
-    if (!cfg.dir_cache) {
+    if (place) {
+      // (nothing to read first: the subtable is the one the placement's slot belongs to)
+    } else if (!cfg.dir_cache) {
       uint64_t e = 0, depth = 0;
       auto a = engine.read(RemoteAddr{0, 8}, &depth, 8);
       auto b = engine.read(RemoteAddr{0, cfg.directory_offset() + 8 * (c.p.h & mask(gd))}, &e, 8);
@@ -53,11 +59,17 @@ namespace rdmahash {
       if (depth != gd) co_await refresh();
       else dir[c.p.h & mask(gd)] = e;
     }
-    const uint64_t e = entry_for(c.p.h);
-    v.sub = entry_addr(e);
+    if (!place) v.sub = entry_addr(entry_for(c.p.h));
     std::array<RemoteAddr, 2> cb;
     for (int i = 0; i < 2; ++i) cb[i] = RemoteAddr{v.sub.node, v.sub.offset + combined_offset(c.p.main[i])};
-    {
+    if (place) {
+      auto k = engine.cas(place->at, place->expect, place->desired);
+      auto r0 = engine.read_fenced(cb[0], v.buf.data(), 128);
+      auto r1 = engine.read_fenced(cb[1], v.buf.data() + 128, 128);
+      *won = (co_await k) == place->expect;
+      co_await r0;
+      co_await r1;
+    } else {
       auto r0 = engine.read(cb[0], v.buf.data(), 128);
       auto r1 = engine.read(cb[1], v.buf.data() + 128, 128);
       co_await r0;
@@ -278,10 +290,14 @@ namespace rdmahash {
     bool written = false;
     View v;
     std::vector<SlotRef> copies;
+    std::optional<Verdict> placed_view;  // v was read behind our placement CAS, in its batch
     auto done = [&](Status s) { return OpResult{s, c.chunks, s == Status::kFound ? 1u : 0u, 0}; };
     for (;;) {
       Verdict rv;
-      if (!written) {
+      if (placed_view) {
+        rv = *placed_view;
+        placed_view.reset();
+      } else if (!written) {
         auto w = engine.write(at, block.data(), static_cast<uint32_t>(block.size()));  // same round trip
         rv = co_await read_view(c, v);
         co_await w;
@@ -294,9 +310,12 @@ namespace rdmahash {
         co_await help_frozen(c, v.sub);
         continue;
       }
-      // Committed copies need a validated view (dir check); tentative ones do not.
+      // Committed copies need a validated view (dir check); tentative ones do not. A block
+      // already read and found to hold another key holds it for good (blocks are never written
+      // again nor reused): its slot is no copy and needs no check.
       const bool any_match = std::any_of(v.slots.begin(), v.slots.end(), [&](const SlotRef& s) {
-        return (s.v & ~kFrozen) != 0 && slot_fp(s.v) == c.p.fp && (s.v & kPtrMask) != mine_id;
+        if ((s.v & ~kFrozen) == 0 || slot_fp(s.v) != c.p.fp || (s.v & kPtrMask) == mine_id) return false;
+        return std::none_of(c.known.begin(), c.known.end(), [&](auto& k) { return k.first == (s.v & kPtrMask) && !k.second; });
       });
       if (co_await classify(c, v, true, any_match || mode == Mode::kUpdate, copies, nullptr, nullptr) == Verdict::kRetry)
         continue;
@@ -399,9 +418,14 @@ namespace rdmahash {
         written = false;
         continue;
       }
-      if (co_await cas(empty->addr, 0, mine_tent)) {
+      // The placement CAS and the re-READ of both combined buckets, fenced behind it, in one
+      // round trip: the next decision's view shows the key as it was after our copy landed.
+      bool won = false;
+      const SlotCas put_v{empty->addr, 0, mine_tent};
+      placed_view = co_await read_view(c, v, &put_v, &won);
+      if (won) {
         have_mine = true;
-        mine_at = empty->addr;
+        mine_at = put_v.at;
         placed = true;
       }
     }

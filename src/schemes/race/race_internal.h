@@ -190,7 +190,12 @@ struct RaceClient::Impl {
   // --- the read/write path (race_client.cpp) ---------------------------------------------------
 
   Task<void> refresh();
-  Task<Verdict> read_view(Ctx& c, View& v);
+  // A CAS posted in the same batch as a view's READ, which is fenced behind it.
+  struct SlotCas {
+    RemoteAddr at;
+    uint64_t expect, desired;
+  };
+  Task<Verdict> read_view(Ctx& c, View& v, const SlotCas* place = nullptr, bool* won = nullptr);
   Task<Verdict> classify(Ctx& c, const View& v, bool all, bool check_dir, std::vector<SlotRef>& copies,
                          std::vector<std::byte>* value_out, uint32_t* value_len);
   Task<bool> alloc_block(uint32_t bytes, RemoteAddr& out);
