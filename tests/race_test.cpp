@@ -1007,6 +1007,44 @@ TEST(RaceInterleaving, TwoInsertsOfOneKeyFromDifferentViewsCommitOnce) {
   EXPECT_EQ(in.tentative, 0u);
 }
 
+// A new key whose first view holds a fingerprint match of another key (its block must be READ)
+// places its copy in that READ's round trip: 3 round trips, not 4. A client whose such views
+// held the key (hits) stops speculating: a hit costs 2 again, not a placement and a withdrawal.
+TEST(Race, FingerprintMatchOfAnotherKeyCostsNoRoundTripOnInsert) {
+  RaceConfig cfg = small_cfg(64);
+  RaceTable t(cfg);
+  Sync c(*t.fabric, cfg);
+  std::vector<std::string> keys;
+  bool matched = false;
+  for (int i = 0; i < 1000 && !matched; ++i) {
+    const std::string k = "spec-" + std::to_string(i);
+    ASSERT_EQ(c.find_or_put(k, "v" + k).status, Status::kInserted) << k;
+    keys.push_back(k);
+    if (i > 0 && c.last.reads > 4) {  // 2 + 2 bucket READs, + the matching block, dir entry, depth
+      matched = true;
+      EXPECT_EQ(c.last.round_trips, 3u) << k;
+      EXPECT_EQ(c.last.cas, 2u) << k;
+    } else if (i > 0) {
+      EXPECT_EQ(c.last.round_trips, 3u) << k;
+    }
+  }
+  ASSERT_TRUE(matched) << "no insert met a fingerprint match";
+  // Hits: each kFound; the gate closes after a few (a speculative hit: placement + withdrawal).
+  std::vector<uint64_t> rts;
+  for (int i = 0; i < 8; ++i) {
+    const std::string& k = keys[static_cast<size_t>(i) % keys.size()];
+    ASSERT_EQ(c.find_or_put(k, "again").status, Status::kFound) << k;
+    rts.push_back(c.last.round_trips);
+    EXPECT_TRUE(c.last.round_trips == 2u || c.last.round_trips == 4u) << k << ": " << c.last.round_trips;
+    EXPECT_EQ(c.get(k), std::optional<std::string>("v" + k)) << k;
+  }
+  for (size_t i = 4; i < rts.size(); ++i) EXPECT_EQ(rts[i], 2u) << "hit " << i << ": the gate did not close";
+  const RaceInspection in = race_inspect(*t.fabric, cfg);
+  EXPECT_EQ(in.committed, keys.size());
+  EXPECT_EQ(in.tentative, 0u);
+  EXPECT_EQ(in.killed, 0u);
+}
+
 // Performs a batch as fabric.h allows and no more: its requests are unordered except behind a
 // fenced one, so each run from a fenced request to the next runs in reverse order (LocalFabric runs
 // them in order, which hides a missing fence).

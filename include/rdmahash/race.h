@@ -69,10 +69,17 @@
 //              landed, without a round trip of its own (race-placement-reread-fenced: unfenced,
 //              the READ may be performed first, miss our copy, and the owner would take "gone,
 //              no marker" for "committed by a helper": kInserted for a copy nobody commits).
-//              (+ dir entry and blocks of fingerprint matches not classified yet: one more round
-//              trip, only when a view holds such a slot. A block read once and found to hold
-//              another key holds it for good — blocks are immutable, never reused — so its slot
-//              costs nothing in later views.)
+//              RT1's view holding fingerprint matches not classified yet: their blocks, the dir
+//              entry and GD go in RT2's batch too (speculative placement: the copy is placed
+//              before the blocks tell whether the key is there; if a block holds a committed copy,
+//              the owner withdraws its own, as after any placement beside a committed copy, and
+//              answers kFound: 4 round trips for that hit instead of 2). A client gates it: of
+//              its recent first views with such matches (decayed counts), it speculates while at
+//              most a third held the key; otherwise the blocks cost a round trip of their own
+//              before RT2, as before. A block read once and found to hold another key holds it for
+//              good — blocks are immutable, never reused — so its slot costs nothing in later
+//              views. Only a first placement speculates: a placement after a kill or withdrawal
+//              needs a fresh block first (race-spec-first-placement-only).
 //          Duplicate resolution over the view (every read, RT1 included; see Helping):
 //              a KILLED marker of ours → CAS it to 0, start over (a new placement: fresh block);
 //              our copy COMMITTED (by a helper) → kInserted;
@@ -233,9 +240,10 @@
 //     paper has none). Blocks leak also when an inserter places the key again (one per restart).
 //
 // Costs (LocalFabric and UCX, tests/race_test.cpp RoundTripsPerOperation): get 2 round trips
-// (hit or miss); insert 3 (+1 when its first view holds a fingerprint match of another key: the
-// block READ; about 1 insert in 12 at load 0.4, 28 slots read, 7-bit fingerprints); update 3;
-// erase 3; a split about 3·G·7 freeze CASes + one READ per
+// (hit or miss); insert 3, also when its first view holds a fingerprint match of another key
+// (speculative placement; +1 when the client's gate is closed: about 1 insert in 10 at load 0.4,
+// 28 slots read, 7-bit fingerprints); find_or_put of a present key 2 (4 when it speculated:
+// placement and withdrawal); update 3; erase 3; a split about 3·G·7 freeze CASes + one READ per
 // entry + 2·3·G·7 copy CASes, in batches of 256. An inserter that places the key again (after a
 // kill or withdrawal: contention only) pays one more round trip (fresh block WRITE + READ).
 //
@@ -247,7 +255,9 @@
 //    answers kFound (race-dup-committed)
 //  * CAS re-check: a new key is inserted tentative and committed only after re-reading both buckets
 //    (race-commit-without-recheck); the re-READ sharing the placement CAS's batch is fenced behind
-//    it (race-placement-reread-fenced)
+//    it (race-placement-reread-fenced); only a first placement speculates (its copy placed in the
+//    batch that READs its view's matching blocks): a later one needs a fresh block
+//    (race-spec-first-placement-only)
 //  * stale-cache detection: a bucket header whose suffix disagrees with the key's hash, or that is
 //    RETIRED, forces a directory re-read (race-stale-header, race-retire-headers)
 //  * stale-read validation: results are confirmed by re-reading the key's directory entry after the

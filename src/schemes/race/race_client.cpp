@@ -46,7 +46,9 @@ namespace rdmahash {
   // placement CAS `place`, fenced after it (performed after the CAS at that node, fabric.h):
   // the view a placement needs, read after it, in the placement's own round trip. `*won`: the
   // CAS swapped.
-  Task<Verdict> RaceClient::Impl::read_view(Ctx& c, View& v, const SlotCas* place, bool* won) {
+  // With place->classify_into: classify (blocks + dir check) the view v held before, in the same
+  // batch; it reads only v.slots and v.sub, which stay the old view's until the parse below.
+  Task<Verdict> RaceClient::Impl::read_view(Ctx& c, View& v, SlotCas* place, bool* won) {
     if (dir.empty()) co_await refresh();
     if (place) {
       // (nothing to read first: the subtable is the one the placement's slot belongs to)
@@ -66,6 +68,8 @@ namespace rdmahash {
       auto k = engine.cas(place->at, place->expect, place->desired);
       auto r0 = engine.read_fenced(cb[0], v.buf.data(), 128);
       auto r1 = engine.read_fenced(cb[1], v.buf.data() + 128, 128);
+      if (place->classify_into)
+        place->classified = co_await classify(c, v, true, true, *place->classify_into, nullptr, nullptr);
       *won = (co_await k) == place->expect;
       co_await r0;
       co_await r1;
@@ -317,8 +321,58 @@ namespace rdmahash {
         if ((s.v & ~kFrozen) == 0 || slot_fp(s.v) != c.p.fp || (s.v & kPtrMask) == mine_id) return false;
         return std::none_of(c.known.begin(), c.known.end(), [&](auto& k) { return k.first == (s.v & kPtrMask) && !k.second; });
       });
+      // An empty slot of the less loaded combined bucket (main bucket first).
+      auto pick_empty = [&]() -> const SlotRef* {
+        const int first = v.load[0] <= v.load[1] ? 0 : 1;
+        for (const SlotRef& s : v.slots)  // the less loaded combined bucket's own slots first
+          if (s.v == 0 && s.cb == first) return &s;
+        for (const SlotRef& s : v.slots)
+          if (s.v == 0) return &s;
+        return nullptr;
+      };
+      // A first view whose fingerprint matches need their blocks READ: a round trip, which an
+      // insert of a new key (the matches hold other keys) would pay on top of its 3. Unless this
+      // client's recent such views mostly held the key (then placing first costs a withdrawal),
+      // place our copy in that round trip: CAS + fenced re-READ + the blocks and dir check of this
+      // view, one batch (race.h, Costs). A copy placed beside a committed one is withdrawn as
+      // after any placement (duplicate resolution): only the round trips differ.
+      // Only beside COMMITTED matches: a tentative one is likely a copy of the key (contention,
+      // or a dead inserter's), which the resolution should commit, not race with ours.
+      const bool all_committed = std::all_of(v.slots.begin(), v.slots.end(), [&](const SlotRef& s) {
+        if ((s.v & ~kFrozen) == 0 || slot_fp(s.v) != c.p.fp || (s.v & kPtrMask) == mine_id) return true;
+        return (s.v & kCommitted) && !(s.v & kKilled);
+      });
+      const bool first_match = any_match && mode != Mode::kUpdate && !placed && !have_mine;
+      auto note_match = [&] {
+        const bool hit = std::any_of(copies.begin(), copies.end(), [&](const SlotRef& s) { return (s.v & kPtrMask) != mine_id; });
+        ++spec_seen;
+        if (hit) ++spec_hits;
+        if (spec_seen >= 64) {
+          spec_seen /= 2;
+          spec_hits /= 2;
+        }
+      };
+      if (first_match && all_committed && 3 * spec_hits <= spec_seen) {
+        if (const SlotRef* e = pick_empty()) {
+          SlotCas put_v{e->addr, 0, mine_tent, &copies};
+          bool won = false;
+          placed_view = co_await read_view(c, v, &put_v, &won);
+          if (won) {
+            have_mine = true;
+            mine_at = put_v.at;
+            placed = true;
+          }
+          if (put_v.classified == Verdict::kRetry) {  // a split moved the key: read again
+            placed_view.reset();
+            continue;
+          }
+          note_match();
+          continue;
+        }
+      }
       if (co_await classify(c, v, true, any_match || mode == Mode::kUpdate, copies, nullptr, nullptr) == Verdict::kRetry)
         continue;
+      if (first_match) note_match();
       // Our copy killed by another inserter (race.h, "Helping"): clear the marker and start over.
       // Only a kill leaves it, so a copy of ours that is gone without one was committed.
       const SlotRef* marker = nullptr;
@@ -393,12 +447,7 @@ namespace rdmahash {
         continue;
       }
       // Absent: CAS an empty slot of the less loaded combined bucket (main bucket first).
-      const int first = v.load[0] <= v.load[1] ? 0 : 1;
-      const SlotRef* empty = nullptr;
-      for (const SlotRef& s : v.slots)  // the less loaded combined bucket's own slots first
-        if (s.v == 0 && s.cb == first) { empty = &s; break; }
-      for (const SlotRef& s : v.slots)
-        if (!empty && s.v == 0) { empty = &s; break; }
+      const SlotRef* empty = pick_empty();
       if (!empty) {
         if (!cfg.resize) co_return done(Status::kFull);
         const Status s = co_await split(c, v.sub);
@@ -421,7 +470,7 @@ namespace rdmahash {
       // The placement CAS and the re-READ of both combined buckets, fenced behind it, in one
       // round trip: the next decision's view shows the key as it was after our copy landed.
       bool won = false;
-      const SlotCas put_v{empty->addr, 0, mine_tent};
+      SlotCas put_v{empty->addr, 0, mine_tent};
       placed_view = co_await read_view(c, v, &put_v, &won);
       if (won) {
         have_mine = true;
