@@ -69,9 +69,11 @@
 //              landed, without a round trip of its own (race-placement-reread-fenced: unfenced,
 //              the READ may be performed first, miss our copy, and the owner would take "gone,
 //              no marker" for "committed by a helper": kInserted for a copy nobody commits).
-//              RT1's view holding fingerprint matches not classified yet: their blocks, the dir
-//              entry and GD go in RT2's batch too (speculative placement: the copy is placed
-//              before the blocks tell whether the key is there; if a block holds a committed copy,
+//              RT1's view holding COMMITTED fingerprint matches not classified yet (and no
+//              tentative one: that is likely a copy of the key, which the resolution should
+//              commit, not race with ours): their blocks, the dir entry and GD go in RT2's batch
+//              too (speculative placement: the copy is placed before the blocks tell whether the
+//              key is there; if a block holds a committed copy,
 //              the owner withdraws its own, as after any placement beside a committed copy, and
 //              answers kFound: 4 round trips for that hit instead of 2). A client gates it: of
 //              its recent first views with such matches (decayed counts), it speculates while at
@@ -96,15 +98,15 @@
 //                  "No slot value" below); a lost CAS's batch already holds the fresh view.
 //          A find_or_put whose first view holds another client's lone tentative copy commits it:
 //          3 round trips (WRITE+READ, block READ + dir check, commit CAS), kFound.
-//          3 round trips, the paper's count (its RT2 CAS, RT3 re-READ), although its rule (re-read,
-//          keep one) cannot tell an inserter that already returned kInserted from one still
-//          deciding and ours needs the commit CAS for that: the re-READ rides in the placement
-//          CAS's batch, fenced behind it, so the commit CAS takes the round trip the paper's
-//          re-READ had. (Until issue 30: 4, the re-READ in a round trip of its own.)
+//          A new key: 3 round trips, the paper's count (its RT2 CAS, RT3 re-READ), although its
+//          rule (re-read, keep one) cannot tell an inserter that already returned kInserted from
+//          one still deciding and ours needs the commit CAS for that: the re-READ rides in the
+//          placement CAS's batch, fenced behind it, so the commit CAS takes the round trip the
+//          paper's re-READ had. (Until issue 30: 4, the re-READ in a round trip of its own.)
 //  update: RT1 WRITE new block + READ buckets; RT2 blocks + dir check; RT3 CAS old slot → new.
 //  erase:  RT1 READ buckets; RT2 blocks + dir check; RT3 CAS slot → 0.
-//  A lost CAS restarts from a fresh READ (a lost placement CAS: from its batch's fenced READ). No slot value is ever placed twice, so slot CASes have no
-//  ABA: blocks are never reused, and an inserter that places the key again after its copy was
+//  A lost CAS restarts from a fresh READ (a lost placement CAS: from its batch's fenced READ).
+//  No slot value is ever placed twice, so slot CASes have no ABA: blocks are never reused, and an inserter that places the key again after its copy was
 //  killed or withdrawn first WRITEs its block to a fresh address (a new pointer: a new value; the
 //  old block is leaked). Never reusing a block is not enough by itself: the same value placed
 //  again, maybe in the same slot, would take a stalled helper's commit CAS, issued from a view
@@ -247,7 +249,7 @@
 // depth 1, LocalFabric, 200 000 new keys): 3.000 per insert from load 0.36 to 0.44 (no split),
 // 3.009 from 0.58 to 0.69 (53 splits), 3.049 with 277 splits at loads up to 0.8; 3.158 when the
 // run splits 899 subtables (a split costs about 35 round trips, amortized over the inserts).
-// Before issue 30: 4.205, 4.306, 4.357, 4.415. a split about 3·G·7 freeze CASes + one READ per
+// Before issue 30: 4.205, 4.306, 4.357, 4.415. A split: about 3·G·7 freeze CASes + one READ per
 // entry + 2·3·G·7 copy CASes, in batches of 256. An inserter that places the key again (after a
 // kill or withdrawal: contention only) pays one more round trip (fresh block WRITE + READ).
 //
