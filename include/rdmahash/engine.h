@@ -103,6 +103,9 @@ class Engine {
   // write_fenced: e.g. a record's WRITE and the CAS that publishes it share one batch.
   Pending cas_fenced(RemoteAddr addr, uint64_t expected, uint64_t desired);
   Pending faa(RemoteAddr addr, uint64_t add);
+  // A READ performed after every request queued before it (to the same memory node), as
+  // write_fenced: e.g. a CAS and the READ that must see its effect share one batch.
+  Pending read_fenced(RemoteAddr addr, void* dst, uint32_t len);
   Pending rpc(uint32_t node, uint16_t id, const void* payload, uint32_t len,
               std::vector<std::byte>* reply);
 

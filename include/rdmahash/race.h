@@ -63,8 +63,25 @@
 //  insert (find_or_put, put of an absent key):
 //          RT1 WRITE the KV block + READ both combined buckets (+ blocks of matching slots).
 //          RT2 CAS an empty slot of the less loaded combined bucket to our pointer, *tentative*
-//              (COMMITTED clear; readers ignore tentative slots).
-//          RT3 re-READ both combined buckets (+ dir entry; + blocks of new fingerprint matches).
+//              (COMMITTED clear; readers ignore tentative slots), and in the same batch re-READ
+//              both combined buckets, FENCED behind the CAS (fabric.h: performed after it at the
+//              memory node, which holds the slot and both buckets): the view after our copy
+//              landed, without a round trip of its own (race-placement-reread-fenced: unfenced,
+//              the READ may be performed first, miss our copy, and the owner would take "gone,
+//              no marker" for "committed by a helper": kInserted for a copy nobody commits).
+//              RT1's view holding COMMITTED fingerprint matches not classified yet (and no
+//              tentative one: that is likely a copy of the key, which the resolution should
+//              commit, not race with ours): their blocks, the dir entry and GD go in RT2's batch
+//              too (speculative placement: the copy is placed before the blocks tell whether the
+//              key is there; if a block holds a committed copy,
+//              the owner withdraws its own, as after any placement beside a committed copy, and
+//              answers kFound: 4 round trips for that hit instead of 2). A client gates it: of
+//              its recent first views with such matches (decayed counts), it speculates while at
+//              most a third held the key; otherwise the blocks cost a round trip of their own
+//              before RT2, as before. A block read once and found to hold another key holds it for
+//              good — blocks are immutable, never reused — so its slot costs nothing in later
+//              views. Only a first placement speculates: a placement after a kill or withdrawal
+//              needs a fresh block first (race-spec-first-placement-only).
 //          Duplicate resolution over the view (every read, RT1 included; see Helping):
 //              a KILLED marker of ours → CAS it to 0, start over (a new placement: fresh block);
 //              our copy COMMITTED (by a helper) → kInserted;
@@ -73,19 +90,23 @@
 //              another COMMITTED copy → withdraw ours (CAS to 0), kFound (put: update it);
 //              tentative copies (ours or not), lowest-addressed t: CAS every other one to 0
 //                  (ours: withdraw) or to itself|KILLED (another's: kill); if any, re-read;
-//                  else (t is the only copy) RT4 CAS t tentative→COMMITTED: t's owner's insert
+//                  else (t is the only copy) RT3 CAS t tentative→COMMITTED: t's owner's insert
 //                  takes effect there. t ours → kInserted; another's → kFound (put: update it);
-//              no copy → RT2 CAS an empty slot of the less loaded combined bucket, tentative
-//                  (if a copy of ours was placed before — then killed or withdrawn — first WRITE
-//                  the block to a fresh address with the next READ: see "No slot value" below).
+//              no copy → RT2 CAS an empty slot of the less loaded combined bucket, tentative,
+//                  with the fenced re-READ (if a copy of ours was placed before — then killed or
+//                  withdrawn — first WRITE the block to a fresh address with the next READ: see
+//                  "No slot value" below); a lost CAS's batch already holds the fresh view.
 //          A find_or_put whose first view holds another client's lone tentative copy commits it:
 //          3 round trips (WRITE+READ, block READ + dir check, commit CAS), kFound.
-//          4 round trips, one more than the paper's 3: its rule (re-read, keep one) cannot tell an
-//          inserter that already returned kInserted from one still deciding; the commit bit can.
+//          A new key: 3 round trips, the paper's count (its RT2 CAS, RT3 re-READ), although its
+//          rule (re-read, keep one) cannot tell an inserter that already returned kInserted from
+//          one still deciding and ours needs the commit CAS for that: the re-READ rides in the
+//          placement CAS's batch, fenced behind it, so the commit CAS takes the round trip the
+//          paper's re-READ had. (Until issue 30: 4, the re-READ in a round trip of its own.)
 //  update: RT1 WRITE new block + READ buckets; RT2 blocks + dir check; RT3 CAS old slot → new.
 //  erase:  RT1 READ buckets; RT2 blocks + dir check; RT3 CAS slot → 0.
-//  A lost CAS restarts from a fresh READ. No slot value is ever placed twice, so slot CASes have no
-//  ABA: blocks are never reused, and an inserter that places the key again after its copy was
+//  A lost CAS restarts from a fresh READ (a lost placement CAS: from its batch's fenced READ).
+//  No slot value is ever placed twice, so slot CASes have no ABA: blocks are never reused, and an inserter that places the key again after its copy was
 //  killed or withdrawn first WRITEs its block to a fresh address (a new pointer: a new value; the
 //  old block is leaked). Never reusing a block is not enough by itself: the same value placed
 //  again, maybe in the same slot, would take a stalled helper's commit CAS, issued from a view
@@ -221,7 +242,14 @@
 //     paper has none). Blocks leak also when an inserter places the key again (one per restart).
 //
 // Costs (LocalFabric and UCX, tests/race_test.cpp RoundTripsPerOperation): get 2 round trips
-// (hit or miss); insert 4; update 3; erase 3; a split about 3·G·7 freeze CASes + one READ per
+// (hit or miss); insert 3, also when its first view holds a fingerprint match of another key
+// (speculative placement; +1 when the client's gate is closed: about 1 insert in 10 at load 0.4,
+// 28 slots read, 7-bit fingerprints); find_or_put of a present key 2 (4 when it speculated:
+// placement and withdrawal); update 3; erase 3. Measured (bench --workload find-or-put, 1 client,
+// depth 1, LocalFabric, 200 000 new keys): 3.000 per insert from load 0.36 to 0.44 (no split),
+// 3.009 from 0.58 to 0.69 (53 splits), 3.049 with 277 splits at loads up to 0.8; 3.158 when the
+// run splits 899 subtables (a split costs about 35 round trips, amortized over the inserts).
+// Before issue 30: 4.205, 4.306, 4.357, 4.415. A split: about 3·G·7 freeze CASes + one READ per
 // entry + 2·3·G·7 copy CASes, in batches of 256. An inserter that places the key again (after a
 // kill or withdrawal: contention only) pays one more round trip (fresh block WRITE + READ).
 //
@@ -232,7 +260,10 @@
 //  * duplicate resolution: an inserter that finds a committed copy of its key withdraws its own and
 //    answers kFound (race-dup-committed)
 //  * CAS re-check: a new key is inserted tentative and committed only after re-reading both buckets
-//    (race-commit-without-recheck)
+//    (race-commit-without-recheck); the re-READ sharing the placement CAS's batch is fenced behind
+//    it (race-placement-reread-fenced); only a first placement speculates (its copy placed in the
+//    batch that READs its view's matching blocks): a later one needs a fresh block
+//    (race-spec-first-placement-only)
 //  * stale-cache detection: a bucket header whose suffix disagrees with the key's hash, or that is
 //    RETIRED, forces a directory re-read (race-stale-header, race-retire-headers)
 //  * stale-read validation: results are confirmed by re-reading the key's directory entry after the

@@ -93,6 +93,12 @@ Pending Engine::read(RemoteAddr addr, void* dst, uint32_t len) {
   return Pending(this, enqueue(r));
 }
 
+Pending Engine::read_fenced(RemoteAddr addr, void* dst, uint32_t len) {
+  Request r;
+  r.kind = ReqKind::kRead; r.addr = addr; r.buf = dst; r.len = len; r.fence = true;
+  return Pending(this, enqueue(r));
+}
+
 Pending Engine::write(RemoteAddr addr, const void* src, uint32_t len) {
   Request r;
   r.kind = ReqKind::kWrite; r.addr = addr; r.buf = const_cast<void*>(src); r.len = len;

@@ -42,9 +42,17 @@ namespace rdmahash {
   // RT: read both combined buckets of the key in the subtable the cache names (cache off: READ
   // the directory entry first). A stale header (RETIRED, or a suffix the key does not have)
   // refreshes the directory and retries with it.
-  Task<Verdict> RaceClient::Impl::read_view(Ctx& c, View& v) {
+  // With `place`: the same READ of the subtable already read (v.sub), in one batch behind the
+  // placement CAS `place`, fenced after it (performed after the CAS at that node, fabric.h):
+  // the view a placement needs, read after it, in the placement's own round trip. `*won`: the
+  // CAS swapped.
+  // With place->classify_into: classify (blocks + dir check) the view v held before, in the same
+  // batch; it reads only v.slots and v.sub, which stay the old view's until the parse below.
+  Task<Verdict> RaceClient::Impl::read_view(Ctx& c, View& v, SlotCas* place, bool* won) {
     if (dir.empty()) co_await refresh();
-    if (!cfg.dir_cache) {
+    if (place) {
+      // (nothing to read first: the subtable is the one the placement's slot belongs to)
+    } else if (!cfg.dir_cache) {
       uint64_t e = 0, depth = 0;
       auto a = engine.read(RemoteAddr{0, 8}, &depth, 8);
       auto b = engine.read(RemoteAddr{0, cfg.directory_offset() + 8 * (c.p.h & mask(gd))}, &e, 8);
@@ -53,11 +61,19 @@ namespace rdmahash {
       if (depth != gd) co_await refresh();
       else dir[c.p.h & mask(gd)] = e;
     }
-    const uint64_t e = entry_for(c.p.h);
-    v.sub = entry_addr(e);
+    if (!place) v.sub = entry_addr(entry_for(c.p.h));
     std::array<RemoteAddr, 2> cb;
     for (int i = 0; i < 2; ++i) cb[i] = RemoteAddr{v.sub.node, v.sub.offset + combined_offset(c.p.main[i])};
-    {
+    if (place) {
+      auto k = engine.cas(place->at, place->expect, place->desired);
+      auto r0 = engine.read_fenced(cb[0], v.buf.data(), 128);
+      auto r1 = engine.read_fenced(cb[1], v.buf.data() + 128, 128);
+      if (place->classify_into)
+        place->classified = co_await classify(c, v, true, true, *place->classify_into, nullptr, nullptr);
+      *won = (co_await k) == place->expect;
+      co_await r0;
+      co_await r1;
+    } else {
       auto r0 = engine.read(cb[0], v.buf.data(), 128);
       auto r1 = engine.read(cb[1], v.buf.data() + 128, 128);
       co_await r0;
@@ -278,10 +294,14 @@ namespace rdmahash {
     bool written = false;
     View v;
     std::vector<SlotRef> copies;
+    std::optional<Verdict> placed_view;  // v was read behind our placement CAS, in its batch
     auto done = [&](Status s) { return OpResult{s, c.chunks, s == Status::kFound ? 1u : 0u, 0}; };
     for (;;) {
       Verdict rv;
-      if (!written) {
+      if (placed_view) {
+        rv = *placed_view;
+        placed_view.reset();
+      } else if (!written) {
         auto w = engine.write(at, block.data(), static_cast<uint32_t>(block.size()));  // same round trip
         rv = co_await read_view(c, v);
         co_await w;
@@ -294,12 +314,65 @@ namespace rdmahash {
         co_await help_frozen(c, v.sub);
         continue;
       }
-      // Committed copies need a validated view (dir check); tentative ones do not.
+      // Committed copies need a validated view (dir check); tentative ones do not. A block
+      // already read and found to hold another key holds it for good (blocks are never written
+      // again nor reused): its slot is no copy and needs no check.
       const bool any_match = std::any_of(v.slots.begin(), v.slots.end(), [&](const SlotRef& s) {
-        return (s.v & ~kFrozen) != 0 && slot_fp(s.v) == c.p.fp && (s.v & kPtrMask) != mine_id;
+        if ((s.v & ~kFrozen) == 0 || slot_fp(s.v) != c.p.fp || (s.v & kPtrMask) == mine_id) return false;
+        return std::none_of(c.known.begin(), c.known.end(), [&](auto& k) { return k.first == (s.v & kPtrMask) && !k.second; });
       });
+      // An empty slot of the less loaded combined bucket (main bucket first).
+      auto pick_empty = [&]() -> const SlotRef* {
+        const int first = v.load[0] <= v.load[1] ? 0 : 1;
+        for (const SlotRef& s : v.slots)  // the less loaded combined bucket's own slots first
+          if (s.v == 0 && s.cb == first) return &s;
+        for (const SlotRef& s : v.slots)
+          if (s.v == 0) return &s;
+        return nullptr;
+      };
+      // A first view whose fingerprint matches need their blocks READ: a round trip, which an
+      // insert of a new key (the matches hold other keys) would pay on top of its 3. Unless this
+      // client's recent such views mostly held the key (then placing first costs a withdrawal),
+      // place our copy in that round trip: CAS + fenced re-READ + the blocks and dir check of this
+      // view, one batch (race.h, Costs). A copy placed beside a committed one is withdrawn as
+      // after any placement (duplicate resolution): only the round trips differ.
+      // Only beside COMMITTED matches: a tentative one is likely a copy of the key (contention,
+      // or a dead inserter's), which the resolution should commit, not race with ours.
+      const bool all_committed = std::all_of(v.slots.begin(), v.slots.end(), [&](const SlotRef& s) {
+        if ((s.v & ~kFrozen) == 0 || slot_fp(s.v) != c.p.fp || (s.v & kPtrMask) == mine_id) return true;
+        return (s.v & kCommitted) && !(s.v & kKilled);
+      });
+      const bool first_match = any_match && mode != Mode::kUpdate && !placed && !have_mine;
+      auto note_match = [&] {
+        const bool hit = std::any_of(copies.begin(), copies.end(), [&](const SlotRef& s) { return (s.v & kPtrMask) != mine_id; });
+        ++spec_seen;
+        if (hit) ++spec_hits;
+        if (spec_seen >= 64) {
+          spec_seen /= 2;
+          spec_hits /= 2;
+        }
+      };
+      if (first_match && all_committed && 3 * spec_hits <= spec_seen) {
+        if (const SlotRef* e = pick_empty()) {
+          SlotCas put_v{e->addr, 0, mine_tent, &copies};
+          bool won = false;
+          placed_view = co_await read_view(c, v, &put_v, &won);
+          if (won) {
+            have_mine = true;
+            mine_at = put_v.at;
+            placed = true;
+          }
+          if (put_v.classified == Verdict::kRetry) {  // a split moved the key: read again
+            placed_view.reset();
+            continue;
+          }
+          note_match();
+          continue;
+        }
+      }
       if (co_await classify(c, v, true, any_match || mode == Mode::kUpdate, copies, nullptr, nullptr) == Verdict::kRetry)
         continue;
+      if (first_match) note_match();
       // Our copy killed by another inserter (race.h, "Helping"): clear the marker and start over.
       // Only a kill leaves it, so a copy of ours that is gone without one was committed.
       const SlotRef* marker = nullptr;
@@ -374,12 +447,7 @@ namespace rdmahash {
         continue;
       }
       // Absent: CAS an empty slot of the less loaded combined bucket (main bucket first).
-      const int first = v.load[0] <= v.load[1] ? 0 : 1;
-      const SlotRef* empty = nullptr;
-      for (const SlotRef& s : v.slots)  // the less loaded combined bucket's own slots first
-        if (s.v == 0 && s.cb == first) { empty = &s; break; }
-      for (const SlotRef& s : v.slots)
-        if (!empty && s.v == 0) { empty = &s; break; }
+      const SlotRef* empty = pick_empty();
       if (!empty) {
         if (!cfg.resize) co_return done(Status::kFull);
         const Status s = co_await split(c, v.sub);
@@ -399,9 +467,14 @@ namespace rdmahash {
         written = false;
         continue;
       }
-      if (co_await cas(empty->addr, 0, mine_tent)) {
+      // The placement CAS and the re-READ of both combined buckets, fenced behind it, in one
+      // round trip: the next decision's view shows the key as it was after our copy landed.
+      bool won = false;
+      SlotCas put_v{empty->addr, 0, mine_tent};
+      placed_view = co_await read_view(c, v, &put_v, &won);
+      if (won) {
         have_mine = true;
-        mine_at = empty->addr;
+        mine_at = put_v.at;
         placed = true;
       }
     }

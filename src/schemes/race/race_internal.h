@@ -190,7 +190,19 @@ struct RaceClient::Impl {
   // --- the read/write path (race_client.cpp) ---------------------------------------------------
 
   Task<void> refresh();
-  Task<Verdict> read_view(Ctx& c, View& v);
+  // A CAS posted in the same batch as a view's READ, which is fenced behind it. With
+  // `classify_into`: the blocks and dir check of the view read before go in that batch too
+  // (speculative placement, race.h "Costs"); their verdict in `classified`.
+  struct SlotCas {
+    RemoteAddr at;
+    uint64_t expect, desired;
+    std::vector<SlotRef>* classify_into = nullptr;
+    Verdict classified = Verdict::kOk;
+  };
+  Task<Verdict> read_view(Ctx& c, View& v, SlotCas* place = nullptr, bool* won = nullptr);
+  // Speculative placement's gate: of this client's recent first views holding fingerprint
+  // matches not classified yet, how many held a copy of the key (decayed: halved at 64).
+  uint32_t spec_seen = 0, spec_hits = 0;
   Task<Verdict> classify(Ctx& c, const View& v, bool all, bool check_dir, std::vector<SlotRef>& copies,
                          std::vector<std::byte>* value_out, uint32_t* value_len);
   Task<bool> alloc_block(uint32_t bytes, RemoteAddr& out);
