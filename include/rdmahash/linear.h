@@ -190,11 +190,12 @@
 //    (linear-insert-probe-bound); heap capacity (linear-heap-take-record-capacity)
 //  * chunk overlap: chunk i+1 lands in the other half of a double buffer
 //    (linear-insert-chunk-overlap-one-buffer)
-//  * quadratic chunks (ChunkOrder below; tests/mutants/linear_quad.json): get, locate and get_all
-//    walk the table's quadratic sequence (linear-quad-get-walks-linear-order,
-//    linear-quad-locate-walks-linear-order, linear-quad-get-all-walks-linear-order), as many chunks
-//    as an insert may claim in (linear-quad-lookup-stops-early), a chunk past the last slot goes on
-//    at slot 0 (linear-quad-no-wrap), the bulk loader follows the same sequence
+//  * quadratic chunks (ChunkOrder below; tests/mutants/linear_quad.json): one lookup, get_all and
+//    insert walk either order; the lookup (get, get_visit, locate) and get_all walk the table's
+//    quadratic sequence (linear-quad-get-walks-linear-order, linear-quad-get-all-walks-linear-order),
+//    stepping to quad_next, not the adjacent chunk (linear-quad-locate-walks-linear-order), as many
+//    chunks as an insert may claim in (linear-quad-lookup-stops-early), a chunk past the last slot
+//    goes on at slot 0 (linear-quad-no-wrap), the bulk loader follows the same sequence
 //    (linear-quad-loader-linear-order)
 //  * speculative claim: only the home slot is claimed before a scan (linear-spec-claim-not-home,
 //    linear-heap-spec-claim-not-home), and a lost speculative claim still scans the home slot for
@@ -544,14 +545,11 @@ class LinearClient final : public KvClient {
   Task<bool> read_stable(uint32_t node, uint64_t slot, std::byte* dst);
   uint32_t read_slots(uint32_t node, uint64_t slot) const;
   void observe_clusters(uint32_t node, uint64_t start, const std::byte* slots, uint64_t n, uint64_t& run_start) const;
+  // lookup, get_all and insert walk the key's chunks in the table's order (ChunkOrder above).
   Task<OpResult> insert(uint64_t key, std::span<const std::byte> value);
-  // kQuadratic tables (ChunkOrder above): the lookup, get_all and insert walking quadratic chunks.
-  template <class Sink>
-  Task<typename Sink::Ret> quad_lookup(uint64_t key, Sink sink);
-  Task<OpResult> quad_get_all(uint64_t key, std::vector<std::byte>* values_out);
-  Task<OpResult> quad_insert(uint64_t key, std::span<const std::byte> value);
-  // Posts the READ of quadratic chunk [start, start + C) mod N into `dst` (two READs when it wraps).
-  std::pair<Pending, std::optional<Pending>> quad_read(uint32_t node, uint64_t start, std::byte* dst);
+  // Posts the READ of the window [start, start + n) mod N into `dst` (two READs in one batch when
+  // it runs past the last slot: quadratic chunks only, linear windows end there).
+  std::pair<Pending, std::optional<Pending>> read_window(uint32_t node, uint64_t start, uint64_t n, std::byte* dst);
   // Out-of-band records (kHeap, kHeap4).
   RemoteAddr record_addr(uint32_t node, uint64_t index) const;
   bool record_matches(const std::byte* rec, uint64_t key, const LinearPlacement& p) const;

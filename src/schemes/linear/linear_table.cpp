@@ -124,6 +124,18 @@ uint64_t LinearClient::window(uint32_t node, uint64_t slot) const {
   return std::min<uint64_t>(read_slots(node, slot), cfg_.total_slots() - slot);
 }
 
+// Posts the READ of the window [start, start + n) mod N into `dst`. A linear window never runs past
+// the last slot (window(), chunk clipping): one READ. A quadratic chunk may: its rest is at slot 0,
+// a second READ in the same batch (same round trip).
+std::pair<Pending, std::optional<Pending>> LinearClient::read_window(uint32_t node, uint64_t start, uint64_t n,
+                                                                     std::byte* dst) {
+  const uint64_t first = std::min<uint64_t>(n, cfg_.total_slots() - start);
+  Pending a = engine_.read(slot_addr(node, start), dst, static_cast<uint32_t>(first * slot_bytes_));
+  if (first == n) return {std::move(a), std::nullopt};
+  return {std::move(a), std::optional<Pending>(engine_.read(slot_addr(node, 0), dst + first * slot_bytes_,
+                                                            static_cast<uint32_t>((n - first) * slot_bytes_)))};
+}
+
 uint32_t LinearClient::read_slots(uint32_t node, uint64_t slot) const {
   return probe_.read_sizer ? std::max<uint32_t>(1, probe_.read_sizer->size_at(node, slot)) : probe_.read_size;
 }
@@ -145,6 +157,8 @@ void LinearClient::observe_clusters(uint32_t node, uint64_t start, const std::by
   }
 }
 
+// Multimap lookup: every record of the key from its home slot to the first empty slot, along the
+// table's chunk order (the windows of lookup() below).
 Task<OpResult> LinearClient::get_all(uint64_t key, std::vector<std::byte>* values_out) {
   validate_key(key);
   OpResult r;
@@ -154,40 +168,58 @@ Task<OpResult> LinearClient::get_all(uint64_t key, std::vector<std::byte>* value
     r.status = r.matches ? Status::kFound : Status::kNotFound;
     co_return r;
   }
-  if (cfg_.quadratic()) co_return co_await quad_get_all(key, values_out);
   const uint64_t total = cfg_.total_slots();
+  const bool quad_all = cfg_.quadratic();  // get_all walks the table's chunk order (linear.h, ChunkOrder)
+  const uint64_t windows = quad_all ? cfg_.quad_chunks() : total;
   const InlineLayout l(cfg_);
   const bool set = cfg_.format == SlotFormat::kSet;
   std::vector<std::byte> buf;
   std::vector<std::byte> one(slot_bytes_);
+  // Quadratic chunks wrapped modulo N may overlap an earlier chunk of the sequence: a slot is
+  // counted once. Linear windows never overlap.
+  std::vector<uint64_t> counted;
+  auto first_time = [&](uint64_t slot) {
+    if (!quad_all) return true;
+    if (std::find(counted.begin(), counted.end(), slot) != counted.end()) return false;
+    counted.push_back(slot);
+    return true;
+  };
   uint64_t run_start = p.home;
-  for (uint64_t s = p.home; s < total;) {
-    const uint64_t n = window(p.node, s);
+  uint64_t s = p.home;
+  for (uint64_t i = 0; i < windows; ++i) {
+    const uint64_t n = quad_all ? cfg_.chunk : window(p.node, s);
+    if (n == 0) break;  // linear: past the last tail slot
     buf.resize(n * slot_bytes_);
-    co_await engine_.read(slot_addr(p.node, s), buf.data(), static_cast<uint32_t>(n * slot_bytes_));
+    {
+      auto rd = read_window(p.node, s, n, buf.data());
+      co_await std::move(rd.first);
+      if (rd.second) co_await std::move(*rd.second);
+    }
     ++r.chunks;
-    observe_clusters(p.node, s, buf.data(), n, run_start);
+    if (!quad_all) observe_clusters(p.node, s, buf.data(), n, run_start);
     for (uint64_t j = 0; j < n; ++j) {
       const std::byte* sl = buf.data() + j * slot_bytes_;
       uint64_t w = load64(sl);
-      if (w == 0) {  // the first empty slot ends the scan (seed 000 §4.3)
+      if (w == 0) {  // the first empty slot (in chunk order) ends the scan (seed 000 §4.3)
         r.status = r.matches ? Status::kFound : Status::kNotFound;
         co_return r;
       }
+      const uint64_t slot = (s + j) % total;
       if (set) {
-        r.matches += w == (kOcc | key);
+        r.matches += w == (kOcc | key) && first_time(slot);
         continue;
       }
       if ((w & kDel) || static_cast<uint32_t>(w) != p.kbits) continue;
       if ((w & kLock) || !inline_consistent(cfg_, l, sl)) {
-        if (!co_await read_stable(p.node, s + j, one.data())) continue;
+        if (!co_await read_stable(p.node, slot, one.data())) continue;
         sl = one.data();
       }
       if (cfg_.key_bytes == 8 && load64(sl + l.key_off) != key) continue;
+      if (!first_time(slot)) continue;
       ++r.matches;
       if (values_out) values_out->insert(values_out->end(), sl + l.val_off, sl + l.val_off + cfg_.value_bytes);
     }
-    s += n;
+    s = quad_all ? cfg_.quad_next(s, i) : s + n;
   }
   r.status = r.matches ? Status::kFound : Status::kNotFound;
   co_return r;
@@ -251,24 +283,23 @@ struct LinearClient::LocateSink {  // locate(): the key's slot and ctrl word; th
 };
 
 Task<LinearClient::Located> LinearClient::locate(uint64_t key, uint32_t& reads) {
-  if (cfg_.quadratic()) return quad_lookup(key, LocateSink{&reads});
   return lookup(key, LocateSink{&reads});  // not a coroutine itself: the lookup's frame is the only one
 }
 
 Task<OpResult> LinearClient::get(uint64_t key, std::span<std::byte> value_out) {
-  if (cfg_.quadratic()) return quad_lookup(key, CopySink{value_out});
   return lookup(key, CopySink{value_out});  // not a coroutine itself: get's frame is lookup's
 }
 
 Task<void> LinearClient::get_visit(uint64_t key, uint32_t value_bytes, GetVisitor& v) {
-  if (cfg_.quadratic()) return quad_lookup(key, VisitSink{&v, value_bytes});
   return lookup(key, VisitSink{&v, value_bytes});
 }
 
 // The lookup (seed 000 §4.3) of get, get_visit and locate: READ a window of R slots from the home
 // slot, scan it, read the next window while no slot answers (one READ per window, a re-read of a
 // locked or torn slot of the key), all in this one frame; a hit is handed to the sink from the
-// window.
+// window. The windows follow the table's chunk order (linear.h, ChunkOrder): linear, consecutive
+// windows of R slots (the read sizer's) up to the last tail slot, no wrap; quadratic, the chunks an
+// insert may claim in (all quad_chunks() of them), C slots each at quad_next, wrapping modulo N.
 template <class Sink>
 Task<typename Sink::Ret> LinearClient::lookup(uint64_t key, Sink sink) {
   validate_key(key);
@@ -288,17 +319,25 @@ Task<typename Sink::Ret> LinearClient::lookup(uint64_t key, Sink sink) {
   }
   const InlineLayout l(cfg_);
   const uint64_t total = cfg_.total_slots();
+  const bool quad = cfg_.quadratic();  // the lookup walks the table's chunk order
+  const uint64_t windows = quad ? cfg_.quad_chunks() : total;
   uint64_t run_start = p.home;
-  for (uint64_t s = p.home; s < total;) {
-    const uint64_t n = window(p.node, s);
+  uint64_t s = p.home;
+  for (uint64_t i = 0; i < windows; ++i) {
+    const uint64_t n = quad ? cfg_.chunk : window(p.node, s);
+    if (n == 0) break;  // linear: past the last tail slot
     std::byte* data = buf.data();
     if (n * slot_bytes_ > buf.size()) {
       big.resize(n * slot_bytes_);
       data = big.data();
     }
-    co_await engine_.read(slot_addr(p.node, s), data, static_cast<uint32_t>(n * slot_bytes_));
+    {
+      auto rd = read_window(p.node, s, n, data);
+      co_await std::move(rd.first);
+      if (rd.second) co_await std::move(*rd.second);
+    }
     ++r.chunks;
-    observe_clusters(p.node, s, data, n, run_start);
+    if (!quad) observe_clusters(p.node, s, data, n, run_start);  // read sizers: linear order only
     for (uint64_t j = 0;; ++j) {
       const Probe found = scan(key, p, data, n, j);
       if (found == Probe::kMore) break;
@@ -306,7 +345,7 @@ Task<typename Sink::Ret> LinearClient::lookup(uint64_t key, Sink sink) {
       const std::byte* sl = data + j * slot_bytes_;
       if (found == Probe::kUnstable) {  // locked or torn: re-read it until stable (or erased)
         one.resize(slot_bytes_);
-        if (!co_await read_stable(p.node, s + j, one.data())) continue;
+        if (!co_await read_stable(p.node, (s + j) % total, one.data())) continue;
         sl = one.data();
         if (cfg_.key_bytes == 8 && load64(sl + l.key_off) != key) continue;
       }
@@ -315,9 +354,9 @@ Task<typename Sink::Ret> LinearClient::lookup(uint64_t key, Sink sink) {
       co_return sink.hit(key, r,
                          cfg_.value_bytes ? std::span<const std::byte>(sl + l.val_off, cfg_.value_bytes)
                                           : std::span<const std::byte>(),
-                         Located{true, s + j, load64(sl)});
+                         Located{true, (s + j) % total, load64(sl)});
     }
-    s += n;
+    s = quad ? cfg_.quad_next(s, i) : s + n;
   }
   co_return sink.copied(key, r, {});
 }
@@ -353,27 +392,35 @@ Task<OpResult> LinearClient::find_or_put(uint64_t key, std::span<const std::byte
 }
 
 // Seed 001 find-or-put: chunks of C slots, at most M chunks; chunk i+1 is posted before chunk i is
-// scanned, so its round trip overlaps the scan (and usually shares a batch with chunk i).
+// scanned, so its round trip overlaps the scan (and usually shares a batch with chunk i). The chunks
+// follow the table's chunk order (linear.h, ChunkOrder): linear, consecutive from the home slot and
+// clipped at the last tail slot; quadratic, C slots at quad_next wrapping modulo N, at most
+// min(M, ⌈N/C⌉) of them.
 Task<OpResult> LinearClient::insert(uint64_t key, std::span<const std::byte> value) {
-  if (cfg_.quadratic()) co_return co_await quad_insert(key, value);
   OpResult r;
   const LinearPlacement p = linear_place(cfg_, key);
   const uint64_t total = cfg_.total_slots();
-  const uint32_t C = probe_.chunk;
-  const uint32_t M = probe_.max_chunks;
+  const uint32_t C = probe_.chunk;  // a quadratic table's chunk (checked by the constructor)
+  const bool quad_claims = cfg_.quadratic();  // insert claims along the table's chunk order
+  const uint64_t M = quad_claims ? std::min<uint64_t>(probe_.max_chunks, cfg_.quad_chunks()) : probe_.max_chunks;
   const bool set = cfg_.format == SlotFormat::kSet;
   const InlineLayout l(cfg_);
   const size_t chunk_bytes = static_cast<size_t>(C) * slot_bytes_;
   Scratch bufs(2 * chunk_bytes);
   Scratch one(slot_bytes_);
 
-  auto chunk_len = [&](uint32_t i) -> uint64_t {
-    const uint64_t start = p.home + static_cast<uint64_t>(i) * C;
+  // The slots of the chunk at `start`: a linear chunk ends at the last tail slot (0: past it).
+  auto chunk_len = [&](uint64_t start) -> uint64_t {
+    if (quad_claims) return C;
     return start >= total ? 0 : std::min<uint64_t>(C, total - start);
   };
-  auto post = [&](uint32_t i) {
-    return engine_.read(slot_addr(p.node, p.home + static_cast<uint64_t>(i) * C), bufs.data() + (i % 2) * chunk_bytes,
-                        static_cast<uint32_t>(chunk_len(i) * slot_bytes_));
+  // The start of chunk i+1, chunk i starting at `start`.
+  auto next_chunk = [&](uint64_t start, uint64_t i) -> uint64_t {
+    return quad_claims ? cfg_.quad_next(start, i) : start + C;
+  };
+  using Read = std::pair<Pending, std::optional<Pending>>;
+  auto post = [&](uint64_t i, uint64_t start) {
+    return read_window(p.node, start, chunk_len(start), bufs.data() + (i % 2) * chunk_bytes);
   };
   // Key-match check for an occupied slot word/ctrl `w` at `slot`; may re-read the slot.
   // Returns 1 = my key (found), 0 = another key or a tombstone.
@@ -393,7 +440,7 @@ Task<OpResult> LinearClient::insert(uint64_t key, std::span<const std::byte> val
     co_return load64(bytes + l.key_off) == key;
   };
 
-  if (chunk_len(0) == 0) { r.status = Status::kFull; co_return r; }
+  if (chunk_len(p.home) == 0) { r.status = Status::kFull; co_return r; }
   // A slot that is one word (sets; 4-byte keys without a value) is published by the CAS itself; a
   // larger record is claimed locked and published after its payload.
   const bool one_word = slot_bytes_ == 8;
@@ -410,7 +457,7 @@ Task<OpResult> LinearClient::insert(uint64_t key, std::span<const std::byte> val
     co_await publish(slot_addr(p.node, slot), one.data(), lock);
   };
 
-  std::optional<Pending> cur(post(0));
+  std::optional<Read> cur(post(0, p.home));
   // Speculative claim (linear.h): the home slot's claim CAS goes in chunk 0's batch. Won, the key
   // is absent and the READ is not needed; lost, chunk 0 is scanned as usual, home included.
   const bool speculate = speculating();
@@ -421,27 +468,29 @@ Task<OpResult> LinearClient::insert(uint64_t key, std::span<const std::byte> val
     r.status = Status::kInserted;
     co_return r;
   }
-  for (uint32_t i = 0; i < M; ++i) {
-    const uint64_t n = chunk_len(i);
-    const bool more = i + 1 < M && chunk_len(i + 1) > 0;
+  uint64_t start = p.home;
+  for (uint64_t i = 0; i < M; ++i) {
+    const uint64_t n = chunk_len(start);
+    const uint64_t next_start = next_chunk(start, i);
+    const bool more = i + 1 < M && chunk_len(next_start) > 0;
     // Seed 001 posts chunk i+1 before it scans chunk i; after a lost speculative claim chunk 1 is
     // posted only if chunk 0 turns out full (the READ it saves pays for the failed CAS).
     const bool overlap = !(speculate && i == 0);
-    std::optional<Pending> next;
-    if (overlap && more) next.emplace(post(i + 1));
-    co_await std::move(*cur);
+    std::optional<Read> next;
+    if (overlap && more) next.emplace(post(i + 1, next_start));
+    co_await std::move(cur->first);
+    if (cur->second) co_await std::move(*cur->second);
     cur.reset();
     ++r.chunks;
     const std::byte* chunk = bufs.data() + (i % 2) * chunk_bytes;
-    const uint64_t start = p.home + static_cast<uint64_t>(i) * C;
     for (uint64_t j = 0; j < n; ++j) {
       const std::byte* sl = chunk + j * slot_bytes_;
-      const uint64_t slot = start + j;
+      const uint64_t slot = (start + j) % total;  // linear chunks never pass the last slot
       uint64_t w = load64(sl);
       if (w == 0) {
         const uint64_t old = co_await engine_.cas(slot_addr(p.node, slot), 0, claim);
         if (old == 0) {
-          note_claim(slot - p.home);
+          note_claim(i * C + j);  // linear: slot - home
           co_await publish_claim(slot);
           r.status = Status::kInserted;
           co_return r;
@@ -455,13 +504,14 @@ Task<OpResult> LinearClient::insert(uint64_t key, std::span<const std::byte> val
       const bool may_be_mine = set ? w == (kOcc | key) : !(w & kDel) && static_cast<uint32_t>(w) == p.kbits;
       if (may_be_mine && co_await is_mine(w, slot, sl)) { r.status = Status::kFound; r.matches = 1; co_return r; }
     }
-    if (!overlap && more) next.emplace(post(i + 1));
+    if (!overlap && more) next.emplace(post(i + 1, next_start));
     if (!next) break;
     cur.emplace(std::move(*next));
+    start = next_start;
   }
-  // M chunks held neither the key nor an empty slot. Lookups scan on to the first empty slot, so
-  // a key past M chunks (inserted by a client with a larger M) is present: answer as get would,
-  // never kFull for a present key.
+  // M chunks held neither the key nor an empty slot. Lookups scan on to the first empty slot (a
+  // quadratic table: along every chunk of the sequence), so a key past M chunks (inserted by a
+  // client with a larger M) is present: answer as get would, never kFull for a present key.
   if ((co_await locate(key, r.chunks)).found) {
     r.status = Status::kFound;
     r.matches = 1;
@@ -548,215 +598,6 @@ Task<OpResult> LinearClient::erase(uint64_t key) {
       co_return r;
     }
   }
-}
-
-// --- quadratic chunks (linear.h, ChunkOrder) ----------------------------------------------------
-// The same protocol as above, over the table's quadratic chunk sequence: chunk i of a key with home
-// h is slots [h + C·i(i+1)/2, ... + C) mod N. Every slot a scan looks at is (start + j) mod N.
-// Safety mechanisms, each removed by a mutant of tests/mutants/linear_quad.json that the tests kill:
-// get, locate (update, erase, find_or_put past M) and get_all walk the quadratic sequence
-// (linear-quad-get-walks-linear-order, linear-quad-locate-walks-linear-order,
-// linear-quad-get-all-walks-linear-order), as many chunks as an insert may claim in
-// (linear-quad-lookup-stops-early), a chunk past the last slot goes on at slot 0
-// (linear-quad-no-wrap), and the bulk loader follows the same sequence (linear-quad-loader-linear-order).
-
-std::pair<Pending, std::optional<Pending>> LinearClient::quad_read(uint32_t node, uint64_t start, std::byte* dst) {
-  const uint64_t total = cfg_.total_slots();
-  const uint64_t first = std::min<uint64_t>(cfg_.chunk, total - start);
-  Pending a = engine_.read(slot_addr(node, start), dst, static_cast<uint32_t>(first * slot_bytes_));
-  if (first == cfg_.chunk) return {std::move(a), std::nullopt};
-  // The chunk runs past the last slot: its rest is at slot 0 (same batch, same round trip).
-  return {std::move(a), std::optional<Pending>(engine_.read(slot_addr(node, 0), dst + first * slot_bytes_,
-                                                            static_cast<uint32_t>((cfg_.chunk - first) * slot_bytes_)))};
-}
-
-template <class Sink>
-Task<typename Sink::Ret> LinearClient::quad_lookup(uint64_t key, Sink sink) {
-  validate_key(key);
-  sink.check(cfg_.value_bytes);
-  OpResult r;
-  const LinearPlacement p = linear_place(cfg_, key);
-  const InlineLayout l(cfg_);
-  const uint64_t total = cfg_.total_slots();
-  const uint64_t C = cfg_.chunk;
-  const uint64_t chunks = cfg_.quad_chunks();
-  Scratch buf(C * slot_bytes_);
-  std::vector<std::byte> one;
-  uint64_t start = p.home;
-  for (uint64_t i = 0; i < chunks; start = cfg_.quad_next(start, i), ++i) {
-    {
-      auto rd = quad_read(p.node, start, buf.data());
-      co_await std::move(rd.first);
-      if (rd.second) co_await std::move(*rd.second);
-    }
-    ++r.chunks;
-    for (uint64_t j = 0;; ++j) {
-      const Probe found = scan(key, p, buf.data(), C, j);
-      if (found == Probe::kMore) break;
-      if (found == Probe::kMiss) co_return sink.copied(key, r, {});
-      const uint64_t slot = (start + j) % total;
-      const std::byte* sl = buf.data() + j * slot_bytes_;
-      if (found == Probe::kUnstable) {  // locked or torn: re-read it until stable (or erased)
-        one.resize(slot_bytes_);
-        if (!co_await read_stable(p.node, slot, one.data())) continue;
-        sl = one.data();
-        if (cfg_.key_bytes == 8 && load64(sl + l.key_off) != key) continue;
-      }
-      r.status = Status::kFound;
-      r.matches = 1;
-      co_return sink.hit(key, r,
-                         cfg_.value_bytes ? std::span<const std::byte>(sl + l.val_off, cfg_.value_bytes)
-                                          : std::span<const std::byte>(),
-                         Located{true, slot, load64(sl)});
-    }
-  }
-  co_return sink.copied(key, r, {});
-}
-
-Task<OpResult> LinearClient::quad_get_all(uint64_t key, std::vector<std::byte>* values_out) {
-  OpResult r;
-  const LinearPlacement p = linear_place(cfg_, key);
-  const uint64_t total = cfg_.total_slots();
-  const uint64_t C = cfg_.chunk;
-  const InlineLayout l(cfg_);
-  const bool set = cfg_.format == SlotFormat::kSet;
-  std::vector<std::byte> buf(C * slot_bytes_), one(slot_bytes_);
-  // Chunks wrapped modulo N may overlap an earlier chunk of the sequence: a slot is counted once.
-  std::vector<uint64_t> counted;
-  auto first_time = [&](uint64_t slot) {
-    if (std::find(counted.begin(), counted.end(), slot) != counted.end()) return false;
-    counted.push_back(slot);
-    return true;
-  };
-  uint64_t start = p.home;
-  for (uint64_t i = 0; i < cfg_.quad_chunks(); start = cfg_.quad_next(start, i), ++i) {
-    {
-      auto rd = quad_read(p.node, start, buf.data());
-      co_await std::move(rd.first);
-      if (rd.second) co_await std::move(*rd.second);
-    }
-    ++r.chunks;
-    for (uint64_t j = 0; j < C; ++j) {
-      const std::byte* sl = buf.data() + j * slot_bytes_;
-      const uint64_t w = load64(sl);
-      if (w == 0) {  // the first empty slot in chunk order ends the scan
-        r.status = r.matches ? Status::kFound : Status::kNotFound;
-        co_return r;
-      }
-      if (set) {
-        r.matches += w == (kOcc | key) && first_time((start + j) % total);
-        continue;
-      }
-      if ((w & kDel) || static_cast<uint32_t>(w) != p.kbits) continue;
-      if ((w & kLock) || !inline_consistent(cfg_, l, sl)) {
-        if (!co_await read_stable(p.node, (start + j) % total, one.data())) continue;
-        sl = one.data();
-      }
-      if (cfg_.key_bytes == 8 && load64(sl + l.key_off) != key) continue;
-      if (!first_time((start + j) % total)) continue;
-      ++r.matches;
-      if (values_out) values_out->insert(values_out->end(), sl + l.val_off, sl + l.val_off + cfg_.value_bytes);
-    }
-  }
-  r.status = r.matches ? Status::kFound : Status::kNotFound;
-  co_return r;
-}
-
-// insert() over quadratic chunks: the same claims, speculation and double buffer (chunk i+1 posted
-// before chunk i is scanned), at most min(M, ⌈N/C⌉) chunks.
-Task<OpResult> LinearClient::quad_insert(uint64_t key, std::span<const std::byte> value) {
-  OpResult r;
-  const LinearPlacement p = linear_place(cfg_, key);
-  const uint64_t total = cfg_.total_slots();
-  const uint32_t C = cfg_.chunk;
-  const uint64_t M = std::min<uint64_t>(probe_.max_chunks, cfg_.quad_chunks());
-  const bool set = cfg_.format == SlotFormat::kSet;
-  const InlineLayout l(cfg_);
-  const size_t chunk_bytes = static_cast<size_t>(C) * slot_bytes_;
-  Scratch bufs(2 * chunk_bytes);
-  Scratch one(slot_bytes_);
-  using Read = std::pair<Pending, std::optional<Pending>>;
-  auto post = [&](uint64_t i, uint64_t start) { return quad_read(p.node, start, bufs.data() + (i % 2) * chunk_bytes); };
-  auto is_mine = [&](uint64_t w, uint64_t slot, const std::byte* bytes) -> Task<bool> {
-    if (set) co_return w == (kOcc | key);
-    if ((w & kDel) || static_cast<uint32_t>(w) != p.kbits) co_return false;
-    if (cfg_.key_bytes == 4) {
-      if (!(w & kLock) || version_of(w) != 0) co_return true;
-      co_return co_await read_stable(p.node, slot, one.data());
-    }
-    if (!bytes || (w & kLock) || !inline_consistent(cfg_, l, bytes)) {
-      if (!co_await read_stable(p.node, slot, one.data())) co_return false;
-      bytes = one.data();
-    }
-    co_return load64(bytes + l.key_off) == key;
-  };
-  const bool one_word = slot_bytes_ == 8;
-  const uint64_t claim = set ? (kOcc | key) : one_word ? make_ctrl(1, p.kbits) : (kOcc | kLock | p.kbits);
-  auto publish_claim = [&](uint64_t slot) -> Task<void> {
-    if (one_word) co_return;
-    const uint64_t lock = lock_taken();
-    maybe_die_holding_lock(lock, false);
-    std::memset(one.data(), 0, one.size());
-    build_payload(cfg_, l, key, 1, value, one.data());
-    store64(one.data(), make_ctrl(1, p.kbits));
-    co_await publish(slot_addr(p.node, slot), one.data(), lock);
-  };
-
-  std::optional<Read> cur;
-  cur.emplace(post(0, p.home));
-  const bool speculate = speculating();
-  if (speculate && co_await engine_.cas(slot_addr(p.node, p.home), 0, claim) == 0) {
-    ++r.chunks;
-    note_claim(0);
-    co_await publish_claim(p.home);
-    r.status = Status::kInserted;
-    co_return r;
-  }
-  uint64_t start = p.home;
-  for (uint64_t i = 0; i < M; ++i) {
-    const bool more = i + 1 < M;
-    const uint64_t next_start = cfg_.quad_next(start, i);
-    const bool overlap = !(speculate && i == 0);
-    std::optional<Read> next;
-    if (overlap && more) next.emplace(post(i + 1, next_start));
-    co_await std::move(cur->first);
-    if (cur->second) co_await std::move(*cur->second);
-    cur.reset();
-    ++r.chunks;
-    const std::byte* chunk = bufs.data() + (i % 2) * chunk_bytes;
-    for (uint64_t j = 0; j < C; ++j) {
-      const std::byte* sl = chunk + j * slot_bytes_;
-      const uint64_t slot = (start + j) % total;
-      uint64_t w = load64(sl);
-      if (w == 0) {
-        const uint64_t old = co_await engine_.cas(slot_addr(p.node, slot), 0, claim);
-        if (old == 0) {
-          note_claim(i * C + j);
-          co_await publish_claim(slot);
-          r.status = Status::kInserted;
-          co_return r;
-        }
-        w = old;  // someone else claimed it first: re-check the winner
-        if (co_await is_mine(w, slot, nullptr)) { r.status = Status::kFound; r.matches = 1; co_return r; }
-        continue;
-      }
-      const bool may_be_mine = set ? w == (kOcc | key) : !(w & kDel) && static_cast<uint32_t>(w) == p.kbits;
-      if (may_be_mine && co_await is_mine(w, slot, sl)) { r.status = Status::kFound; r.matches = 1; co_return r; }
-    }
-    if (!overlap && more) next.emplace(post(i + 1, next_start));
-    if (!next) break;
-    cur.emplace(std::move(*next));
-    start = next_start;
-  }
-  // M chunks held neither the key nor an empty slot: answer as get would (a client with a larger M
-  // may have put the key further along the sequence), kFull only for an absent key.
-  if ((co_await locate(key, r.chunks)).found) {
-    r.status = Status::kFound;
-    r.matches = 1;
-    co_return r;
-  }
-  r.status = Status::kFull;
-  co_return r;
 }
 
 }  // namespace rdmahash
