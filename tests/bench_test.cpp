@@ -2,10 +2,15 @@
 // option parsing, key generation.
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+
+#include <cstring>
+#include <sstream>
 #include <unordered_set>
 
 #include "bench/options.h"
 #include "bench/report.h"
+#include "bench/sysinfo.h"
 #include "bench/workload.h"
 #include "rdmahash/table.h"
 #include "rdmahash/ucx_fabric.h"
@@ -132,6 +137,57 @@ TEST(UcxCoalescing, AtomicsOnlyWhereEveryTransportUsesCpuAtomics) {
   EXPECT_FALSE(cpu_atomics_only({"rc_verbs"}));
   EXPECT_FALSE(cpu_atomics_only({"posix", "dc_mlx5"}));
   EXPECT_FALSE(cpu_atomics_only({"ud_verbs", "tcp"}));
+}
+
+
+// region_pages (JSON region_pages) reads /proc/self/smaps: every mapping the range overlaps, the
+// hugetlb pages that Rss leaves out, and THP's AnonHugePages / ShmemPmdMapped.
+TEST(RegionPages, ClassifiesMappingsFromSmapsText) {
+  const std::string smaps =
+      "10000000-10400000 rw-p 00000000 00:00 0 \n"
+      "Size:               4096 kB\nKernelPageSize:        4 kB\nRss:                4096 kB\n"
+      "AnonHugePages:      2048 kB\nShmemPmdMapped:        0 kB\nShared_Hugetlb:        0 kB\n"
+      "Private_Hugetlb:       0 kB\nVmFlags: rd wr mr mw me ac hg\n"
+      "20000000-20400000 rw-s 00000000 00:0f 42                     /SYSV00000000 (deleted)\n"
+      "Size:               4096 kB\nKernelPageSize:     2048 kB\nRss:                   0 kB\n"
+      "AnonHugePages:         0 kB\nShared_Hugetlb:     4096 kB\nPrivate_Hugetlb:       0 kB\nVmFlags: rd wr sh ht\n"
+      "30000000-30100000 rw-p 00000000 00:00 0 \n"
+      "Size:               1024 kB\nKernelPageSize:        4 kB\nRss:                1024 kB\n"
+      "AnonHugePages:         0 kB\nShared_Hugetlb:        0 kB\nPrivate_Hugetlb:       0 kB\nVmFlags: rd wr nh\n";
+  auto at = [&](uintptr_t addr, uint64_t bytes) {
+    std::istringstream in(smaps);
+    return region_pages_in(in, reinterpret_cast<const void*>(addr), bytes);
+  };
+  PageReport thp = at(0x10000000, 0x400000);
+  EXPECT_EQ(thp.kind, "thp");  // half of the resident bytes in THP: at least half counts
+  EXPECT_EQ(thp.page_kb, 4u);
+  EXPECT_DOUBLE_EQ(thp.huge_fraction, 0.5);
+  PageReport huge = at(0x20001000, 4096);
+  EXPECT_EQ(huge.kind, "hugetlb");
+  EXPECT_EQ(huge.page_kb, 2048u);
+  EXPECT_DOUBLE_EQ(huge.huge_fraction, 1.0);
+  PageReport small = at(0x30000000, 0x100000);
+  EXPECT_EQ(small.kind, "4k");
+  EXPECT_DOUBLE_EQ(small.huge_fraction, 0.0);
+  PageReport all = at(0x10300000, 0x20000000);  // overlaps all three
+  EXPECT_EQ(all.kind, "hugetlb");
+  EXPECT_DOUBLE_EQ(all.huge_fraction, (2048.0 + 4096.0) / (4096.0 + 4096.0 + 1024.0));
+  EXPECT_EQ(at(0x10400000, 0x1000).kind, "");  // between mappings: nothing
+  EXPECT_EQ(at(0x40000000, 0x1000).kind, "");
+}
+
+// On this process's own memory: a region advised MADV_NOHUGEPAGE is 4 KB pages, whatever THP's mode.
+TEST(RegionPages, NoHugePageAdviceIsReportedAsSmallPages) {
+  const size_t bytes = size_t{8} << 20;
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  ASSERT_EQ(::madvise(p, bytes, MADV_NOHUGEPAGE), 0);
+  std::memset(p, 1, bytes);
+  const PageReport r = region_pages(p, bytes);
+  EXPECT_EQ(r.kind, "4k");
+  EXPECT_EQ(r.page_kb, 4u);
+  EXPECT_DOUBLE_EQ(r.huge_fraction, 0.0);
+  ::munmap(p, bytes);
 }
 
 }  // namespace

@@ -16,7 +16,8 @@ import tempfile
 REQUIRED = ["scheme", "fabric", "ranks", "memory_nodes", "clients", "records", "slots", "load_factor",
             "workload", "ops", "seconds", "throughput_ops_per_s", "client_cpu_ns_per_op", "latency_us", "round_trips_per_op",
             "requests_per_op", "bytes_per_op", "outcomes", "load_factor_start", "load_factor_end",
-            "table_bytes", "llc_bytes", "warmup_seconds", "cold", "keep_table", "records_start", "records_end"]
+            "table_bytes", "llc_bytes", "warmup_seconds", "cold", "keep_table", "records_start", "records_end",
+            "huge_pages"]
 
 # Fraction of new keys each insert workload draws (OpStream).
 INSERT_FRACTION = {"mixed": 0.5, "read-intensive": 0.2, "write-intensive": 0.8}
@@ -231,6 +232,20 @@ def main():
                 fail(f"--chunk sweep at load factor {lf}: {per_chunk[lo]:.3f} chunk READs per op at C={lo}, "
                      f"{per_chunk[hi]:.3f} at C={hi}: the chunk size did not reach the clients")
             print(f"ok: chunk sweep lf={lf} chunks/op {per_chunk}")
+    # The pages of memory node 0's region, where the reporting process hosts it (not --connect):
+    # what smaps says; --huge-pages off asks for 4 KB pages and must get them.
+    for line in lines:
+        r = json.loads(line)
+        if r["fabric"] in ("local", "ucx"):
+            if r.get("region_pages") not in ("hugetlb", "thp", "4k"):
+                fail(f"row without the region's pages: {r.get('region_pages')}")
+            if not 0 <= r["region_huge_fraction"] <= 1 or r["region_page_kb"] < 4:
+                fail(f"region pages out of range: {r['region_huge_fraction']}, {r['region_page_kb']} kB")
+            if r["huge_pages"] == "off" and (r["region_pages"] != "4k" or r["region_huge_fraction"] != 0):
+                fail(f"--huge-pages off, but the region has {r['region_pages']} pages "
+                     f"({r['region_huge_fraction']:.2f} huge)")
+        elif "region_pages" in r:
+            fail(f"fabric {r['fabric']}: region_pages reported for a region this process does not host")
     if memory_limit:
         for line in lines:
             r = json.loads(line)

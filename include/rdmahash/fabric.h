@@ -133,6 +133,11 @@ class Transport {
   // Posts every request and waits until all have completed. Throws FabricError if any failed,
   // after setting each request's `status` (see "Per-request outcome").
   virtual void execute(std::span<Request> batch) = 0;
+  // Called by the engine when a request is queued for the next batch, before it is posted. A
+  // transport that will perform it with this CPU's loads (same-host direct access) may start the
+  // target's cache misses now, so that they overlap the other operations' work until the batch
+  // runs. A hint only: it performs nothing, counts nothing and never fails.
+  virtual void queued(const Request&) noexcept {}
   const FabricCounters& counters() const { return counters_; }
 
  protected:
@@ -161,9 +166,19 @@ class Fabric {
   virtual void register_rpc(uint16_t id, RpcHandler handler) = 0;
 };
 
+// Page size policy of the regions a fabric allocates. Tables larger than the last-level cache
+// spend much of a random READ in TLB misses on 4 KB pages (a 1 GB region is 256 Ki pages).
+//   kHuge:  ask for 2 MiB pages where the kernel allows without configuration changes: the local
+//           fabric aligns regions of at least 4 MiB to 2 MiB and madvise(MADV_HUGEPAGE)s them
+//           (transparent huge pages in THP's "madvise" or "always" mode); UCX allocates with its
+//           hugetlb mode "try" (hugetlbfs pages when /proc/sys/vm/nr_hugepages reserves them).
+//   kSmall: 4 KB pages (MADV_NOHUGEPAGE; UCX_{SYSV,POSIX}_HUGETLB_MODE=n).
+// What the kernel actually gave is reported by `bench` (JSON region_pages).
+enum class RegionPages : uint8_t { kHuge, kSmall };
+
 // In-process fabric: memory nodes are heap regions of this process, clients are threads, atomics
 // are real `std::atomic_ref` operations. Every request is bounds-checked.
-std::unique_ptr<Fabric> make_local_fabric(std::vector<uint64_t> region_bytes);
+std::unique_ptr<Fabric> make_local_fabric(std::vector<uint64_t> region_bytes, RegionPages pages = RegionPages::kHuge);
 // The same over regions the caller owns and keeps alive (e.g. persistent-memory file mappings).
 std::unique_ptr<Fabric> make_local_fabric_over(const std::vector<std::span<std::byte>>& regions);
 

@@ -130,6 +130,11 @@ struct UcxFabricConfig {
   // and no progress. Counters (batches, requests, bytes) are the same either way. false: every
   // request goes through UCX (`bench --direct-access off`).
   bool direct_access = true;
+  // Page size of the region UCX allocates (fabric.h, RegionPages): kHuge leaves UCX's hugetlb mode
+  // "try" (hugetlbfs pages when reserved); kSmall sets UCX_{SYSV,POSIX}_HUGETLB_MODE=n in this
+  // process. Shared memory cannot use THP unless /sys/kernel/mm/transparent_hugepage/shmem_enabled
+  // allows it; `bench` reports what the region got (JSON region_pages).
+  RegionPages region_pages = RegionPages::kHuge;
   // Memory nodes: how serve() waits for work (see ServeMode); kAuto is resolved by create() from
   // the transports of the UCX context.
   ServeMode serve_mode = ServeMode::kAuto;

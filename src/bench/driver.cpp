@@ -479,6 +479,13 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
       if (auto w = b.run([&](Engine& e, uint32_t) { return warm_up(e, *table, b.memory_nodes()); })) warmup = w->seconds;
     const std::optional<model::MemoryLimit> limit =
         b.reports() ? probe_memory(o, table->region_bytes() * b.memory_nodes()) : std::nullopt;
+    // The pages memory node 0's region got (where this process hosts it), after the load and the
+    // warm-up touched them.
+    PageReport pages;
+    if (const auto r = b.fabric().local_region(0); !r.empty() && b.reports()) pages = region_pages(r.data(), r.size());
+    if (limit && !o.quiet && !pages.kind.empty())
+      std::printf("table pages (memory node 0): %s, %.0f %% of its resident bytes in huge pages\n", pages.kind.c_str(),
+                  100 * pages.huge_fraction);
     if (limit && !o.quiet)
       std::printf("memory limit (%s pages, %s, one core): %.1f M random 8-byte loads/s in prefetched batches of %u, "
                   "%.0f ns per dependent load (probe %.1f s)\n",
@@ -539,6 +546,7 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
       info.table_bytes = table->region_bytes() * b.memory_nodes();
       info.llc_bytes = llc;
       info.memory_limit = limit;
+      info.region_pages = pages;
       info.persistence = table->persistence();
       info.table_resizes = table->table_resizes();
       info.resizing_start = resizing_start;
@@ -565,7 +573,8 @@ class LocalBackend final : public Backend {
   void begin_table(SchemeTable& a) override {
     fabric_.reset();  // free the previous table first
     const auto pm = a.persistent_region();  // --pm-path: the file mapping is the region
-    fabric_ = pm.empty() ? make_local_fabric(std::vector<uint64_t>(o_.memory_nodes, a.region_bytes()))
+    fabric_ = pm.empty() ? make_local_fabric(std::vector<uint64_t>(o_.memory_nodes, a.region_bytes()),
+                                             o_.huge_pages == Switch::kOn ? RegionPages::kHuge : RegionPages::kSmall)
                          : make_local_fabric_over({pm});
   }
   void load(SchemeTable& a, const KeySpace& keys) override {
@@ -823,6 +832,7 @@ int run_ucx_ranks(const BenchOptions& o_in, uint64_t region) {
   fc.symmetric = o.symmetric;
   fc.region_bytes = region;
   fc.direct_access = o.direct_access == Switch::kOn;
+  fc.region_pages = o.huge_pages == Switch::kOn ? RegionPages::kHuge : RegionPages::kSmall;
   fc.serve_mode = o.serve_mode;
   fc.serve_spin = std::chrono::microseconds(o.serve_spin_us);
   fc.client_wait = o.client_wait;

@@ -120,6 +120,8 @@ std::string apply_option_text(const OptionText& t, BenchOptions& o) {
   else return "--slot-format must be auto, set or inline, got '" + t.slot_format + "'";
   if (auto v = parse_switch(t.direct_access)) r.direct_access = *v;
   else return "--direct-access must be on or off";
+  if (auto v = parse_switch(t.huge_pages)) r.huge_pages = *v;
+  else return "--huge-pages must be on or off";
   if (auto v = parse_serve_mode(t.serve_mode)) r.serve_mode = *v;
   else return "--serve-mode must be " + std::string(serve_mode_names()) + ", got '" + t.serve_mode + "'";
   if (auto v = parse_client_wait(t.client_wait)) r.client_wait = *v;

@@ -169,6 +169,12 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
                          {"dependent_ns", p.memory_limit->dependent_ns},
                          {"probe_seconds", p.memory_limit->seconds}};
   }
+  j["huge_pages"] = to_string(o.huge_pages);
+  if (!p.region_pages.kind.empty()) {  // memory node 0's region, where the reporting process hosts it
+    j["region_pages"] = p.region_pages.kind;
+    j["region_page_kb"] = p.region_pages.page_kb;
+    j["region_huge_fraction"] = p.region_pages.huge_fraction;
+  }
   j["warmup_seconds"] = p.warmup_seconds;
   j["cold"] = o.cold;
   j["key_bytes"] = o.key_bytes;

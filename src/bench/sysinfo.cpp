@@ -71,4 +71,49 @@ std::string bytes_text(uint64_t bytes) {
   return buf;
 }
 
+PageReport region_pages(const void* p, uint64_t bytes) {
+  std::ifstream in("/proc/self/smaps");
+  if (!in) return {};
+  return region_pages_in(in, p, bytes);
+}
+
+PageReport region_pages_in(std::istream& in, const void* p, uint64_t bytes) {
+  PageReport r;
+  const uint64_t lo = reinterpret_cast<uintptr_t>(p), hi = lo + bytes;
+  bool inside = false;
+  uint64_t page_kb = 0, rss_kb = 0, huge_kb = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    // A mapping's first line: "start-end perms offset dev inode [path]"; the others "Name: value kB".
+    const auto dash = line.find('-');
+    const auto space = line.find(' ');
+    if (dash != std::string::npos && space != std::string::npos && dash < space && line.find(':') > space) {
+      const uint64_t start = std::stoull(line.substr(0, dash), nullptr, 16);
+      const uint64_t end = std::stoull(line.substr(dash + 1, space - dash - 1), nullptr, 16);
+      inside = start < hi && end > lo;
+      continue;
+    }
+    if (!inside) continue;
+    std::istringstream f(line);
+    std::string name;
+    uint64_t kb = 0;
+    if (!(f >> name >> kb)) continue;
+    if (name == "KernelPageSize:") {
+      page_kb = std::max(page_kb, kb);
+    } else if (name == "Rss:") {
+      rss_kb += kb;
+    } else if (name == "Shared_Hugetlb:" || name == "Private_Hugetlb:") {  // hugetlb pages are not in Rss
+      rss_kb += kb;
+      huge_kb += kb;
+    } else if (name == "AnonHugePages:" || name == "ShmemPmdMapped:" || name == "FilePmdMapped:") {
+      huge_kb += kb;
+    }
+  }
+  if (page_kb == 0) return r;  // the range is not mapped (or smaps has another format)
+  r.page_kb = page_kb;
+  r.huge_fraction = rss_kb ? std::min(1.0, static_cast<double>(huge_kb) / static_cast<double>(rss_kb)) : 0.0;
+  r.kind = page_kb > 4 ? "hugetlb" : r.huge_fraction >= 0.5 ? "thp" : "4k";
+  return r;
+}
+
 }  // namespace rdmahash::bench

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <istream>
 #include <string>
 
 namespace rdmahash::bench {
@@ -14,6 +15,19 @@ uint64_t mem_available_bytes();
 // Size in bytes of the last-level cache of cpu0: level 3 if there is one, else the largest
 // (from /sys/devices/system/cpu/cpu0/cache/index*/{level,size}); 0 if unknown.
 uint64_t llc_bytes();
+
+// What pages the kernel backs [p, p + bytes) of this process with, from /proc/self/smaps over
+// every mapping the range overlaps: "hugetlb" (KernelPageSize above 4 kB: hugetlbfs, SysV
+// SHM_HUGETLB), "thp" (at least half of the resident bytes in transparent huge pages:
+// AnonHugePages, ShmemPmdMapped, FilePmdMapped), "4k", or "" when smaps cannot be read.
+struct PageReport {
+  std::string kind;
+  uint64_t page_kb = 0;        // the largest KernelPageSize of the range's mappings
+  double huge_fraction = 0;    // resident bytes in huge pages (hugetlb or THP) / resident bytes
+};
+PageReport region_pages(const void* p, uint64_t bytes);
+// The same from the text of an smaps file (tests).
+PageReport region_pages_in(std::istream& smaps, const void* p, uint64_t bytes);
 
 // "320 MB (335544320 bytes)": sizes in messages a reader can check.
 std::string bytes_text(uint64_t bytes);

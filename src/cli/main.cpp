@@ -144,6 +144,11 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, OptionText& text, std::ve
                  "ucx: reach same-host memory (own shard, peers' shared memory) with loads, stores and CPU atomics (on) "
                  "or with UCX requests (off)")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+  cmd.add_option("--huge-pages", text.huge_pages,
+                 "shard regions on 2 MiB pages where the kernel allows: THP (madvise) for local regions, hugetlbfs "
+                 "pages for UCX's when reserved (vm.nr_hugepages); off: 4 KB pages. JSON region_pages says what the "
+                 "kernel gave")
+      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   cmd.add_option("--race-dir-cache", text.race_dir_cache, "race: clients cache the directory (on) or read its entry per operation (off)")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   cmd.add_option("--workload", workloads,

@@ -5,6 +5,8 @@
 // atomic loads/stores keeps those races defined behaviour in C++ (and quiet under TSan) while
 // behaving like a DMA engine: a multi-word read may be torn, an aligned word never is. A
 // sequentially consistent fence brackets every batch, like the completion of an RDMA request.
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -21,8 +23,11 @@
 namespace rdmahash {
 namespace {
 
+constexpr uint64_t kHugePage = uint64_t{2} << 20;
+
 struct AlignedFree {
-  void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  std::align_val_t align{64};  // as allocated
+  void operator()(std::byte* p) const { ::operator delete[](p, align); }
 };
 
 class LocalFabric;
@@ -31,6 +36,7 @@ class LocalTransport final : public Transport {
  public:
   explicit LocalTransport(LocalFabric& f, uint32_t id) : fabric_(f), id_(id) {}
   void execute(std::span<Request> batch) override;
+  void queued(const Request& r) noexcept override;  // READs: prefetch the target (fabric.h)
 
  private:
   std::byte* checked_atomic(const Request& r);
@@ -40,11 +46,16 @@ class LocalTransport final : public Transport {
 
 class LocalFabric final : public Fabric {
  public:
-  explicit LocalFabric(std::vector<uint64_t> sizes) {
+  LocalFabric(std::vector<uint64_t> sizes, RegionPages pages) {
     if (sizes.empty()) throw FabricError("local fabric: at least one memory node is required");
     for (uint64_t s : sizes) {
-      std::unique_ptr<std::byte[], AlignedFree> p(
-          static_cast<std::byte*>(::operator new[](std::max<uint64_t>(s, 8), std::align_val_t{64})));
+      // Large regions start on a 2 MiB boundary so that THP can back all of them; the advice is
+      // given before the memset faults the pages in (fabric.h, RegionPages).
+      const bool large = s >= (uint64_t{4} << 20);
+      const uint64_t bytes = large ? (s + kHugePage - 1) / kHugePage * kHugePage : std::max<uint64_t>(s, 8);
+      const std::align_val_t align{large ? kHugePage : 64};
+      std::unique_ptr<std::byte[], AlignedFree> p(static_cast<std::byte*>(::operator new[](bytes, align)), AlignedFree{align});
+      if (large) (void)::madvise(p.get(), bytes, pages == RegionPages::kHuge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
       std::memset(p.get(), 0, s);
       std::byte* base = p.get();
       regions_.push_back(Region{std::move(p), base, s});
@@ -112,6 +123,12 @@ class LocalFabric final : public Fabric {
   std::unordered_map<uint16_t, RpcHandler> handlers_;
 };
 
+void LocalTransport::queued(const Request& r) noexcept {
+  if (r.kind != ReqKind::kRead) return;
+  const auto region = fabric_.local_region(r.addr.node);
+  if (r.addr.offset < region.size()) detail::prefetch(region.data() + r.addr.offset, r.len);
+}
+
 void LocalTransport::execute(std::span<Request> batch) {
   // Each request succeeds or fails on its own (fabric.h, "Per-request outcome"): a bad address or
   // a throwing RPC handler fails that request only; the others of the batch still execute and are
@@ -170,8 +187,8 @@ std::byte* LocalTransport::checked_atomic(const Request& r) {
 
 }  // namespace
 
-std::unique_ptr<Fabric> make_local_fabric(std::vector<uint64_t> region_bytes) {
-  return std::make_unique<LocalFabric>(std::move(region_bytes));
+std::unique_ptr<Fabric> make_local_fabric(std::vector<uint64_t> region_bytes, RegionPages pages) {
+  return std::make_unique<LocalFabric>(std::move(region_bytes), pages);
 }
 
 std::unique_ptr<Fabric> make_local_fabric_over(const std::vector<std::span<std::byte>>& regions) {

@@ -242,6 +242,11 @@ void UcxFabricImpl::init() {
 }
 
 void UcxFabricImpl::init_local() {
+  // UCX's memory domains read their hugetlb mode from the environment when the context opens them.
+  if (config_.region_pages == RegionPages::kSmall && is_memory_node()) {
+    ::setenv("UCX_SYSV_HUGETLB_MODE", "n", 1);
+    ::setenv("UCX_POSIX_HUGETLB_MODE", "n", 1);
+  }
   ucp_config_t* cfg = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg);
   if (st != UCS_OK) throw FabricError(ucx_error("ucp_config_read", st));

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Memory speed on a table users have (issue 30 item 2): gets and find-or-puts on a 1 GB table per
+# client core, as a fraction of this machine's random-read limit measured in the same run
+# (`--memory-limit thp`: one core, random 8-byte loads in prefetched batches of 16 on a region of the
+# table's size, transparent huge pages: the best the machine does).
+#   table: 16 M records, 8-byte keys and values, inline 32-byte slots (1 GB at load 0.5; at 0.8 the
+#     same records in 0.66 GB), loaded, every point starts from the loaded table: gets find present
+#     keys, find-or-puts insert new ones (the load factor rises by ops/slots, JSON load_factor_end).
+#   layouts: PGAS (mpirun -n 2 --symmetric: every rank a shard and a client) and 1 memory node +
+#     1 client (mpirun -n 2), UCX over shared memory, direct access on, depth 16.
+#   --huge-pages on and off (on: hugetlbfs pages when vm.nr_hugepages reserves them, else 4 KB:
+#     shared memory gets no THP while shmem_enabled is never; JSON region_pages says which).
+#   get at R = 8 and 4 slots; find-or-put (chunk 8); and, 1+1 at load 0.5, get of cuckoo, race and
+#     continuity on the same records for comparison.
+# Binaries are interleaved per round (a busy machine slows all alike); medians over rounds.
+# usage: scripts/bench_memory_speed.sh BIN [BIN...]   (ROUNDS=2, OPS=1000000, RECORDS=16000000,
+#        OUT=results/memory_speed.jsonl; HUGE="on off"; LOADS="0.5 0.8"; COMPARE=1)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ $# -ge 1 ] || { echo "usage: $0 BIN [BIN...]" >&2; exit 2; }
+ROUNDS=${ROUNDS:-2}
+OPS=${OPS:-1000000}
+RECORDS=${RECORDS:-16000000}
+OUT=${OUT:-results/memory_speed.jsonl}
+HUGE=${HUGE:-on off}
+LOADS=${LOADS:-0.5 0.8}
+COMPARE=${COMPARE:-1}
+mkdir -p "$(dirname "$OUT")"
+rm -f "$OUT"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 UCX_TLS=${UCX_TLS:-self,sm} UCX_WARN_UNUSED_ENV_VARS=n
+echo "vm.nr_hugepages = $(cat /proc/sys/vm/nr_hugepages); THP shmem: $(cat /sys/kernel/mm/transparent_hugepage/shmem_enabled)" >&2
+run() {  # run BIN LAYOUT bench-args...: appends the rows, tagged with the binary and the layout
+  local bin=$1 layout=$2; shift 2
+  local tmp; tmp=$(mktemp)
+  mpirun --oversubscribe -n 2 "$bin" bench --fabric ucx "$@" --memory-limit thp --no-progress --quiet --json "$tmp" > /dev/null
+  python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    j = json.loads(l); j["binary"] = sys.argv[2]; j["layout"] = sys.argv[3]; print(json.dumps(j))' "$tmp" "$bin" "$layout" >> "$OUT"
+  rm -f "$tmp"
+}
+common=(--key-bytes 8 --value-bytes 8 --records "$RECORDS" --ops "$OPS" --depth 16 --direct-access on)
+for round in $(seq "$ROUNDS"); do
+  for bin in "$@"; do
+    echo "round $round: $bin ($(uptime | sed 's/.*load/load/'))" >&2
+    for hp in $HUGE; do
+      for lf in $LOADS; do
+        run "$bin" pgas --symmetric --slot-format inline "${common[@]}" --load-factor "$lf" --huge-pages "$hp" \
+          --workload get,find-or-put --read-size 8,4
+        run "$bin" 1+1 --memory-nodes 1 --slot-format inline "${common[@]}" --load-factor "$lf" --huge-pages "$hp" \
+          --workload get,find-or-put --read-size 8,4
+      done
+    done
+    if [ "$COMPARE" = 1 ]; then
+      hp=${HUGE%% *}
+      run "$bin" 1+1 --memory-nodes 1 --scheme cuckoo "${common[@]}" --load-factor 0.5 --huge-pages "$hp" --workload get
+      run "$bin" 1+1 --memory-nodes 1 --scheme race "${common[@]}" --load-factor 0.5 --huge-pages "$hp" --workload get
+      run "$bin" 1+1 --memory-nodes 1 --scheme continuity --added-sbuckets 1/10 "${common[@]}" --load-factor 0.5 --huge-pages "$hp" --workload get
+    fi
+  done
+done
+python3 - "$OUT" "$@" <<'PY'
+import json, statistics, sys
+from collections import defaultdict
+rows = [json.loads(l) for l in open(sys.argv[1])]
+bins = sys.argv[2:]
+pts = defaultdict(list)
+for j in rows:
+    # find-or-put ignores the read size: one row per table, whatever --read-size listed
+    r = j["read_size"] if j["workload"] == "get" and j["scheme"] == "linear" else "-"
+    pts[(j["binary"], j["layout"], j["scheme"], j["huge_pages"], round(j["target_load_factor"], 2), j["workload"], r)].append(j)
+def med(rs, f): return statistics.median(f(r) for r in rs)
+print(f"{'binary':24} {'layout':6} {'scheme':10} {'pages':8} {'lf':>4} {'workload':11} {'R':>2} {'M/s/core':>8} "
+      f"{'limit M/s':>9} {'fraction':>8} {'cpu ns':>7} {'RT/op':>7} {'req/op':>7} {'B/op':>7} {'lf end':>6} n")
+for b in bins:
+    for key in sorted(k for k in pts if k[0] == b):
+        rs = pts[key]
+        cores = rs[0]["clients"]  # one client per core: PGAS 2 ranks on 2 cores, 1+1 one client
+        per_core = med(rs, lambda r: r["throughput_ops_per_s"]) / cores
+        limit = med(rs, lambda r: r["memory_limit_ops_per_s"])
+        pages = rs[0].get("region_pages", "?")
+        req = rs[0]["requests_per_op"]
+        print(f"{b[-24:]:24} {key[1]:6} {key[2]:10} {pages:8} {key[4]:4.2f} {key[5]:11} {key[6]:>2} {per_core / 1e6:8.3f} "
+              f"{limit / 1e6:9.1f} {per_core / limit:8.3f} {med(rs, lambda r: r['client_cpu_ns_per_op']):7.1f} "
+              f"{rs[0]['round_trips_per_op']:7.4f} {sum(req.values()):7.4f} {rs[0]['bytes_per_op']:7.2f} "
+              f"{rs[0]['load_factor_end']:6.3f} {len(rs)}")
+PY
