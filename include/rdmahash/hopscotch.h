@@ -173,10 +173,12 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rdmahash/engine.h"
 #include "rdmahash/fabric.h"
+#include "rdmahash/pmem.h"
 #include "rdmahash/table.h"
 
 namespace rdmahash {
@@ -189,6 +191,8 @@ inline constexpr uint64_t kHopscotchMovesOffset = 56;
 inline constexpr uint64_t kHopscotchSlotsOffset = 128;  // the slot array follows the 128-byte header
 inline constexpr uint32_t kHopscotchDefaultBlockRecords = 2;
 inline constexpr uint32_t kHopscotchDefaultOverflowPercent = 25;
+inline constexpr uint64_t kHopscotchChecksumOffset = 88;  // reserved[0]: checksum of the geometry words
+inline constexpr uint64_t kHopscotchLogHeaderBytes = 32;  // [commit][kind][to][from], then one record
 
 struct HopscotchConfig {
   uint32_t memory_nodes = 1;
@@ -203,6 +207,9 @@ struct HopscotchConfig {
   uint32_t overflow_percent = kHopscotchDefaultOverflowPercent;  // in [0, 400]
   // Client side (not part of the table): how long a record caught mid-write is re-read.
   std::chrono::nanoseconds retry_budget = kDefaultRetryBudget;
+  // On persistent memory: format a blank region without its magic word (a new --pm-path file: the
+  // magic is written after the bulk load, pm_table.h).
+  bool format_unpublished = false;
 
   static HopscotchConfig for_records(uint64_t records, double load_factor, uint32_t memory_nodes,
                                      uint32_t neighborhood = kHopscotchDefaultNeighborhood);
@@ -215,10 +222,18 @@ struct HopscotchConfig {
   uint32_t block_bytes() const { return 8 + block_records * record_bytes(); }  // [next:8][records]
   uint64_t heads_offset() const { return kHopscotchSlotsOffset + slots_per_node() * record_bytes(); }
   uint64_t pool_offset() const { return heads_offset() + groups() * 8; }
+  uint64_t log_offset() const;  // the redo log (PM; allocated in DRAM too): cache-line aligned, after the pool
+  uint64_t log_bytes() const { return kHopscotchLogHeaderBytes + record_bytes(); }
   uint64_t region_bytes() const;
 };
 
 std::string hopscotch_config_error(const HopscotchConfig& cfg);
+
+// Validates an existing image of node `node` of `cfg` without changing it: its header (magic,
+// geometry checksum, geometry) and size. Throws PmemError saying what is wrong (an all-zero header
+// is refused: an existing file is never taken for a blank one). The registry calls it before the
+// fabric sees a --pm-path file; a shard built on a PersistentRegion starts its recovery with it.
+void hopscotch_check_image(std::span<const std::byte> image, const HopscotchConfig& cfg, uint32_t node);
 
 struct HopscotchShardHeader {
   uint64_t magic;
@@ -252,17 +267,25 @@ struct HopscotchShardStats {
   uint64_t blocks_used = 0;        // overflow blocks linked into chains now
   uint64_t overflow_blocks = 0;    // the pool's blocks
   uint64_t unlinks = 0;            // emptied blocks unlinked (and freed for reuse)
+  // On persistent memory: persist calls per kind of write (find_or_put/put inserting, updating, erase).
+  uint64_t insert_persists = 0, update_persists = 0, erase_persists = 0;
+  uint64_t updates = 0, erases = 0;  // updates in place and erases applied
 };
 
 struct HopscotchShardResult {
   Status status;
   uint32_t displacements = 0;
+  uint32_t persists = 0;  // persist calls the operation made (0 in DRAM)
 };
 
-// Memory-node side: one shard, owned by the node's CPU. Formats `region` on construction.
+// Memory-node side: one shard, owned by the node's CPU. In DRAM (a span) it formats `region` on
+// construction; on persistent memory (a PersistentRegion) it formats a region whose 128-byte header
+// is all zero and otherwise recovers the image (hopscotch_check_image, then the redo log, then a
+// scan), throwing PmemError for an image it cannot take.
 class HopscotchShard {
  public:
   HopscotchShard(const HopscotchConfig& cfg, uint32_t node, std::span<std::byte> region);
+  HopscotchShard(const HopscotchConfig& cfg, uint32_t node, PersistentRegion& region);
   HopscotchShard(const HopscotchShard&) = delete;
   HopscotchShard& operator=(const HopscotchShard&) = delete;
 
@@ -276,7 +299,10 @@ class HopscotchShard {
   bool owns(uint64_t key) const;
   std::optional<std::vector<std::byte>> find(uint64_t key) const;  // node-side, under the lock
   std::vector<uint64_t> keys() const;
+  std::vector<std::pair<uint64_t, std::vector<std::byte>>> items() const;  // every live record
   uint64_t records() const;
+  bool recovered() const { return recovered_; }                 // built over an existing image
+  uint64_t recovery_repairs() const { return repairs_; }        // log records redone or dropped, orphans cleared
   HopscotchShardStats stats() const;
   // Tests: called (under the shard's lock) after each store step of a move: after the copy and
   // after the clear. Must not call into the shard.
@@ -310,10 +336,23 @@ class HopscotchShard {
   void unlink_if_empty(const HopscotchPlacement& p, uint64_t rec);
   void set_records(uint64_t n);
   void set_chained(uint64_t n);
+  // Persistent memory (durable_): flush + fence through the region's choke point; nothing in DRAM.
+  void flush(uint64_t o, uint64_t len);
+  void put_record(uint64_t o, const std::byte* rec, bool logged);
+  void log_write(uint64_t kind, uint64_t to, uint64_t from, const std::byte* rec);
+  void log_clear();
+  void format_pm();
+  void recover();
+  uint64_t persist_count() const { return pm_ ? pm_->persists() : 0; }
+  uint64_t ld(uint64_t o) const;          // relaxed 8-byte load of the shard's memory
+  void st(uint64_t o, uint64_t v);        // release 8-byte store (on PM: through the region)
 
   HopscotchConfig cfg_;
   uint32_t node_;
   std::span<std::byte> region_;
+  PersistentRegion* pm_ = nullptr;  // on PM every store and persist goes through it; null in DRAM
+  bool recovered_ = false;
+  uint64_t repairs_ = 0;
   mutable std::mutex mu_;
   uint64_t records_ = 0;
   uint64_t moves_ = 0;
@@ -330,14 +369,20 @@ class HopscotchShard {
 class HopscotchServer {
  public:
   HopscotchServer(Fabric& fabric, const HopscotchConfig& cfg, uint16_t rpc_id = kHopscotchRpcFirst);
+  // On persistent memory: each hosted shard over a PersistentRegion of `mode` (formats a zero header,
+  // recovers anything else; throws PmemError for an image it cannot take).
+  HopscotchServer(Fabric& fabric, const HopscotchConfig& cfg, PersistMode mode, uint16_t rpc_id = kHopscotchRpcFirst);
   ~HopscotchServer();
   HopscotchServer(const HopscotchServer&) = delete;
   HopscotchServer& operator=(const HopscotchServer&) = delete;
   bool hosts(uint32_t node) const;
   HopscotchShard& shard(uint32_t node);  // throws InvalidArgument if not hosted here
+  PersistentRegion& region(uint32_t node);  // idem, and InvalidArgument in DRAM
   bool bulk_insert(uint64_t key, std::span<const std::byte> value);
   uint64_t records() const;
   HopscotchShardStats stats() const;
+  bool recovered() const;  // every hosted shard was recovered from an existing image
+  std::string recovery_summary() const;
 
  private:
   struct State;
@@ -362,6 +407,7 @@ class HopscotchClient final : public KvClient {
   Task<OpResult> put(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> erase(uint64_t key) override;
   Task<OpResult> get_all(uint64_t key, std::vector<std::byte>* values_out) override;
+  uint64_t persists() const { return persists_; }  // persists the node reported for this client's writes
   // Reads and validates a shard's header (one READ) and primes the moves cache.
   Task<HopscotchShardHeader> read_header(uint32_t node);
   // Tests: one READ of the key's neighbourhood, no re-read and no miss validation: kFound, kNotFound,
@@ -383,6 +429,7 @@ class HopscotchClient final : public KvClient {
   uint16_t rpc_id_;
   uint32_t cfg_tag_;
   std::vector<std::optional<uint64_t>> moves_seen_;
+  uint64_t persists_ = 0;
 };
 
 }  // namespace rdmahash
