@@ -328,7 +328,7 @@ add_test(NAME bench_continuity_pm_reopen
 set_tests_properties(bench_continuity_pm_reopen PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
 add_test(NAME cli_continuity_bad_sbuckets COMMAND ${EXPECT_FAIL} "sbuckets must be in"
   ${RDMAHASH_BIN} bench --scheme continuity --sbuckets 7)
-add_test(NAME cli_pm_path_needs_continuity COMMAND ${EXPECT_FAIL} "pm-path applies to --scheme continuity or level"
+add_test(NAME cli_pm_path_needs_continuity COMMAND ${EXPECT_FAIL} "pm-path applies to --scheme continuity, level or hopscotch"
   ${RDMAHASH_BIN} bench --scheme linear --pm-path /tmp/x.pm)
 add_test(NAME cli_continuity_full_fails_cleanly COMMAND ${EXPECT_FAIL} "is full at [0-9]+ of [0-9]+ slots"
   ${RDMAHASH_BIN} bench --scheme continuity --records 20000 --load-factor 0.9 --ops 10)
