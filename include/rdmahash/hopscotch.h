@@ -240,8 +240,8 @@
 //  * a new block persisted before its head store (hopscotch-pm-drop-block-persist); an unlink
 //    persisted before reuse (hopscotch-pm-drop-unlink-persist); unreachable blocks' records cleared
 //    at recovery (hopscotch-pm-orphans-kept)
-//  * images: an all-zero header refused (hopscotch-pm-zero-header-accepted), the geometry checksum
-//    (hopscotch-pm-checksum-unchecked), every live record's check word (hopscotch-pm-recovery-skips-check-word)
+//  * images: the geometry checksum (hopscotch-pm-checksum-unchecked), every live record's check
+//    word (hopscotch-pm-recovery-skips-check-word)
 //
 // Thread safety: HopscotchClient belongs to one Engine (one thread); HopscotchShard and the RPC
 // handler are thread-safe; any number of clients may use one table concurrently.
