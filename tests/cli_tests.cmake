@@ -333,7 +333,7 @@ add_test(NAME bench_continuity_pm_reopen
 set_tests_properties(bench_continuity_pm_reopen PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
 add_test(NAME cli_continuity_bad_sbuckets COMMAND ${EXPECT_FAIL} "sbuckets must be in"
   ${RDMAHASH_BIN} bench --scheme continuity --sbuckets 7)
-add_test(NAME cli_pm_path_needs_continuity COMMAND ${EXPECT_FAIL} "pm-path applies to --scheme continuity or level"
+add_test(NAME cli_pm_path_needs_continuity COMMAND ${EXPECT_FAIL} "pm-path applies to --scheme continuity, level or hopscotch"
   ${RDMAHASH_BIN} bench --scheme linear --pm-path /tmp/x.pm)
 add_test(NAME cli_continuity_full_fails_cleanly COMMAND ${EXPECT_FAIL} "is full at [0-9]+ of [0-9]+ slots"
   ${RDMAHASH_BIN} bench --scheme continuity --records 20000 --load-factor 0.9 --ops 10)
@@ -345,12 +345,19 @@ add_test(NAME bench_level_pm_reopen
   COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/level_pm_reopen.sh ${RDMAHASH_BIN} ${CMAKE_CURRENT_BINARY_DIR}/level_pm_reopen
           ${CHECK_JSON} "${MPIEXEC_EXECUTABLE}")
 set_tests_properties(bench_level_pm_reopen PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
+# P-FaRM-KV (--scheme hopscotch --pm-path): reopen-and-recover over both fabrics, persists per write
+# in the bench JSON, and the refused images (another geometry, a level image, truncated, a flipped
+# header bit, zeros, a run killed while loading: exit 2, untouched).
+add_test(NAME bench_hopscotch_pm_reopen
+  COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/hopscotch_pm_reopen.sh ${RDMAHASH_BIN} ${CMAKE_CURRENT_BINARY_DIR}/hopscotch_pm_reopen
+          ${CHECK_JSON} "${MPIEXEC_EXECUTABLE}")
+set_tests_properties(bench_hopscotch_pm_reopen PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
 # Who may write a --pm-path file (issue 26, tests/pm_owner_test.sh): only a file this run created is
 # formatted (an existing image with its first 128 bytes zeroed, a data file starting with 128 zero
 # bytes, a file of zeros: bench and serve exit 2, the file untouched); one owner at a time (a second
 # serve or bench on a served image: exit 2, the holder's pid named); level: another --records of the
 # same geometry and a corrupt header field are refused as such.
-foreach(scheme continuity level)
+foreach(scheme continuity level hopscotch)
   add_test(NAME bench_${scheme}_pm_owner
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/pm_owner_test.sh ${RDMAHASH_BIN} ${CMAKE_CURRENT_BINARY_DIR}/pm_owner_${scheme}
             ${scheme})

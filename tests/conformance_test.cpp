@@ -56,7 +56,7 @@ struct Param {
   const char* probe = "parallel";       // cuckoo
   uint32_t sbuckets = 3;                // continuity
   uint32_t neighborhood = 8;            // hopscotch
-  bool persistent = false;              // continuity, level: the table is a pmem file (one node)
+  bool persistent = false;              // continuity, level, hopscotch: the table is a pmem file (one node)
   const char* chunk_order = "linear";   // linear: linear | quadratic (chunks of 4 slots: linear.h, ChunkOrder)
 };
 
@@ -97,6 +97,7 @@ const Param kParams[] = {
     // H=2: neighbourhoods overflow early, so the random operations and the fill run through the
     // overflow chains and the fill ends with the pool exhausted.
     {.name = "hopscotch_h2", .scheme = "hopscotch", .value_bytes = 16, .neighborhood = 2},
+    {.name = "hopscotch_pmem", .scheme = "hopscotch", .value_bytes = 40, .persistent = true},  // P-FaRM-KV
     {.name = "cluster", .scheme = "cluster", .value_bytes = 16},
     {.name = "cluster_v0", .scheme = "cluster", .value_bytes = 0},
     {.name = "cluster_v120", .scheme = "cluster", .value_bytes = 120},

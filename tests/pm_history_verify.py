@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks a recovered continuity or level image against a client's history (issue 11: kill -9 of the memory node).
+"""Checks a recovered continuity, level or hopscotch image against a client's history (issue 11: kill -9 of the memory node).
 
     pm_history_verify.py [--self-test] TABLE HISTORY
 
@@ -181,11 +181,56 @@ def read_level(path):
     return items
 
 
+HOPSCOTCH_MAGIC = 0x3248435348504F48  # "HOPSCH2"
+
+
+def read_hopscotch(path):
+    """Every live record of a (recovered) hopscotch image (include/rdmahash/hopscotch.h: 128-byte
+    header, N+H-1 slots, the chain heads, the pool of [next][B records] blocks): the slots and every
+    record reachable from a chain head whose ctrl has OCC (bit 63): {key: value digest}; raises on a
+    key stored twice or a chain leaving the pool."""
+    data = open(path, "rb").read()
+    if len(data) < 128:
+        raise ValueError(f"{path}: shorter than the hopscotch header")
+    magic, hood, _kb, vb, _node, _nodes, brecs, home = struct.unpack_from("<QIIIIIIQ", data, 0)
+    blocks = struct.unpack_from("<Q", data, 64)[0]
+    if magic != HOPSCOTCH_MAGIC:
+        raise ValueError(f"{path}: not a hopscotch image")
+    GEOMETRY.update(level=0, resizing=0, in_added=0)
+    rb = 16 + (vb + 7) // 8 * 8 + 8
+    heads = 128 + (home + hood - 1) * rb
+    groups = (home + hood - 1) // hood
+    pool = heads + groups * 8
+    bb = 8 + brecs * rb
+    items = {}
+
+    def take(off):
+        if int.from_bytes(data[off:off + 8], "little") >> 63:
+            key = int.from_bytes(data[off + 8:off + 16], "little")
+            if key in items:
+                raise ValueError(f"{path}: key {key:#x} is live in two records")
+            items[key] = value_digest(data[off + 16:off + 16 + vb])
+
+    for s in range(home + hood - 1):
+        take(128 + s * rb)
+    for g in range(groups):
+        b, seen = int.from_bytes(data[heads + g * 8:heads + g * 8 + 8], "little"), 0
+        while b:
+            if b < pool or b >= pool + blocks * bb or (b - pool) % bb or seen > blocks:
+                raise ValueError(f"{path}: the chain of group {g} leaves the pool")
+            for i in range(brecs):
+                take(b + 8 + i * rb)
+            b, seen = int.from_bytes(data[b:b + 8], "little"), seen + 1
+    return items
+
+
 def read_table(path):
     with open(path, "rb") as f:
         head = f.read(8)
     if len(head) == 8 and int.from_bytes(head, "little") == LEVEL_MAGIC:
         return read_level(path)
+    if len(head) == 8 and int.from_bytes(head, "little") == HOPSCOTCH_MAGIC:
+        return read_hopscotch(path)
     return read_continuity(path)
 
 

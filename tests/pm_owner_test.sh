@@ -1,5 +1,5 @@
 #!/bin/bash
-# usage: pm_owner_test.sh RDMAHASH_BIN WORKDIR SCHEME   (SCHEME: continuity or level; issue 26)
+# usage: pm_owner_test.sh RDMAHASH_BIN WORKDIR SCHEME   (SCHEME: continuity, level or hopscotch; issue 26)
 # Who may write a --pm-path file:
 #  * only a file this run created is formatted: an existing file that is not a valid image — an
 #    image whose first 128 bytes were zeroed, a data file starting with 128 zero bytes, a file of

@@ -1,7 +1,7 @@
 #!/bin/bash
 # kill -9 of a persistent memory node during an insert load (issue 11):
 #   serve_pm_kill_test.sh RDMAHASH ROUNDS OPS [SERVE-OPTIONS...]
-# Env: SCHEME (continuity, the default, or level), RECORDS (20000), LOAD_FACTOR (0.2), KEYS
+# Env: SCHEME (continuity, the default, level or hopscotch), RECORDS (20000), LOAD_FACTOR (0.2), KEYS
 # (200000), RESIZE_KILLS (level: the last N rounds kill the server while its image says RESIZING,
 # i.e. in the middle of a top-level resize, instead of at a random point; default 0).
 # Each round, on a new --pm-path file:

@@ -28,6 +28,12 @@ set_tests_properties(serve_pm_kill_level PROPERTIES PASS_REGULAR_EXPRESSION "PAS
 # grows it to level 4 and the client's inserts to level 5). --resize-pace 0: the last resize
 # advances only by the pairs the client writes, so it is in progress for most of the run and the
 # kill lands mid-migration (the verifier prints "resizing").
+# The same for P-FaRM-KV (--scheme hopscotch --pm-path), 3 rounds at load factor 0.5: the client's
+# inserts displace (logged moves) and fill chains while the server is killed.
+add_test(NAME serve_pm_kill_hopscotch
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_pm_kill_test.sh $<TARGET_FILE:rdmahash_cli> 3 100000)
+set_tests_properties(serve_pm_kill_hopscotch PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
+  ENVIRONMENT "SCHEME=hopscotch;LOAD_FACTOR=0.5" TIMEOUT 300 LABELS serve)
 add_test(NAME serve_pm_kill_continuity_resize
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_pm_kill_test.sh $<TARGET_FILE:rdmahash_cli> 3 100000 --max-resizes 5
           --resize-pace 0)

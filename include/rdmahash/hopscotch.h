@@ -1,6 +1,7 @@
-// rdmahash/hopscotch.h — FaRM-KV's hopscotch hash table (Dragojević et al., NSDI'14, §5), volatile
-// part: one-sided lookups that READ a key's whole neighbourhood at once, with FaRM's chained
-// overflow blocks for keys whose neighbourhood is full; inserts, updates and erases run on the owner
+// rdmahash/hopscotch.h — FaRM-KV's hopscotch hash table (Dragojević et al., NSDI'14, §5), in DRAM
+// and on persistent memory (P-FaRM-KV, below): one-sided lookups that READ a key's whole
+// neighbourhood at once, with FaRM's chained overflow blocks for keys whose neighbourhood is full;
+// inserts, updates and erases run on the owner
 // memory node's CPU, which is the only writer of its shard (as cuckoo.h).
 //
 // Placement
@@ -150,7 +151,75 @@
 // or unlinked and freed, by the node within one RPC). A write whose RPC reached the node is applied
 // whole (its reply may be dropped), one that did not is not applied. Readers hold nothing.
 //
-// Safety mechanisms (mutants in tests/mutants/hopscotch.json; scripts/mutants.py)
+// Persistent memory: P-FaRM-KV (seed 002's third scheme; `--scheme hopscotch --pm-path FILE`)
+// ------------------------------------------------------------------------------------------
+// Seed 002 converts FaRM-KV to PM "following RECIPE": a bitmap per bucket so that a slot's presence
+// is published by one persisted 8-byte store, and a log for the updates that write two places. The
+// same shard code serves DRAM and PM: HopscotchShard built on a PersistentRegion (pmem.h) sends
+// every store through the region and adds the persists and the redo log below; built on a span
+// (DRAM) it makes the same stores and no persist, and never writes the log.
+// Layout on PM: the DRAM layout above, plus
+//   header word 88 (reserved[0])  a checksum of the geometry words (magic .. hash seed, overflow
+//                                 blocks), seeded by the magic: checked on reopen
+//   log_offset()                  the redo log, cache-line aligned after the pool, one record:
+//                                 [commit:8][kind:8][to:8][from:8][record image: rb bytes]
+//                                 commit = 0 (empty) or a checksum of the other words (never 0)
+// The presence "bitmap": we kept the per-record ctrl word as the publish word instead of adding a
+// bitmap word per bucket. Its OCC bit is the slot's presence bit and it is one 8-byte store, which
+// is all RECIPE's condition asks (one atomic, persisted store publishes); a separate bitmap would
+// be a second word to keep consistent with the ctrl words the one-sided readers check, and the
+// neighbourhoods here are slot-granular (no bucket to own a bitmap).
+// Write protocol on PM ("persist" = PersistentRegion::persist, flush + fence)
+//   insert into a free record (slot or chain):  payload (key, value, check) stores; persist(payload);
+//                 ctrl ← OCC|v+1|kbits; persist(ctrl).                                   2 persists
+//   new overflow block: record and next ← head stored; persist(block); head ← block;
+//                 persist(head).                                                         2 persists
+//   move y (displacement, two places): log ← {kMove, to, from, y's image at to}; persist(log);
+//                 write the image at `to`; persist(to); clear `from`; persist(from);
+//                 log ← empty; persist(commit).                                          4 persists
+//   update in place: log ← {kRewrite, at, image}; persist(log); ctrl|LOCK, payload, ctrl stored;
+//                 persist(record); log ← empty; persist(commit).                         3 persists
+//   erase:        ctrl ← v+1 (not OCC); persist(ctrl).                                   1 persist
+//                 + unlinking an emptied chain block: link ← next; persist(link).         +1
+// So an insert costs 2 + 4 per displacement move, an update 3, a delete 1 (2 when it unlinks a
+// block); every count is exact (HopscotchShardResult::persists, the RPC reply's aux, the bench's
+// `persists`; tests/hopscotch_pm_test.cpp HopscotchPm.WritesPersistTwoPlusFourPerMoveThreeAndOne).
+// Seed 002's Table I says 5 / 5 / 5 for P-FaRM-KV because its port "uses logging for each write
+// operation"; ours logs only the writes that need it (a write to one free record or one ctrl word
+// is already atomic), which is why it is lower. The counters in the header (records, chained,
+// blocks used, moves) are stored, not persisted: recovery recomputes them.
+// Invariants of a durable image (at every instant, whatever reached the media):
+//   P1 a record whose ctrl is OCC is whole (its check word matches), lies in its key's
+//      neighbourhood or its group's chain, and no key has two OCC records, unless the log holds a
+//      committed record naming them (a move between its log persist and its log clear);
+//   P2 a record carries LOCK only while a committed log record holds its new image;
+//   P3 a committed log record (commit = checksum of the rest) is a whole image of a write whose
+//      stores had not begun before it was durable; a torn one (checksum fails) names a write that
+//      never began;
+//   P4 every chain reaches only pool blocks, each from one chain at most; a block no chain reaches
+//      holds no key the node acknowledged (it was filled, not yet linked);
+//   P5 an acknowledged write is durable: the reply follows its last persist.
+// What a crash at any instruction leaves, and recovery (HopscotchShard on an existing image):
+// hopscotch_check_image (magic, checksum, geometry, size; an all-zero header is refused); then the
+// log: a committed record is redone — the image written at `to` and persisted, `from` cleared for a
+// move — and a torn one dropped; the log cleared either way (a redo is idempotent, so a crash during
+// recovery is recovered again). A crash inside an insert leaves the record free (ctrl not durable)
+// or whole (P1); inside an update or a move the log finishes it (the new value, the completed move:
+// every key present once); inside an erase the key is present or absent; between the fill and the
+// head store of a new block the block is unreachable and recovery clears its records. Then every
+// slot and chain is checked (a LOCK without a log, a failed check word, a record outside its
+// neighbourhood or group, a chain leaving the pool or joining another: PmemError, the image is
+// refused, nothing written) and records, chained, linked blocks and an even `moves` are stored and
+// persisted; every block no chain reaches is free. A second recovery finds nothing to do
+// (recovery_repairs() = 0). Tested at every persist point: HopscotchPmCrash (every store/persist of
+// a 900-op workload: plain and moving inserts, chain inserts into new and existing blocks, updates
+// in slots and chains, erases with unlinks; three crash images per point), HopscotchPmFile.
+// A dead client leaves nothing on PM either: writes are RPCs the node applies whole; a crash of the
+// node is a crash as above. On reopen (`--pm-path` of an existing file, bench or serve) the image
+// is recovered, never bulk-loaded; a new file is formatted unpublished and its magic written after
+// the bulk load (pm_table.h).
+//
+// Safety mechanisms (mutants in tests/mutants/hopscotch.json and hopscotch_pm.json; scripts/mutants.py)
 //  * check word: a reader accepts a record only if `check` matches (hopscotch-consistent-true)
 //  * move order: copy to the new slot, then clear the old (hopscotch-move-clear-first)
 //  * moves counter: a miss counts only if `moves` was one even value around it (hopscotch-miss-trusted)
@@ -160,6 +229,19 @@
 //  * chain search: a neighbourhood miss walks the group's chain (hopscotch-chain-unsearched)
 //  * unlink window: an empty block is unlinked inside a moves window (hopscotch-unlink-unfenced)
 //  * pool bound: no block is taken past the pool, kFull instead (hopscotch-pool-bound)
+//  On persistent memory (tests/mutants/hopscotch_pm.json):
+//  * payload persisted before the publishing ctrl store (hopscotch-pm-drop-payload-persist), and
+//    stored before it (hopscotch-pm-publish-before-record); the ctrl store persisted before the
+//    reply (hopscotch-pm-drop-publish-persist)
+//  * redo log: persisted before the write (hopscotch-pm-drop-log-persist); updates and moves logged
+//    (hopscotch-pm-rewrite-unlogged, hopscotch-pm-move-unlogged); cleared after the write
+//    (hopscotch-pm-log-left-committed); at recovery validated by its checksum
+//    (hopscotch-pm-log-unvalidated) and cleared (hopscotch-pm-log-not-cleared-at-recovery)
+//  * a new block persisted before its head store (hopscotch-pm-drop-block-persist); an unlink
+//    persisted before reuse (hopscotch-pm-drop-unlink-persist); unreachable blocks' records cleared
+//    at recovery (hopscotch-pm-orphans-kept)
+//  * images: the geometry checksum (hopscotch-pm-checksum-unchecked), every live record's check
+//    word (hopscotch-pm-recovery-skips-check-word)
 //
 // Thread safety: HopscotchClient belongs to one Engine (one thread); HopscotchShard and the RPC
 // handler are thread-safe; any number of clients may use one table concurrently.
@@ -173,10 +255,12 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rdmahash/engine.h"
 #include "rdmahash/fabric.h"
+#include "rdmahash/pmem.h"
 #include "rdmahash/table.h"
 
 namespace rdmahash {
@@ -189,6 +273,8 @@ inline constexpr uint64_t kHopscotchMovesOffset = 56;
 inline constexpr uint64_t kHopscotchSlotsOffset = 128;  // the slot array follows the 128-byte header
 inline constexpr uint32_t kHopscotchDefaultBlockRecords = 2;
 inline constexpr uint32_t kHopscotchDefaultOverflowPercent = 25;
+inline constexpr uint64_t kHopscotchChecksumOffset = 88;  // reserved[0]: checksum of the geometry words
+inline constexpr uint64_t kHopscotchLogHeaderBytes = 32;  // [commit][kind][to][from], then one record
 
 struct HopscotchConfig {
   uint32_t memory_nodes = 1;
@@ -203,6 +289,9 @@ struct HopscotchConfig {
   uint32_t overflow_percent = kHopscotchDefaultOverflowPercent;  // in [0, 400]
   // Client side (not part of the table): how long a record caught mid-write is re-read.
   std::chrono::nanoseconds retry_budget = kDefaultRetryBudget;
+  // On persistent memory: format a blank region without its magic word (a new --pm-path file: the
+  // magic is written after the bulk load, pm_table.h).
+  bool format_unpublished = false;
 
   static HopscotchConfig for_records(uint64_t records, double load_factor, uint32_t memory_nodes,
                                      uint32_t neighborhood = kHopscotchDefaultNeighborhood);
@@ -215,10 +304,18 @@ struct HopscotchConfig {
   uint32_t block_bytes() const { return 8 + block_records * record_bytes(); }  // [next:8][records]
   uint64_t heads_offset() const { return kHopscotchSlotsOffset + slots_per_node() * record_bytes(); }
   uint64_t pool_offset() const { return heads_offset() + groups() * 8; }
+  uint64_t log_offset() const;  // the redo log (PM; allocated in DRAM too): cache-line aligned, after the pool
+  uint64_t log_bytes() const { return kHopscotchLogHeaderBytes + record_bytes(); }
   uint64_t region_bytes() const;
 };
 
 std::string hopscotch_config_error(const HopscotchConfig& cfg);
+
+// Validates an existing image of node `node` of `cfg` without changing it: its header (magic,
+// geometry checksum, geometry) and size. Throws PmemError saying what is wrong (an all-zero header
+// is refused: an existing file is never taken for a blank one). The registry calls it before the
+// fabric sees a --pm-path file; a shard built on a PersistentRegion starts its recovery with it.
+void hopscotch_check_image(std::span<const std::byte> image, const HopscotchConfig& cfg, uint32_t node);
 
 struct HopscotchShardHeader {
   uint64_t magic;
@@ -252,17 +349,25 @@ struct HopscotchShardStats {
   uint64_t blocks_used = 0;        // overflow blocks linked into chains now
   uint64_t overflow_blocks = 0;    // the pool's blocks
   uint64_t unlinks = 0;            // emptied blocks unlinked (and freed for reuse)
+  // On persistent memory: persist calls per kind of write (find_or_put/put inserting, updating, erase).
+  uint64_t insert_persists = 0, update_persists = 0, erase_persists = 0;
+  uint64_t updates = 0, erases = 0;  // updates in place and erases applied
 };
 
 struct HopscotchShardResult {
   Status status;
   uint32_t displacements = 0;
+  uint32_t persists = 0;  // persist calls the operation made (0 in DRAM)
 };
 
-// Memory-node side: one shard, owned by the node's CPU. Formats `region` on construction.
+// Memory-node side: one shard, owned by the node's CPU. In DRAM (a span) it formats `region` on
+// construction; on persistent memory (a PersistentRegion) it formats a region whose 128-byte header
+// is all zero and otherwise recovers the image (hopscotch_check_image, then the redo log, then a
+// scan), throwing PmemError for an image it cannot take.
 class HopscotchShard {
  public:
   HopscotchShard(const HopscotchConfig& cfg, uint32_t node, std::span<std::byte> region);
+  HopscotchShard(const HopscotchConfig& cfg, uint32_t node, PersistentRegion& region);
   HopscotchShard(const HopscotchShard&) = delete;
   HopscotchShard& operator=(const HopscotchShard&) = delete;
 
@@ -276,7 +381,10 @@ class HopscotchShard {
   bool owns(uint64_t key) const;
   std::optional<std::vector<std::byte>> find(uint64_t key) const;  // node-side, under the lock
   std::vector<uint64_t> keys() const;
+  std::vector<std::pair<uint64_t, std::vector<std::byte>>> items() const;  // every live record
   uint64_t records() const;
+  bool recovered() const { return recovered_; }                 // built over an existing image
+  uint64_t recovery_repairs() const { return repairs_; }        // log records redone or dropped, orphans cleared
   HopscotchShardStats stats() const;
   // Tests: called (under the shard's lock) after each store step of a move: after the copy and
   // after the clear. Must not call into the shard.
@@ -310,10 +418,23 @@ class HopscotchShard {
   void unlink_if_empty(const HopscotchPlacement& p, uint64_t rec);
   void set_records(uint64_t n);
   void set_chained(uint64_t n);
+  // Persistent memory (durable_): flush + fence through the region's choke point; nothing in DRAM.
+  void flush(uint64_t o, uint64_t len);
+  void put_record(uint64_t o, const std::byte* rec, bool logged);
+  void log_write(uint64_t kind, uint64_t to, uint64_t from, const std::byte* rec);
+  void log_clear();
+  void format_pm();
+  void recover();
+  uint64_t persist_count() const { return pm_ ? pm_->persists() : 0; }
+  uint64_t ld(uint64_t o) const;          // relaxed 8-byte load of the shard's memory
+  void st(uint64_t o, uint64_t v);        // release 8-byte store (on PM: through the region)
 
   HopscotchConfig cfg_;
   uint32_t node_;
   std::span<std::byte> region_;
+  PersistentRegion* pm_ = nullptr;  // on PM every store and persist goes through it; null in DRAM
+  bool recovered_ = false;
+  uint64_t repairs_ = 0;
   mutable std::mutex mu_;
   uint64_t records_ = 0;
   uint64_t moves_ = 0;
@@ -330,14 +451,20 @@ class HopscotchShard {
 class HopscotchServer {
  public:
   HopscotchServer(Fabric& fabric, const HopscotchConfig& cfg, uint16_t rpc_id = kHopscotchRpcFirst);
+  // On persistent memory: each hosted shard over a PersistentRegion of `mode` (formats a zero header,
+  // recovers anything else; throws PmemError for an image it cannot take).
+  HopscotchServer(Fabric& fabric, const HopscotchConfig& cfg, PersistMode mode, uint16_t rpc_id = kHopscotchRpcFirst);
   ~HopscotchServer();
   HopscotchServer(const HopscotchServer&) = delete;
   HopscotchServer& operator=(const HopscotchServer&) = delete;
   bool hosts(uint32_t node) const;
   HopscotchShard& shard(uint32_t node);  // throws InvalidArgument if not hosted here
+  PersistentRegion& region(uint32_t node);  // idem, and InvalidArgument in DRAM
   bool bulk_insert(uint64_t key, std::span<const std::byte> value);
   uint64_t records() const;
   HopscotchShardStats stats() const;
+  bool recovered() const;  // every hosted shard was recovered from an existing image
+  std::string recovery_summary() const;
 
  private:
   struct State;
@@ -362,6 +489,7 @@ class HopscotchClient final : public KvClient {
   Task<OpResult> put(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> erase(uint64_t key) override;
   Task<OpResult> get_all(uint64_t key, std::vector<std::byte>* values_out) override;
+  uint64_t persists() const { return persists_; }  // persists the node reported for this client's writes
   // Reads and validates a shard's header (one READ) and primes the moves cache.
   Task<HopscotchShardHeader> read_header(uint32_t node);
   // Tests: one READ of the key's neighbourhood, no re-read and no miss validation: kFound, kNotFound,
@@ -383,6 +511,7 @@ class HopscotchClient final : public KvClient {
   uint16_t rpc_id_;
   uint32_t cfg_tag_;
   std::vector<std::optional<uint64_t>> moves_seen_;
+  uint64_t persists_ = 0;
 };
 
 }  // namespace rdmahash

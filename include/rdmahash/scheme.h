@@ -114,7 +114,7 @@ struct TableOptions {
   uint32_t resize_pace = 2;
   // hopscotch
   uint32_t neighborhood = 8;   // H: slots of a key's neighbourhood, in [2, 64]
-  // persistent schemes (continuity, level): the memory node's table lives in this file
+  // persistent schemes (continuity, level, hopscotch): the memory node's table lives in this file
   std::string pm_path;
   bool keep_table = false;     // reloads keep the table as it is (no image copy)
   std::string command = "rdmahash";  // for messages ("rdmahash bench", "rdmahash serve")

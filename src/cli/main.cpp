@@ -69,9 +69,9 @@ void add_table_options(CLI::App& cmd, BenchOptions& o, OptionText& text, std::st
                  "the keys written)")
       ->capture_default_str();
   cmd.add_option("--pm-path", o.pm_path,
-                 serve ? "continuity, level: keep the table in this file (pmem_map_file); an existing file is recovered, "
+                 serve ? "continuity, level, hopscotch: keep the table in this file (pmem_map_file); an existing file is recovered, "
                          "not loaded"
-                       : "continuity, level: keep the table in this file (pmem_map_file); an existing file is recovered, "
+                       : "continuity, level, hopscotch: keep the table in this file (pmem_map_file); an existing file is recovered, "
                          "not loaded; reloads between points write back the image as loaded");
   cmd.add_option("--slot-format", text.slot_format, "linear slot format: auto, set (63-bit keys) or inline (records)")
       ->capture_default_str();

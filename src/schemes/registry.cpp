@@ -43,7 +43,8 @@ const SchemeDescriptor kSchemes[] = {
     {SchemeId::kLevel, "level", "level hashing (OSDI'18), seed 002's persistent-memory baseline",
      SchemeCaps{.max_value_bytes_inline = kInline, .persistent = true}, scheme_impl::check_level, scheme_impl::make_level},
     {SchemeId::kHopscotch, "hopscotch", "FaRM-KV hopscotch hashing: one READ of a key's neighbourhood (chained overflow blocks past it), writes on the memory node's CPU (NSDI'14)",
-     SchemeCaps{.max_value_bytes_inline = kInline}, scheme_impl::check_hopscotch, scheme_impl::make_hopscotch},
+     SchemeCaps{.max_value_bytes_inline = kInline, .persistent = true}, scheme_impl::check_hopscotch,
+     scheme_impl::make_hopscotch},
     {SchemeId::kCluster, "cluster", "DrTM-KV cluster hashing: READ the header bucket, then the entry; writes on the memory node's CPU (SOSP'15)",
      SchemeCaps{.max_value_bytes_inline = kInline}, scheme_impl::check_cluster, scheme_impl::make_cluster},
 };
@@ -98,7 +99,7 @@ std::string check_table_options(const TableOptions& o) {
     return "{neighborhood} applies to {scheme} hopscotch";
   if (o.resize_pace > 1000000) return "{resize_pace} must be at most 1000000";
   if (o.max_resizes > 0 && o.scheme != SchemeId::kContinuity) return "{max_resizes} applies to {scheme} continuity";
-  if (!o.pm_path.empty() && !c.persistent) return "{pm_path} applies to {scheme} continuity or level";
+  if (!o.pm_path.empty() && !c.persistent) return "{pm_path} applies to {scheme} continuity, level or hopscotch";
   if (!o.pm_path.empty() && o.memory_nodes != 1)
     return "{pm_path} holds one memory node's table: use {memory_nodes} 1 (and no --symmetric)";
   if (o.storage == Storage::kHeap4 && !c.heap4)

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -93,7 +94,10 @@ uint64_t HopscotchConfig::overflow_blocks() const {
   const uint64_t records = (home_slots_per_node * overflow_percent + 99) / 100;
   return (records + block_records - 1) / block_records;
 }
-uint64_t HopscotchConfig::region_bytes() const { return pool_offset() + overflow_blocks() * block_bytes(); }
+uint64_t HopscotchConfig::log_offset() const {
+  return (pool_offset() + overflow_blocks() * block_bytes() + kCacheLine - 1) / kCacheLine * kCacheLine;
+}
+uint64_t HopscotchConfig::region_bytes() const { return log_offset() + (log_bytes() + kCacheLine - 1) / kCacheLine * kCacheLine; }
 
 HopscotchPlacement hopscotch_place(const HopscotchConfig& c, uint64_t key) {
   const uint64_t h = hash::mix64(key ^ c.hash_seed);
@@ -106,15 +110,22 @@ HopscotchPlacement hopscotch_place(const HopscotchConfig& c, uint64_t key) {
 
 // --- memory-node side: one shard --------------------------------------------------------------------
 
-HopscotchShard::HopscotchShard(const HopscotchConfig& cfg, uint32_t node, std::span<std::byte> region)
-    : cfg_(cfg), node_(node), region_(region) {
-  cfg_.validate();
-  if (node >= cfg.memory_nodes) throw InvalidArgument("shard index " + std::to_string(node) + " out of range");
-  if (region.size() < cfg.region_bytes())
-    throw InvalidArgument("region of " + std::to_string(region.size()) + " bytes is smaller than the hopscotch shard (" +
-                          std::to_string(cfg.region_bytes()) + " bytes)");
-  if (reinterpret_cast<uintptr_t>(region.data()) % 8 != 0) throw InvalidArgument("shard region must be 8-byte aligned");
-  std::memset(region.data(), 0, cfg.region_bytes());
+namespace {
+
+constexpr uint64_t kLogRewrite = 1;  // redo: write the record image at `to`
+constexpr uint64_t kLogMove = 2;     // redo: write the record image at `to`, then clear `from`
+
+// The geometry words of a header (magic, neighbourhood .. hash seed, overflow blocks), seeded by the
+// magic: a flipped bit of the geometry is refused, not taken for another table.
+uint64_t geometry_checksum(const HopscotchShardHeader& h) {
+  uint64_t w[6];
+  std::memcpy(w, &h, sizeof w);
+  uint64_t c = hash::mix64(kHopscotchMagic ^ 0x5046524D4B56ULL);
+  for (int i = 1; i < 6; ++i) c = hash::mix64(c ^ w[i]);
+  return hash::mix64(c ^ h.overflow_blocks);
+}
+
+HopscotchShardHeader make_header(const HopscotchConfig& cfg, uint32_t node) {
   HopscotchShardHeader h{};
   h.magic = kHopscotchMagic;
   h.neighborhood = cfg.neighborhood;
@@ -126,13 +137,203 @@ HopscotchShard::HopscotchShard(const HopscotchConfig& cfg, uint32_t node, std::s
   h.hash_seed = cfg.hash_seed;
   h.block_records = cfg.block_records;
   h.overflow_blocks = cfg.overflow_blocks();
+  h.reserved[0] = geometry_checksum(h);
+  return h;
+}
+
+// The log record's commit word: a checksum of everything else in it (never 0, the empty log), so a
+// log whose lines were only partly persisted is told from a committed one.
+uint64_t log_sum(uint64_t kind, uint64_t to, uint64_t from, const std::byte* rec, uint32_t rb) {
+  uint64_t c = hash::mix64(0x4C4F47ULL ^ kind);
+  c = hash::mix64(c ^ to);
+  c = hash::mix64(c ^ from);
+  for (uint32_t i = 0; i < rb; i += 8) c = hash::mix64(c ^ load64(rec + i));
+  return c ? c : 1;
+}
+
+void check_shard_args(const HopscotchConfig& cfg, uint32_t node) {
+  cfg.validate();
+  if (node >= cfg.memory_nodes) throw InvalidArgument("shard index " + std::to_string(node) + " out of range");
+}
+
+}  // namespace
+
+void hopscotch_check_image(std::span<const std::byte> image, const HopscotchConfig& cfg, uint32_t node) {
+  if (image.size() < kHeaderBytes)
+    throw PmemError("image of " + std::to_string(image.size()) + " bytes is shorter than the hopscotch header (truncated file?)");
+  HopscotchShardHeader h{};
+  std::memcpy(&h, image.data(), sizeof h);
+  if (std::all_of(image.begin(), image.begin() + kHeaderBytes, [](std::byte b) { return b == std::byte{0}; }))
+    throw PmemError("the header is all zero: not a hopscotch table image (an existing file is never formatted)");
+  if (h.magic != kHopscotchMagic) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(h.magic));
+    throw PmemError(std::string("not a hopscotch table image (magic ") + buf + ")");
+  }
+  if (h.reserved[0] != geometry_checksum(h)) throw PmemError("corrupt hopscotch image: the header fails its checksum");
+  if (h.key_bytes != 8 || h.neighborhood != cfg.neighborhood || h.value_bytes != cfg.value_bytes ||
+      h.home_slots != cfg.home_slots_per_node || h.hash_seed != cfg.hash_seed || h.node != node ||
+      h.memory_nodes != cfg.memory_nodes || h.block_records != cfg.block_records ||
+      h.overflow_blocks != cfg.overflow_blocks())
+    throw PmemError("hopscotch image was created with another geometry (" + std::to_string(h.home_slots) +
+                    " home slots, neighborhood " + std::to_string(h.neighborhood) + ", " + std::to_string(h.value_bytes) +
+                    "-byte values, " + std::to_string(h.overflow_blocks) + " overflow blocks, node " +
+                    std::to_string(h.node) + " of " + std::to_string(h.memory_nodes) + ") than requested (" +
+                    std::to_string(cfg.home_slots_per_node) + ", " + std::to_string(cfg.neighborhood) + ", " +
+                    std::to_string(cfg.value_bytes) + ", " + std::to_string(cfg.overflow_blocks()) + ", node " +
+                    std::to_string(node) + " of " + std::to_string(cfg.memory_nodes) + ")");
+  if (image.size() < cfg.region_bytes())
+    throw PmemError("hopscotch image is " + std::to_string(image.size()) + " bytes, its geometry needs " +
+                    std::to_string(cfg.region_bytes()) + " (truncated file?)");
+}
+
+HopscotchShard::HopscotchShard(const HopscotchConfig& cfg, uint32_t node, std::span<std::byte> region)
+    : cfg_(cfg), node_(node), region_(region) {
+  check_shard_args(cfg_, node);
+  if (region.size() < cfg.region_bytes())
+    throw InvalidArgument("region of " + std::to_string(region.size()) + " bytes is smaller than the hopscotch shard (" +
+                          std::to_string(cfg.region_bytes()) + " bytes)");
+  if (reinterpret_cast<uintptr_t>(region.data()) % 8 != 0) throw InvalidArgument("shard region must be 8-byte aligned");
+  std::memset(region.data(), 0, cfg.region_bytes());
+  const HopscotchShardHeader h = make_header(cfg, node);
   std::memcpy(region.data(), &h, sizeof h);
   stats_.overflow_blocks = cfg.overflow_blocks();
 }
 
+HopscotchShard::HopscotchShard(const HopscotchConfig& cfg, uint32_t node, PersistentRegion& region)
+    : cfg_(cfg), node_(node), region_(region.bytes()), pm_(&region) {
+  check_shard_args(cfg_, node);
+  if (region_.size() < kHeaderBytes)
+    throw PmemError("image of " + std::to_string(region_.size()) + " bytes is shorter than the hopscotch header (truncated file?)");
+  stats_.overflow_blocks = cfg.overflow_blocks();
+  if (std::all_of(region_.begin(), region_.begin() + kHeaderBytes, [](std::byte b) { return b == std::byte{0}; })) {
+    if (region_.size() < cfg.region_bytes())
+      throw PmemError("region of " + std::to_string(region_.size()) + " bytes is smaller than the hopscotch shard (" +
+                      std::to_string(cfg.region_bytes()) + " bytes)");
+    format_pm();
+  } else {
+    recover();
+  }
+}
+
+uint64_t HopscotchShard::ld(uint64_t o) const { return pm_ ? pm_->load(o) : node_load(region_.data(), o); }
+void HopscotchShard::st(uint64_t o, uint64_t v) {
+  if (pm_) pm_->store(o, v);
+  else node_store(region_.data(), o, v);
+}
+void HopscotchShard::flush(uint64_t o, uint64_t len) {
+  if (pm_) pm_->persist(o, len);
+}
+
+// A blank (zero-header) persistent region: the body cleared where it is not zero already (a new
+// file is), the header's words, one persist of the whole shard, then the magic in its own persist
+// (or not at all: format_unpublished, pm_table.h). A crash before the magic leaves an image every
+// reopen refuses.
+void HopscotchShard::format_pm() {
+  clear_image_magic(*pm_);
+  for (uint64_t o = kHeaderBytes; o < cfg_.region_bytes(); o += 8)
+    if (pm_->load(o) != 0) pm_->store(o, 0);
+  const HopscotchShardHeader h = make_header(cfg_, node_);
+  uint64_t w[kHeaderBytes / 8];
+  std::memcpy(w, &h, sizeof w);
+  for (uint64_t i = 1; i < kHeaderBytes / 8; ++i) pm_->store(i * 8, w[i]);
+  pm_->persist(0, cfg_.region_bytes());
+  if (!cfg_.format_unpublished) {
+    pm_->store(0, kHopscotchMagic);
+    pm_->persist(0, 8);
+  }
+}
+
+// Recovery of an existing image (hopscotch.h, "Persistent memory"): the header is checked, a
+// committed log record is redone (a torn one, never applied, is dropped) and the log cleared; then
+// every live record is checked (its check word, its place: a slot within its key's neighbourhood
+// or a record of its group's chain), records of pool blocks no chain reaches (a new block filled
+// but not linked) are cleared, and the counters are rebuilt.
+void HopscotchShard::recover() {
+  hopscotch_check_image(region_, cfg_, node_);
+  recovered_ = true;
+  const Layout l(cfg_);
+  const uint32_t rb = l.bytes;
+  const uint64_t H = cfg_.neighborhood;
+  const uint64_t pool = cfg_.pool_offset(), bb = cfg_.block_bytes(), nb = cfg_.overflow_blocks();
+  const uint64_t slots_end = off(cfg_.slots_per_node());
+  auto record_at = [&](uint64_t o) {  // a record boundary of the slot array or of a pool block
+    if (o >= kHeaderBytes && o < slots_end) return (o - kHeaderBytes) % rb == 0;
+    if (o >= pool && o < pool + nb * bb) {
+      const uint64_t in = (o - pool) % bb;
+      return in >= 8 && (in - 8) % rb == 0;
+    }
+    return false;
+  };
+  std::vector<std::byte> rec(rb);
+  const uint64_t lo = cfg_.log_offset();
+  if (pm_->load(lo) != 0) {
+    const uint64_t kind = pm_->load(lo + 8), to = pm_->load(lo + 16), from = pm_->load(lo + 24);
+    for (uint32_t i = 0; i < rb; i += 8) store64(rec.data() + i, pm_->load(lo + kHopscotchLogHeaderBytes + i));
+    if (pm_->load(lo) == log_sum(kind, to, from, rec.data(), rb)) {
+      if ((kind != kLogRewrite && kind != kLogMove) || !record_at(to) || (kind == kLogMove && !record_at(from)) ||
+          !l.consistent(rec.data()))
+        throw PmemError("corrupt hopscotch image: a committed log record names no record");
+      put_record(to, rec.data(), true);
+      if (kind == kLogMove && (pm_->load(from) & kOcc)) clear_at(from);
+    }
+    log_clear();  // committed: redone; torn: its write never began (the log persist comes first)
+    ++repairs_;
+  }
+  auto check_record = [&](uint64_t o, const char* where, uint64_t index, auto&& placed) {
+    const uint64_t ctrl = pm_->load(o);
+    if (ctrl & kLock)
+      throw PmemError("corrupt hopscotch image: " + std::string(where) + " " + std::to_string(index) +
+                      " is locked with no log record");
+    if (!(ctrl & kOcc)) return false;
+    for (uint32_t i = 0; i < rb; i += 8) store64(rec.data() + i, pm_->load(o + i));
+    const HopscotchPlacement p = hopscotch_place(cfg_, l.key(rec.data()));
+    if (!l.consistent(rec.data()) || p.node != node_ || p.kbits != static_cast<uint32_t>(ctrl) || !placed(p))
+      throw PmemError("corrupt hopscotch image: " + std::string(where) + " " + std::to_string(index) +
+                      " holds no consistent record of its place");
+    return true;
+  };
+  uint64_t records = 0, chained = 0, linked = 0;
+  for (uint64_t s = 0; s < cfg_.slots_per_node(); ++s)
+    records += check_record(off(s), "slot", s, [&](const HopscotchPlacement& p) { return s >= p.home && s < p.home + H; });
+  std::vector<bool> reached(nb, false);
+  for (uint64_t g = 0; g < cfg_.groups(); ++g)
+    for (uint64_t b = pm_->load(cfg_.heads_offset() + g * 8); b != 0; b = pm_->load(b)) {
+      if (b < pool || b >= pool + nb * bb || (b - pool) % bb != 0 || reached[(b - pool) / bb])
+        throw PmemError("corrupt hopscotch image: the chain of group " + std::to_string(g) +
+                        " points outside the pool or into another chain");
+      reached[(b - pool) / bb] = true;
+      ++linked;
+      for (uint32_t i = 0; i < cfg_.block_records; ++i)
+        if (check_record(b + 8 + uint64_t{i} * rb, "chain record of group", g,
+                         [&](const HopscotchPlacement& p) { return p.home / H == g; }))
+          ++records, ++chained;
+    }
+  // Blocks no chain reaches hold no key: a block filled for a chain insert whose head store did not
+  // persist. Their records are cleared so that the block can be linked again; all of them are free.
+  for (uint64_t x = nb; x-- > 0;) {
+    if (reached[x]) continue;
+    for (uint32_t i = 0; i < cfg_.block_records; ++i) {
+      const uint64_t o = pool + x * bb + 8 + uint64_t{i} * rb;
+      if (pm_->load(o) & (kOcc | kLock)) {
+        clear_at(o);
+        ++repairs_;
+      }
+    }
+    free_blocks_.push_back(pool + x * bb);
+  }
+  blocks_used_ = nb;
+  moves_ = pm_->load(kHopscotchMovesOffset);
+  if (moves_ & 1) pm_->store(kHopscotchMovesOffset, ++moves_);  // no displacement is under way
+  set_records(records);
+  set_chained(chained);
+  pm_->store(kBlocksUsedOffset, linked);
+  pm_->persist(0, kHeaderBytes);
+}
+
 uint64_t HopscotchShard::off(uint64_t slot) const { return kHeaderBytes + slot * cfg_.record_bytes(); }
-bool HopscotchShard::occupied(uint64_t slot) const { return node_load(region_.data(), off(slot)) & kOcc; }
-uint64_t HopscotchShard::key_at(uint64_t slot) const { return node_load(region_.data(), off(slot) + 8); }
+bool HopscotchShard::occupied(uint64_t slot) const { return ld(off(slot)) & kOcc; }
+uint64_t HopscotchShard::key_at(uint64_t slot) const { return ld(off(slot) + 8); }
 bool HopscotchShard::owns(uint64_t key) const { return hopscotch_place(cfg_, key).node == node_; }
 
 void HopscotchShard::check_value(std::span<const std::byte> value, bool exact) const {
@@ -142,14 +343,13 @@ void HopscotchShard::check_value(std::span<const std::byte> value, bool exact) c
 }
 
 std::optional<HopscotchShard::Where> HopscotchShard::locate(uint64_t key, const HopscotchPlacement& p) const {
-  std::byte* base = region_.data();
   auto holds = [&](uint64_t o) {
-    const uint64_t ctrl = node_load(base, o);
-    return (ctrl & kOcc) && static_cast<uint32_t>(ctrl) == p.kbits && node_load(base, o + 8) == key;
+    const uint64_t ctrl = ld(o);
+    return (ctrl & kOcc) && static_cast<uint32_t>(ctrl) == p.kbits && ld(o + 8) == key;
   };
   for (uint64_t s = p.home; s < p.home + cfg_.neighborhood; ++s)
     if (holds(off(s))) return Where{off(s), false};
-  for (uint64_t b = node_load(base, head_off(p)); b != 0; b = node_load(base, b))
+  for (uint64_t b = ld(head_off(p)); b != 0; b = ld(b))
     for (uint32_t i = 0; i < cfg_.block_records; ++i)
       if (holds(b + 8 + uint64_t{i} * cfg_.record_bytes())) return Where{b + 8 + uint64_t{i} * cfg_.record_bytes(), true};
   return std::nullopt;
@@ -159,88 +359,128 @@ void HopscotchShard::write_new(uint64_t slot, uint64_t key, uint32_t kbits, std:
   write_at(off(slot), key, kbits, value);
 }
 
-void HopscotchShard::write_at(uint64_t o, uint64_t key, uint32_t kbits, std::span<const std::byte> value) {
-  const Layout l(cfg_);
-  std::byte* base = region_.data();
-  const uint64_t v = (version_of(node_load(base, o)) + 1) & kVersionMask;
-  std::vector<std::byte> rec(l.bytes);
-  l.build(key, v, value, rec.data());
-  // The slot is not OCC: readers skip it until the ctrl store publishes it.
-  for (uint32_t i = 8; i < l.bytes; i += 8) node_store(base, o + i, load64(rec.data() + i));
-  node_store(base, o, make_ctrl(v, kbits));
+// A whole record image (ctrl first) into the record at `o`. Unlogged (a free record: insert): the
+// payload first, persisted, then the ctrl store that publishes it, persisted — 2 persists, and a
+// crash leaves the record free or whole. Logged (the log record already holds the image): the
+// stores, then one persist; recovery redoes the image if the crash came first.
+void HopscotchShard::put_record(uint64_t o, const std::byte* rec, bool logged) {
+  const uint32_t rb = cfg_.record_bytes();
+  for (uint32_t i = 8; i < rb; i += 8) st(o + i, load64(rec + i));
+  if (!logged) flush(o + 8, rb - 8);  // the payload is durable before the ctrl store publishes it
+  st(o, load64(rec));
+  if (logged) flush(o, rb);
+  else flush(o, 8);
 }
 
+void HopscotchShard::write_at(uint64_t o, uint64_t key, uint32_t kbits, std::span<const std::byte> value) {
+  const Layout l(cfg_);
+  const uint64_t v = (version_of(ld(o)) + 1) & kVersionMask;
+  std::vector<std::byte> rec(l.bytes);
+  l.build(key, v, value, rec.data());
+  store64(rec.data(), make_ctrl(v, kbits));
+  // The slot is not OCC: readers skip it until the ctrl store publishes it.
+  put_record(o, rec.data(), false);
+}
+
+// The redo log (PM only): the record image and where it goes, then the commit word (a checksum of
+// the rest) last, and one persist of the whole log record.
+void HopscotchShard::log_write(uint64_t kind, uint64_t to, uint64_t from, const std::byte* rec) {
+  const uint64_t lo = cfg_.log_offset();
+  const uint32_t rb = cfg_.record_bytes();
+  st(lo + 8, kind);
+  st(lo + 16, to);
+  st(lo + 24, from);
+  for (uint32_t i = 0; i < rb; i += 8) st(lo + kHopscotchLogHeaderBytes + i, load64(rec + i));
+  st(lo, log_sum(kind, to, from, rec, rb));
+  flush(lo, cfg_.log_bytes());
+}
+
+void HopscotchShard::log_clear() {
+  st(cfg_.log_offset(), 0);
+  flush(cfg_.log_offset(), 8);
+}
+
+// Update in place. On PM the new image is logged first (a crash mid-rewrite is redone from it),
+// then written under LOCK, persisted, and the log cleared: 3 persists.
 void HopscotchShard::rewrite(uint64_t o, uint64_t key, std::span<const std::byte> value) {
   const Layout l(cfg_);
-  std::byte* base = region_.data();
-  const uint64_t ctrl = node_load(base, o);
+  const uint64_t ctrl = ld(o);
   const uint64_t v = (version_of(ctrl) + 1) & kVersionMask;
   std::vector<std::byte> rec(l.bytes);
   l.build(key, v, value, rec.data());
-  node_store(base, o, ctrl | kLock);
-  for (uint32_t i = 8; i < l.bytes; i += 8) node_store(base, o + i, load64(rec.data() + i));
-  node_store(base, o, make_ctrl(v, static_cast<uint32_t>(ctrl)));
+  store64(rec.data(), make_ctrl(v, static_cast<uint32_t>(ctrl)));
+  if (pm_) log_write(kLogRewrite, o, 0, rec.data());
+  st(o, ctrl | kLock);
+  for (uint32_t i = 8; i < l.bytes; i += 8) st(o + i, load64(rec.data() + i));
+  st(o, load64(rec.data()));
+  flush(o, l.bytes);
+  if (pm_) log_clear();
 }
 
 void HopscotchShard::clear(uint64_t slot) { clear_at(off(slot)); }
 
 void HopscotchShard::clear_at(uint64_t o) {
-  std::byte* base = region_.data();
-  const uint64_t ctrl = node_load(base, o);
-  node_store(base, o, ((version_of(ctrl) + 1) & kVersionMask) << 32);
+  const uint64_t ctrl = ld(o);
+  st(o, ((version_of(ctrl) + 1) & kVersionMask) << 32);
+  flush(o, 8);
 }
 
+// Copy first, then clear: in between the key is live in both slots with the same value. On PM the
+// move writes two places, so it is logged (the copy's image, `to` and `from`): log, copy, clear,
+// log cleared — 4 persists; a crash anywhere is redone to the completed move.
 void HopscotchShard::move(uint64_t from, uint64_t to) {
   const Layout l(cfg_);
-  std::byte* base = region_.data();
-  std::vector<std::byte> rec(l.bytes);
-  for (uint32_t i = 0; i < l.bytes; i += 8) store64(rec.data() + i, node_load(base, off(from) + i));
-  const std::span<const std::byte> value(rec.data() + l.val_off, cfg_.value_bytes);
-  // Copy first, then clear: in between the key is live in both slots with the same value.
-  write_new(to, l.key(rec.data()), static_cast<uint32_t>(load64(rec.data())), value);
+  std::vector<std::byte> old(l.bytes), rec(l.bytes);
+  for (uint32_t i = 0; i < l.bytes; i += 8) store64(old.data() + i, ld(off(from) + i));
+  const uint64_t v = (version_of(ld(off(to))) + 1) & kVersionMask;
+  l.build(l.key(old.data()), v, std::span<const std::byte>(old.data() + l.val_off, cfg_.value_bytes), rec.data());
+  store64(rec.data(), make_ctrl(v, static_cast<uint32_t>(load64(old.data()))));
+  if (pm_) log_write(kLogMove, off(to), off(from), rec.data());
+  put_record(off(to), rec.data(), pm_ != nullptr);
   if (move_hook_) move_hook_();
   clear(from);
   if (move_hook_) move_hook_();
+  if (pm_) log_clear();
 }
 
 void HopscotchShard::set_records(uint64_t n) {
   records_ = n;
-  node_store(region_.data(), kRecordsOffset, n);
+  st(kRecordsOffset, n);
 }
 
 void HopscotchShard::set_chained(uint64_t n) {
   chained_ = n;
-  node_store(region_.data(), kChainedOffset, n);
+  st(kChainedOffset, n);
 }
 
 // An overflow block left empty by an erase goes back to the pool. Unlinking it may cut a reader
 // that holds a pointer to it off the rest of the chain (and the block may next serve another
 // group), so it is done inside a `moves` odd/even window, as a move is: a reader whose chain walk
-// overlapped it sees `moves` change and walks again (hopscotch.h).
+// overlapped it sees `moves` change and walks again (hopscotch.h). On PM the unlinking store is
+// persisted (a crash before leaves an empty block linked, which is harmless).
 void HopscotchShard::unlink_if_empty(const HopscotchPlacement& p, uint64_t rec) {
-  std::byte* base = region_.data();
   const uint64_t pool = cfg_.pool_offset();
   const uint64_t x = pool + (rec - pool) / cfg_.block_bytes() * cfg_.block_bytes();
   for (uint32_t i = 0; i < cfg_.block_records; ++i)
-    if (node_load(base, x + 8 + uint64_t{i} * cfg_.record_bytes()) & kOcc) return;
+    if (ld(x + 8 + uint64_t{i} * cfg_.record_bytes()) & kOcc) return;
   uint64_t link = head_off(p);  // the word that points at x: the head or the previous block's next
-  while (node_load(base, link) != x) link = node_load(base, link);
-  node_store(base, kHopscotchMovesOffset, ++moves_);  // odd: the chain changes shape
-  node_store(base, link, node_load(base, x));
+  while (ld(link) != x) link = ld(link);
+  st(kHopscotchMovesOffset, ++moves_);  // odd: the chain changes shape
+  st(link, ld(x));
+  flush(link, 8);
   if (chain_hook_) chain_hook_();
-  node_store(base, kHopscotchMovesOffset, ++moves_);  // even: done
+  st(kHopscotchMovesOffset, ++moves_);  // even: done
   free_blocks_.push_back(x);
   ++stats_.unlinks;
-  node_store(base, kBlocksUsedOffset, blocks_used_ - free_blocks_.size());
+  st(kBlocksUsedOffset, blocks_used_ - free_blocks_.size());
 }
 
 // The key's neighbourhood is full and displacement could not free it: a free record of the group's
 // chain, else a new pool block linked at the chain's head. Chain records never move.
 HopscotchShardResult HopscotchShard::insert_chained(uint64_t key, const HopscotchPlacement& p,
                                                     std::span<const std::byte> value, uint32_t moved) {
-  std::byte* base = region_.data();
   const uint64_t rb = cfg_.record_bytes();
-  const uint64_t head = node_load(base, head_off(p));
+  const uint64_t head = ld(head_off(p));
   auto inserted = [&] {
     set_records(records_ + 1);
     set_chained(chained_ + 1);
@@ -248,9 +488,9 @@ HopscotchShardResult HopscotchShard::insert_chained(uint64_t key, const Hopscotc
     stats_.displacements += moved;
     return HopscotchShardResult{Status::kInserted, moved};
   };
-  for (uint64_t b = head; b != 0; b = node_load(base, b))
+  for (uint64_t b = head; b != 0; b = ld(b))
     for (uint32_t i = 0; i < cfg_.block_records; ++i)
-      if (!(node_load(base, b + 8 + i * rb) & kOcc)) {
+      if (!(ld(b + 8 + i * rb) & kOcc)) {
         write_at(b + 8 + i * rb, key, p.kbits, value);  // payload, then ctrl: as a free slot
         return inserted();
       }
@@ -265,13 +505,22 @@ HopscotchShardResult HopscotchShard::insert_chained(uint64_t key, const Hopscotc
     ++stats_.full;
     return {Status::kFull, moved};  // the pool is exhausted
   }
-  node_store(base, kBlocksUsedOffset, blocks_used_ - free_blocks_.size());
+  st(kBlocksUsedOffset, blocks_used_ - free_blocks_.size());
   // Fill the unlinked block (its record, its next pointer), THEN publish it with one 8-byte store
-  // of the head: a reader that sees the new head sees the whole block (hopscotch.h).
-  write_at(b + 8, key, p.kbits, value);
-  node_store(base, b, head);
+  // of the head: a reader that sees the new head sees the whole block (hopscotch.h). On PM the
+  // block is persisted whole before the head store, which is persisted: 2 persists.
+  const Layout l(cfg_);
+  const uint64_t v = (version_of(ld(b + 8)) + 1) & kVersionMask;
+  std::vector<std::byte> rec(l.bytes);
+  l.build(key, v, value, rec.data());
+  store64(rec.data(), make_ctrl(v, p.kbits));
+  for (uint32_t i = 8; i < l.bytes; i += 8) st(b + 8 + i, load64(rec.data() + i));
+  st(b + 8, load64(rec.data()));
+  st(b, head);
+  flush(b, cfg_.block_bytes());
   if (chain_hook_) chain_hook_();
-  node_store(base, head_off(p), b);
+  st(head_off(p), b);
+  flush(head_off(p), 8);
   if (chain_hook_) chain_hook_();
   return inserted();
 }
@@ -292,7 +541,7 @@ HopscotchShardResult HopscotchShard::insert_new(uint64_t key, const HopscotchPla
       const uint64_t yhome = hopscotch_place(cfg_, key_at(j)).home;
       if (f - yhome < H) {
         // Odd before the first move only: a search that moves nothing disturbs no reader.
-        if (moved == 0) node_store(region_.data(), kHopscotchMovesOffset, ++moves_);  // odd: moves under way
+        if (moved == 0) st(kHopscotchMovesOffset, ++moves_);  // odd: moves under way
         move(j, f);
         f = j;
         ++moved;
@@ -301,13 +550,13 @@ HopscotchShardResult HopscotchShard::insert_new(uint64_t key, const HopscotchPla
       }
     }
     if (!found) {
-      if (moved) node_store(region_.data(), kHopscotchMovesOffset, ++moves_);  // even: done
+      if (moved) st(kHopscotchMovesOffset, ++moves_);  // even: done
       // Every key is still present and within its neighbourhood; this one goes to the chain.
       if (moved) ++stats_.displacing_inserts;
       return insert_chained(key, p, value, moved);
     }
   }
-  if (moved) node_store(region_.data(), kHopscotchMovesOffset, ++moves_);  // even: done
+  if (moved) st(kHopscotchMovesOffset, ++moves_);  // even: done
   write_new(f, key, p.kbits, value);
   set_records(records_ + 1);
   ++stats_.inserts;
@@ -322,7 +571,11 @@ HopscotchShardResult HopscotchShard::find_or_put(uint64_t key, std::span<const s
   const HopscotchPlacement p = hopscotch_place(cfg_, key);
   std::lock_guard lock(mu_);
   if (locate(key, p)) return {Status::kFound, 0};
-  return insert_new(key, p, value);
+  const uint64_t before = persist_count();
+  HopscotchShardResult r = insert_new(key, p, value);
+  r.persists = static_cast<uint32_t>(persist_count() - before);
+  stats_.insert_persists += r.persists;
+  return r;
 }
 
 HopscotchShardResult HopscotchShard::put(uint64_t key, std::span<const std::byte> value) {
@@ -330,11 +583,18 @@ HopscotchShardResult HopscotchShard::put(uint64_t key, std::span<const std::byte
   if (!owns(key)) throw InvalidArgument("key " + std::to_string(key) + " belongs to another shard");
   const HopscotchPlacement p = hopscotch_place(cfg_, key);
   std::lock_guard lock(mu_);
+  const uint64_t before = persist_count();
   if (auto at = locate(key, p)) {
     rewrite(at->at, key, value);
-    return {Status::kUpdated, 0};
+    ++stats_.updates;
+    const auto n = static_cast<uint32_t>(persist_count() - before);
+    stats_.update_persists += n;
+    return {Status::kUpdated, 0, n};
   }
-  return insert_new(key, p, value);
+  HopscotchShardResult r = insert_new(key, p, value);
+  r.persists = static_cast<uint32_t>(persist_count() - before);
+  stats_.insert_persists += r.persists;
+  return r;
 }
 
 HopscotchShardResult HopscotchShard::update(uint64_t key, std::span<const std::byte> value) {
@@ -343,8 +603,12 @@ HopscotchShardResult HopscotchShard::update(uint64_t key, std::span<const std::b
   const HopscotchPlacement p = hopscotch_place(cfg_, key);
   std::lock_guard lock(mu_);
   if (auto at = locate(key, p)) {
+    const uint64_t before = persist_count();
     rewrite(at->at, key, value);
-    return {Status::kUpdated, 0};
+    ++stats_.updates;
+    const auto n = static_cast<uint32_t>(persist_count() - before);
+    stats_.update_persists += n;
+    return {Status::kUpdated, 0, n};
   }
   return {Status::kNotFound, 0};
 }
@@ -354,13 +618,17 @@ HopscotchShardResult HopscotchShard::erase(uint64_t key) {
   const HopscotchPlacement p = hopscotch_place(cfg_, key);
   std::lock_guard lock(mu_);
   if (auto at = locate(key, p)) {
+    const uint64_t before = persist_count();
     clear_at(at->at);
     set_records(records_ - 1);
     if (at->chained) {
       set_chained(chained_ - 1);
       unlink_if_empty(p, at->at);
     }
-    return {Status::kErased, 0};
+    ++stats_.erases;
+    const auto n = static_cast<uint32_t>(persist_count() - before);
+    stats_.erase_persists += n;
+    return {Status::kErased, 0, n};
   }
   return {Status::kNotFound, 0};
 }
@@ -387,22 +655,32 @@ std::optional<std::vector<std::byte>> HopscotchShard::find(uint64_t key) const {
   const auto at = locate(key, p);
   if (!at) return std::nullopt;
   std::vector<std::byte> v(cfg_.value_bytes + 8);
-  for (uint32_t i = 0; i < l.val_padded; i += 8) store64(v.data() + i, node_load(region_.data(), at->at + l.val_off + i));
+  for (uint32_t i = 0; i < l.val_padded; i += 8) store64(v.data() + i, ld(at->at + l.val_off + i));
   v.resize(cfg_.value_bytes);
   return v;
 }
 
-std::vector<uint64_t> HopscotchShard::keys() const {
+std::vector<std::pair<uint64_t, std::vector<std::byte>>> HopscotchShard::items() const {
+  const Layout l(cfg_);
   std::lock_guard lock(mu_);
-  std::vector<uint64_t> out;
-  for (uint64_t s = 0; s < cfg_.slots_per_node(); ++s)
-    if (occupied(s)) out.push_back(key_at(s));
-  std::byte* base = region_.data();
+  std::vector<std::pair<uint64_t, std::vector<std::byte>>> out;
+  auto take = [&](uint64_t o) {
+    if (!(ld(o) & kOcc)) return;
+    std::vector<std::byte> v(l.val_padded);
+    for (uint32_t i = 0; i < l.val_padded; i += 8) store64(v.data() + i, ld(o + l.val_off + i));
+    v.resize(cfg_.value_bytes);
+    out.emplace_back(ld(o + 8), std::move(v));
+  };
+  for (uint64_t s = 0; s < cfg_.slots_per_node(); ++s) take(off(s));
   for (uint64_t b = 0; b < blocks_used_; ++b)  // unlinked blocks hold no live record
-    for (uint32_t i = 0; i < cfg_.block_records; ++i) {
-      const uint64_t o = cfg_.pool_offset() + b * cfg_.block_bytes() + 8 + uint64_t{i} * cfg_.record_bytes();
-      if (node_load(base, o) & kOcc) out.push_back(node_load(base, o + 8));
-    }
+    for (uint32_t i = 0; i < cfg_.block_records; ++i)
+      take(cfg_.pool_offset() + b * cfg_.block_bytes() + 8 + uint64_t{i} * cfg_.record_bytes());
+  return out;
+}
+
+std::vector<uint64_t> HopscotchShard::keys() const {
+  std::vector<uint64_t> out;
+  for (auto& [k, v] : items()) out.push_back(k);
   return out;
 }
 
@@ -431,10 +709,25 @@ HopscotchServer::HopscotchServer(Fabric& fabric, const HopscotchConfig& cfg, uin
   state_->host = detail::ShardHost<HopscotchShard>::create(fabric, cfg_, rpc_id, kHopscotchRpcFirst, kHopscotchRpcLast, "hopscotch", config_tag(cfg_));
 }
 
+HopscotchServer::HopscotchServer(Fabric& fabric, const HopscotchConfig& cfg, PersistMode mode, uint16_t rpc_id)
+    : cfg_(cfg), state_(std::make_shared<State>()) {
+  cfg_.validate();
+  state_->host = detail::ShardHost<HopscotchShard>::create(fabric, cfg_, mode, rpc_id, kHopscotchRpcFirst,
+                                                          kHopscotchRpcLast, "hopscotch", config_tag(cfg_));
+}
+
 HopscotchServer::~HopscotchServer() = default;
 
 bool HopscotchServer::hosts(uint32_t node) const { return state_->host->hosts(node); }
 HopscotchShard& HopscotchServer::shard(uint32_t node) { return state_->host->shard(node); }
+PersistentRegion& HopscotchServer::region(uint32_t node) { return state_->host->region(node); }
+bool HopscotchServer::recovered() const { return state_->host->recovered(); }
+
+std::string HopscotchServer::recovery_summary() const {
+  uint64_t repairs = 0;
+  state_->host->for_each_shard([&](const HopscotchShard& s) { repairs += s.recovery_repairs(); });
+  return std::to_string(repairs) + " repairs (a log record redone or dropped, records of unlinked blocks cleared)";
+}
 
 bool HopscotchServer::bulk_insert(uint64_t key, std::span<const std::byte> value) {
   const uint32_t node = hopscotch_place(cfg_, key).node;
@@ -456,6 +749,11 @@ HopscotchShardStats HopscotchServer::stats() const {
     t.blocks_used += x.blocks_used;
     t.overflow_blocks += x.overflow_blocks;
     t.unlinks += x.unlinks;
+    t.insert_persists += x.insert_persists;
+    t.update_persists += x.update_persists;
+    t.erase_persists += x.erase_persists;
+    t.updates += x.updates;
+    t.erases += x.erases;
   });
   return t;
 }
@@ -607,7 +905,8 @@ Task<OpResult> HopscotchClient::get(uint64_t key, std::span<std::byte> value_out
 
 Task<OpResult> HopscotchClient::remote(uint8_t op, uint64_t key, std::span<const std::byte> value) {
   const uint32_t node = hopscotch_place(cfg_, key).node;
-  return write_rpc::write(engine_, "hopscotch", rpc_id_, node, cfg_tag_, static_cast<write_rpc::Op>(op), key, value);
+  return write_rpc::write(engine_, "hopscotch", rpc_id_, node, cfg_tag_, static_cast<write_rpc::Op>(op), key, value,
+                          &persists_);
 }
 
 Task<OpResult> HopscotchClient::find_or_put(uint64_t key, std::span<const std::byte> value) {
