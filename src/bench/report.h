@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bench/options.h"
+#include "rdmahash/sim_fabric.h"
 #include "model/memory_limit.h"
 #include "rdmahash/engine.h"
 #include "rdmahash/table.h"
@@ -73,6 +74,10 @@ struct PointInfo {
   std::string client_wait;
   // ucx, ucx-connect: READ coalescing as resolved (ReadCoalescing: on or off).
   std::string read_coalescing;
+  // sim: the profile's constants, and the simulation's events and wall time for this point.
+  std::optional<SimProfile> sim_profile;
+  uint64_t sim_events = 0;
+  double sim_wall_seconds = 0;
 };
 
 std::string to_json_line(const BenchOptions& o, const PointInfo& p, const ClientResult& total);
