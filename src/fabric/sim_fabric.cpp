@@ -70,8 +70,8 @@
 //
 // Time. Virtual time is a double in nanoseconds from 0 at the fabric's creation; it continues
 // across run()s (histories stay ordered over a table's life). Transport::now() maps it to a
-// steady_clock time point (rounded to the nanosecond), so the engine's latencies and the bench's
-// throughput are virtual.
+// steady_clock time point (rounded to the nanosecond; virtual 0 is 1 s after the clock's epoch,
+// since histories reserve time 0), so the engine's latencies and the bench's throughput are virtual.
 //
 // Assumptions: the profile's constants are per memory node and identical for all nodes and
 // clients; the one-way latency is the same both ways; requests of an RPC and its handler's reply
@@ -173,7 +173,7 @@ std::string sim_profile_text(const SimProfile& p) {
 SimProfile load_sim_profile(const std::string& name) {
   if (name == "edr") return sim_profile_edr();
   std::ifstream in(name);
-  if (!in) throw std::invalid_argument("--sim-profile '" + name + "': not 'edr' and not a readable file");
+  if (!in) throw std::invalid_argument("'" + name + "' is not 'edr' and not a readable file");
   SimProfile p;
   p.name = name;
   std::vector<bool> seen(std::size(kFields), false);
@@ -581,7 +581,8 @@ void SimTransport::execute(std::span<Request> batch) {
 }
 
 std::chrono::steady_clock::time_point SimTransport::now() const {
-  return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(std::llround(fabric_.now_ns())));
+  // Virtual time 0 is reported as 1 s: histories (src/check) reserve time 0 for initial states.
+  return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(1000000000LL + std::llround(fabric_.now_ns())));
 }
 
 }  // namespace
