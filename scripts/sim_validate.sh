@@ -51,8 +51,8 @@ proto = lambda r: (r["round_trips_per_op"], r["requests_per_op"], r["bytes_per_o
 groups = {}
 for r in rows:
     groups.setdefault(key(r), {}).setdefault(r["fabric"], []).append(r)
-print("| scheme | workload | depth | measured ops/s (local) | simulated ops/s | sim/measured | RT/op | counters identical |")
-print("|---|---|---:|---:|---:|---:|---:|---|")
+print("| scheme | workload | depth | measured ops/s (local) | simulated ops/s | sim/measured | RT/op | req/op | bytes/op | local client CPU ns/op | counters identical |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 for k in sorted(groups, key=lambda k: (k[2], k[0], k[1])):
     g = groups[k]
     m = statistics.median(r["throughput_ops_per_s"] for r in g["local"])
@@ -60,6 +60,8 @@ for k in sorted(groups, key=lambda k: (k[2], k[0], k[1])):
     same = all(proto(a) == proto(b) for a, b in zip(g["local"], g["sim"]))
     ratio = s / m
     flag = "" if abs(ratio - 1) <= 0.2 else " (outside ±20 %)"
-    print("| %s | %s | %d | %.0f | %.0f | %.2f%s | %.3f | %s |" % (k[0], k[1], k[2], m, s, ratio, flag,
-          g["sim"][0]["round_trips_per_op"], "yes" if same else "NO"))
+    cpu = statistics.median(r["client_cpu_ns_per_op"] for r in g["local"])
+    sr = g["sim"][0]
+    print("| %s | %s | %d | %.0f | %.0f | %.2f%s | %.3f | %.3f | %.1f | %.0f | %s |" % (k[0], k[1], k[2], m, s, ratio, flag,
+          sr["round_trips_per_op"], sum(sr["requests_per_op"].values()), sr["bytes_per_op"], cpu, "yes" if same else "NO"))
 EOF
