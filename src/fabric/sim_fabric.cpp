@@ -53,11 +53,13 @@
 // the same histories and the same virtual times. (The batons' mutexes order the threads'
 // memory accesses.) Threads rather than coroutines because the bench's and schemes'
 // client code (run_client, KvClient setup) is ordinary blocking code; stackful coroutines would
-// need a context-switch library, and the thread handoff costs a few microseconds of wall time
-// per switch (measured in docs/results.md, "Simulated fabric").
+// need a context-switch library. The price: a handoff between two clients' threads is a futex wake
+// and a context switch, ~17 µs of wall time per batch with 768 clients on a loaded 2-core VM
+// (docs/results.md, "Simulated fabric"); a lone client never switches.
 // What is not deterministic: code that reads the wall clock (the schemes' retry budgets, 20 s of
 // wall time, never reached in a healthy run) or runs its own threads (continuity's background
-// migration: it is not a simulated client and races with the baton holder; do not simulate it).
+// migration with --max-resizes: it takes the shards' mutex as the write RPCs do, so it is safe,
+// but when it migrates is up to the OS, so such runs are not deterministic).
 //
 // Fences and ordering (fabric.h). Requests of one queue pair arrive, and are performed, in batch
 // order (same post time, same latency, sequence numbers in batch order; a request held back by
@@ -295,8 +297,11 @@ class OwnedSimTransport final : public Transport {
   OwnedSimTransport(SimFabricImpl& f, std::unique_ptr<ClientState> st)
       : st_(std::move(st)), inner_(f, st_.get()) {}
   void execute(std::span<Request> batch) override {
+    struct Sync {  // the counters of a batch that failed count too
+      OwnedSimTransport* t;
+      ~Sync() { t->counters_ = t->inner_.counters(); }
+    } sync{this};
     inner_.execute(batch);
-    counters_ = inner_.counters();
   }
   std::chrono::steady_clock::time_point now() const override { return inner_.now(); }
 
