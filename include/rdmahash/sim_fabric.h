@@ -28,12 +28,22 @@ struct SimProfile {
   double rpc_ns = 0;                 // memory node CPU time per RPC handler
   double client_batch_ns = 0;        // client CPU per batch (between two round trips)
   double client_request_ns = 0;      // client CPU per request of a batch
+  // How the client's CPU between two batches is priced: kFixed charges only client_batch_ns and
+  // client_request_ns (deterministic); kMeasured adds the thread CPU time the client's own code
+  // (scheme, engine, bench) really spent since its previous batch completed, times
+  // client_cpu_scale (virtual times then vary from run to run: see sim_fabric.cpp).
+  enum class ClientCpu : uint8_t { kFixed, kMeasured };
+  ClientCpu client_cpu = ClientCpu::kFixed;  // profile key `client_cpu = fixed|measured` (optional)
+  double client_cpu_scale = 1.0;             // profile key `client_cpu_scale` (optional, > 0)
 };
+
+// "fixed" or "measured".
+const char* client_cpu_name(SimProfile::ClientCpu c);
 
 // Seed 000's EDR constants (§5.1, model.h paper_cost_params): see sim_fabric.cpp.
 SimProfile sim_profile_edr();
 // "edr", or a key=value file (one `key = value` per line, '#' comments; every field above but
-// name). Throws std::invalid_argument with a message naming the file and field.
+// name; client_cpu and client_cpu_scale may be left out: fixed, 1.0). Throws std::invalid_argument with a message naming the file and field.
 SimProfile load_sim_profile(const std::string& name_or_path);
 // Checks a profile's values (finite, positive where required); empty when valid.
 std::string sim_profile_error(const SimProfile& p);
@@ -44,6 +54,7 @@ struct SimRunStats {
   uint64_t events = 0;        // simulation events processed (request arrivals, RPC runs, replies, wakes)
   double wall_seconds = 0;    // wall time of the run
   double virtual_ns = 0;      // virtual time the run covered
+  double client_cpu_ns = 0;   // measured client CPU charged in virtual time (measured mode; else 0), before scaling
 };
 
 class SimFabric : public Fabric {

@@ -625,6 +625,7 @@ class SimBackend final : public Backend {
     p.sim_profile = profile_;
     p.sim_events = last_.events;
     p.sim_wall_seconds = last_.wall_seconds;
+    p.sim_client_cpu_ns = last_.client_cpu_ns;
     return p;
   }
   void begin_table(SchemeTable& a) override {

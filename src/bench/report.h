@@ -78,6 +78,7 @@ struct PointInfo {
   std::optional<SimProfile> sim_profile;
   uint64_t sim_events = 0;
   double sim_wall_seconds = 0;
+  double sim_client_cpu_ns = 0;  // measured client CPU charged (client_cpu = measured), unscaled
 };
 
 std::string to_json_line(const BenchOptions& o, const PointInfo& p, const ClientResult& total);

@@ -356,6 +356,7 @@ SimProfile sim_profile_of(const m::Profile& p, const std::string& name) {
   s.client_request_ns = 1e9 / p.rho0_ops_per_s;
   const double service = std::max(1e9 / s.nic_ops_per_s, 8e9 / s.link_bytes_per_s);
   s.client_batch_ns = std::max(0.0, p.c_ns - s.client_request_ns - service);
+  s.client_cpu = SimProfile::ClientCpu::kMeasured;
   return s;
 }
 
