@@ -8,9 +8,13 @@
   closed-form BIN single-client raw READs against the profile's constants: depth 1 (latency + CPU)
                   and a bandwidth-bound batch, throughput equal to the closed form to 1e-9
   bad-options BIN bad --sim-profile files and values, options that do not apply: exit 2 + message
+  measured  BIN   client_cpu = measured: the client's CPU is charged (the depth-1 period exceeds the
+                  fixed closed form, sim_client_cpu_ns > 0 and at most the process's CPU time,
+                  client_cpu_scale multiplies it), counters equal to fixed mode's; no wall-clock bounds
 """
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -82,6 +86,8 @@ def determinism(binary, tmp):
             sys.exit("FAIL: two identical sim runs differ: %s" % diff)
     if len(a) != 2 or a[0]["sim_events"] == 0:
         sys.exit("FAIL: expected 2 rows with events: %s" % a)
+    if any(r["sim_client_cpu"] != "fixed" or r["sim_client_cpu_ns"] != 0 for r in a):
+        sys.exit("FAIL: the edr profile's client CPU is not fixed: %s" % [(r["sim_client_cpu"], r["sim_client_cpu_ns"]) for r in a])
     print("ok: identical: %s" % [(r["workload"], r["throughput_ops_per_s"], r["latency_us"]["p99"], r["sim_events"]) for r in a])
 
 
@@ -139,6 +145,48 @@ def closed_form(binary, tmp):
     print("ok: qp depth 2: %.3f ops/s (closed form %.3f)" % (got, want))
 
 
+def children_cpu_ns():
+    u = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (u.ru_utime + u.ru_stime) * 1e9
+
+
+def measured(binary, tmp):
+    P = PROFILE
+    occ = max(1e9 / P["nic_ops_per_s"], (P["header_bytes"] + 8) * 1e9 / P["link_bytes_per_s"])
+    fixed_period = P["client_batch_ns"] + P["client_request_ns"] + 2 * P["latency_ns"] + occ
+    ops = 4000
+    common = ["--fabric", "sim", "--clients", "1", "--workload", "raw-read", "--depth", "1", "--read-bytes", "8",
+              "--records", "1000", "--ops", str(ops)]
+    fixed = run(binary, common + ["--sim-profile", write_profile(tmp, "f.txt", P)], tmp, "mf")[0]
+    cpu0 = children_cpu_ns()
+    row = run(binary, common + ["--sim-profile", write_profile(tmp, "m.txt", P, "client_cpu = measured\n")], tmp, "m1")[0]
+    cpu = children_cpu_ns() - cpu0
+    if row["sim_client_cpu"] != "measured" or fixed["sim_client_cpu"] != "fixed":
+        sys.exit("FAIL: sim_client_cpu %r / %r" % (row["sim_client_cpu"], fixed["sim_client_cpu"]))
+    charged = row["sim_client_cpu_ns"]
+    if not 0 < charged <= cpu:
+        sys.exit("FAIL: sim_client_cpu_ns %s not in (0, the process's CPU time %s ns]" % (charged, cpu))
+    period = 1e9 / row["throughput_ops_per_s"]
+    # The fixed costs are still charged, the measured CPU on top: every op takes longer than the
+    # closed form (whose 2 L is the round trip), and so does every op's latency (p10; the closed-form
+    # check's resolution of 2 ns).
+    if not period > fixed_period or not row["latency_us"]["p10"] >= fixed_period / 1000 - 2e-3:
+        sys.exit("FAIL: measured period %.3f ns / p10 latency %s us, fixed closed form %.3f ns"
+                 % (period, row["latency_us"]["p10"], fixed_period))
+    if protocol(row) != protocol(fixed):
+        sys.exit("FAIL: measured mode changed the counters: %s vs %s" % (protocol(row), protocol(fixed)))
+    print("ok: measured: period %.1f ns (fixed %.1f), %.1f ns of client CPU charged per op, process CPU %.0f ns"
+          % (period, fixed_period, charged / ops, cpu))
+    # client_cpu_scale 1000: each op's measured CPU (surely >= 1 ns) is charged 1000 times.
+    big = run(binary, common + ["--sim-profile", write_profile(tmp, "m2.txt", P,
+                                                               "client_cpu = measured\nclient_cpu_scale = 1000\n")],
+              tmp, "m2")[0]
+    big_period = 1e9 / big["throughput_ops_per_s"]
+    if not big_period >= fixed_period + 1000:
+        sys.exit("FAIL: client_cpu_scale 1000: period %.1f ns, fixed closed form %.1f ns" % (big_period, fixed_period))
+    print("ok: client_cpu_scale 1000: period %.1f ns" % big_period)
+
+
 def expect_refused(binary, args, needle):
     p = subprocess.run([binary, "bench", "--no-progress", "--quiet", "--ops", "10", "--records", "100"] + args,
                        capture_output=True, text=True)
@@ -160,6 +208,10 @@ def bad_options(binary, tmp):
     expect_refused(binary, sim + [write_profile(tmp, "b7", PROFILE, "latency_ns = 5\n")], "given twice")
     expect_refused(binary, sim + [write_profile(tmp, "b8", PROFILE, "just words\n")], "expected 'key = value'")
     expect_refused(binary, sim + [write_profile(tmp, "b9", dict(PROFILE, rpc_ns=float("inf")))], "rpc_ns must be")
+    expect_refused(binary, sim + [write_profile(tmp, "b10", PROFILE, "client_cpu = sometimes\n")],
+                   "client_cpu: 'sometimes' is not 'fixed' or 'measured'")
+    expect_refused(binary, sim + [write_profile(tmp, "b11", PROFILE, "client_cpu_scale = 0\n")],
+                   "client_cpu_scale must be a finite number > 0")
     expect_refused(binary, ["--fabric", "local", "--sim-profile", "edr"], "--sim-profile applies to --fabric sim")
     expect_refused(binary, ["--fabric", "sim", "--clients", "70000"], "--clients must be at most 65536")
     expect_refused(binary, ["--fabric", "simulated"], "--fabric must be 'local', 'ucx' or 'sim'")
@@ -172,7 +224,7 @@ def main():
     check, binary = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as tmp:
         {"counters": counters, "determinism": determinism, "closed-form": closed_form,
-         "bad-options": bad_options}[check](binary, tmp)
+         "bad-options": bad_options, "measured": measured}[check](binary, tmp)
 
 
 if __name__ == "__main__":
