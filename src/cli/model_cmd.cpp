@@ -342,7 +342,8 @@ void emit(const std::string& path, const std::string& text) {
 // wire: a READ costs its client the engine's and the copy's CPU. So: no latency, a NIC that is
 // never the bottleneck, the client CPU per request from the peak rate of 8-byte READs at depth
 // >= 64 (where the per-batch cost is spread over the batch), the CPU per batch from the depth-1
-// latency minus that, and the measured copy bandwidth as the link. RPC handlers (which run on the
+// latency minus that, and the measured copy bandwidth as the link; the client's CPU measured as
+// the simulation runs (client_cpu = measured: the scheme's own CPU per operation). RPC handlers (which run on the
 // client's thread on this fabric) are not measured: rpc_ns 0.
 SimProfile sim_profile_of(const m::Profile& p, const std::string& name) {
   SimProfile s;
@@ -370,6 +371,8 @@ void write_sim_profile(const std::string& path, const m::Profile& p) {
     << " READs/s (best depth), l = " << p.link_bytes_per_s << " B/s (64 KiB READs)\n"
     << "# client_request_ns = 1e9 / rho0; client_batch_ns = c - client_request_ns - 8 B / l;\n"
     << "# shared memory: no latency, no NIC limit (nic_ops_per_s 1e12), no header; rpc_ns not measured\n"
+    << "# client_cpu = measured: the client code's own CPU between two batches is timed as the\n"
+    << "# simulation runs and charged on top of client_batch_ns and client_request_ns\n"
     << sim_profile_text(s);
   f.close();
   if (!f) throw std::runtime_error("cannot write --write-sim-profile file '" + path + "'");

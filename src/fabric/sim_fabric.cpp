@@ -29,7 +29,8 @@
 // A request's timeline, unloaded: post t, arrive t + L, reply at t + 2L + max(1/rate, bytes/bw)
 // (+ rpc_ns for an RPC). Client CPU: a batch of n requests is posted client_batch_ns +
 // n * client_request_ns after the client's previous batch completed (the operation code's and the
-// engine's CPU between two round trips). Queue pairs: at most qp_depth requests per
+// engine's CPU between two round trips), plus, with `client_cpu = measured`, the client's own
+// CPU time (see below). Queue pairs: at most qp_depth requests per
 // (client, memory node) are outstanding; the rest wait, in batch order, for a completion.
 //
 // Not modelled: the client's own NIC and link (one client is never the bottleneck of the EDR
@@ -49,13 +50,34 @@
 // A client that finishes runs the loop the same way and hands the baton on; when no events are
 // left the baton goes back to run()'s thread. All simulation state, region memory and RPC
 // handlers are touched only by the baton holder, and who holds it is decided by the event order
-// alone, so OS scheduling cannot change any outcome: the same command gives the same counters,
-// the same histories and the same virtual times. (The batons' mutexes order the threads'
-// memory accesses.) Threads rather than coroutines because the bench's and schemes'
+// alone, so OS scheduling cannot change any outcome: with client_cpu = fixed, the same command
+// gives the same counters, the same histories and the same virtual times. (The batons' mutexes
+// order the threads' memory accesses.) Threads rather than coroutines because the bench's and schemes'
 // client code (run_client, KvClient setup) is ordinary blocking code; stackful coroutines would
 // need a context-switch library. The price: a handoff between two clients' threads is a futex wake
 // and a context switch, ~17 µs of wall time per batch with 768 clients on a loaded 2-core VM
 // (docs/results.md, "Simulated fabric"); a lone client never switches.
+//
+// Client CPU, measured (`client_cpu = measured` in a profile, with `client_cpu_scale`, default 1).
+// The fixed per-batch and per-request constants cannot know what a scheme does between two round
+// trips (a RACE get's bucket scans cost a real client 2-4 µs of CPU, not ~1). But each simulated
+// client runs the real scheme, engine and bench code on this CPU, and only the baton holder runs:
+// so its thread's CPU time (clock_gettime(CLOCK_THREAD_CPUTIME_ID)) from the moment it left the
+// simulation (its start, or the return of its previous execute()) to its next execute() call is
+// exactly the CPU its own code spent, and that time, times client_cpu_scale, is added to the
+// batch's post time on top of the fixed constants. The simulation's own work (the event loop,
+// the requests' copies, RPC handlers, handing the baton on and waiting for it) happens inside
+// execute() and is not charged; neither is the reading of the clock itself (a system call, ~0.5 µs
+// on this VM: its median cost, measured when the fabric is created, is subtracted from every
+// interval). A connect()ed transport is charged only while one thread uses it. The price:
+// virtual times now depend on this machine and its load (a descheduled thread's CPU time does not
+// advance, but cache misses, frequency and a sibling's contention do), so throughput and latency
+// are not repeatable; a lone client's counters still are (its requests do not depend on timing),
+// but with several clients the interleaving follows the measured times, so contended runs (CAS
+// retries, find-or-put races) may count differently from run to run. The JSON says which mode
+// ran (`sim_client_cpu`) and how much CPU was charged (`sim_client_cpu_ns`, before scaling).
+// `fixed` (the default, and edr's) stays fully deterministic; `rdmahash calibrate
+// --write-sim-profile` writes `measured`, since its profile describes this machine's clients.
 // What is not deterministic: code that reads the wall clock (the schemes' retry budgets, 20 s of
 // wall time, never reached in a healthy run) or runs its own threads (continuity's background
 // migration with --max-resizes: it takes the shards' mutex as the write RPCs do, so it is safe,
