@@ -1,6 +1,7 @@
 # Checked histories (issue 10): for every scheme and storage, a contended kv-mix run (16 keys,
-# 4 clients, get/put/update/erase/find_or_put) over LocalFabric and over UCX (mpirun) records a
-# history of > 10^5 operations, and Porcupine must find it linearizable. Then deliberately broken
+# 4 clients, get/put/update/erase/find_or_put) over LocalFabric, over UCX (mpirun) and over the
+# simulated fabric (--fabric sim, 4 simulated clients) records a history of > 10^5 operations,
+# and Porcupine must find it linearizable. Then deliberately broken
 # histories (a stale read, a torn read, a duplicate insert) must be rejected.
 if(NOT RDMAHASH_GO)
   message(WARNING "Go not found: the history checker tests are skipped")
@@ -33,7 +34,12 @@ foreach(entry IN LISTS HISTORY_SCHEMES)
   add_test(NAME history_${name}_ucx
     COMMAND sh -c "m=\"$1\" b=\"$2\" f=\"$3\"; shift 3; rm -f \"$f\" && $m -n 5 \"$b\" bench --fabric ucx --memory-nodes 1 \"\$@\" --history \"$f\" && \"$b\" check-history --timeout-per-key 120 \"$f\""
             sh "${MPIEXEC_EXECUTABLE} --oversubscribe" $<TARGET_FILE:rdmahash_cli> ${ucx_file} ${flags} ${HISTORY_RUN})
-  set_tests_properties(history_${name}_local history_${name}_ucx PROPERTIES
+  # The same contended history with 4 simulated clients in virtual time (--fabric sim).
+  set(sim_file ${HISTORY_DIR}/${name}_sim.bin)
+  add_test(NAME history_${name}_sim
+    COMMAND sh -c "b=\"$1\" f=\"$2\"; shift 2; rm -f \"$f\" && \"$b\" bench --fabric sim --clients 4 \"\$@\" --history \"$f\" && \"$b\" check-history --timeout-per-key 120 \"$f\""
+            sh $<TARGET_FILE:rdmahash_cli> ${sim_file} ${flags} ${HISTORY_RUN})
+  set_tests_properties(history_${name}_local history_${name}_ucx history_${name}_sim PROPERTIES
     PASS_REGULAR_EXPRESSION "linearizable: [0-9][0-9][0-9][0-9][0-9][0-9]+ events" TIMEOUT 600
     ENVIRONMENT "${RDMAHASH_MPI_ENV}" LABELS history)
 endforeach()

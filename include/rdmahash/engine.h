@@ -127,7 +127,8 @@ class Engine {
 
   Transport& transport() { return transport_; }
 
-  // The steady-clock time of the last batch boundary (when the last batch completed). Read by an
+  // The transport's clock (Transport::now(): steady_clock, or a simulated fabric's virtual time) at
+  // the last batch boundary (when the last batch completed). Read by an
   // operation when it starts, it is ≤ the posting of its first request; read after its last
   // request completed, it is ≥ that completion. Checked histories (src/check) rely on both.
   std::chrono::steady_clock::time_point batch_clock() const { return tick_; }
@@ -154,7 +155,7 @@ class Engine {
   detail::EngineNode* free_ = nullptr;
   OpStats* current_ = nullptr;
   OpStats scratch_;  // stats sink for requests queued outside any operation
-  // Time of the last batch completion. Latencies are measured from the batch boundary before an
+  // Time of the last batch completion (Transport::now()). Latencies are measured from the batch boundary before an
   // operation starts to the one that completes it: two clock reads per batch, not per operation
   // (clock_gettime is not free in a VM), at the cost of the CPU time after the last batch.
   std::chrono::steady_clock::time_point tick_;

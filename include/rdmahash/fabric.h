@@ -139,6 +139,10 @@ class Transport {
   // runs. A hint only: it performs nothing, counts nothing and never fails.
   virtual void queued(const Request&) noexcept {}
   const FabricCounters& counters() const { return counters_; }
+  // The clock this client's time is measured by: the engine's batch boundaries (latencies,
+  // histories) and the bench's throughput. Real fabrics: steady_clock. A simulated fabric
+  // (sim_fabric.h): its virtual time, so every measurement of a simulated run is in virtual time.
+  virtual std::chrono::steady_clock::time_point now() const { return std::chrono::steady_clock::now(); }
 
  protected:
   FabricCounters counters_;

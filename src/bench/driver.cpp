@@ -21,6 +21,7 @@
 #include "bench/sysinfo.h"
 #include "bench/workload.h"
 #include "bench/ycsb.h"
+#include "rdmahash/sim_fabric.h"
 #include "rdmahash/ucx_fabric.h"
 #include "rdmahash/ucx_service.h"
 #include "common/hash.h"
@@ -100,7 +101,7 @@ ClientResult run_client(Engine& engine, const SchemeTable& table, const BenchOpt
   std::optional<KvMix> mix;
   if (w == Workload::kKvMix) mix.emplace(o, keys, vb, client, repeat, history);
   GetCheck gets(&r, vb);
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = engine.transport().now();
   const uint64_t cpu_start = thread_cpu_ns();
   engine.run_many(
       o.ops, o.depth,
@@ -114,7 +115,7 @@ ClientResult run_client(Engine& engine, const SchemeTable& table, const BenchOpt
         r.add_op(c.stats, c.latency);
         if (c.error) ++r.errors;
       });
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.seconds = std::chrono::duration<double>(engine.transport().now() - start).count();
   r.cpu_ns = thread_cpu_ns() - cpu_start;
   add_client_stats(table, *kv, r);
   return r;
@@ -180,7 +181,7 @@ ClientResult run_ycsb_client(Engine& engine, const SchemeTable& table, const Ben
     r.add_op(c.stats, c.latency);
     if (c.error) ++r.errors;
   };
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = engine.transport().now();
   const uint64_t cpu_start = thread_cpu_ns();
   if (phase == Workload::kYcsbLoad) {
     const uint64_t n = w.load_records() > client ? (w.load_records() - client + clients - 1) / clients : 0;
@@ -198,7 +199,7 @@ ClientResult run_ycsb_client(Engine& engine, const SchemeTable& table, const Ben
                     },
                     done);
   }
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.seconds = std::chrono::duration<double>(engine.transport().now() - start).count();
   r.cpu_ns = thread_cpu_ns() - cpu_start;
   add_client_stats(table, *kv, r);
   return r;
@@ -217,7 +218,7 @@ ClientResult warm_up(Engine& engine, const SchemeTable& table, uint32_t memory_n
   const uint64_t region = table.region_bytes();
   const uint64_t pages = (region + kPage - 1) / kPage;
   ClientResult r;
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = engine.transport().now();
   const uint64_t cpu_start = thread_cpu_ns();
   engine.run_many(
       pages * memory_nodes, 64,
@@ -229,7 +230,7 @@ ClientResult warm_up(Engine& engine, const SchemeTable& table, uint32_t memory_n
         if (c.error) std::rethrow_exception(c.error);
         ++r.ops;
       });
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.seconds = std::chrono::duration<double>(engine.transport().now() - start).count();
   r.cpu_ns = thread_cpu_ns() - cpu_start;
   return r;
 }
@@ -616,6 +617,58 @@ class LocalBackend final : public Backend {
   std::unique_ptr<Fabric> fabric_;
 };
 
+// --fabric sim: the table in a SimFabric, the clients simulated in its virtual time (one thread
+// each, one running at a time: sim_fabric.cpp).
+class SimBackend final : public Backend {
+ public:
+  SimBackend(const BenchOptions& o, SimProfile profile)
+      : o_(o), clients_(o.symmetric ? o.memory_nodes : o.clients), profile_(std::move(profile)) {}
+  uint32_t clients() const override { return clients_; }
+  uint32_t memory_nodes() const override { return o_.memory_nodes; }
+  PointInfo layout() const override {
+    PointInfo p;
+    p.fabric = "sim";
+    p.ranks = 1;
+    p.memory_nodes = o_.memory_nodes;
+    p.clients = clients_;
+    p.sim_profile = profile_;
+    p.sim_events = last_.events;
+    p.sim_wall_seconds = last_.wall_seconds;
+    p.sim_client_cpu_ns = last_.client_cpu_ns;
+    return p;
+  }
+  void begin_table(SchemeTable& a) override {
+    if (!a.persistent_region().empty()) throw InvalidArgument("--fabric sim does not simulate a --pm-path table");
+    fabric_.reset();
+    fabric_ = make_sim_fabric(std::vector<uint64_t>(o_.memory_nodes, a.region_bytes()), profile_);
+  }
+  void load(SchemeTable& a, const KeySpace& keys) override {
+    load_table(a, *fabric_, keys, progress_bar(o_, keys.records(), "loading " + std::to_string(keys.records()) + " records"));
+  }
+  std::optional<ClientResult> run(const std::function<ClientResult(Engine&, uint32_t)>& fn) override {
+    std::vector<ClientResult> results(clients_);
+    fabric_->run(clients_, [&](uint32_t c, Transport& t) {
+      Engine engine(t);
+      results[c] = fn(engine, c);
+    });
+    last_ = fabric_->last_run();
+    ClientResult total;
+    for (const auto& r : results) total.merge(r);
+    return total;
+  }
+  Fabric& fabric() override { return *fabric_; }
+  void write_history(const KeySpace& keys, uint32_t value_bytes, std::vector<check::HistoryBuffer>& history) override {
+    write_kv_mix_history(o_, keys, value_bytes, history);
+  }
+
+ private:
+  const BenchOptions& o_;
+  uint32_t clients_;
+  SimProfile profile_;
+  std::unique_ptr<SimFabric> fabric_;
+  SimRunStats last_;
+};
+
 class UcxBackend final : public Backend {
  public:
   // `pm_table`: --pm-path on the memory node, the table whose file mapping `fabric` registered.
@@ -791,6 +844,37 @@ int run_local(const BenchOptions& o_in) {
     }
   Reporter reporter(o);
   LocalBackend backend(o);
+  sweep(o, yw.get(), backend, &reporter);
+  return 0;
+}
+
+int run_sim(const BenchOptions& o_in) {
+  BenchOptions o = o_in;
+  if (!o.history_path.empty()) o.keep_table = true;  // a history is one table's whole life
+  if (!o.pm_path.empty()) throw InvalidArgument("--fabric sim does not simulate a --pm-path table");
+  // No warm-up: virtual time has no page faults, and touching every page costs simulated events.
+  o.cold = true;
+  SimProfile profile;
+  try {
+    profile = load_sim_profile(o.sim_profile);
+  } catch (const std::invalid_argument& e) {
+    throw InvalidArgument(std::string("--sim-profile: ") + e.what());
+  }
+  const auto yw = prepare_ycsb(o, stderr);
+  const uint32_t clients = o.symmetric ? o.memory_nodes : o.clients;
+  plan_table_writes(o, yw.get(), clients);
+  if (!o.history_path.empty() && !history_writable(o.history_path))
+    throw InvalidArgument("cannot open --history file '" + o.history_path + "' for writing");
+  if (const uint64_t avail = mem_available_bytes())
+    for (double lf : o.load_factors) {
+      const uint64_t region = make_table(o, lf)->region_bytes();
+      const uint64_t need = bytes_needed(region, o.memory_nodes, o.ops, clients);
+      if (need > avail)
+        throw InvalidArgument(memory_error(need, avail, std::to_string(o.memory_nodes) + " shard(s) of " +
+                                                          bytes_text(region) + " plus latency samples"));
+    }
+  Reporter reporter(o);
+  SimBackend backend(o, profile);
   sweep(o, yw.get(), backend, &reporter);
   return 0;
 }

@@ -24,6 +24,12 @@ namespace rdmahash::bench {
 // Returns the process exit status. Throws InvalidArgument for bad options.
 int run_local(const BenchOptions& o);
 
+// Simulated run (`--fabric sim`, rdmahash/sim_fabric.h): memory nodes in this process, --clients
+// simulated clients in virtual time with the constants of --sim-profile. Throughput and latencies
+// are virtual; rows carry the profile and the simulation's events per second of wall time.
+// Throws InvalidArgument for bad options (a bad profile too).
+int run_sim(const BenchOptions& o);
+
 // UCX run (`--fabric ucx`): call on every MPI rank after MPI_Init. Returns the exit status.
 // Throws InvalidArgument only for errors every rank detects alike (before any communication);
 // any other exception may be one rank's alone, and the caller must abort the job.

@@ -55,7 +55,7 @@ std::string kv_mix_error(const BenchOptions& o) {
       return std::string("--history records workload kv-mix only (workload ") + to_string(w) +
              " writes keys the history would not know of)";
   if (o.load_factors.size() != 1) return "--history needs one --load-factor (each builds a new table)";
-  if (o.fabric == FabricKind::kLocal && history_events(o, o.symmetric ? o.memory_nodes : o.clients) > check::kMaxEvents)
+  if (o.fabric != FabricKind::kUcx && history_events(o, o.symmetric ? o.memory_nodes : o.clients) > check::kMaxEvents)
     return "--history would record more than 2^24 events: use fewer --ops, --clients or --repeat";
   return {};
 }

@@ -87,7 +87,7 @@ uint32_t max_value_bytes(const BenchOptions& o) {
 
 const SchemeDescriptor& scheme_of(const BenchOptions& o) { return scheme(o.scheme); }
 
-const char* to_string(FabricKind f) { return f == FabricKind::kUcx ? "ucx" : "local"; }
+const char* to_string(FabricKind f) { return f == FabricKind::kUcx ? "ucx" : f == FabricKind::kSim ? "sim" : "local"; }
 
 std::string added_sbuckets_text(uint32_t pairs) { return pairs ? "1/" + std::to_string(pairs) : "0"; }
 
@@ -95,7 +95,8 @@ std::string apply_option_text(const OptionText& t, BenchOptions& o) {
   BenchOptions r = o;
   if (t.fabric == "local") r.fabric = FabricKind::kLocal;
   else if (t.fabric == "ucx") r.fabric = FabricKind::kUcx;
-  else return "--fabric must be 'local' or 'ucx', got '" + t.fabric + "'";
+  else if (t.fabric == "sim") r.fabric = FabricKind::kSim;
+  else return "--fabric must be 'local', 'ucx' or 'sim', got '" + t.fabric + "'";
   if (const SchemeDescriptor* d = find_scheme(t.scheme)) r.scheme = d->id;
   else return "--scheme '" + t.scheme + "' is not available (available: " + scheme_names() + ")";
   if (auto v = parse_switch(t.race_dir_cache)) r.race_dir_cache = *v;
@@ -235,7 +236,11 @@ std::string BenchOptions::error() const {
       return "workload update replaces values: give --value-bytes (a table of keys alone has nothing to update)";
   if (memory_nodes == 0) return "--memory-nodes must be at least 1";
   if (clients == 0) return "--clients must be at least 1";
-  if (clients > 256) return "--clients must be at most 256";
+  if (fabric == FabricKind::kSim) {
+    if (clients > 65536) return "--clients must be at most 65536 simulated clients";
+  } else if (clients > 256) {
+    return "--clients must be at most 256";
+  }
   if (repeat == 0 || repeat > 1000) return "--repeat must be in [1, 1000]";
   if (workloads.empty()) return "--workload needs at least one value";
   if (ops == 0) return "--ops must be at least 1";

@@ -36,7 +36,7 @@ constexpr uint32_t kMaxHeapValueBytes = 4096;
 struct BenchOptions;
 uint32_t max_value_bytes(const BenchOptions& o);  // by scheme and storage (rdmahash::max_value_bytes)
 
-enum class FabricKind : uint8_t { kLocal, kUcx };
+enum class FabricKind : uint8_t { kLocal, kUcx, kSim };
 const char* to_string(FabricKind f);
 
 // Every option's value is typed: the CLI binds the options that arrive as words (--storage heap)
@@ -67,7 +67,8 @@ struct BenchOptions {
   std::string pm_path;                 // continuity, level: the table lives in this pmem file (reopened if it exists)
   uint32_t memory_nodes = 1;
   bool symmetric = false;
-  uint32_t clients = 1;                // local fabric: client threads (ucx: the client ranks)
+  uint32_t clients = 1;                // local fabric: client threads (ucx: the client ranks; sim: simulated clients)
+  std::string sim_profile = "edr";     // sim fabric: "edr" or a profile file (rdmahash/sim_fabric.h)
   uint64_t records = 100000;
   std::vector<double> load_factors{0.5};
   uint32_t key_bytes = 8;

@@ -145,6 +145,22 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   if (!p.client_wait.empty()) j["client_wait"] = p.client_wait;
   if (!p.read_coalescing.empty()) j["read_coalescing"] = p.read_coalescing;
   if (!p.ucx_transports.empty()) j["ucx_transports"] = p.ucx_transports;
+  if (p.sim_profile) {
+    const SimProfile& sp = *p.sim_profile;
+    j["sim_profile"] = sp.name;
+    j["sim"] = {{"latency_ns", sp.latency_ns},         {"nic_ops_per_s", sp.nic_ops_per_s},
+                {"link_bytes_per_s", sp.link_bytes_per_s}, {"header_bytes", sp.header_bytes},
+                {"qp_depth", sp.qp_depth},             {"rpc_ns", sp.rpc_ns},
+                {"client_batch_ns", sp.client_batch_ns}, {"client_request_ns", sp.client_request_ns},
+                {"client_cpu_scale", sp.client_cpu_scale}};
+    // fixed: deterministic virtual times; measured: the clients' real CPU time is charged, so
+    // throughput and latencies vary from run to run (sim_fabric.cpp).
+    j["sim_client_cpu"] = client_cpu_name(sp.client_cpu);
+    j["sim_client_cpu_ns"] = p.sim_client_cpu_ns;
+    j["sim_events"] = p.sim_events;
+    j["sim_wall_seconds"] = p.sim_wall_seconds;
+    j["sim_events_per_s"] = p.sim_wall_seconds > 0 ? static_cast<double>(p.sim_events) / p.sim_wall_seconds : 0.0;
+  }
   j["ranks"] = p.ranks;
   j["memory_nodes"] = p.memory_nodes;
   j["clients"] = p.clients;

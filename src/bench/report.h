@@ -10,6 +10,7 @@
 
 #include "bench/options.h"
 #include "bench/sysinfo.h"
+#include "rdmahash/sim_fabric.h"
 #include "model/memory_limit.h"
 #include "rdmahash/engine.h"
 #include "rdmahash/table.h"
@@ -75,6 +76,11 @@ struct PointInfo {
   std::string client_wait;
   // ucx, ucx-connect: READ coalescing as resolved (ReadCoalescing: on or off).
   std::string read_coalescing;
+  // sim: the profile's constants, and the simulation's events and wall time for this point.
+  std::optional<SimProfile> sim_profile;
+  uint64_t sim_events = 0;
+  double sim_wall_seconds = 0;
+  double sim_client_cpu_ns = 0;  // measured client CPU charged (client_cpu = measured), unscaled
 };
 
 std::string to_json_line(const BenchOptions& o, const PointInfo& p, const ClientResult& total);

@@ -128,7 +128,9 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, OptionText& text, std::ve
                        std::vector<std::string>& read_sizes, std::string& distribution,
                        std::vector<std::string>& ycsb_props) {
   add_table_options(cmd, o, text, distribution, nullptr);
-  cmd.add_option("--fabric", text.fabric, "local (threads in this process) or ucx (launch with mpirun)")
+  cmd.add_option("--fabric", text.fabric,
+                 "local (threads in this process), ucx (launch with mpirun) or sim (a simulated RDMA fabric in "
+                 "virtual time: --clients simulated clients, --sim-profile constants)")
       ->capture_default_str();
   cmd.add_option("--connect", o.connect,
                  "run one client against memory nodes served by `rdmahash serve` at HOST:PORT,... (node order); "
@@ -139,7 +141,11 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, OptionText& text, std::ve
   cmd.add_option("--cuckoo-probe", text.cuckoo_probe, "cuckoo lookups: parallel (k READs at once) or sequential")
       ->capture_default_str();
   cmd.add_flag("--symmetric", o.symmetric, "every rank hosts a shard and runs a client (PGAS layout)");
-  cmd.add_option("--clients", o.clients, "client threads (local fabric only)")->capture_default_str();
+  cmd.add_option("--clients", o.clients, "client threads (local fabric; sim: simulated clients, up to 65536)")->capture_default_str();
+  cmd.add_option("--sim-profile", o.sim_profile,
+                 "--fabric sim: edr (seed 000's EDR constants) or a key=value profile file (e.g. from "
+                 "`rdmahash calibrate --write-sim-profile FILE`)")
+      ->capture_default_str();
   cmd.add_option("--direct-access", text.direct_access,
                  "ucx: reach same-host memory (own shard, peers' shared memory) with loads, stores and CPU atomics (on) "
                  "or with UCX requests (off)")
@@ -460,21 +466,27 @@ int main(int argc, char** argv) {
     }
   }
 
-  if (opts.fabric == rdmahash::bench::FabricKind::kLocal && (bench->count("--serve-mode") > 0 || bench->count("--serve-spin-us") > 0)) {
+  const bool in_process = opts.fabric != rdmahash::bench::FabricKind::kUcx;
+  if (opts.fabric != rdmahash::bench::FabricKind::kSim && bench->count("--sim-profile") > 0) {
+    std::fprintf(stderr, "rdmahash bench: error: --sim-profile applies to --fabric sim\n");
+    return 2;
+  }
+  if (in_process && (bench->count("--serve-mode") > 0 || bench->count("--serve-spin-us") > 0)) {
     std::fprintf(stderr, "rdmahash bench: error: --serve-mode and --serve-spin-us apply to --fabric ucx (the local fabric has no memory node processes)\n");
     return 2;
   }
-  if (opts.fabric == rdmahash::bench::FabricKind::kLocal && bench->count("--read-coalescing") > 0) {
+  if (in_process && bench->count("--read-coalescing") > 0) {
     std::fprintf(stderr, "rdmahash bench: error: --read-coalescing applies to --fabric ucx and --connect (local clients call no UCX)\n");
     return 2;
   }
-  if (opts.fabric == rdmahash::bench::FabricKind::kLocal && (bench->count("--client-wait") > 0 || bench->count("--client-spin-us") > 0)) {
+  if (in_process && (bench->count("--client-wait") > 0 || bench->count("--client-spin-us") > 0)) {
     std::fprintf(stderr, "rdmahash bench: error: --client-wait and --client-spin-us apply to --fabric ucx and --connect (local clients call no UCX)\n");
     return 2;
   }
-  if (opts.fabric == rdmahash::bench::FabricKind::kLocal) {
+  if (in_process) {
     try {
-      return rdmahash::bench::run_local(opts);
+      return opts.fabric == rdmahash::bench::FabricKind::kSim ? rdmahash::bench::run_sim(opts)
+                                                               : rdmahash::bench::run_local(opts);
     } catch (const rdmahash::InvalidArgument& e) {  // bad input (options, files): status 2
       std::fprintf(stderr, "rdmahash bench: error: %s\n", e.what());
       return 2;

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <span>
@@ -18,6 +19,7 @@
 #include "model/calibrate.h"
 #include "rdmahash/engine.h"
 #include "rdmahash/fabric.h"
+#include "rdmahash/sim_fabric.h"
 #include "rdmahash/model.h"
 #include "rdmahash/table.h"
 #include "rdmahash/ucx_fabric.h"
@@ -286,6 +288,10 @@ CalibrateCommand::CalibrateCommand(CLI::App& app) {
   cmd_->add_option("--bandwidth-bytes", bandwidth_bytes_, "READ size of the bandwidth test (l)")->capture_default_str();
   cmd_->add_option("--bandwidth-depth", bandwidth_depth_, "depth of the bandwidth test")->capture_default_str();
   cmd_->add_option("--seed", seed_, "seed of the READ offsets")->capture_default_str();
+  cmd_->add_option("--write-sim-profile", sim_profile_out_,
+                   "--fabric local: also write a `bench --fabric sim --sim-profile` file describing this machine's "
+                   "in-process fabric (one client, one memory node: client CPU per batch and per READ, copy bandwidth; "
+                   "see docs/architecture.md, \"Simulated fabric\")");
 }
 
 namespace {
@@ -332,6 +338,46 @@ void emit(const std::string& path, const std::string& text) {
               path.c_str());
 }
 
+// A sim profile of the in-process fabric from its calibration. Shared memory has no NIC and no
+// wire: a READ costs its client the engine's and the copy's CPU. So: no latency, a NIC that is
+// never the bottleneck, the client CPU per request from the peak rate of 8-byte READs at depth
+// >= 64 (where the per-batch cost is spread over the batch), the CPU per batch from the depth-1
+// latency minus that, and the measured copy bandwidth as the link; the client's CPU measured as
+// the simulation runs (client_cpu = measured: the scheme's own CPU per operation). RPC handlers (which run on the
+// client's thread on this fabric) are not measured: rpc_ns 0.
+SimProfile sim_profile_of(const m::Profile& p, const std::string& name) {
+  SimProfile s;
+  s.name = name;
+  s.latency_ns = 0;
+  s.nic_ops_per_s = 1e12;
+  s.link_bytes_per_s = p.link_bytes_per_s;
+  s.header_bytes = 0;
+  s.qp_depth = 4096;
+  s.rpc_ns = 0;
+  s.client_request_ns = 1e9 / p.rho0_ops_per_s;
+  const double service = std::max(1e9 / s.nic_ops_per_s, 8e9 / s.link_bytes_per_s);
+  s.client_batch_ns = std::max(0.0, p.c_ns - s.client_request_ns - service);
+  s.client_cpu = SimProfile::ClientCpu::kMeasured;
+  return s;
+}
+
+void write_sim_profile(const std::string& path, const m::Profile& p) {
+  const SimProfile s = sim_profile_of(p, path);
+  if (std::string e = sim_profile_error(s); !e.empty())
+    throw std::runtime_error("the calibration gives no valid sim profile: " + e);
+  std::ofstream f(path, std::ios::trunc);
+  f << "# rdmahash calibrate --fabric local on " << p.host << ", " << p.date << "\n"
+    << "# measured: c = " << p.c_ns << " ns (8-byte READ, depth 1), rho0 = " << p.rho0_ops_per_s
+    << " READs/s (best depth), l = " << p.link_bytes_per_s << " B/s (64 KiB READs)\n"
+    << "# client_request_ns = 1e9 / rho0; client_batch_ns = c - client_request_ns - 8 B / l;\n"
+    << "# shared memory: no latency, no NIC limit (nic_ops_per_s 1e12), no header; rpc_ns not measured\n"
+    << "# client_cpu = measured: the client code's own CPU between two batches is timed as the\n"
+    << "# simulation runs and charged on top of client_batch_ns and client_request_ns\n"
+    << sim_profile_text(s);
+  f.close();
+  if (!f) throw std::runtime_error("cannot write --write-sim-profile file '" + path + "'");
+}
+
 }  // namespace
 
 int CalibrateCommand::run(int& argc, char**& argv) {
@@ -349,9 +395,18 @@ int CalibrateCommand::run(int& argc, char**& argv) {
     std::fprintf(stderr, "rdmahash calibrate: error: %s\n", e.what());
     return 2;
   }
+  if (!sim_profile_out_.empty() && fabric_ != "local") {
+    std::fprintf(stderr, "rdmahash calibrate: error: --write-sim-profile describes the in-process fabric: use --fabric local\n");
+    return 2;
+  }
   if (fabric_ == "local") {
     if (!can_write(out_)) {
       std::fprintf(stderr, "rdmahash calibrate: error: cannot open --out file '%s' for writing\n", out_.c_str());
+      return 2;
+    }
+    if (!can_write(sim_profile_out_)) {
+      std::fprintf(stderr, "rdmahash calibrate: error: cannot open --write-sim-profile file '%s' for writing\n",
+                   sim_profile_out_.c_str());
       return 2;
     }
     try {
@@ -361,6 +416,7 @@ int CalibrateCommand::run(int& argc, char**& argv) {
       m::Profile p = m::calibrate(engine, 0, region_bytes_, o);
       p.fabric = "local";
       emit(out_, m::to_json(p));
+      if (!sim_profile_out_.empty()) write_sim_profile(sim_profile_out_, p);
       return 0;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "rdmahash calibrate: error: %s\n", e.what());

@@ -53,6 +53,7 @@ class CalibrateCommand {
   uint64_t iterations_ = 10000;
   uint64_t region_bytes_ = 64ull << 20;
   std::string out_;
+  std::string sim_profile_out_;  // --write-sim-profile
   std::vector<uint32_t> sizes_{8, 64, 256, 1024, 4096, 16384, 65536};
   std::vector<uint32_t> rate_depths_{64, 128, 256};
   uint32_t bandwidth_bytes_ = 65536, bandwidth_depth_ = 16;

@@ -43,7 +43,7 @@ RootCoro root_coro(Task<void> task, RootT* root) {
 }
 }  // namespace
 
-Engine::Engine(Transport& transport) : transport_(transport), tick_(std::chrono::steady_clock::now()) {}
+Engine::Engine(Transport& transport) : transport_(transport), tick_(transport.now()) {}
 
 Engine::~Engine() = default;
 
@@ -150,7 +150,7 @@ void Engine::flush() {
     failed = true;
     last_error_ = e.what();
   }
-  tick_ = std::chrono::steady_clock::now();
+  tick_ = transport_.now();
   for (size_t i = 0; i < batch_.size(); ++i) {
     detail::EngineNode* n = batch_nodes_[i];
     const Request& r = batch_[i];
@@ -219,7 +219,7 @@ void Engine::run_many(uint64_t count, uint32_t depth, const std::function<Task<v
   std::vector<Root*> idle;
   uint64_t next = 0;
   uint32_t inflight = 0;
-  tick_ = std::chrono::steady_clock::now();
+  tick_ = transport_.now();
   std::function<void(Root*)> on_finish = [&](Root* r) {
     --inflight;
     const auto latency = tick_ - r->start;
