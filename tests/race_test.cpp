@@ -255,6 +255,47 @@ TEST(Race, ExhaustedPoolAnswersFullAndChangesNothing) {
   EXPECT_EQ(race_inspect(*t.fabric, cfg).committed, oracle.size());
 }
 
+// A bulk load with many operations in flight fits the region region_bytes_for sizes, and every
+// subtable the pool gave out is a live or retired one (or a spare pair). Operations of one client
+// that met the same full subtable used to allocate a pair of children each; all but one lost the
+// install CAS and `spare` kept one pair, so ~6 pairs leaked a split and a load of 800 000 records
+// (bench, 16-client sizing) ran the pool out. Here: 120 000 records, the loader's 32 in flight.
+TEST(Race, BulkLoadFitsItsSizingWithoutLeakingSubtables) {
+  RaceConfig cfg;
+  cfg.groups_per_subtable = 64;
+  cfg.max_depth = 16;
+  cfg.chunk_bytes = 1 << 20;
+  const uint64_t n = 120000;
+  const uint32_t value_bytes = 8;
+  auto fabric = make_local_fabric({cfg.region_bytes_for(n, value_bytes, 1)});
+  RaceServer server(*fabric, cfg);
+  RaceLoader loader(*fabric, cfg);
+  uint64_t full = 0;
+  loader.engine().run_many(
+      n, 32,
+      [&](uint64_t i) -> Task<void> {
+        std::vector<std::byte> v(value_bytes, std::byte{7});
+        const OpResult r = co_await loader.client().find_or_put(i * 0x9E3779B97F4A7C15ULL + 1, v);
+        if (r.status == Status::kFull) ++full;
+      },
+      [&](const Engine::Completion& c) {
+        if (c.error) std::rethrow_exception(c.error);
+      });
+  EXPECT_EQ(full, 0u);
+  RaceNodeHeader h{};
+  std::memcpy(&h, fabric->local_region(0).data(), sizeof h);
+  const uint64_t splits = loader.client().stats().splits;
+  EXPECT_EQ(h.subtables, 2 * splits);
+  const RaceInspection ins = race_inspect(*fabric, cfg);
+  EXPECT_EQ(ins.committed, n);
+  EXPECT_EQ(ins.subtables, 1 + splits);
+  // Pool use: blocks (and split descriptors) in 1 MiB chunks, live + retired subtables, at most
+  // one spare pair; a leaked pair per split would exceed it many times over.
+  const uint64_t used = h.pool_next - cfg.pool_offset() - cfg.subtable_bytes();
+  const uint64_t blocks = (n + splits) * 64;
+  EXPECT_LE(used, blocks + blocks / 50 + cfg.chunk_bytes + (2 * splits + 2) * cfg.subtable_bytes());
+}
+
 // A chunk allocation RPC that fails fails its operation, and only it: the client's next write
 // allocates again. (It used to leave the refill flag set, so every later write of the client rode
 // along forever on an RPC no longer in flight, READing node 0.) The watchdog fails every request

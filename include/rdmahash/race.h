@@ -50,7 +50,10 @@
 //    subtables to splitters. Exhausted → the client's operation answers kFull and has changed
 //    nothing visible. Initial subtables (2^initial_depth) are placed round-robin over the nodes at
 //    fixed offsets; a split's children go to nodes (s mod K) and (s|2^L mod K). A split subtable
-//    is retired, not reused (its space is leaked: live subtables plus as many retired ones).
+//    is retired, not reused (its space is leaked: live subtables plus as many retired ones). A
+//    client prepares one split at a time (its other operations that meet a full subtable wait for
+//    it), so it holds at most one pair of unpublished children plus one spare pair: earlier, every
+//    operation in flight allocated a pair and the losers' pairs leaked (~6 a split in a bulk load).
 //
 // Protocol (H, two main buckets, fingerprint from the key's bytes; S = subtable from the cache)
 //  get:    RT1 READ both combined buckets. Every header must carry the key's suffix at its local
@@ -352,7 +355,8 @@ struct RaceConfig {
   uint64_t pool_offset() const;       // first pool byte on every node
   // Smallest region for the initial subtables plus `pool_bytes` of pool per node.
   uint64_t region_bytes(uint64_t pool_bytes) const;
-  // Region per node for `records` of `value_bytes` (blocks, subtables at ~50 % load, chunks).
+  // Region per node for `records` of `value_bytes` (blocks, live subtables at >= 1/3 load and as
+  // many retired, per-client chunks and child pairs; race.cpp).
   uint64_t region_bytes_for(uint64_t records, uint32_t value_bytes, uint32_t clients) const;
 };
 

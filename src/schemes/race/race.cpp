@@ -27,12 +27,15 @@ uint64_t RaceConfig::region_bytes(uint64_t pool_bytes) const {
 
 uint64_t RaceConfig::region_bytes_for(uint64_t records, uint32_t value_bytes, uint32_t clients) const {
   const uint64_t block = uint64_t{block_units(key_bytes, value_bytes)} * 64;
-  // Subtables split at about half load in the worst case; the pool must also hold every client's
-  // partly used chunk on every node.
-  const uint64_t subtables = records / (kRaceSlots * 3 * uint64_t{groups_per_subtable} / 3) + 2;
-  // A split retires its subtable (two children replace it): about twice the live subtables.
+  // Live subtables at a third of their slots (21·G): subtables split at about 80 % load (measured,
+  // G = 64: 0.80-0.81), so right after a wave of splits the live ones hold about 40 %; a third
+  // leaves room below that. A split retires its subtable (two children replace it): the retired
+  // ones are about as many as the live ones, hence twice. Each client also holds at most one pair
+  // of unpublished children (one split prepared at a time per client, race_split.cpp) and one
+  // spare pair, and a partly used chunk on every node.
+  const uint64_t subtables = records / (kRaceSlots * uint64_t{groups_per_subtable}) + 2;
   const uint64_t per_node = (records * block + 2 * subtables * subtable_bytes()) / memory_nodes;
-  return region_bytes(per_node + per_node / 4 + uint64_t{clients + 1} * chunk_bytes * 2 + subtable_bytes() * 4);
+  return region_bytes(per_node + per_node / 4 + uint64_t{clients + 1} * (chunk_bytes * 2 + subtable_bytes() * 4));
 }
 
 // --- memory-node side ---------------------------------------------------------------------------

@@ -251,6 +251,12 @@ struct RaceClient::Impl {
   // Two fresh subtables for this client's next split, allocated before anything is published and
   // kept when the split does not happen (another client's split was installed, or ours was void).
   std::array<std::optional<RemoteAddr>, 2> spare;
+  // Set while one of this client's operations allocates children and installs its split (steps
+  // 2-3): its other operations that meet a full subtable meanwhile wait for it (one 8-byte READ a
+  // look) instead of allocating children of their own. Without it each of them allocated a pair,
+  // all but one lost the install CAS, and `spare` kept one pair: the rest leaked (a bulk load
+  // with 32 operations in flight leaked about 6 pairs a split and ran the pool out).
+  bool preparing_split = false;
 
   // Splits (race_split.cpp).
   Task<void> help_frozen(const Ctx& c, RemoteAddr sub);

@@ -29,7 +29,8 @@ class RaceTable final : public SchemeTable {
     // Records the run may hold: what `serve --capacity` says, else the loaded ones plus every
     // insert the run may make.
     capacity_ = o.capacity ? o.capacity : o.records + o.inserts;
-    // Directory deep enough for subtables at a quarter load, at least initial_depth + 4.
+    // Directory deep enough for subtables at a quarter load (headroom for uneven local depths; the
+    // pool itself is sized by RaceConfig::region_bytes_for), at least initial_depth + 6.
     const double subtables = static_cast<double>(capacity_) / (0.25 * kRaceSlots * 3 * cfg_.groups_per_subtable);
     uint32_t depth = cfg_.initial_depth + 6;
     while (depth < 22 && static_cast<double>(uint64_t{1} << depth) < 4 * subtables) ++depth;

@@ -230,6 +230,13 @@ namespace rdmahash {
 
   // kInserted: the subtable was split (by us or someone else); retry the insert. kFull: no room.
   Task<Status> RaceClient::Impl::split(Ctx& c, RemoteAddr sub) {
+    if (preparing_split) {
+      // Another operation of this client is preparing a split (likely of this very subtable):
+      // ride along in its batch, then retry the insert (it re-reads its buckets).
+      uint64_t scratch = 0;
+      co_await engine.read(split_at(), &scratch, 8);
+      co_return Status::kInserted;
+    }
     co_await refresh();
     const uint64_t e = entry_for(c.p.h);
     if (!same_addr(entry_addr(e), sub)) co_return Status::kInserted;  // already split by someone
@@ -245,6 +252,17 @@ namespace rdmahash {
       co_return Status::kInserted;
     }
     // 2. The children: A (suffix s) and B (s2), every slot RESERVED, and the descriptor block.
+    // One operation of this client at a time from here to the install (preparing_split; cleared
+    // on every way out, exceptions included).
+    if (preparing_split) co_return Status::kInserted;  // another one got here during our READs: retry
+    preparing_split = true;
+    struct Unset {
+      bool& flag;
+      bool armed = true;
+      ~Unset() {
+        if (armed) flag = false;
+      }
+    } unset{preparing_split};
     // Taken out of `spare` before any co_await: this client's other operations may split too.
     std::array<std::optional<RemoteAddr>, 2> kids{std::exchange(spare[0], std::nullopt), std::exchange(spare[1], std::nullopt)};
     auto keep = [&] {  // unused (nothing published them): for this client's next split
@@ -288,6 +306,8 @@ namespace rdmahash {
     // 3. Install the descriptor: from here on anyone can finish the split. Lost: help the winner.
     const uint64_t w = split_word(id, blk);
     const uint64_t old = co_await engine.cas(split_at(), 0, w);
+    preparing_split = false;  // installed (anyone may help it now) or lost: nothing allocated is in flight
+    unset.armed = false;      // (another operation may set the flag again before this one returns)
     if (old != 0) {
       keep();  // never published
       co_await run_split(old, nullptr, false);
