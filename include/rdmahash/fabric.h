@@ -133,11 +133,6 @@ class Transport {
   // Posts every request and waits until all have completed. Throws FabricError if any failed,
   // after setting each request's `status` (see "Per-request outcome").
   virtual void execute(std::span<Request> batch) = 0;
-  // Called by the engine when a request is queued for the next batch, before it is posted. A
-  // transport that will perform it with this CPU's loads (same-host direct access) may start the
-  // target's cache misses now, so that they overlap the other operations' work until the batch
-  // runs. A hint only: it performs nothing, counts nothing and never fails.
-  virtual void queued(const Request&) noexcept {}
   const FabricCounters& counters() const { return counters_; }
   // The clock this client's time is measured by: the engine's batch boundaries (latencies,
   // histories) and the bench's throughput. Real fabrics: steady_clock. A simulated fabric

@@ -61,7 +61,6 @@ detail::EngineNode* Engine::enqueue(const Request& r) {
   queue_.push_back(r);
   if (r.kind == ReqKind::kCas || r.kind == ReqKind::kFaa) queue_.back().result = &n->result;
   queued_.push_back(n);
-  transport_.queued(r);
   return n;
 }
 

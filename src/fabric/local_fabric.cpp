@@ -36,7 +36,6 @@ class LocalTransport final : public Transport {
  public:
   explicit LocalTransport(LocalFabric& f, uint32_t id) : fabric_(f), id_(id) {}
   void execute(std::span<Request> batch) override;
-  void queued(const Request& r) noexcept override;  // READs: prefetch the target (fabric.h)
 
  private:
   std::byte* checked_atomic(const Request& r);
@@ -122,12 +121,6 @@ class LocalFabric final : public Fabric {
   std::shared_mutex rpc_mu_;
   std::unordered_map<uint16_t, RpcHandler> handlers_;
 };
-
-void LocalTransport::queued(const Request& r) noexcept {
-  if (r.kind != ReqKind::kRead) return;
-  const auto region = fabric_.local_region(r.addr.node);
-  if (r.addr.offset < region.size()) detail::prefetch(region.data() + r.addr.offset, r.len);
-}
 
 void LocalTransport::execute(std::span<Request> batch) {
   // Each request succeeds or fails on its own (fabric.h, "Per-request outcome"): a bad address or

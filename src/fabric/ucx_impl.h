@@ -164,8 +164,6 @@ class UcxTransport final : public Transport {
  public:
   explicit UcxTransport(UcxFabricImpl& f) : fabric_(f) {}
   void execute(std::span<Request> batch) override;
-  // Direct READs: prefetch the target when queued (fabric.h); execute() prefetches again.
-  void queued(const Request& r) noexcept override;
 
   // One expected completion of `s` has happened.
   void complete_unit(Slot& s, ucs_status_t status) {

@@ -227,12 +227,6 @@ void UcxTransport::settle(Slot& s, ucs_status_ptr_t sp) {
   // Otherwise in flight: the callback completes it.
 }
 
-void UcxTransport::queued(const Request& r) noexcept {
-  if (r.kind != ReqKind::kRead) return;
-  if (std::byte* base = fabric_.direct(r.addr.node); base && r.addr.offset < fabric_.region_bytes(r.addr.node))
-    detail::prefetch(base + r.addr.offset, r.len);
-}
-
 inline bool UcxTransport::goes_direct(const Request& r) const {
   return fabric_.direct(r.addr.node) != nullptr &&
          (r.kind == ReqKind::kRead || r.kind == ReqKind::kWrite || (r.kind != ReqKind::kRpc && fabric_.direct_atomics()));
