@@ -822,15 +822,10 @@ void check_memory_ucx(const BenchOptions& o, uint64_t region) {
 
 }  // namespace
 
-int run_local(const BenchOptions& o_in) {
-  BenchOptions o = o_in;
-  if (!o.history_path.empty()) o.keep_table = true;  // a history is one table's whole life
-  const auto yw = prepare_ycsb(o, stderr);
-  const uint32_t clients = o.symmetric ? o.memory_nodes : o.clients;
-  plan_table_writes(o, yw.get(), clients);
-  if (!o.history_path.empty() && !history_writable(o.history_path))
-    throw InvalidArgument("cannot open --history file '" + o.history_path + "' for writing");
-  // Up front, before any point runs: the largest table of the sweep must fit.
+
+// Up front, before any point runs (local and sim fabrics: every shard lives in this process): the
+// largest table of the sweep must fit.
+static void check_memory_in_process(const BenchOptions& o, uint32_t clients) {
   if (const uint64_t avail = mem_available_bytes())
     for (double lf : o.load_factors) {
       const uint64_t region = make_table(o, lf)->region_bytes();
@@ -842,6 +837,17 @@ int run_local(const BenchOptions& o_in) {
                                                           bytes_text(region) + (image_copy ? " (and a copy of the image)" : "") +
                                                           " plus latency samples"));
     }
+}
+
+int run_local(const BenchOptions& o_in) {
+  BenchOptions o = o_in;
+  if (!o.history_path.empty()) o.keep_table = true;  // a history is one table's whole life
+  const auto yw = prepare_ycsb(o, stderr);
+  const uint32_t clients = o.symmetric ? o.memory_nodes : o.clients;
+  plan_table_writes(o, yw.get(), clients);
+  if (!o.history_path.empty() && !history_writable(o.history_path))
+    throw InvalidArgument("cannot open --history file '" + o.history_path + "' for writing");
+  check_memory_in_process(o, clients);
   Reporter reporter(o);
   LocalBackend backend(o);
   sweep(o, yw.get(), backend, &reporter);
@@ -865,14 +871,7 @@ int run_sim(const BenchOptions& o_in) {
   plan_table_writes(o, yw.get(), clients);
   if (!o.history_path.empty() && !history_writable(o.history_path))
     throw InvalidArgument("cannot open --history file '" + o.history_path + "' for writing");
-  if (const uint64_t avail = mem_available_bytes())
-    for (double lf : o.load_factors) {
-      const uint64_t region = make_table(o, lf)->region_bytes();
-      const uint64_t need = bytes_needed(region, o.memory_nodes, o.ops, clients);
-      if (need > avail)
-        throw InvalidArgument(memory_error(need, avail, std::to_string(o.memory_nodes) + " shard(s) of " +
-                                                          bytes_text(region) + " plus latency samples"));
-    }
+  check_memory_in_process(o, clients);
   Reporter reporter(o);
   SimBackend backend(o, profile);
   sweep(o, yw.get(), backend, &reporter);
