@@ -274,7 +274,7 @@ TEST(ContinuityCrash, RecoveryRefusesBrokenAddedSlots) {
     std::mt19937_64 rng(3);
     while (shard.stats().added_writes < 4) (void)shard.find_or_put(rng(), test::value_for(1, 1, 8));
   }
-  const uint64_t ind_off[2] = {c.table_offset(0) + c.bucket_bytes(), c.table_offset(0) + c.pair_bytes() + c.bucket_bytes()};
+  const uint64_t ind_off[2] = {c.table_offset(0) + 8 + c.bucket_bytes(), c.table_offset(0) + c.pair_bytes() + 8 + c.bucket_bytes()};
   uint64_t ind[2];
   for (int i = 0; i < 2; ++i) std::memcpy(&ind[i], good.bytes.data() + ind_off[i], 8);
   const uint64_t claims[2] = {(ind[0] >> 32) & 0xfff, (ind[1] >> 32) & 0xfff};
@@ -314,10 +314,10 @@ TEST(ContinuityCrash, RecoveryRefusesBrokenAddedSlots) {
   ContinuityConfig off = c;
   off.added_group_pairs = 0;
   refused(base, off, "another added-group setting");
-  {  // the header records the format (3) and the setting (every header bit flip is refused, below)
+  {  // the header records the format (4) and the setting (every header bit flip is refused, below)
     ContinuityHeader h;
     std::memcpy(&h, base.data(), sizeof h);
-    EXPECT_EQ(h.format_version, 3u);
+    EXPECT_EQ(h.format_version, 4u);
     EXPECT_EQ(h.added_group_pairs, 2u);
   }
 }
@@ -333,6 +333,44 @@ struct TaggedRecorder final : PersistObserver {
   void on_store(uint64_t off, uint64_t v) override { log->push_back({region, {false, off, v}}); }
   void on_persist(uint64_t off, uint64_t len) override { log->push_back({region, {true, off, len}}); }
 };
+
+// Echo words (continuity.h, "Torn reads") are stored after each indicator but never persisted on
+// their own, so a crash image may hold any older echo. Recovery must rewrite every echo a reader
+// may READ (both tables of a resize in progress) from its indicator, or the even segments of those
+// pairs look busy to every lookup for ever.
+TEST(ContinuityCrash, RecoveryRewritesEveryEchoFromItsIndicator) {
+  ContinuityConfig c;
+  c.buckets_per_node = 8;
+  c.value_bytes = 8;
+  c.max_resizes = 1;
+  AlignedImage img(c.region_bytes());
+  {
+    PersistentRegion region(img.bytes, PersistMode::kVolatile);
+    ContinuityShard shard(c, 0, region);
+    for (uint64_t k = 2; k < 40; ++k) (void)shard.put(k, value_for(k, 0, 8));
+    ASSERT_TRUE(shard.start_resize());
+    ASSERT_TRUE(shard.resize_step());  // table 0 pair 0 MOVED, its children born, the rest UNBORN
+  }
+  auto word = [&](uint64_t off) {
+    uint64_t w;
+    std::memcpy(&w, img.bytes.data() + off, 8);
+    return w;
+  };
+  std::mt19937_64 rng(8);
+  for (uint32_t level = 0; level <= 1; ++level)
+    for (uint64_t pair = 0; pair < c.buckets_at(level) / 2; ++pair) {
+      const uint64_t echo = c.table_offset(level) + pair * c.pair_bytes(), junk = rng();
+      ASSERT_EQ(word(echo), word(echo + 8 + c.bucket_bytes())) << "the live table keeps echo = indicator";
+      std::memcpy(img.bytes.data() + echo, &junk, 8);
+    }
+  const State before = recovered_state(c, img.bytes);
+  EXPECT_GT(before.size(), 20u);
+  for (uint32_t level = 0; level <= 1; ++level)
+    for (uint64_t pair = 0; pair < c.buckets_at(level) / 2; ++pair) {
+      const uint64_t echo = c.table_offset(level) + pair * c.pair_bytes();
+      EXPECT_EQ(word(echo), word(echo + 8 + c.bucket_bytes())) << "table " << level << " pair " << pair;
+    }
+}
 
 TEST(ContinuityCrash, EveryCrashPointOfAResizeRecoversToACompleteTable) {
   ContinuityConfig small;
@@ -529,7 +567,7 @@ TEST(ContinuityFile, CorruptOrForeignImagesAreRefusedUntouched) {
   auto bad = good;
   bool flipped = false;
   for (uint64_t pair = 0; pair < c.buckets_per_node / 2 && !flipped; ++pair) {
-    const uint64_t ind_off = c.table_offset(0) + pair * c.pair_bytes() + c.bucket_bytes();
+    const uint64_t ind_off = c.table_offset(0) + pair * c.pair_bytes() + 8 + c.bucket_bytes();
     uint64_t ind;
     std::memcpy(&ind, good.data() + ind_off, 8);
     if (ind & (1ULL << 4)) {  // first SBucket slot is valid: flip a value bit
@@ -540,24 +578,22 @@ TEST(ContinuityFile, CorruptOrForeignImagesAreRefusedUntouched) {
   ASSERT_TRUE(flipped);
   write(bad);
   expect_refused(path, c, "corrupt valid slot");
-  // A valid slot of bucket 2i whose generation (2 bits in its ctrl and in the indicator, bits
-  // 24 + 2·slot) differs from the indicator's: the slot was reused after the indicator was written.
+  // An indicator with a reserved bit (24..31: format 3's generations) set, on a pair holding items.
   bad = good;
   flipped = false;
   for (uint64_t pair = 0; pair < c.buckets_per_node / 2 && !flipped; ++pair) {
-    const uint64_t ind_off = c.table_offset(0) + pair * c.pair_bytes() + c.bucket_bytes();
+    const uint64_t ind_off = c.table_offset(0) + pair * c.pair_bytes() + 8 + c.bucket_bytes();
     uint64_t ind;
     std::memcpy(&ind, good.data() + ind_off, 8);
-    for (uint32_t slot = 0; slot < 4 && !flipped; ++slot)
-      if (ind & (1ULL << slot)) {
-        ind ^= 1ULL << (24 + 2 * slot);
-        std::memcpy(bad.data() + ind_off, &ind, 8);
-        flipped = true;
-      }
+    if (ind & 0xf) {
+      ind |= 1ULL << 26;
+      std::memcpy(bad.data() + ind_off, &ind, 8);
+      flipped = true;
+    }
   }
   ASSERT_TRUE(flipped);
   write(bad);
-  expect_refused(path, c, "valid slot of another generation");
+  expect_refused(path, c, "reserved indicator bit");
   // An empty file and a directory.
   write({});
   expect_refused(path, c, "empty file");

@@ -3,8 +3,8 @@
 
     pm_history_verify.py [--self-test] TABLE HISTORY
 
-TABLE is a continuity --pm-path file (include/rdmahash/continuity.h, format 3: 64-byte header, the
-geometry word, then the tables of segment pairs [bucket 2i][indicator][SBuckets][bucket 2i+1], each
+TABLE is a continuity --pm-path file (include/rdmahash/continuity.h, format 4: 64-byte header, the
+geometry word, then the tables of segment pairs [echo][bucket 2i][indicator][SBuckets][bucket 2i+1], each
 table followed by its added SBucket groups, if any) or a level one (include/rdmahash/level.h: 64-byte
 header, the level word at 64, levels of [token][4 slots] buckets from 128; the levels in use are the
 top t and t-1, and a recovered image is not mid-resize), told apart by the magic; HISTORY is the
@@ -77,14 +77,14 @@ def read_continuity(path):
         raise ValueError(f"{path}: shorter than the continuity header")
     magic, ver, _hb, added, buckets, sb, vb, _seed, _node, _nodes, region = struct.unpack_from(
         "<QIHHQIIQIIQ", data, 0)
-    if magic != CONT_MAGIC or ver != 3 or region > len(data):
-        raise ValueError(f"{path}: not a continuity image of format 3")
+    if magic != CONT_MAGIC or ver != 4 or region > len(data):
+        raise ValueError(f"{path}: not a continuity image of format 4")
     geo = int.from_bytes(data[64:72], "little")
     level, resizing = geo & 0xFF, (geo >> 8) & 1
     GEOMETRY.update(level=level, resizing=resizing, in_added=0)
     slot = 16 + (vb + 7) // 8 * 8 + 8
     pair_slots = 8 + 4 * sb
-    pair_bytes = pair_slots * slot + 8
+    pair_bytes = pair_slots * slot + 16  # [echo][bucket 2i][indicator][SBuckets][bucket 2i+1]
     moved_bit, unborn_bit = 1 << 61, 1 << 62
 
     p0 = buckets // 2
@@ -113,7 +113,7 @@ def read_continuity(path):
         return 128 + sum((p0 << i) * pair_bytes + groups(i) * added_slots * slot for i in range(lv))
 
     def indicator(lv, p):
-        off = table(lv) + p * pair_bytes + 4 * slot
+        off = table(lv) + p * pair_bytes + 8 + 4 * slot
         return int.from_bytes(data[off:off + 8], "little")
 
     items = {}
@@ -134,7 +134,7 @@ def read_continuity(path):
                     off = group + (bit - 32) * slot
                     GEOMETRY["in_added"] = GEOMETRY.get("in_added", 0) + 1
                 else:
-                    off = base + bit * slot + (8 if bit >= 4 else 0)  # slots after bucket 2i follow the indicator
+                    off = base + 8 + bit * slot + (8 if bit >= 4 else 0)  # after the echo; slots after bucket 2i follow the indicator
                 key = int.from_bytes(data[off + 8:off + 16], "little")
                 if key in items:
                     raise ValueError(f"{path}: key {key:#x} is valid in two slots")

@@ -13,25 +13,27 @@
 //              at table_offset(l) = 128 + the bytes of tables 0..l-1 (cumulative: a table's memory
 //              is never reused, so a reader with any older geometry still finds MOVED marks).
 //              Pair i of a table:
-//                [bucket 2i: 4 slots][indicator: 8][SBuckets: 4·sb slots][bucket 2i+1: 4 slots]
+//                [echo: 8][bucket 2i: 4 slots][indicator: 8][SBuckets: 4·sb slots][bucket 2i+1: 4 slots]
+//              (the echo, a copy of the indicator word, brackets the even segment: "Torn reads")
 //              then (added SBuckets on) groups_at(l) added groups of added_slots() slots each
 //              (see "Added SBuckets").
-//   A *segment* is a numbered bucket plus the SBuckets beside it: segment 2i = bucket 2i, the
-//   indicator and the SBuckets; segment 2i+1 = the indicator, the SBuckets and bucket 2i+1. The two
-//   segments of a pair overlap on the indicator and the SBuckets. In table l key k has bucket
+//   A *segment* is a numbered bucket plus the SBuckets beside it: segment 2i = the echo, bucket 2i,
+//   the indicator and the SBuckets; segment 2i+1 = the indicator, the SBuckets and bucket 2i+1. The
+//   two segments of a pair overlap on the indicator and the SBuckets. In table l key k has bucket
 //   b = h(k) % N_l (eq. 1) and its segment starts, relative to the table, at
-//       b even:  b/2 · (size_se + size_bu)                (eq. 2)
-//       b odd:   (b-1)/2 · (size_se + size_bu) + size_bu  (eq. 3)
-//   where size_se + size_bu = pair_bytes(). A lookup READs segment_bytes() there: every slot the key
-//   can occupy and the indicator that says which slots are valid.
+//       b even:  b/2 · (size_se + size_bu)                    (eq. 2)
+//       b odd:   (b-1)/2 · (size_se + size_bu) + 8 + size_bu  (eq. 3, past the echo)
+//   where size_se + size_bu + 8 = pair_bytes() (seed 002's sizes, plus the echo word). A lookup
+//   READs segment_bytes() there (+ 8 for an even segment, its echo): every slot the key can occupy
+//   and the indicator that says which slots are valid.
 //
 //   Slot (the record format of schemes/record.h, 8-byte keys):
-//     [ctrl:8 = OCC | gen (2 bits) << 61 | pub (the 17-bit seq, in a 29-bit field) << 32 | 32-bit key fingerprint][key:8]
+//     [ctrl:8 = OCC | pub (the 17-bit seq, in a 29-bit field) << 32 | 32-bit key fingerprint][key:8]
 //     [value, padded to 8][check:8], check = hash(pub, key, value). `pub` is the indicator sequence
-//     number that published the slot; `gen` is used by the slots of bucket 2i only (below).
+//     number that published the slot.
 //   Indicator (one aligned 8-byte word): bits 0..pair_slots()-1 = valid bit of each slot of the
 //     pair (bit j: slots 0-3 bucket 2i, 4..4+4sb-1 the SBuckets, then bucket 2i+1); bits 24..31 =
-//     the 2-bit generation of each slot of bucket 2i, bumped each time that slot is written;
+//     zero (format 3's generations of bucket 2i, replaced by the echo; recovery refuses them set);
 //     bits 32..43 = claim bits: bit 32+x = this pair holds an item in slot x of its added group
 //     ("Added SBuckets"); bits 44..60 = seq, the pair's publication counter (17 bits, wraps),
 //     bumped by every indicator store; bit 61 = MOVED (this pair of table l was migrated to table
@@ -43,8 +45,7 @@
 //     the reader's indicator READ is taken for an old one only if 2^16 = 65 536 indicator stores
 //     of that one pair land between the reader's indicator word and its slot words — 65 536 write
 //     requests to one pair, each with two persists, inside one READ of < 1 KiB (or between the
-//     two READs of a lookup). Format 2 had 29 bits; 12 went to the claim bits. (The generations
-//     of bucket 2i already accept a much smaller residual, four rewrites within one READ.)
+//     two READs of a lookup). Format 2 had 29 bits; 12 went to the claim bits.
 //     The window does NOT bound an item's age: an item left alone while 2^16 stores hit its pair
 //     (a cold key beside a hot one) falls outside it for 2^16 of every 2^17 stores — see "Old
 //     items" below for how readers take it, and recovery does not compare pub with seq at all.
@@ -60,7 +61,9 @@
 //                 one store; persist(indicator).                                       2 persists
 //                 If k's segment has no free slot the update reports kFull and changes nothing.
 //   erase(k):     indicator ← bits & ~bit(slot), seq+1; persist(indicator).            1 persist
-//   (seed 002 Table I: 2 / 2 / 1.) A slot is only ever written while its bit is clear.
+//   (seed 002 Table I: 2 / 2 / 1.) A slot is only ever written while its bit is clear. Every
+//   indicator store is followed by the same word into the pair's echo, not persisted: the echo is
+//   for readers only (a crash may leave it behind; recovery rewrites every echo from its indicator).
 //
 // Invariants (at every instant, in memory and in every crash image of the media)
 //   I1 a key is present iff exactly one valid slot holds it, in its own segment;
@@ -81,7 +84,25 @@
 //   pair migration are reset to UNBORN (see "Online resizing"), after the image was validated.
 //
 // Torn reads (the server writes while clients READ; a READ of more than 8 bytes is not atomic)
-//   The indicator is one aligned word, so it is read whole: (bits, seq = s). A valid slot is
+//   The indicator is one aligned word, so it is read whole: (bits, seq = s). The argument below
+//   assumes a READ observes its words in address order (LocalFabric, UCX over shared memory:
+//   memcpy; RDMA NICs in practice, not by specification).
+//   Even segment: the READ observes the echo, then bucket 2i, then the indicator, then the
+//   SBuckets. It is accepted only if echo == indicator (the whole word, seq included); otherwise
+//   the pair changed during the READ and the lookup READs again (after kOldItemReads (4) such
+//   READs it asks the node, as for old items). Why equal words suffice: the echo is stored after
+//   its indicator, so an echo read at t_a equal to the indicator read at t_b > t_a means the
+//   indicator held that word throughout [t_a, t_b] (seq only grows; 2^17 stores inside one READ
+//   aside, the window's own assumption). A valid slot is not written while valid, and every item
+//   it published was written before the indicator store, so every valid slot copied in between —
+//   bucket 2i, and whatever an implementation of the READ copies early (glibc's memcpy loads the
+//   tail first) — is the published item: bucket 2i needs no seq test, old items included. The
+//   SBuckets follow the indicator and get the odd segment's tests below, as before.
+//   (Format 3 guarded the slots of bucket 2i with 2-bit generations
+//   in the indicator; four rewrites of one slot during one READ wrapped them — a client preempted
+//   inside its READ on a loaded machine — and the lookup returned an older value or missed a
+//   present key. Found by ContinuityConcurrency.ReadersDuringWritesSeeWholeMonotoneValues in CI.)
+//   Slots after the indicator (the odd segment's, the even segment's SBuckets): a valid slot is
 //   accepted only if its ctrl is OCC, `check` matches its pub, key and value, and pub ≤ s (mod
 //   2^17). Then:
 //   * a slot torn across two writes fails the check (each write has its own pub, and check covers
@@ -97,24 +118,18 @@
 //     shows the SAME indicator word and the same slot bytes (group slots likewise, from the two
 //     group READs). Why: an unchanged indicator word (seq included) means no indicator store of
 //     the pair came between the two indicator reads (2^17 stores within one lookup aside, the
-//     window's own assumption), so a slot valid in it held one content C throughout; one of its
-//     two copies was read between the two indicator reads — the first READ's for slots after the
-//     indicator, the second's for bucket 2i — so equal copies are C, the item present at both
-//     indicator reads. Equal bytes alone prove nothing: a freed slot keeps its bytes, and once
+//     window's own assumption), so a slot valid in it held one content C throughout; the first
+//     READ's copy was read between the two indicator reads (the odd segment's slots follow its
+//     indicator; a group is READ after its segment), so equal copies are C, the item present at
+//     both indicator reads. Equal bytes alone prove nothing: a freed slot keeps its bytes, and once
 //     seq has wrapped a re-put of the same item writes the same bytes (found by review, with a
 //     test: ContinuityOldItems.StaleBytesEqualToARewrite...). Under a pair whose indicator
 //     changes between every two READs, two equal indicators may never come: after kOldItemReads
 //     (4) such READs the lookup asks the node (write_rpc kGet, answered under the shard lock; the
 //     lookup linearizes inside it). Cost: one more READ for an old item on a quiet pair, 4 READs
 //     and an RPC on a busy one; none for items inside the window.
-//   * the slots of bucket 2i precede the indicator in an even segment, so a READ that copies in
-//     address order (LocalFabric; UCX over shared memory, memcpy) may observe one of them *before*
-//     the indicator. If that slot was freed and rewritten in between, its old bytes are consistent
-//     and carry an old pub, which the seq test cannot reject; the slot's generation can: the reader
-//     also requires gen(slot) == gen(indicator, slot) for bits 0..3. Residual (documented, not
-//     closed): four rewrites of one slot within one READ wrap the 2-bit generation. A READ whose
-//     words arrive in an arbitrary order would need generations for every slot, for which the
-//     indicator word has no room.
+//   * a READ whose words arrive in an arbitrary order is not covered: it would need the echo
+//     after the last slot of each segment too (a second word per segment).
 //
 // What a client sees if the memory node dies at any instruction: lookups keep returning the
 // state published by the last indicator store (a half-written slot is invisible); a write whose
@@ -230,8 +245,10 @@
 //    bytes, continuity-reader-old-item-any-indicator without the indicator;
 //    continuity-reader-old-item-refused drops the rule and the old item is never found), and asks
 //    the node after a few READs that cannot settle (continuity-reader-old-item-never-asks)
-//  * a reader rejects a bucket-2i slot whose generation differs from the indicator's (slot reused
-//    before the indicator was read) (continuity-reader-skip-generation)
+//  * a reader takes an even segment only if its echo equals its indicator (the pair did not change
+//    during the READ) (continuity-reader-ignores-echo); the server stores the echo after every
+//    indicator store (continuity-echo-not-stored) and recovery rewrites every echo
+//    (continuity-recovery-keeps-stale-echo)
 //  * recovery refuses a valid slot that is not a consistent item of its segment
 //    (continuity-recovery-skip-slot-check)
 //  * an image whose header checksum does not match is refused (continuity-header-skip-checksum;
@@ -245,8 +262,8 @@
 //    records word: continuity-pm-records-unchecked). Formatting clears the magic first and writes it last (clear_image_magic,
 //    write_image_header); a new file is formatted without its magic (format_unpublished), which
 //    the bench writes only after the bulk load (bench-new-file-magic-kept-while-loading).
-//  * recovery refuses a valid bucket-2i slot whose generation differs from its indicator's
-//    (continuity-recovery-skip-generation)
+//  * recovery refuses an indicator with a reserved bit (24..31) set
+//    (continuity-recovery-skip-reserved-bits)
 //  * a resize inserts an item into the new table before erasing it from the old one (log-free
 //    resizing) (continuity-resize-erase-before-insert)
 //  * online migration publishes the children's indicators before the parent's MOVED store
@@ -300,7 +317,8 @@ namespace rdmahash {
 inline constexpr uint16_t kContinuityRpcFirst = 0x0D00;  // RPC ids reserved for continuity tables
 inline constexpr uint16_t kContinuityRpcLast = 0x0D0F;
 inline constexpr uint64_t kContinuityMagic = 0x31544e4f43484452ULL;  // "RDHCONT1"
-inline constexpr uint32_t kContinuityFormatVersion = 3;  // 2: geometry word, growing tables; 3: added SBuckets
+// 2: geometry word, growing tables; 3: added SBuckets; 4: each pair starts with an echo of its indicator
+inline constexpr uint32_t kContinuityFormatVersion = 4;
 inline constexpr uint64_t kContinuityHeaderBytes = 64;
 inline constexpr uint64_t kContinuityGeometryOffset = 64;  // the geometry word
 inline constexpr uint64_t kContinuityRecordsOffset = 72;   // the records word (ContinuityConfig::records)
@@ -337,7 +355,7 @@ struct ContinuityConfig {
   uint32_t slot_bytes() const;
   uint32_t bucket_bytes() const { return 4 * slot_bytes(); }
   uint32_t pair_slots() const { return 8 + 4 * sbuckets; }
-  uint64_t pair_bytes() const { return uint64_t{pair_slots()} * slot_bytes() + 8; }
+  uint64_t pair_bytes() const { return uint64_t{pair_slots()} * slot_bytes() + 16; }  // echo + indicator
   uint32_t segment_bytes() const { return (4 + 4 * sbuckets) * slot_bytes() + 8; }
   uint64_t buckets_at(uint32_t level) const { return buckets_per_node << level; }
   // Added groups: added_slots() slots each (one SBucket group of the pair's size, at most 3 SBuckets:
@@ -390,7 +408,8 @@ struct ContinuityPlacement {
   uint64_t segment_offset;  // eqs. (2)/(3), from the start of the region (header included)
   uint64_t pair;
   uint32_t first_bit;       // the segment's slots are bits first_bit .. first_bit + 4 + 4sb - 1
-  uint32_t indicator_pos;   // the indicator's byte offset inside the segment
+  uint32_t indicator_pos;   // the indicator's byte offset inside the READ
+  uint32_t read_bytes;      // the lookup's READ: segment_bytes(), + 8 for an even segment (its echo)
   uint32_t kbits;
   uint32_t level;
 };
@@ -461,6 +480,10 @@ class ContinuityShard {
   void format();
   void recover();
   uint64_t indicator_off(uint32_t level, uint64_t pair) const;
+  uint64_t echo_off(uint32_t level, uint64_t pair) const;  // the pair's first word
+  // The indicator and its echo, not persisted (formatting and the start of a resize persist them
+  // with the rest of their range).
+  void store_indicator(uint32_t level, uint64_t pair, uint64_t word);
   uint64_t slot_off(uint32_t level, uint64_t pair, uint32_t bit) const;
   std::optional<Loc> locate(uint64_t key, const ContinuityPlacement& p) const;
   // A free slot for a key of `p` given the pair's next indicator bits `low`: its home bucket, then
@@ -469,8 +492,7 @@ class ContinuityShard {
   uint64_t group_claims(uint32_t level, uint64_t pair, uint64_t low) const;
   bool added_allowed() const { return cfg_.added_group_pairs != 0 && !resizing_; }
   // Writes and persists the item into free slot `bit` of (level, pair) with publication number
-  // `pub`; `low` = valid bits | generations of the indicator to come; returns it with the slot's
-  // bit set (and its generation bumped for bucket 2i).
+  // `pub`; `low` = valid bits | claims of the indicator to come; returns it with the slot's bit set.
   uint64_t write_slot(uint32_t level, uint64_t pair, uint32_t bit, uint64_t key, uint32_t kbits, uint64_t pub,
                       uint64_t low, std::span<const std::byte> value);
   void set_indicator(uint32_t level, uint64_t pair, uint64_t bits, uint64_t flags = 0);

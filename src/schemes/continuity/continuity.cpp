@@ -27,27 +27,23 @@ using record::make_ctrl;
 using record::store64;
 using record::version_of;
 
-// Indicator word (continuity.h): own valid bits 0..23, generations 24..31, added-slot claims
+// Indicator word (continuity.h): own valid bits 0..23, reserved (zero) 24..31, added-slot claims
 // 32..43, seq 44..60 (17 bits), MOVED 61, UNBORN 62.
 constexpr uint64_t kOwnMask = 0xffffffULL;
 constexpr uint32_t kAddShift = 32;
 constexpr uint64_t kAddMask = 0xfffULL << kAddShift;
 constexpr uint64_t kValidMask = kOwnMask | kAddMask;  // every slot bit (own and added)
 constexpr uint64_t kSeqShift = 44;
-constexpr uint64_t kBitsMask = (1ULL << kSeqShift) - 1;  // valid bits, generations, claims
+constexpr uint64_t kBitsMask = (1ULL << kSeqShift) - 1;  // valid bits and claims (24..31 zero)
+constexpr uint64_t kReservedMask = 0xffULL << 24;        // format 3's generations; zero since format 4
 constexpr uint64_t kSeqMask = (1ULL << 17) - 1;
-// Generations of the four slots of bucket 2i (the slots a READ of an even segment observes before
-// the indicator): 2 bits each in indicator bits 24..31 and in bits 61..62 of the slot's ctrl.
-constexpr uint32_t kGenShift = 24;
-constexpr uint64_t kGenMask = 0xffULL << kGenShift;
-constexpr uint32_t kCtrlGenShift = 61;
-uint64_t gen_of_indicator(uint64_t ind, uint32_t bit) { return (ind >> (kGenShift + 2 * bit)) & 3; }
-uint64_t gen_of_ctrl(uint64_t ctrl) { return (ctrl >> kCtrlGenShift) & 3; }
 // A segment caught mid-write is re-read; the writer is the node's CPU inside one critical
 // section, so this bound is only reached if that CPU died mid-write.
 constexpr uint32_t kMaxRetries = 1u << 22;
-// Lookups that stopped only at a slot outside the seq window before one asks the node (kGet): an
-// old item under a pair whose indicator changes between every two READs (continuity.h, "Old items").
+// Lookups that could not settle before one asks the node (kGet): stopped only at a slot outside the
+// seq window (an old item under a pair whose indicator changes between every two READs), or an even
+// segment whose indicator changed during the READ (its echo differs) (continuity.h, "Old items",
+// "Torn reads").
 constexpr uint32_t kOldItemReads = 4;
 
 struct SlotLayout : record::Layout {
@@ -177,14 +173,16 @@ ContinuityPlacement continuity_place(const ContinuityConfig& c, uint64_t key, ui
   p.pair = p.bucket / 2;
   const uint64_t pair_bytes = c.pair_bytes();  // size_se + size_bu
   const uint64_t table = c.table_offset(level);
-  if (p.bucket % 2 == 0) {
+  if (p.bucket % 2 == 0) {  // the READ starts at the pair's echo word
     p.segment_offset = table + p.bucket / 2 * pair_bytes;  // eq. (2)
     p.first_bit = 0;
-    p.indicator_pos = c.bucket_bytes();
+    p.indicator_pos = 8 + c.bucket_bytes();
+    p.read_bytes = c.segment_bytes() + 8;
   } else {
-    p.segment_offset = table + (p.bucket - 1) / 2 * pair_bytes + c.bucket_bytes();  // eq. (3)
+    p.segment_offset = table + (p.bucket - 1) / 2 * pair_bytes + 8 + c.bucket_bytes();  // eq. (3)
     p.first_bit = 4;
     p.indicator_pos = 0;
+    p.read_bytes = c.segment_bytes();
   }
   p.kbits = static_cast<uint32_t>(hash::mix64(h ^ 0x589965CC75374CC3ULL));
   return p;
@@ -215,15 +213,26 @@ ContinuityShard::ContinuityShard(const ContinuityConfig& cfg, uint32_t node, Per
 }
 
 uint64_t ContinuityShard::indicator_off(uint32_t level, uint64_t pair) const {
-  return cfg_.table_offset(level) + pair * cfg_.pair_bytes() + cfg_.bucket_bytes();
+  return echo_off(level, pair) + 8 + cfg_.bucket_bytes();
+}
+
+uint64_t ContinuityShard::echo_off(uint32_t level, uint64_t pair) const {
+  return cfg_.table_offset(level) + pair * cfg_.pair_bytes();
+}
+
+void ContinuityShard::store_indicator(uint32_t level, uint64_t pair, uint64_t word) {
+  // The indicator first, then its echo: either order keeps the reader's argument (continuity.h,
+  // "Torn reads"); the echo is a reader's bracket, never persisted on its own (recovery rewrites it).
+  region_.store(indicator_off(level, pair), word);
+  region_.store(echo_off(level, pair), word);
 }
 
 uint64_t ContinuityShard::slot_off(uint32_t level, uint64_t pair, uint32_t bit) const {
   const uint64_t base = cfg_.table_offset(level) + pair * cfg_.pair_bytes();
   const uint32_t sb = cfg_.slot_bytes();
   if (bit >= kAddShift) return cfg_.group_offset(level, cfg_.group_of(level, pair)) + uint64_t{bit - kAddShift} * sb;
-  if (bit < 4) return base + uint64_t{bit} * sb;
-  return base + cfg_.bucket_bytes() + 8 + uint64_t{bit - 4} * sb;  // SBuckets, then bucket 2i+1
+  if (bit < 4) return base + 8 + uint64_t{bit} * sb;                 // after the echo
+  return base + 8 + cfg_.bucket_bytes() + 8 + uint64_t{bit - 4} * sb;  // SBuckets, then bucket 2i+1
 }
 
 void ContinuityShard::format() {
@@ -231,7 +240,7 @@ void ContinuityShard::format() {
   // Only the indicators need a value: a slot whose bit is clear is never read.
   const uint64_t pairs = cfg_.buckets_per_node / 2;
   for (uint64_t i = 0; i < pairs; ++i)
-    if (region_.load(indicator_off(0, i)) != 0) region_.store(indicator_off(0, i), 0);
+    if (region_.load(indicator_off(0, i)) != 0 || region_.load(echo_off(0, i)) != 0) store_indicator(0, i, 0);
   region_.store(kContinuityGeometryOffset, geometry_word(0, false));
   if (region_.load(kContinuityRecordsOffset) != cfg_.records) region_.store(kContinuityRecordsOffset, cfg_.records);
   region_.persist(kContinuityHeaderBytes, cfg_.table_offset(1) - kContinuityHeaderBytes);
@@ -308,7 +317,7 @@ void ContinuityShard::recover() {
       seen.clear();
       const uint64_t ind = region_.load(indicator_off(level, i));
       const uint64_t bits = ind & kValidMask;
-      if (ind >> 63) throw bad(level, i, "has an unknown indicator flag");
+      if (ind >> 63 || (ind & kReservedMask)) throw bad(level, i, "has an unknown indicator flag or reserved bit");
       if (ind & kMoved) {
         if (newer || !geo_resizing || bits) throw bad(level, i, "is MOVED out of place");
         moved[i] = true;
@@ -337,7 +346,6 @@ void ContinuityShard::recover() {
         // its pair lies outside the seq window (continuity.h, "Old items") though it is intact.
         const bool ok = (ctrl & kOcc) && l.consistent(rec.data()) &&
                         static_cast<uint32_t>(ctrl) == p.kbits && p.node == node_ && p.pair == i &&
-                        (bit >= 4 || gen_of_ctrl(ctrl) == gen_of_indicator(ind, bit)) &&
                         (bit >= kAddShift || (segment_mask(cfg_, p.first_bit) >> bit & 1));
         if (!ok)
           throw PmemError("corrupt image: pair " + std::to_string(i) + " slot " + std::to_string(bit) +
@@ -357,9 +365,15 @@ void ContinuityShard::recover() {
             throw bad(geo_level, i, "is MOVED but its items are not in the new table");
   // The image is valid: only now write (a refused image is left untouched).
   for (uint64_t i : leftovers) {  // back to UNBORN: readers go to the parent, which holds the items
-    set_indicator(geo_level + 1, i, region_.load(indicator_off(geo_level + 1, i)) & kGenMask, kUnborn);
+    set_indicator(geo_level + 1, i, 0, kUnborn);
     ++stats_.cleaned_leftovers;
   }
+  // Echoes are not persisted (a crash may leave one behind its indicator): every table a reader
+  // may READ gets its echoes back, or its even segments would look busy forever.
+  for (uint32_t level = 0; level <= geo_level + (geo_resizing ? 1u : 0u); ++level)
+    for (uint64_t i = 0; i < cfg_.buckets_at(level) / 2; ++i)
+      if (const uint64_t ind = region_.load(indicator_off(level, i)); region_.load(echo_off(level, i)) != ind)
+        region_.store(echo_off(level, i), ind);
   level_ = geo_level;
   resizing_ = geo_resizing;
   cursor_ = 0;
@@ -424,14 +438,8 @@ uint64_t ContinuityShard::write_slot(uint32_t level, uint64_t pair, uint32_t bit
                                      uint64_t pub, uint64_t low, std::span<const std::byte> value) {
   const SlotLayout l(cfg_);
   std::vector<std::byte> rec(l.bytes);
-  low &= kBitsMask;  // valid bits and generations of the next indicator
-  uint64_t ctrl = make_ctrl(pub, kbits);
-  if (bit < 4) {  // a reuse of a bucket-2i slot: next generation, in the slot and in the indicator
-    const uint64_t g = (gen_of_indicator(low, bit) + 1) & 3;
-    low = (low & ~(3ULL << (kGenShift + 2 * bit))) | (g << (kGenShift + 2 * bit));
-    ctrl |= g << kCtrlGenShift;
-  }
-  store64(rec.data(), ctrl);
+  low &= kBitsMask;  // valid bits and claims of the next indicator
+  store64(rec.data(), make_ctrl(pub, kbits));
   l.build(key, pub, value, rec.data());
   const uint64_t off = slot_off(level, pair, bit);
   for (uint32_t w = 0; w < l.bytes; w += 8) region_.store(off + w, load64(rec.data() + w));
@@ -444,6 +452,7 @@ void ContinuityShard::set_indicator(uint32_t level, uint64_t pair, uint64_t bits
   const uint64_t seq = seq_of(region_.load(off)) + 1;
   region_.store(off, make_indicator(bits, seq) | flags);  // the one 8-byte store that commits the operation
   region_.persist(off, 8);                        // I3: durable before the reply
+  region_.store(echo_off(level, pair), make_indicator(bits, seq) | flags);  // readers' bracket (not persisted)
 }
 
 void ContinuityShard::store_geometry(uint32_t level, bool resizing) {
@@ -550,7 +559,7 @@ bool ContinuityShard::start_locked() {
   if (resizing_ || level_ >= cfg_.max_resizes) return false;
   const uint32_t next = level_ + 1;
   const uint64_t pairs = cfg_.buckets_at(next) / 2;
-  for (uint64_t i = 0; i < pairs; ++i) region_.store(indicator_off(next, i), kUnborn);
+  for (uint64_t i = 0; i < pairs; ++i) store_indicator(next, i, kUnborn);
   // Every pair of the new table is UNBORN on the media before the geometry names the table.
   region_.persist(cfg_.table_offset(next), cfg_.table_offset(next + 1) - cfg_.table_offset(next));
   store_geometry(level_, true);
@@ -571,7 +580,7 @@ void ContinuityShard::migrate_pair(uint64_t pair) {
     cind[c] = region_.load(indicator_off(next, child[c]));
     if (!(cind[c] & kUnborn))
       throw std::logic_error("continuity: a child of a not-MOVED pair is born (recovery resets these)");
-    low[c] = cind[c] & kGenMask;
+    low[c] = 0;
   }
   const SlotLayout l(cfg_);
   std::vector<std::byte> rec(l.bytes);
@@ -595,7 +604,7 @@ void ContinuityShard::migrate_pair(uint64_t pair) {
   // Insert before erase: the children are published (UNBORN cleared) before the parent lets go.
   set_indicator(next, child[0], low[0]);
   set_indicator(next, child[1], low[1]);
-  set_indicator(level_, pair, ind & kGenMask, kMoved);  // bits cleared and MOVED set in one store
+  set_indicator(level_, pair, 0, kMoved);  // bits cleared and MOVED set in one store
   ++stats_.migrated_pairs;
   stats_.migrate_persists += region_.persists() - before;
 }
@@ -811,7 +820,7 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
   const uint32_t node = continuity_place(cfg_, key).node;
   uint32_t level = levels_[node];
   const SlotLayout l(cfg_);
-  const uint32_t len = cfg_.segment_bytes();
+  const uint32_t len = cfg_.segment_bytes() + 8;  // an even segment's READ, with the echo word
   std::vector<std::byte> seg(len), grp(cfg_.group_bytes());
   // The previous attempt's READs of this segment (and group), for items older than the seq window
   // (continuity.h, "Old items"): `prev_level` is none when there is nothing to compare with.
@@ -820,13 +829,13 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
   uint64_t prev_ind = 0;
   uint32_t prev_level = kNone;
   bool prev_grp_read = false;
-  uint32_t old_waits = 0;  // attempts that stopped only at a slot outside the window
+  uint32_t old_waits = 0;  // attempts that stopped only at a slot outside the window, or busy
   bool ask = false;
   OpResult r;
   ContinuityPlacement p;
   for (uint32_t attempt = 0; attempt < kMaxRetries; ++attempt) {
     p = continuity_place(cfg_, key, level);
-    co_await engine_.read(RemoteAddr{p.node, p.segment_offset}, seg.data(), len);  // the one READ
+    co_await engine_.read(RemoteAddr{p.node, p.segment_offset}, seg.data(), p.read_bytes);  // the one READ
     ++r.chunks;
     const uint64_t ind = load64(seg.data() + p.indicator_pos);
     if (ind & kMoved) {  // the pair's items are in the next table, and so is the table in charge
@@ -859,21 +868,33 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
       prev_grp_read = grp_read;
       return old && ++old_waits >= kOldItemReads;
     };
+    // An even segment is bracketed by the pair's echo word (READ first) and its indicator: equal
+    // words mean no indicator store came between them, so every valid slot was READ as that
+    // indicator published it, the slots of bucket 2i included (READ before the indicator). Unequal:
+    // the pair changed during the READ; READ again (and after kOldItemReads such READs, ask).
+    const bool even = p.first_bit == 0;
+    if (even && load64(seg.data()) != ind) {
+      if ((ask = retry(false, true))) break;
+      continue;
+    }
     bool stable = true, old = false;
     const std::byte* hit = nullptr;
     for (uint64_t b = bits; b; b &= b - 1) {
       const uint32_t bit = static_cast<uint32_t>(std::countr_zero(b));
-      // Slot position inside the segment: the even segment starts with bucket 2i, the odd one with
-      // the indicator (bits 4.. are the SBuckets, then bucket 2i+1).
-      const uint64_t pos = p.first_bit == 0 ? (bit < 4 ? uint64_t{bit} * l.bytes : cfg_.bucket_bytes() + 8 + uint64_t{bit - 4} * l.bytes)
-                                            : 8 + uint64_t{bit - 4} * l.bytes;
+      // Slot position inside the segment: the even segment starts with the echo and bucket 2i, the
+      // odd one with the indicator (bits 4.. are the SBuckets, then bucket 2i+1).
+      const uint64_t pos = even ? (bit < 4 ? 8 + uint64_t{bit} * l.bytes : 8 + cfg_.bucket_bytes() + 8 + uint64_t{bit - 4} * l.bytes)
+                                : 8 + uint64_t{bit - 4} * l.bytes;
       const std::byte* rec = seg.data() + pos;
       const uint64_t ctrl = load64(rec);
-      if (!(ctrl & kOcc) || !l.consistent(rec) || (bit < 4 && gen_of_ctrl(ctrl) != gen_of_indicator(ind, bit))) {
-        stable = false;  // torn, or rewritten before the indicator was read: never guess
+      if (!(ctrl & kOcc) || !l.consistent(rec)) {
+        stable = false;  // torn (or, in a quiet even segment, corrupt): never guess
         break;
       }
-      if (!settled(not_after(version_of(ctrl), s), rec, same ? prev_seg.data() + pos : nullptr)) {
+      // The seq window is the test of every slot READ after the indicator; the slots of bucket 2i
+      // in a quiet even segment (READ between the echo and the indicator) are the published
+      // items, old ones included.
+      if ((!even || bit >= 4) && !settled(not_after(version_of(ctrl), s), rec, same ? prev_seg.data() + pos : nullptr)) {
         stable = false;  // rewritten after the indicator was read, or an old item: READ again
         old = true;
         break;
