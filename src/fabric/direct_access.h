@@ -4,9 +4,15 @@
 //
 // Semantics are those of an RDMA NIC as fabric.h states them, so the schemes cannot tell the
 // difference (only time can):
-//   READ/WRITE  word-wise copies with relaxed atomic loads/stores of every 8-byte-aligned word: a
+//   READ/WRITE  word-wise copies with atomic loads/stores of every 8-byte-aligned word: a
 //               multi-word READ racing with a WRITE or CAS may be torn between words, an aligned
 //               word never is (and the race stays defined behaviour in C++, quiet under TSan).
+//               A READ loads its words in ascending address order with acquire loads, so a later
+//               word is never older than an earlier one in the order the writer stored them
+//               (continuity's echo and seq window rely on it: continuity.h, "Torn reads"). On
+//               x86 (TSO) acquire loads are the same plain MOVs as relaxed ones; on a weakly
+//               ordered CPU (ARM) relaxed loads could be reordered. Stores stay relaxed: a WRITE
+//               promises no order among its words, as on a NIC.
 //   CAS/FAA     std::atomic_ref (lock cmpxchg / lock xadd on x86), sequentially consistent.
 // A transport brackets every batch with sequentially consistent fences, like the completion of a
 // request: what a batch wrote is visible before execute() returns.
