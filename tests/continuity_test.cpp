@@ -191,8 +191,13 @@ TEST(ContinuityInterleaving, WritesBetweenWordsOfAReadNeverTearOrHideAnItem) {
 // first (the echo differs from the indicator), 1 otherwise.
 // before(i) before READ i; mid(i) after the first split words of READ i when split(i) says so
 // (by default: of READ `split_read` only).
+// Runs before(i) before the client's i-th READ (0-based) and, when split(i) holds, executes that
+// READ as two — its first split_words words, then mid(i), then the rest — so a test can put the
+// node's stores at any point of a lookup, inside a READ included.
 class HookTransport final : public Transport {
  public:
+  HookTransport(std::unique_ptr<Transport> inner, std::function<void(uint64_t)> before)
+      : HookTransport(std::move(inner), std::move(before), [](uint64_t) {}, [](uint64_t) { return false; }, 0) {}
   HookTransport(std::unique_ptr<Transport> inner, std::function<void(uint64_t)> before,
                 std::function<void(uint64_t)> mid, uint64_t split_read, uint32_t split_words)
       : HookTransport(std::move(inner), std::move(before), std::move(mid),
@@ -907,36 +912,6 @@ INSTANTIATE_TEST_SUITE_P(Groups, ContinuityAddedOracle,
 
 // A transport that runs `before(i)` before the i-th READ it executes (0-based) — or, for READ 1
 // when split_words > 0, after its first split_words words (the rest is read after the hook).
-class BeforeReadTransport final : public Transport {
- public:
-  BeforeReadTransport(std::unique_ptr<Transport> inner, std::function<void(uint64_t)> before, uint32_t split_words = 0)
-      : inner_(std::move(inner)), before_(std::move(before)), split_(split_words * 8) {}
-  void execute(std::span<Request> batch) override {
-    ++counters_.batches;
-    for (Request& r : batch) {
-      if (r.kind == ReqKind::kRead && reads_ == 1 && split_ > 0 && split_ < r.len) {
-        Request head = r, tail = r;
-        head.len = split_;
-        tail.addr.offset += split_;
-        tail.buf = static_cast<std::byte*>(r.buf) + split_;
-        tail.len = r.len - split_;
-        inner_->execute(std::span<Request>(&head, 1));
-        before_(reads_++);
-        inner_->execute(std::span<Request>(&tail, 1));
-      } else {
-        if (r.kind == ReqKind::kRead) before_(reads_++);
-        inner_->execute(std::span<Request>(&r, 1));
-      }
-      counters_.add(r);
-    }
-  }
-
- private:
-  std::unique_ptr<Transport> inner_;
-  std::function<void(uint64_t)> before_;
-  uint32_t split_;
-  uint64_t reads_ = 0;
-};
 
 struct StoreLog final : PersistObserver {
   std::vector<std::pair<uint64_t, uint64_t>> stores;
@@ -996,10 +971,13 @@ TEST(ContinuityAdded, GroupReadSeparatedFromSegmentReadByEachStoreNeverMisses) {
       ContTable t(c);
       build(t.server->shard(0));
       PersistentRegion& region = t.server->region(0);
-      auto transport = std::make_unique<BeforeReadTransport>(t.fabric->connect(), [&](uint64_t i) {
-        if (i == 1)  // between the segment READ and the group READ (or inside it): the first n stores
-          for (size_t j = 0; j < n; ++j) region.store(log.stores[j].first, log.stores[j].second);
-      }, split);
+      // Between the segment READ and the group READ (split 0) or after word `split` of the group
+      // READ: the first n stores.
+      const auto stores = [&](uint64_t) {
+        for (size_t j = 0; j < n; ++j) region.store(log.stores[j].first, log.stores[j].second);
+      };
+      auto transport = std::make_unique<HookTransport>(
+          t.fabric->connect(), [&](uint64_t i) { if (split == 0 && i == 1) stores(i); }, stores, uint64_t{1}, split);
       Engine engine(*transport);
       ContinuityClient client(c, engine);
       std::vector<std::byte> out(8);
@@ -1443,7 +1421,7 @@ TEST(ContinuityOldItems, AnOldItemBesideAHotKeyIsAnsweredByTheNode) {
   ASSERT_EQ(shard.put(b, value_for(b, 0, 8)).status, Status::kInserted);
   uint32_t v = 0;
   for (; v < 70000; ++v) ASSERT_EQ(shard.update(b, value_for(b, v + 1, 8)).status, Status::kUpdated);
-  auto transport = std::make_unique<BeforeReadTransport>(t.fabric->connect(), [&](uint64_t i) {
+  auto transport = std::make_unique<HookTransport>(t.fabric->connect(), [&](uint64_t i) {
     if (i > 64) throw FabricError("test: the lookup kept reading instead of asking the node");
     ASSERT_EQ(shard.update(b, value_for(b, ++v, 8)).status, Status::kUpdated);  // b is hot
   });
@@ -1514,7 +1492,7 @@ TEST(ContinuityOldItems, ARewriteOfAClaimedSlotUnderTheSameIndicatorIsNotTaken) 
   ContTable t(c);
   PersistentRegion& region = t.server->region(0);
   build(t.server->shard(0), region);
-  auto transport = std::make_unique<BeforeReadTransport>(t.fabric->connect(), [&](uint64_t i) {
+  auto transport = std::make_unique<HookTransport>(t.fabric->connect(), [&](uint64_t i) {
     // READs: segment (its items are old too: unstable), segment again (settled) and group (x
     // old: unstable), segment (settled), then the second group READ — before it: erase o, and o2's
     // slot words, not its claim (the indicator store and the echo after it).

@@ -357,6 +357,14 @@ struct ContinuityConfig {
   uint32_t pair_slots() const { return 8 + 4 * sbuckets; }
   uint64_t pair_bytes() const { return uint64_t{pair_slots()} * slot_bytes() + 16; }  // echo + indicator
   uint32_t segment_bytes() const { return (4 + 4 * sbuckets) * slot_bytes() + 8; }
+  // Byte offset of slot `bit` (< 4 + 4 * sbuckets + 4: bucket 2i, SBuckets, bucket 2i+1) from its
+  // pair's start: [echo][bucket 2i][indicator][SBuckets][bucket 2i+1]. The one formula the node's
+  // stores and a reader's parse of its READ share.
+  uint64_t slot_in_pair(uint32_t bit) const {
+    return bit < 4 ? 8 + uint64_t{bit} * slot_bytes() : 16 + bucket_bytes() + uint64_t{bit - 4} * slot_bytes();
+  }
+  // Where the odd segment (its indicator, SBuckets, bucket 2i+1) starts in the pair.
+  uint64_t odd_segment_in_pair() const { return 8 + bucket_bytes(); }
   uint64_t buckets_at(uint32_t level) const { return buckets_per_node << level; }
   // Added groups: added_slots() slots each (one SBucket group of the pair's size, at most 3 SBuckets:
   // the indicator has 12 claim bits), groups_at(level) of them after the pairs of table `level`.

@@ -176,10 +176,10 @@ ContinuityPlacement continuity_place(const ContinuityConfig& c, uint64_t key, ui
   if (p.bucket % 2 == 0) {  // the READ starts at the pair's echo word
     p.segment_offset = table + p.bucket / 2 * pair_bytes;  // eq. (2)
     p.first_bit = 0;
-    p.indicator_pos = 8 + c.bucket_bytes();
+    p.indicator_pos = static_cast<uint32_t>(c.odd_segment_in_pair());
     p.read_bytes = c.segment_bytes() + 8;
   } else {
-    p.segment_offset = table + (p.bucket - 1) / 2 * pair_bytes + 8 + c.bucket_bytes();  // eq. (3)
+    p.segment_offset = table + (p.bucket - 1) / 2 * pair_bytes + c.odd_segment_in_pair();  // eq. (3)
     p.first_bit = 4;
     p.indicator_pos = 0;
     p.read_bytes = c.segment_bytes();
@@ -213,7 +213,7 @@ ContinuityShard::ContinuityShard(const ContinuityConfig& cfg, uint32_t node, Per
 }
 
 uint64_t ContinuityShard::indicator_off(uint32_t level, uint64_t pair) const {
-  return echo_off(level, pair) + 8 + cfg_.bucket_bytes();
+  return echo_off(level, pair) + cfg_.odd_segment_in_pair();
 }
 
 uint64_t ContinuityShard::echo_off(uint32_t level, uint64_t pair) const {
@@ -231,8 +231,7 @@ uint64_t ContinuityShard::slot_off(uint32_t level, uint64_t pair, uint32_t bit) 
   const uint64_t base = cfg_.table_offset(level) + pair * cfg_.pair_bytes();
   const uint32_t sb = cfg_.slot_bytes();
   if (bit >= kAddShift) return cfg_.group_offset(level, cfg_.group_of(level, pair)) + uint64_t{bit - kAddShift} * sb;
-  if (bit < 4) return base + 8 + uint64_t{bit} * sb;                 // after the echo
-  return base + 8 + cfg_.bucket_bytes() + 8 + uint64_t{bit - 4} * sb;  // SBuckets, then bucket 2i+1
+  return base + cfg_.slot_in_pair(bit);
 }
 
 void ContinuityShard::format() {
@@ -881,10 +880,9 @@ Task<OpResult> ContinuityClient::get(uint64_t key, std::span<std::byte> value_ou
     const std::byte* hit = nullptr;
     for (uint64_t b = bits; b; b &= b - 1) {
       const uint32_t bit = static_cast<uint32_t>(std::countr_zero(b));
-      // Slot position inside the segment: the even segment starts with the echo and bucket 2i, the
-      // odd one with the indicator (bits 4.. are the SBuckets, then bucket 2i+1).
-      const uint64_t pos = even ? (bit < 4 ? 8 + uint64_t{bit} * l.bytes : 8 + cfg_.bucket_bytes() + 8 + uint64_t{bit - 4} * l.bytes)
-                                : 8 + uint64_t{bit - 4} * l.bytes;
+      // Slot position inside the READ: the even segment's READ starts at the pair (the echo), the
+      // odd one at its indicator.
+      const uint64_t pos = cfg_.slot_in_pair(bit) - (even ? 0 : cfg_.odd_segment_in_pair());
       const std::byte* rec = seg.data() + pos;
       const uint64_t ctrl = load64(rec);
       if (!(ctrl & kOcc) || !l.consistent(rec)) {
