@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Seed 002's comparison (issue 11): continuity hashing vs level hashing (its baseline) vs RACE vs
+# Seed 002's comparison (issues 11, 28): continuity hashing vs level hashing (its baseline) vs
+# P-FaRM-KV (FaRM's hopscotch table on PM, --scheme hopscotch: Table I's third row) vs RACE vs
 # linear probing on YCSB A, B, C, F, same run, 16-byte values (-p fieldcount=1 -p fieldlength=16),
-# 8-byte keys; each point is a load phase (the clients insert the records) then the run. Continuity
-# and level write through the memory node's CPU (RPCs, persists counted: JSON persists_per_op) and
-# look up with one-sided READs; RACE and linear write one-sided. By default volatile tables (no
-# --pm-path) so that every scheme runs on the same memory; PM_DIR=DIR puts the continuity and level
-# tables in files DIR/<scheme>-<workload>-<depth>.pm (--pm-path, a new file per run; JSON
+# 8-byte keys; each point is a load phase (the clients insert the records) then the run. Continuity,
+# level and hopscotch write through the memory node's CPU (RPCs, persists counted: JSON
+# persists_per_op) and look up with one-sided READs; RACE and linear write one-sided. Then seed
+# 002's Fig. 9, update-only latency: the three PM schemes bulk-loaded to the same LOAD_FACTOR, then
+# OPS updates of present keys (--workload update). By default volatile tables (no
+# --pm-path) so that every scheme runs on the same memory; PM_DIR=DIR puts the continuity, level and
+# hopscotch tables in files DIR/<scheme>-<workload>-<depth>.pm (--pm-path, a new file per run; JSON
 # persistence says pmem or msync: on an ordinary file system every persist is an msync, and over
 # UCX the file mapping is not one-sided here: docs/results.md). 1 memory node + 1 client over UCX
 # shared memory. Every table is sized for the same LOAD_FACTOR (default 0.6; RACE grows from one
@@ -40,12 +43,23 @@ for d in $DEPTHS; do
       $(pm continuity "$w" "$d")
     # shellcheck disable=SC2046
     bench --scheme level --load-factor "$LOAD_FACTOR" "${common[@]}" $(pm level "$w" "$d")
+    # shellcheck disable=SC2046
+    bench --scheme hopscotch --key-bytes 8 --load-factor "$LOAD_FACTOR" "${common[@]}" $(pm hopscotch "$w" "$d")
     bench --scheme race --key-bytes 8 --initial-depth 0 "${common[@]}"
     bench --scheme linear --key-bytes 8 --slot-format inline --load-factor "$LOAD_FACTOR" "${common[@]}"
   done
+  # Fig. 9: update-only latency (p50/p99 per row; the table at LOAD_FACTOR before and after, keys present).
+  upd=(--records "$RECORDS" --value-bytes 16 --load-factor "$LOAD_FACTOR" --workload update --ops "$OPS" --depth "$d")
+  # shellcheck disable=SC2046
+  bench --scheme continuity --added-sbuckets 1/10 --max-resizes 4 "${upd[@]}" $(pm continuity update "$d")
+  # shellcheck disable=SC2046
+  bench --scheme level "${upd[@]}" $(pm level update "$d")
+  # shellcheck disable=SC2046
+  bench --scheme hopscotch --key-bytes 8 "${upd[@]}" $(pm hopscotch update "$d")
   for added in 0 1/20 1/10; do
     bench --scheme continuity --load-factor "${ADDED_LOAD_FACTOR:-0.3}" --added-sbuckets "$added" --records "${ADDED_RECORDS:-$RECORDS}" \
       --value-bytes 16 --workload get,update --ops "$OPS" --depth "$d" --repeat "${REPEAT_ADDED:-5}"
   done
 done
+plot
 echo "results: $OUT/results.jsonl" >&2
