@@ -6,7 +6,8 @@
 # level and hopscotch write through the memory node's CPU (RPCs, persists counted: JSON
 # persists_per_op) and look up with one-sided READs; RACE and linear write one-sided. Then seed
 # 002's Fig. 9, update-only latency: the three PM schemes bulk-loaded to the same LOAD_FACTOR, then
-# OPS updates of present keys (--workload update). By default volatile tables (no
+# OPS updates of present keys, then OPS erases on the reloaded table (--workload update,erase:
+# Table I at one load factor). By default volatile tables (no
 # --pm-path) so that every scheme runs on the same memory; PM_DIR=DIR puts the continuity, level and
 # hopscotch tables in files DIR/<scheme>-<workload>-<depth>.pm (--pm-path, a new file per run; JSON
 # persistence says pmem or msync: on an ordinary file system every persist is an msync, and over
@@ -19,10 +20,11 @@
 # without them (its first full segment comes at 0.34-0.45 by table size and seed), with
 # none, 1/20 and 1/10 of its pairs given added SBuckets, gets and updates of present keys on one
 # run each (REPEAT interleaved repetitions).
-# Output: results/ycsb_pm/. Env: RDMAHASH_BUILD, YCSB_RECORDS (default 100 000), OPS, DEPTHS,
+# Output: results/ycsb_pm/. Env: RDMAHASH_BUILD, YCSB_RECORDS (default 1 M: tables of 69-423 MB,
+# larger than the LLC), OPS, DEPTHS,
 # WORKLOADS, PM_DIR, LOAD_FACTOR, ADDED_LOAD_FACTOR, ADDED_RECORDS (default RECORDS), REPEAT_ADDED.
 source "$(dirname "$0")/fig_lib.sh" ycsb_pm
-RECORDS=${YCSB_RECORDS:-100000}
+RECORDS=${YCSB_RECORDS:-1000000}
 OPS=${OPS:-100000}
 WORKLOADS=${WORKLOADS:-a b c f}
 DEPTHS=${DEPTHS:-16}
@@ -48,8 +50,9 @@ for d in $DEPTHS; do
     bench --scheme race --key-bytes 8 --initial-depth 0 "${common[@]}"
     bench --scheme linear --key-bytes 8 --slot-format inline --load-factor "$LOAD_FACTOR" "${common[@]}"
   done
-  # Fig. 9: update-only latency (p50/p99 per row; the table at LOAD_FACTOR before and after, keys present).
-  upd=(--records "$RECORDS" --value-bytes 16 --load-factor "$LOAD_FACTOR" --workload update --ops "$OPS" --depth "$d")
+  # Fig. 9: update-only latency (p50/p99 per row; the table at LOAD_FACTOR before and after, keys
+  # present), then erase of present keys on the reloaded table (Table I's third column).
+  upd=(--records "$RECORDS" --value-bytes 16 --load-factor "$LOAD_FACTOR" --workload update,erase --ops "$OPS" --depth "$d")
   # shellcheck disable=SC2046
   bench --scheme continuity --added-sbuckets 1/10 --max-resizes 4 "${upd[@]}" $(pm continuity update "$d")
   # shellcheck disable=SC2046
