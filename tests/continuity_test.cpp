@@ -181,16 +181,6 @@ TEST(ContinuityInterleaving, WritesBetweenWordsOfAReadNeverTearOrHideAnItem) {
   EXPECT_GT(n.writes, 20000u);
 }
 
-// The defect format 3 had (CI, a loaded machine): a client preempted inside its READ of an even
-// segment, after copying bucket 2i and before the indicator word, while the node rewrote one of
-// those slots four times (its 2-bit generation wrapped): the lookup returned a value the key no
-// longer had, or missed it. Here the cut is forced: every armed READ of an even segment stops right
-// before the indicator while the node makes 0..12 updates of the bucket's keys (which alternate
-// between two home slots, so multiples of 4 rewrite one slot 4k times). Each lookup must return a
-// version the key held while it ran, and take 2 READs exactly when the pair changed inside the
-// first (the echo differs from the indicator), 1 otherwise.
-// before(i) before READ i; mid(i) after the first split words of READ i when split(i) says so
-// (by default: of READ `split_read` only).
 // Runs before(i) before the client's i-th READ (0-based) and, when split(i) holds, executes that
 // READ as two — its first split_words words, then mid(i), then the rest — so a test can put the
 // node's stores at any point of a lookup, inside a READ included.
@@ -239,6 +229,14 @@ class HookTransport final : public Transport {
   uint64_t reads_ = 0;
 };
 
+// The defect format 3 had (CI, a loaded machine): a client preempted inside its READ of an even
+// segment, after copying bucket 2i and before the indicator word, while the node rewrote one of
+// those slots four times (its 2-bit generation wrapped): the lookup returned a value the key no
+// longer had, or missed it. Here the cut is forced: every armed READ of an even segment stops right
+// before the indicator while the node makes 0..12 updates of the bucket's keys (which alternate
+// between two home slots, so multiples of 4 rewrite one slot 4k times). Each lookup must return a
+// version the key held while it ran, and take 2 READs exactly when the pair changed inside the
+// first (the echo differs from the indicator), 1 otherwise.
 TEST(ContinuityInterleaving, SlotRewrittenManyTimesBeforeTheIndicatorWordIsNeverReturned) {
   ContinuityConfig c;
   c.buckets_per_node = 4;
@@ -909,9 +907,6 @@ TEST_P(ContinuityAddedOracle, RandomOperationsNearFullMatchUnorderedMap) {
 
 INSTANTIATE_TEST_SUITE_P(Groups, ContinuityAddedOracle,
                          testing::Combine(testing::Values(1u, 3u, 4u), testing::Values(1u, 3u, 10u)));
-
-// A transport that runs `before(i)` before the i-th READ it executes (0-based) — or, for READ 1
-// when split_words > 0, after its first split_words words (the rest is read after the hook).
 
 struct StoreLog final : PersistObserver {
   std::vector<std::pair<uint64_t, uint64_t>> stores;
