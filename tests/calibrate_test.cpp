@@ -2,6 +2,7 @@
 // profile's JSON form. No assertion depends on how fast this machine is beyond "positive, finite".
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -46,6 +47,7 @@ m::Profile sample_profile() {
   p.date = "2024-05-01T12:00:00Z";
   p.region_bytes = 1ull << 26;
   p.iterations = 10000;
+  p.execute_cpu = {16, 10000, 61.25, 451.5, 35.25, 26.0};
   return p;
 }
 
@@ -156,9 +158,27 @@ TEST(Calibrate, LocalFabricGivesUsableParameters) {
   EXPECT_NEAR(p.bandwidth[0].bytes_per_s,
               static_cast<double>(p.bandwidth[0].bytes) * static_cast<double>(p.bandwidth[0].ops) / p.bandwidth[0].seconds,
               1e-6 * p.bandwidth[0].bytes_per_s);
-  // latency (iterations + warm-up per size) + rate + bandwidth READs, all 8-byte-aligned in range.
-  EXPECT_GT(transport->counters().reads, o.iterations * o.latency_sizes.size() + 2 * o.rate_ops + o.bandwidth_ops);
   EXPECT_EQ(transport->counters().writes, 0u);
+
+  // The transport's own CPU per execute(): measured, a batch of D READs costs more than a batch
+  // of 1, and the two constants are the fit through those two points (clamped at 0).
+  const m::ExecuteCpu& x = p.execute_cpu;
+  ASSERT_TRUE(x.measured());
+  EXPECT_EQ(x.depth, o.execute_depth);
+  EXPECT_TRUE(positive_finite(x.batch_of_1_ns)) << x.batch_of_1_ns;
+  EXPECT_GT(x.batch_of_d_ns, x.batch_of_1_ns);
+  EXPECT_DOUBLE_EQ(x.per_request_ns, (x.batch_of_d_ns - x.batch_of_1_ns) / (x.depth - 1));
+  EXPECT_DOUBLE_EQ(x.per_batch_ns, std::max(0.0, x.batch_of_1_ns - x.per_request_ns));
+  // Every READ accounted for: the sweep (64 KiB chunks), warm-up + measured READs of each latency
+  // size, rate depth and the bandwidth run, then the execute-CPU loops' (warm-up + 5 loops of
+  // `batches` batches, of 1 and of D READs).
+  auto warm = [](uint64_t n) { return std::min<uint64_t>(std::max<uint64_t>(n / 10, 16), 2000); };
+  uint64_t expected = region / 65536;
+  expected += o.latency_sizes.size() * (warm(o.iterations) + o.iterations);
+  expected += o.rate_depths.size() * (warm(o.rate_ops) + o.rate_ops);
+  expected += warm(o.bandwidth_ops) + o.bandwidth_ops;
+  expected += (std::min<uint64_t>(x.batches, 1000) + 5 * x.batches) * (1 + x.depth);
+  EXPECT_EQ(transport->counters().reads, expected);
 
   // The profile feeds the model.
   const m::FirstEmptyDistribution dist(1000, 800);
@@ -242,6 +262,12 @@ TEST(ProfileJson, RoundTrips) {
     EXPECT_EQ(q.date, p.date);
     EXPECT_EQ(q.region_bytes, p.region_bytes);
     EXPECT_EQ(q.iterations, p.iterations);
+    EXPECT_EQ(q.execute_cpu.depth, 16u);
+    EXPECT_EQ(q.execute_cpu.batches, 10000u);
+    EXPECT_EQ(q.execute_cpu.batch_of_1_ns, 61.25);
+    EXPECT_EQ(q.execute_cpu.batch_of_d_ns, 451.5);
+    EXPECT_EQ(q.execute_cpu.per_batch_ns, 35.25);
+    EXPECT_EQ(q.execute_cpu.per_request_ns, 26.0);
     EXPECT_EQ(m::to_json(q), m::to_json(p));
   }
 }
@@ -275,6 +301,14 @@ TEST(ProfileJson, MalformedProfilesAreRejected) {
   expect_rejected("{\"c_ns\": 1, " + ok_tail + R"(, "measurements": {"latency": {}}})",
                   "field 'measurements.latency' must be an array");
   expect_rejected("{\"c_ns\": 1, " + ok_tail + R"(, "ucx_env": {"UCX_TLS": 5}})", "field 'ucx_env.UCX_TLS' must be a string");
+  const std::string x_ok = R"("batch_of_1_ns": 60, "batch_of_d_ns": 450, "per_batch_ns": 34, "per_request_ns": 26)";
+  expect_rejected("{\"c_ns\": 1, " + ok_tail + R"(, "measurements": {"execute_cpu": {"depth": 1, "batches": 9, )" + x_ok + "}}}",
+                  "field 'measurements.execute_cpu.depth' must be at least 2");
+  expect_rejected("{\"c_ns\": 1, " + ok_tail + R"(, "measurements": {"execute_cpu": {"depth": 16, "batches": 9, )" +
+                      R"("batch_of_1_ns": 60, "batch_of_d_ns": 450, "per_batch_ns": 34, "per_request_ns": -1}}})",
+                  "field 'measurements.execute_cpu.per_request_ns' must be >= 0");
+  expect_rejected("{\"c_ns\": 1, " + ok_tail + R"(, "measurements": {"execute_cpu": {"depth": 16, "batches": 9}}})",
+                  "field 'measurements.execute_cpu.batch_of_1_ns' is missing");
 }
 
 TEST(ProfileJson, LoadProfileNamesTheFile) {

@@ -11,6 +11,9 @@
   measured  BIN   client_cpu = measured: the client's CPU is charged (the depth-1 period exceeds the
                   fixed closed form, sim_client_cpu_ns > 0 and at most the process's CPU time,
                   client_cpu_scale multiplies it), counters equal to fixed mode's; no wall-clock bounds
+  calibrated BIN  `calibrate --write-sim-profile`: the profile's client_batch_ns / client_request_ns are
+                  the calibration's measured Transport::execute CPU (per batch, per READ), not c and 1/rho0;
+                  the profile runs (client_cpu = measured) with the local fabric's counters
 """
 import json
 import os
@@ -218,13 +221,57 @@ def bad_options(binary, tmp):
     expect_refused(binary, ["--fabric", "sim", "--serve-mode", "event"], "--serve-mode")
 
 
+def read_profile(path):
+    fields = {}
+    for line in open(path):
+        line = line.split("#", 1)[0].strip()
+        if line:
+            k, v = (x.strip() for x in line.split("=", 1))
+            fields[k] = v
+    return fields
+
+
+def calibrated(binary, tmp):
+    cal, prof = os.path.join(tmp, "cal.json"), os.path.join(tmp, "local.simprofile")
+    cmd = [binary, "calibrate", "--fabric", "local", "--region-bytes", "1048576", "--iterations", "300",
+           "--sizes", "8,4096", "--rate-depth", "64", "--out", cal, "--write-sim-profile", prof]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit("FAIL: %s exited %d: %s" % (" ".join(cmd), p.returncode, p.stderr))
+    c = json.load(open(cal))
+    x = c["measurements"]["execute_cpu"]
+    f = read_profile(prof)
+    if float(f["client_request_ns"]) != x["per_request_ns"] or float(f["client_batch_ns"]) != x["per_batch_ns"]:
+        sys.exit("FAIL: profile client_request_ns %s / client_batch_ns %s, calibration's execute CPU %s / %s"
+                 % (f["client_request_ns"], f["client_batch_ns"], x["per_request_ns"], x["per_batch_ns"]))
+    if not x["batch_of_d_ns"] > x["batch_of_1_ns"] > 0 or x["depth"] != 16:
+        sys.exit("FAIL: execute CPU %s" % x)
+    # The old constants (1/rho0 and c less it) held the engine's code too, which the simulation
+    # times itself: a batch of 1 READ through execute() alone is cheaper than c, the engine's
+    # depth-1 round trip around the same execute().
+    if not x["batch_of_1_ns"] < c["c_ns"]:
+        sys.exit("FAIL: execute() of 1 READ %.1f ns of CPU, not below c = %.1f ns" % (x["batch_of_1_ns"], c["c_ns"]))
+    if f["client_cpu"] != "measured" or float(f["nic_ops_per_s"]) != 1e12 or float(f["latency_ns"]) != 0:
+        sys.exit("FAIL: profile %s" % f)
+    common = ["--clients", "1", "--memory-nodes", "1", "--scheme", "linear", "--workload", "get", "--depth", "4",
+              "--records", "2000", "--ops", "2000"]
+    sim = run(binary, ["--fabric", "sim", "--sim-profile", prof] + common, tmp, "cs")[0]
+    local = run(binary, ["--fabric", "local"] + common, tmp, "cl")[0]
+    if sim["sim_client_cpu"] != "measured" or protocol(sim) != protocol(local):
+        sys.exit("FAIL: the calibrated profile's run: %s / %s vs local %s"
+                 % (sim["sim_client_cpu"], protocol(sim), protocol(local)))
+    print("ok: calibrated: execute() %.1f ns per batch + %.1f ns per READ (batch of 1 %.1f ns, of 16 %.1f ns; c %.1f ns)"
+          % (x["per_batch_ns"], x["per_request_ns"], x["batch_of_1_ns"], x["batch_of_d_ns"], c["c_ns"]))
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     check, binary = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as tmp:
         {"counters": counters, "determinism": determinism, "closed-form": closed_form,
-         "bad-options": bad_options, "measured": measured}[check](binary, tmp)
+         "bad-options": bad_options, "measured": measured,
+         "calibrated": calibrated}[check](binary, tmp)
 
 
 if __name__ == "__main__":

@@ -345,7 +345,15 @@ void emit(const std::string& path, const std::string& text) {
 // latency minus that, and the measured copy bandwidth as the link; the client's CPU measured as
 // the simulation runs (client_cpu = measured: the scheme's own CPU per operation). RPC handlers (which run on the
 // client's thread on this fabric) are not measured: rpc_ns 0.
+// The in-process fabric as a sim profile for `client_cpu = measured` runs. The simulation times
+// the scheme's, engine's and bench's code between two execute() calls itself, so the per-batch
+// and per-request constants must be the fabric's part only: the CPU of Transport::execute
+// measured directly (Profile::execute_cpu), not c and 1/ρ0, which also hold the measuring
+// loop's engine and coroutine code (charged twice that way: the simulation ran 0.46-0.84 of
+// the measured speed on a quiet machine, docs/results.md).
 SimProfile sim_profile_of(const m::Profile& p, const std::string& name) {
+  if (!p.execute_cpu.measured())
+    throw std::runtime_error("the calibration did not measure the transport's CPU per execute()");
   SimProfile s;
   s.name = name;
   s.latency_ns = 0;
@@ -354,9 +362,8 @@ SimProfile sim_profile_of(const m::Profile& p, const std::string& name) {
   s.header_bytes = 0;
   s.qp_depth = 4096;
   s.rpc_ns = 0;
-  s.client_request_ns = 1e9 / p.rho0_ops_per_s;
-  const double service = std::max(1e9 / s.nic_ops_per_s, 8e9 / s.link_bytes_per_s);
-  s.client_batch_ns = std::max(0.0, p.c_ns - s.client_request_ns - service);
+  s.client_request_ns = p.execute_cpu.per_request_ns;
+  s.client_batch_ns = p.execute_cpu.per_batch_ns;
   s.client_cpu = SimProfile::ClientCpu::kMeasured;
   return s;
 }
@@ -365,11 +372,15 @@ void write_sim_profile(const std::string& path, const m::Profile& p) {
   const SimProfile s = sim_profile_of(p, path);
   if (std::string e = sim_profile_error(s); !e.empty())
     throw std::runtime_error("the calibration gives no valid sim profile: " + e);
+  const m::ExecuteCpu& x = p.execute_cpu;
   std::ofstream f(path, std::ios::trunc);
   f << "# rdmahash calibrate --fabric local on " << p.host << ", " << p.date << "\n"
-    << "# measured: c = " << p.c_ns << " ns (8-byte READ, depth 1), rho0 = " << p.rho0_ops_per_s
+    << "# measured: c = " << p.c_ns << " ns (8-byte READ, depth 1, through the engine), rho0 = " << p.rho0_ops_per_s
     << " READs/s (best depth), l = " << p.link_bytes_per_s << " B/s (64 KiB READs)\n"
-    << "# client_request_ns = 1e9 / rho0; client_batch_ns = c - client_request_ns - 8 B / l;\n"
+    << "# Transport::execute alone (thread CPU, tight loop): " << x.batch_of_1_ns << " ns per batch of 1 READ, "
+    << x.batch_of_d_ns << " ns per batch of " << x.depth << "\n"
+    << "# client_request_ns = (batch of " << x.depth << " - batch of 1) / " << (x.depth - 1)
+    << "; client_batch_ns = batch of 1 - client_request_ns\n"
     << "# shared memory: no latency, no NIC limit (nic_ops_per_s 1e12), no header; rpc_ns not measured\n"
     << "# client_cpu = measured: the client code's own CPU between two batches is timed as the\n"
     << "# simulation runs and charged on top of client_batch_ns and client_request_ns\n"

@@ -156,6 +156,50 @@ RateSample measure_rate(Runner& r, uint32_t bytes, uint32_t depth, uint64_t ops)
   return s;
 }
 
+double thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The transport's own CPU per execute() of `depth` small READs: `batches` calls in a tight loop,
+// the thread's CPU clock read once before and once after (a clock read is a system call, ~0.5 µs
+// on a VM: per batch it would swamp what is measured), median over `loops` loops. The loop's own
+// work per batch (an offset per request) is a few ns and is included.
+double execute_cpu_per_batch(Transport& t, uint32_t node, uint64_t region, uint32_t bytes, uint32_t depth,
+                             uint64_t batches, uint64_t seed, int loops) {
+  std::vector<std::byte> buf(static_cast<size_t>(bytes) * depth);
+  std::vector<Request> batch(depth);
+  for (uint32_t i = 0; i < depth; ++i) {
+    batch[i].kind = ReqKind::kRead;
+    batch[i].buf = buf.data() + static_cast<size_t>(i) * bytes;
+    batch[i].len = bytes;
+  }
+  const uint64_t positions = (region - bytes) / 8 + 1;
+  uint64_t x = seed;
+  auto post = [&] {
+    for (Request& r : batch) {
+      r.addr = RemoteAddr{node, (splitmix64(++x) % positions) * 8};
+      r.status = ReqStatus::kUnknown;
+    }
+    t.execute(batch);
+  };
+  for (uint64_t i = 0; i < std::min<uint64_t>(batches, 1000); ++i) post();  // warm-up
+  std::vector<double> per;
+  for (int l = 0; l < loops; ++l) {
+    const double c0 = thread_cpu_ns();
+    for (uint64_t i = 0; i < batches; ++i) post();
+    per.push_back((thread_cpu_ns() - c0) / static_cast<double>(batches));
+  }
+  return median_of(std::move(per));
+}
+
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -320,6 +364,7 @@ void CalibrateOptions::validate(uint64_t region_bytes) const {
     if (d == 0 || d > 4096) fail("rate depths must be in [1, 4096]");
   if (bandwidth_bytes == 0 || bandwidth_bytes > (1u << 24)) fail("the bandwidth READ size must be in [1, 2^24] bytes");
   if (bandwidth_depth == 0 || bandwidth_depth > 4096) fail("the bandwidth depth must be in [1, 4096]");
+  if (execute_depth < 2 || execute_depth > 4096) fail("the execute-CPU depth must be in [2, 4096]");
   uint64_t largest = std::max<uint64_t>(small_bytes, bandwidth_bytes);
   for (uint32_t s : latency_sizes) largest = std::max<uint64_t>(largest, s);
   if (region_bytes < largest)
@@ -400,6 +445,19 @@ Profile calibrate(Engine& engine, uint32_t node, uint64_t region_bytes, const Ca
   p.bandwidth.push_back(measure_rate(runner, o.bandwidth_bytes, o.bandwidth_depth, bw_ops));
   p.link_bytes_per_s = p.bandwidth.back().bytes_per_s;
 
+  // The transport's own CPU per batch and per request (after the sweep and the runs above, so warm).
+  {
+    ExecuteCpu& x = p.execute_cpu;
+    x.depth = o.execute_depth;
+    x.batches = std::max<uint64_t>(o.iterations, 100);
+    const uint64_t s = splitmix64(o.seed ^ 0x65786563ULL);
+    x.batch_of_1_ns = execute_cpu_per_batch(engine.transport(), node, region_bytes, o.small_bytes, 1, x.batches, s, 5);
+    x.batch_of_d_ns =
+        execute_cpu_per_batch(engine.transport(), node, region_bytes, o.small_bytes, x.depth, x.batches, s + 1, 5);
+    x.per_request_ns = std::max(0.0, (x.batch_of_d_ns - x.batch_of_1_ns) / static_cast<double>(x.depth - 1));
+    x.per_batch_ns = std::max(0.0, x.batch_of_1_ns - x.per_request_ns);
+  }
+
   if (p.latency_fit.slope > 0) {
     p.alpha_ns_per_byte = p.latency_fit.slope;
     p.alpha_source = "fit";
@@ -446,6 +504,15 @@ std::string to_json(const Profile& p, int indent) {
         {"rate", rate},
         {"bandwidth", bw}}},
   };
+  if (p.execute_cpu.measured()) {
+    const ExecuteCpu& x = p.execute_cpu;
+    j["measurements"]["execute_cpu"] = {{"depth", x.depth},
+                                        {"batches", x.batches},
+                                        {"batch_of_1_ns", x.batch_of_1_ns},
+                                        {"batch_of_d_ns", x.batch_of_d_ns},
+                                        {"per_batch_ns", x.per_batch_ns},
+                                        {"per_request_ns", x.per_request_ns}};
+  }
   return j.dump(indent);
 }
 
@@ -496,6 +563,22 @@ Profile profile_from_json(std::string_view text) {
         p.latency_fit.slope = f.number("slope_ns_per_byte");
         p.latency_fit.intercept = f.number("intercept_ns");
         if (f.has("r2")) p.latency_fit.r2 = f.number("r2");
+      }
+      if (m.has("execute_cpu")) {
+        Reader x(m.at("execute_cpu"), m.path("execute_cpu"));
+        ExecuteCpu& e = p.execute_cpu;
+        e.depth = x.unsigned_int<uint32_t>("depth");
+        e.batches = x.unsigned_int<uint64_t>("batches");
+        if (!e.measured()) x.fail("depth", "must be at least 2, with batches at least 1");
+        auto non_negative = [&](const char* key) {
+          const double d = x.number(key);
+          if (d < 0) x.fail(key, "must be >= 0");
+          return d;
+        };
+        e.batch_of_1_ns = non_negative("batch_of_1_ns");
+        e.batch_of_d_ns = non_negative("batch_of_d_ns");
+        e.per_batch_ns = non_negative("per_batch_ns");
+        e.per_request_ns = non_negative("per_request_ns");
       }
     }
     return p;

@@ -19,6 +19,15 @@
 //           (the engine posts up to `depth` READs per batch), the best rate wins.
 //   * l   = link bandwidth: `bandwidth_ops` READs of `bandwidth_bytes` (64 KiB) at depth
 //           `bandwidth_depth` (16), payload bytes per second.
+//   * the transport's own client CPU (`ExecuteCpu`): Transport::execute called directly in a
+//           tight loop (no engine, no coroutine), batches of 1 and of `execute_depth` (16)
+//           `small_bytes` READs, timed with the thread's CPU clock around the whole loop (one
+//           clock read per loop, not per batch), the median of 5 loops; then
+//           per_request = (cpu(batch of D) - cpu(batch of 1)) / (D - 1) and
+//           per_batch = cpu(batch of 1) - per_request (each at least 0). c and ρ0 include the
+//           engine's and the measuring loop's code as well; these two do not, which is what a
+//           simulated fabric that times the client's own code (sim `client_cpu = measured`) must
+//           add for the fabric's part, and nothing more.
 //
 // A `Profile` holds the four parameters, every raw measurement and where they were taken
 // (fabric, UCX_* environment, host, UTC date). It round-trips through JSON (`to_json` /
@@ -71,6 +80,18 @@ struct RateSample {
   double bytes_per_s = 0;  // payload
 };
 
+// CPU per Transport::execute of small READs (see the header comment). Zero when not measured
+// (profiles written before it existed).
+struct ExecuteCpu {
+  uint32_t depth = 0;         // D: the larger batch's requests
+  uint64_t batches = 0;       // batches per timed loop (each size)
+  double batch_of_1_ns = 0;   // median CPU per execute of 1 READ
+  double batch_of_d_ns = 0;   // median CPU per execute of D READs
+  double per_batch_ns = 0;    // the fit: execute(n READs) ≈ per_batch_ns + n · per_request_ns
+  double per_request_ns = 0;
+  bool measured() const { return depth > 1 && batches > 0; }
+};
+
 struct CalibrateOptions {
   uint64_t iterations = 10000;  // depth-1 READs per latency size
   std::vector<uint32_t> latency_sizes{8, 64, 256, 1024, 4096, 16384, 65536};
@@ -80,6 +101,7 @@ struct CalibrateOptions {
   uint32_t bandwidth_bytes = 65536;
   uint32_t bandwidth_depth = 16;
   uint64_t bandwidth_ops = 0;   // 0: iterations
+  uint32_t execute_depth = 16;  // D of ExecuteCpu
   uint64_t seed = 1;            // offsets of the READs
   // Throws std::invalid_argument naming the bad field (region_bytes: the target region's size).
   void validate(uint64_t region_bytes) const;
@@ -98,6 +120,7 @@ struct Profile {
   std::vector<LatencySample> latency;
   std::vector<RateSample> rate;       // small READs at each rate depth
   std::vector<RateSample> bandwidth;  // large READs
+  ExecuteCpu execute_cpu;
 
   // Where and how.
   std::string fabric;                                    // "local", "ucx"

@@ -1,0 +1,108 @@
+// The simulated fabric's measured client CPU (client_cpu = measured, src/fabric/sim_fabric.cpp):
+// what is charged is the client's own code between two execute() calls, and nothing the
+// simulation itself does inside execute() (its event loop, the copies, RPC handlers). Each side
+// burns a known amount of thread CPU time, so the bounds hold on a loaded machine too: a thread's
+// CPU clock does not advance while it is descheduled.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <ctime>
+#include <vector>
+
+#include "rdmahash/fabric.h"
+#include "rdmahash/sim_fabric.h"
+
+namespace {
+
+double thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+}
+
+// Spins until this thread has used `ns` more CPU time; returns what it used.
+double burn(double ns) {
+  const double t0 = thread_cpu_ns();
+  double t = t0;
+  while (t - t0 < ns) t = thread_cpu_ns();
+  return t - t0;
+}
+
+rdmahash::SimProfile measured_profile() {
+  rdmahash::SimProfile p;
+  p.name = "test";
+  p.latency_ns = 1000;
+  p.nic_ops_per_s = 1e8;
+  p.link_bytes_per_s = 1e10;
+  p.header_bytes = 0;
+  p.qp_depth = 16;
+  p.rpc_ns = 500;
+  p.client_batch_ns = 0;
+  p.client_request_ns = 0;
+  p.client_cpu = rdmahash::SimProfile::ClientCpu::kMeasured;
+  return p;
+}
+
+}  // namespace
+
+TEST(SimFabricMeasured, ChargesTheClientsCodeNotTheSimulationsWork) {
+  constexpr double kClient = 200e3;   // ns of client code between two batches
+  constexpr double kHandler = 2e6;    // ns an RPC handler burns inside execute()
+  constexpr int kBatches = 20;
+  auto fabric = rdmahash::make_sim_fabric({4096}, measured_profile());
+  double handler_cpu = 0;
+  fabric->register_rpc(7, [&](uint32_t, std::span<const std::byte>, std::vector<std::byte>& reply) {
+    handler_cpu += burn(kHandler);
+    reply.assign(8, std::byte{1});
+  });
+  double client_cpu = 0;
+  fabric->run(1, [&](uint32_t, rdmahash::Transport& t) {
+    std::byte payload[8]{};
+    std::vector<std::byte> reply;
+    for (int i = 0; i < kBatches; ++i) {
+      client_cpu += burn(kClient);
+      rdmahash::Request r;
+      r.kind = rdmahash::ReqKind::kRpc;
+      r.addr = rdmahash::RemoteAddr{0, 0};
+      r.buf = payload;
+      r.len = sizeof payload;
+      r.rpc_id = 7;
+      r.reply = &reply;
+      rdmahash::Request batch[1] = {r};
+      t.execute(batch);
+    }
+  });
+  const double charged = fabric->last_run().client_cpu_ns;
+  ASSERT_GE(handler_cpu, kBatches * kHandler);
+  // At least the client's burns (less a clock read per interval, which is subtracted: < 50 µs),
+  // and far less than the handlers' CPU, which runs inside execute() on the same thread.
+  EXPECT_GE(charged, client_cpu - kBatches * 50e3) << "client burned " << client_cpu;
+  EXPECT_LE(charged, client_cpu + 0.25 * handler_cpu) << "client burned " << client_cpu << ", handlers " << handler_cpu;
+  // The virtual time holds the charge: at least every batch's client CPU plus its round trip.
+  EXPECT_GE(fabric->last_run().virtual_ns, charged + kBatches * (2 * 1000.0 + 500.0));
+}
+
+TEST(SimFabricMeasured, AnEmptyIntervalIsChargedAlmostNothing) {
+  // Back-to-back batches with no client code between them: the charge per interval is the loop's
+  // own few instructions, not the clock reads (their median cost is subtracted) nor the
+  // simulation's work. Bounded by a fraction of the thread's whole CPU time for the loop, which
+  // holds every clock read and the whole simulation.
+  constexpr int kBatches = 20000;
+  auto fabric = rdmahash::make_sim_fabric({4096}, measured_profile());
+  double loop_cpu = 0;
+  fabric->run(1, [&](uint32_t, rdmahash::Transport& t) {
+    uint64_t word = 0;
+    rdmahash::Request r;
+    r.kind = rdmahash::ReqKind::kRead;
+    r.addr = rdmahash::RemoteAddr{0, 64};
+    r.buf = &word;
+    r.len = 8;
+    rdmahash::Request batch[1] = {r};
+    const double t0 = thread_cpu_ns();
+    for (int i = 0; i < kBatches; ++i) t.execute(batch);
+    loop_cpu = thread_cpu_ns() - t0;
+  });
+  const double charged = fabric->last_run().client_cpu_ns;
+  EXPECT_LE(charged, 0.2 * loop_cpu) << "charged " << charged / kBatches << " ns per empty interval, loop "
+                                     << loop_cpu / kBatches << " ns per batch";
+}
