@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
+#include <stdexcept>
 #include <ctime>
 #include <vector>
 
@@ -105,4 +107,110 @@ TEST(SimFabricMeasured, AnEmptyIntervalIsChargedAlmostNothing) {
   const double charged = fabric->last_run().client_cpu_ns;
   EXPECT_LE(charged, 0.2 * loop_cpu) << "charged " << charged / kBatches << " ns per empty interval, loop "
                                      << loop_cpu / kBatches << " ns per batch";
+}
+
+namespace {
+
+rdmahash::SimProfile fixed_profile() {
+  rdmahash::SimProfile p = measured_profile();
+  p.client_cpu = rdmahash::SimProfile::ClientCpu::kFixed;
+  p.client_batch_ns = 50;
+  p.client_request_ns = 10;
+  return p;
+}
+
+// `clients` clients each add 1 to a shared counter `per_client` times with CAS retry loops (a
+// READ, then a CAS per attempt: contended, so the order of their batches decides who retries).
+// Returns {final counter, CAS attempts, virtual ns}.
+struct CasRun {
+  uint64_t counter = 0, attempts = 0;
+  double virtual_ns = 0;
+};
+CasRun cas_counter(uint32_t clients, uint32_t per_client) {
+  auto fabric = rdmahash::make_sim_fabric({4096, 4096}, fixed_profile());
+  std::vector<uint64_t> attempts(clients, 0);
+  fabric->run(clients, [&](uint32_t c, rdmahash::Transport& t) {
+    for (uint32_t i = 0; i < per_client; ++i) {
+      uint64_t seen = 0;
+      rdmahash::Request rd;
+      rd.kind = rdmahash::ReqKind::kRead;
+      rd.addr = rdmahash::RemoteAddr{1, 8};
+      rd.buf = &seen;
+      rd.len = 8;
+      rdmahash::Request b1[1] = {rd};
+      t.execute(b1);
+      for (;;) {
+        uint64_t old = 0;
+        rdmahash::Request cas;
+        cas.kind = rdmahash::ReqKind::kCas;
+        cas.addr = rdmahash::RemoteAddr{1, 8};
+        cas.compare = seen;
+        cas.swap = seen + 1;
+        cas.result = &old;
+        rdmahash::Request b2[1] = {cas};
+        t.execute(b2);
+        ++attempts[c];
+        if (old == seen) break;
+        seen = old;
+      }
+    }
+  });
+  CasRun r;
+  std::memcpy(&r.counter, fabric->local_region(1).data() + 8, 8);
+  for (uint64_t a : attempts) r.attempts += a;
+  r.virtual_ns = fabric->last_run().virtual_ns;
+  return r;
+}
+
+}  // namespace
+
+TEST(SimFabricClients, ManyContendingClientsLoseNoIncrementAndRepeatExactly) {
+  // 100 coroutine clients, contended CASes on one word:
+  // the counter is exact (the oracle: clients x increments), there were retries (the clients
+  // really interleaved), and a second run is identical to the last CAS and the last nanosecond.
+  const CasRun a = cas_counter(100, 10), b = cas_counter(100, 10);
+  EXPECT_EQ(a.counter, 100u * 10u);
+  EXPECT_GT(a.attempts, 100u * 10u);
+  EXPECT_EQ(a.attempts, b.attempts);
+  EXPECT_EQ(a.virtual_ns, b.virtual_ns);
+  EXPECT_EQ(a.counter, b.counter);
+}
+
+TEST(SimFabricClients, AClientsExceptionIsRethrownAfterEveryClientFinished) {
+  auto fabric = rdmahash::make_sim_fabric({4096}, fixed_profile());
+  std::vector<int> done(8, 0);
+  EXPECT_THROW(fabric->run(8,
+                           [&](uint32_t c, rdmahash::Transport& t) {
+                             uint64_t w = 0;
+                             for (int i = 0; i < 5; ++i) {
+                               rdmahash::Request r;
+                               r.kind = rdmahash::ReqKind::kRead;
+                               r.addr = rdmahash::RemoteAddr{0, 0};
+                               r.buf = &w;
+                               r.len = 8;
+                               rdmahash::Request b[1] = {r};
+                               if (c == 3 && i == 2) throw std::runtime_error("client 3 fails");
+                               t.execute(b);
+                             }
+                             done[c] = 1;
+                           }),
+               std::runtime_error);
+  for (uint32_t c = 0; c < 8; ++c) EXPECT_EQ(done[c], c == 3 ? 0 : 1) << c;
+  // A failed request (outside the region) throws FabricError inside its client, which may catch it.
+  int caught = 0;
+  fabric->run(4, [&](uint32_t, rdmahash::Transport& t) {
+    uint64_t w = 0;
+    rdmahash::Request r;
+    r.kind = rdmahash::ReqKind::kRead;
+    r.addr = rdmahash::RemoteAddr{0, 8192};
+    r.buf = &w;
+    r.len = 8;
+    rdmahash::Request b[1] = {r};
+    try {
+      t.execute(b);
+    } catch (const rdmahash::FabricError&) {
+      ++caught;
+    }
+  });
+  EXPECT_EQ(caught, 4);
 }

@@ -43,30 +43,33 @@
 //
 // Clients and determinism. The bench's client code is synchronous (Engine::run_many calls
 // Transport::execute and expects it to return at the batch's completion), so each simulated
-// client runs on its own OS thread — but only one thread runs at any moment: the baton holder.
-// A client calling execute() schedules its batch's events and then itself runs the event loop
-// (advance()) until the next client that must run: if that is itself (e.g. one client) it just
-// returns, with no thread switch; else it releases that client's baton and blocks on its own.
-// A client that finishes runs the loop the same way and hands the baton on; when no events are
-// left the baton goes back to run()'s thread. All simulation state, region memory and RPC
-// handlers are touched only by the baton holder, and who holds it is decided by the event order
-// alone, so OS scheduling cannot change any outcome: with client_cpu = fixed, the same command
-// gives the same counters, the same histories and the same virtual times. (The batons' mutexes
-// order the threads' memory accesses.) Threads rather than coroutines because the bench's and schemes'
-// client code (run_client, KvClient setup) is ordinary blocking code; stackful coroutines would
-// need a context-switch library. The price: a handoff between two clients' threads is a futex wake
-// and a context switch, ~17 µs of wall time per batch with 768 clients on a loaded 2-core VM
-// (docs/results.md, "Simulated fabric"); a lone client never switches.
+// client runs as a stackful coroutine (class Fiber: its own 1 MiB stack, swapcontext) on the
+// thread that called run(); only one runs at any moment. A client calling execute() schedules its
+// batch's events and then itself runs the event loop (advance()) until the next client that must
+// run: if that is itself (e.g. one client) it just returns, with no switch; else it tells run()'s
+// scheduler loop which client is next and switches to it, which resumes that client. A client
+// that finishes runs the loop the same way and switches away for good; when no events are left
+// the scheduler returns. All simulation state, region memory and RPC handlers are touched by one
+// thread, in an order decided by the event order alone, so nothing outside the simulation can
+// change an outcome: with client_cpu = fixed, the same command gives the same counters, the same
+// histories and the same virtual times. A switch costs two swapcontext calls (each one system call,
+// for the signal mask): ~0.7 M events/s of wall time with 768 clients, where OS threads handing a
+// baton on cost a futex wake and a context switch per batch (~17 µs, ~115 k events/s;
+// docs/results.md, "Simulated fabric"). The sanitizers are told about every switch (ASan: the
+// stack switched to; TSan: the fiber). Client code must not block on another client (it never
+// could: with the clients on OS threads, the running one blocking stalled the simulation too), and
+// thread_local state is shared by the clients (the coroutine frame pool's: only a free list).
 //
 // Client CPU, measured (`client_cpu = measured` in a profile, with `client_cpu_scale`, default 1).
 // The fixed per-batch and per-request constants cannot know what a scheme does between two round
 // trips (a RACE get's bucket scans cost a real client 2-4 µs of CPU, not ~1). But each simulated
-// client runs the real scheme, engine and bench code on this CPU, and only the baton holder runs:
-// so its thread's CPU time (clock_gettime(CLOCK_THREAD_CPUTIME_ID)) from the moment it left the
+// client runs the real scheme, engine and bench code on this CPU, one client at a time and
+// switched only inside execute(): so the thread's CPU time (clock_gettime(CLOCK_THREAD_CPUTIME_ID))
+// from the moment the client left the
 // simulation (its start, or the return of its previous execute()) to its next execute() call is
 // exactly the CPU its own code spent, and that time, times client_cpu_scale, is added to the
 // batch's post time on top of the fixed constants. The simulation's own work (the event loop,
-// the requests' copies, RPC handlers, handing the baton on and waiting for it) happens inside
+// the requests' copies, RPC handlers, switching to the next client and back) happens inside
 // execute() and is not charged; neither is the reading of the clock itself (a system call, ~0.5 µs
 // on this VM: its median cost, measured when the fabric is created, is subtracted from every
 // interval). A connect()ed transport is charged only while one thread uses it. The price:
@@ -111,13 +114,36 @@
 #include <fstream>
 #include <new>
 #include <queue>
-#include <condition_variable>
-#include <mutex>
 #include <sstream>
 #include <stdexcept>
+#include <sys/mman.h>
 #include <thread>
 #include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
 #include <unordered_map>
+#include <utility>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define RDMAHASH_SIM_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RDMAHASH_SIM_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define RDMAHASH_SIM_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define RDMAHASH_SIM_TSAN 1
+#endif
+#endif
+#ifdef RDMAHASH_SIM_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+#ifdef RDMAHASH_SIM_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
 
 #include "fabric/direct_access.h"
 
@@ -298,28 +324,103 @@ struct Qp {
   std::deque<uint32_t> waiting;
 };
 
-// A thread's turn to run. Not std::binary_semaphore: libstdc++'s spins with sched_yield before
-// it sleeps, which with hundreds of waiting client threads on two cores costs more than the
-// simulation itself. A futex-backed mutex and condition variable sleep at once.
-class Baton {
+// A client's own stack and machine context: the simulated clients are stackful coroutines on the
+// thread that called run(), switched with swapcontext (one system call per switch, for the signal
+// mask: ~1 µs, against ~17 µs for waking another OS thread). Switches go through run()'s
+// scheduler loop only (client -> scheduler -> client), which is all the sanitizers must be told
+// about: ASan the stack being switched to, TSan the fiber (flags 0: each switch synchronizes, as
+// the baton's mutex did when the clients were threads).
+class Fiber {
  public:
-  void release() {
-    {
-      std::lock_guard lock(mu_);
-      ready_ = true;
-    }
-    cv_.notify_one();
+  static constexpr size_t kStackBytes = size_t{1} << 20;  // reserved, not committed (MAP_NORESERVE)
+
+  // The scheduler's side: this thread's own stack.
+  Fiber() {
+#ifdef RDMAHASH_SIM_TSAN
+    tsan_ = __tsan_get_current_fiber();
+#endif
   }
-  void acquire() {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [this] { return ready_; });
-    ready_ = false;
+  // A client's side: `entry(arg)` runs on a fresh stack at the first switch to it.
+  Fiber(void (*entry)(void*), void* arg) : entry_(entry), arg_(arg) {
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    map_bytes_ = kStackBytes + page;  // the lowest page is a guard: an overflow faults
+    void* m = ::mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK,
+                     -1, 0);
+    if (m == MAP_FAILED) throw std::bad_alloc();
+    map_ = m;
+    ::mprotect(map_, page, PROT_NONE);
+    stack_ = static_cast<std::byte*>(map_) + page;
+    stack_bytes_ = kStackBytes;
+    if (::getcontext(&uc_) != 0) throw std::runtime_error("sim fabric: getcontext failed");
+    uc_.uc_stack.ss_sp = stack_;
+    uc_.uc_stack.ss_size = stack_bytes_;
+    uc_.uc_link = nullptr;  // entry never returns: it switches away for the last time
+    const auto bits = reinterpret_cast<uintptr_t>(this);
+    ::makecontext(&uc_, reinterpret_cast<void (*)()>(&Fiber::trampoline), 2, static_cast<unsigned>(bits >> 32),
+                  static_cast<unsigned>(bits & 0xffffffffu));
+#ifdef RDMAHASH_SIM_TSAN
+    tsan_ = __tsan_create_fiber(0);
+#endif
+  }
+  ~Fiber() {
+#ifdef RDMAHASH_SIM_TSAN
+    if (map_ && tsan_) __tsan_destroy_fiber(tsan_);
+#endif
+    if (map_) ::munmap(map_, map_bytes_);
+  }
+  Fiber(const Fiber&) = delete;
+  Fiber& operator=(const Fiber&) = delete;
+
+  // Saves this context in `from` and continues `to`; returns when something switches back to
+  // `from`. `last`: `from` will never be resumed (a finished client), so ASan drops its frames.
+  static void switch_to(Fiber& from, Fiber& to, bool last = false) {
+#ifdef RDMAHASH_SIM_ASAN
+    __sanitizer_start_switch_fiber(last ? nullptr : &from.asan_fake_, to.stack_, to.stack_bytes_);
+#else
+    (void)last;
+#endif
+#ifdef RDMAHASH_SIM_TSAN
+    __tsan_switch_to_fiber(to.tsan_, 0);
+#endif
+    if (::swapcontext(&from.uc_, &to.uc_) != 0) std::terminate();
+    from.resumed();
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool ready_ = false;
+  static void trampoline(unsigned hi, unsigned lo) {
+    auto* self = reinterpret_cast<Fiber*>((static_cast<uintptr_t>(hi) << 32) | static_cast<uintptr_t>(lo));
+    self->resumed();
+    self->entry_(self->arg_);
+    std::terminate();  // entry switched away for the last time and was resumed: a scheduler bug
+  }
+  // After a switch lands here: ASan learns the stack it came from (the scheduler's, whose bounds
+  // the scheduler's Fiber does not know until a client first switches back to it).
+  void resumed() {
+#ifdef RDMAHASH_SIM_ASAN
+    const void* bottom = nullptr;
+    size_t size = 0;
+    __sanitizer_finish_switch_fiber(asan_fake_, &bottom, &size);
+    asan_fake_ = nullptr;
+    if (scheduler_ && !scheduler_->stack_) {
+      scheduler_->stack_ = static_cast<std::byte*>(const_cast<void*>(bottom));
+      scheduler_->stack_bytes_ = size;
+    }
+#endif
+  }
+
+ public:
+  Fiber* scheduler_ = nullptr;  // a client's scheduler (ASan: its stack bounds are learned here)
+
+ private:
+  ucontext_t uc_{};
+  void (*entry_)(void*) = nullptr;
+  void* arg_ = nullptr;
+  void* map_ = nullptr;
+  size_t map_bytes_ = 0;
+  std::byte* stack_ = nullptr;
+  size_t stack_bytes_ = 0;
+  [[maybe_unused]] void* asan_fake_ = nullptr;
+  [[maybe_unused]] void* tsan_ = nullptr;
 };
 
 struct ClientState {
@@ -329,7 +430,7 @@ struct ClientState {
   std::vector<uint32_t> failed_nodes;
   std::string error;
   std::vector<Qp> qps;  // per memory node
-  Baton sem;
+  Fiber* fiber = nullptr;  // inside run(): this client's coroutine
   // Measured client CPU: this thread's CPU time when the client last left the simulation (its
   // start, or the return of execute()); valid only on the thread that set it.
   bool cpu_mark_valid = false;
@@ -443,24 +544,27 @@ class SimFabricImpl final : public SimFabric {
     const auto wall0 = std::chrono::steady_clock::now();
     active_ = clients;
     for (uint32_t c = 0; c < clients; ++c) schedule(now_, states[c].get(), 0, Ev::kWake);
-    std::vector<std::thread> threads;
-    threads.reserve(clients);
-    for (uint32_t c = 0; c < clients; ++c)
-      threads.emplace_back([&, c] {
-        ClientState* st = states[c].get();
-        st->sem.acquire();  // the baton: this client's start event
-        if (measured_) mark_cpu(st);
-        try {
-          fn(c, *transports[c]);
-        } catch (...) {
-          errors[c] = std::current_exception();
-        }
-        --active_;
-        hand_off(advance());
-      });
-    hand_off(advance());
-    main_sem_.acquire();  // every client finished and no event is left
-    for (auto& t : threads) t.join();
+    // The clients' coroutines, each started at its wake event. A client leaves its coroutine only
+    // inside execute() (waiting for its batch) and at its end; run()'s loop below resumes whichever
+    // client the event order says runs next.
+    std::vector<Start> starts(clients);
+    std::vector<std::unique_ptr<Fiber>> fibers;
+    fibers.reserve(clients);
+    Fiber scheduler;
+    scheduler_ = &scheduler;
+    struct Reset {
+      SimFabricImpl* f;
+      ~Reset() { f->scheduler_ = nullptr; }
+    } reset{this};
+    for (uint32_t c = 0; c < clients; ++c) {
+      starts[c] = Start{this, states[c].get(), c, &fn, transports[c].get(), &errors[c]};
+      fibers.push_back(std::make_unique<Fiber>(&SimFabricImpl::client_main, &starts[c]));
+      fibers.back()->scheduler_ = &scheduler;
+      states[c]->fiber = fibers.back().get();
+    }
+    next_ = advance();
+    while (ClientState* st = std::exchange(next_, nullptr)) Fiber::switch_to(scheduler, *st->fiber);
+    if (active_ != 0) throw std::logic_error("sim fabric: no event is left but a client has not finished");
     last_.events = events_ - events0;
     last_.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
     last_.virtual_ns = now_ - t0;
@@ -503,10 +607,27 @@ class SimFabricImpl final : public SimFabric {
     if (st->outstanding == 0) schedule(t, st, 0, Ev::kWake);
     ClientState* next = advance();
     if (next != st) {
-      if (!next || !in_run(st)) throw std::logic_error("sim fabric: a client outside run() waited on another client");
-      hand_off(next);
-      st->sem.acquire();
+      if (!next || !st->fiber || !scheduler_) throw std::logic_error("sim fabric: a client outside run() waited on another client");
+      next_ = next;  // the scheduler resumes it; this client is resumed at its batch's completion
+      Fiber::switch_to(*st->fiber, *scheduler_);
     }
+  }
+
+  // A client's coroutine: runs the client's code, then gives the scheduler the next client to
+  // run and leaves for good.
+  static void client_main(void* arg) {
+    auto* a = static_cast<Start*>(arg);
+    SimFabricImpl* self = a->self;
+    ClientState* st = a->st;
+    if (self->measured_) mark_cpu(st);
+    try {
+      (*a->fn)(a->c, *a->transport);
+    } catch (...) {
+      *a->error = std::current_exception();
+    }
+    --self->active_;
+    self->next_ = self->advance();
+    Fiber::switch_to(*st->fiber, *self->scheduler_, /*last=*/true);
   }
 
   double now_ns() const { return now_; }
@@ -518,14 +639,7 @@ class SimFabricImpl final : public SimFabric {
     uint64_t size;
   };
 
-  bool in_run(const ClientState*) const { return active_ > 0; }
-
   void schedule(double t, ClientState* st, uint32_t index, Ev kind) { queue_.push(Event{t, seq_++, st, index, kind}); }
-
-  void hand_off(ClientState* next) {
-    if (next) next->sem.release();
-    else main_sem_.release();
-  }
 
   // Processes events in order until a client must run (returned), or none are left (null).
   ClientState* advance() {
@@ -668,7 +782,16 @@ class SimFabricImpl final : public SimFabric {
   uint64_t events_ = 0;
   std::atomic<uint32_t> active_{0};
   uint32_t next_standalone_ = 0x80000000u;
-  Baton main_sem_;
+  struct Start {  // what a client's coroutine runs
+    SimFabricImpl* self;
+    ClientState* st;
+    uint32_t c;
+    const std::function<void(uint32_t, Transport&)>* fn;
+    Transport* transport;
+    std::exception_ptr* error;
+  };
+  Fiber* scheduler_ = nullptr;   // inside run(): the scheduler's context
+  ClientState* next_ = nullptr;  // inside run(): the client the scheduler resumes next
   SimRunStats last_;
 };
 
