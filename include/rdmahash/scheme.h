@@ -91,6 +91,7 @@ struct TableOptions {
   uint64_t capacity = 0;       // records it may hold in all ((`serve --capacity`); 0: records + writes
   uint64_t writes = 0;         // records the run's points may write (heaps, level's room to grow)
   uint64_t inserts = 0;        // keys the run's clients may insert (race sizes its pool for them)
+  uint32_t clients = 0;        // clients the run has, when known (race: each may hold a split's subtables)
   // linear
   Storage storage = Storage::kInline;
   SlotFormatChoice slot_format = SlotFormatChoice::kAuto;

@@ -162,6 +162,7 @@ TableOptions table_options(const BenchOptions& o, double load_factor) {
   for (Workload w : o.workloads)
     if (w != Workload::kGet && w != Workload::kGetAll && w != Workload::kRawRead) inserts = true;
   t.inserts = inserts ? o.ops * std::max<uint32_t>(o.clients, 8) * o.repeat : 0;
+  t.clients = o.clients;
   t.storage = o.storage;
   t.slot_format = o.slot_format;
   t.tail_slots = o.tail_slots;

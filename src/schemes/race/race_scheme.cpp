@@ -19,7 +19,7 @@ namespace {
 // fixed suffix). The table starts with 2^initial_depth subtables and grows.
 class RaceTable final : public SchemeTable {
  public:
-  explicit RaceTable(const TableOptions& o) : value_bytes_(o.value_bytes) {
+  explicit RaceTable(const TableOptions& o) : value_bytes_(o.value_bytes), clients_(std::max<uint32_t>(o.clients, 16)) {
     cfg_.memory_nodes = o.memory_nodes;
     cfg_.groups_per_subtable = o.race_groups;
     cfg_.initial_depth = o.initial_depth;
@@ -39,7 +39,9 @@ class RaceTable final : public SchemeTable {
     cfg_.test_die_at_step = o.die_holding_lock;  // tests only: die at the Nth split step
     cfg_.validate();
   }
-  uint64_t region_bytes() const override { return cfg_.region_bytes_for(capacity_, value_bytes_, 16); }
+  // Each client may hold a prepared split (its subtables) and a partly used chunk per node: at
+  // least 16 clients' worth (a served table's clients are not known in advance), else the run's.
+  uint64_t region_bytes() const override { return cfg_.region_bytes_for(capacity_, value_bytes_, clients_); }
   uint64_t slots() const override { return 0; }  // the table grows: no fixed slot count
   uint64_t slots_in(Fabric& fabric) const override {
     return fabric.local_region(0).empty() ? 0 : race_slot_count(fabric, cfg_);
@@ -114,6 +116,7 @@ class RaceTable final : public SchemeTable {
  private:
   RaceConfig cfg_;
   uint32_t value_bytes_;
+  uint32_t clients_;
   uint64_t capacity_ = 0;
 };
 
