@@ -11,6 +11,9 @@
   measured  BIN   client_cpu = measured: the client's CPU is charged (the depth-1 period exceeds the
                   fixed closed form, sim_client_cpu_ns > 0 and at most the process's CPU time,
                   client_cpu_scale multiplies it), counters equal to fixed mode's; no wall-clock bounds
+  race-helping BIN 64 simulated clients inserting into a growing RACE table (32 splits, edr, deterministic)
+                  spend at most 2x the CASes per insert of one client: a client that meets another's split
+                  waits for its release (help_patience) instead of repeating its copy (100x before)
   calibrated BIN  `calibrate --write-sim-profile`: the profile's client_batch_ns / client_request_ns are
                   the calibration's measured Transport::execute CPU (per batch, per READ), not c and 1/rho0;
                   the profile runs (client_cpu = measured) with the local fabric's counters
@@ -264,6 +267,20 @@ def calibrated(binary, tmp):
           % (x["per_batch_ns"], x["per_request_ns"], x["batch_of_1_ns"], x["batch_of_d_ns"], c["c_ns"]))
 
 
+def race_helping(binary, tmp):
+    cas = {}
+    for n in (1, 64):
+        row = run(binary, ["--fabric", "sim", "--sim-profile", "edr", "--memory-nodes", "1", "--clients", str(n),
+                           "--depth", "1", "--ops", str(32000 // n), "--records", "20000", "--load-factor", "0.25",
+                           "--scheme", "race", "--workload", "find-or-put"], tmp, "rh%d" % n)[0]
+        if row["outcomes"]["inserted"] != 32000 or row["split_load_factor"]["splits"] < 16:
+            sys.exit("FAIL: race with %d clients: %s, %s splits" % (n, row["outcomes"], row["split_load_factor"]["splits"]))
+        cas[n] = row["requests_per_op"]["cas"]
+    if not cas[64] <= 2 * cas[1]:
+        sys.exit("FAIL: 64 clients %.2f CASes per insert, one client %.2f: helpers repeat the splits' copies" % (cas[64], cas[1]))
+    print("ok: race-helping: %.2f CASes per insert with 64 clients, %.2f with one" % (cas[64], cas[1]))
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -271,7 +288,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         {"counters": counters, "determinism": determinism, "closed-form": closed_form,
          "bad-options": bad_options, "measured": measured,
-         "calibrated": calibrated}[check](binary, tmp)
+         "calibrated": calibrated, "race-helping": race_helping}[check](binary, tmp)
 
 
 if __name__ == "__main__":

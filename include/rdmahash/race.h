@@ -343,6 +343,14 @@ struct RaceConfig {
   uint32_t key_bytes = 8;             // uint64 keys: 8 bytes, or the 8 bytes + a fixed suffix (≤ 256)
   bool dir_cache = true;              // false: READ the directory entry before every operation
   bool resize = true;                 // false: an insert into two full buckets answers kFull
+  // A client that meets another client's installed split first polls the split word (one 8-byte
+  // READ per round trip) up to this many times and retries its operation if the split was
+  // released meanwhile; only then does it run the split itself. 0: help at once. Helping at once
+  // made every client that met a split repeat its thousands of freeze and copy CASes: 256
+  // simulated EDR clients inserting ran at 1121 CASes and 53 k inserts/s, 1024 at 9.7 CASes (as
+  // one client) and 481 k/s (256: 229 and 157 k/s; docs/results.md). Bounded, so still
+  // lock-free: a stalled or dead splitter is finished by its helpers after this many round trips.
+  uint32_t help_patience = 1024;
   uint64_t hash_seed = 0x5ACE5ACE12345678ULL;
   // Tests only (serve kill tests): the client process raise(SIGKILL)s at its Nth split step
   // (about 12 a split, counted over its life, helping included), leaving its split installed. 0: never.
@@ -415,6 +423,7 @@ struct RaceClientStats {
   uint64_t commits_by_helper = 0;  // own tentative copies another client committed (answered kInserted)
   uint64_t kills = 0;            // other clients' tentative copies killed (duplicate resolution)
   uint64_t helped = 0;           // other clients' splits this client ran (in part or to the end)
+  uint64_t waited = 0;           // other clients' splits this client saw released while it polled (help_patience)
   uint64_t chunk_rpcs = 0;
   std::vector<double> split_load;  // load factor of each subtable this client split (one per counted split; a
                                    // helper may have frozen it: then read back from the frozen subtable)

@@ -61,6 +61,19 @@ namespace rdmahash {
       throw FabricError("race: the split word names a block that is not a valid split descriptor");
     Desc x{d[1], static_cast<uint32_t>(d[2]), entry_addr(d[3]), entry_addr(d[4]), entry_addr(d[5])};
     if (only && !same_addr(*only, x.sub)) co_return End::kUnknown;
+    // Another client's split: give its runners cfg.help_patience round trips to release it before
+    // repeating their work (RaceConfig::help_patience). Our own installed split (mine, or
+    // installed by this client and met again) is run at once.
+    if (!mine && (w >> 48) != uint64_t{id} + 1) {
+      for (uint32_t i = 0; i < cfg.help_patience; ++i) {
+        uint64_t cur = 0;
+        co_await engine.read(split_at(), &cur, 8);
+        if (cur != w) {
+          ++st.waited;
+          co_return End::kUnknown;
+        }
+      }
+    }
     const uint64_t eS = make_entry(x.sub, x.L), eA = make_entry(x.a, x.L + 1);
     uint64_t ds = 0;
     co_await engine.read(dir_at(x.s), &ds, 8);
