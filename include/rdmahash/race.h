@@ -116,8 +116,10 @@
 //  that showed the FIRST placement alone, although a third client committed its own copy since:
 //  two committed copies of one key (test RaceFault.LateCommitCasNeverLandsOnTheOwnersNextPlacement).
 //  A writer whose view holds a FROZEN slot (its subtable is being split) HELPS: it READs the split
-//  word and, if the installed split is of that subtable, runs it to its end (steps 4-9), then
-//  re-reads the directory and retries. It never waits for the splitter.
+//  word and, if the installed split is of that subtable, polls the word for up to help_patience
+//  round trips (RaceConfig: 1024) and, if the split is still installed then, runs it to its end
+//  (steps 4-9); either way it then re-reads the directory and retries. It never waits for the
+//  splitter beyond that bound: a stalled or dead splitter's split is finished by its helpers.
 //
 // Split of S (depth L, suffix s; s2 = s | 2^L) into two NEW subtables A (suffix s) and B (s2)
 //   1. (the client whose insert found both combined buckets full) re-READ the directory; S still
@@ -183,7 +185,8 @@
 //     the READ preceded the retirement, by the RT2 check.
 //   * A stale writer whose READ of S preceded a whole split and whose CAS followed it fails (every
 //     slot of a retired subtable is frozen): no copy is ever stranded in a subtable keys left.
-//   * Lock-free: a split is finished by whoever meets it; a runner only retries a CAS after another
+//   * Lock-free: a split is finished by whoever meets it (after at most help_patience polls of the
+//     split word, which only reads); a runner only retries a CAS after another
 //     client's CAS on that word succeeded (progress), so some operation always completes. Splits
 //     are serialized (one split word): simpler to argue, at the price of split concurrency.
 // Helping (no inserter waits for another; issue 9)
