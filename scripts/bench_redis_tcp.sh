@@ -14,7 +14,8 @@
 # with -P 16. Both sides are one process serving (Redis single-threaded; serve's one thread).
 # usage: scripts/bench_redis_tcp.sh [BIN] [ROUNDS] [OPS]
 #   BIN default build/rel/rdmahash (else build/ci/rdmahash); ROUNDS 5; OPS per client per run 200000.
-#   Env: KEYS (1000000), VALUES ("8 100"), CLIENTS ("1 4"), PIPELINES ("1 16").
+#   Env: KEYS (1000000), VALUES ("8 100"), CLIENTS ("1 4"), PIPELINES ("1 16"), CLIENT_WAIT (auto: our
+#   clients' --client-wait; `event` when clients + server outnumber the cores, as 4 clients on 2 do).
 # Output: results/redis_tcp/results.jsonl (one row per run) and summary.md (medians, ratio).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +27,7 @@ KEYS=${KEYS:-1000000}
 VALUES=${VALUES:-8 100}
 CLIENTS=${CLIENTS:-1 4}
 PIPELINES=${PIPELINES:-1 16}
+CLIENT_WAIT=${CLIENT_WAIT:-auto}
 DIR=results/redis_tcp
 RPORT=16379
 [ -x "$BIN" ] || { echo "bench_redis_tcp.sh: error: no rdmahash binary at $BIN (build first)" >&2; exit 2; }
@@ -88,7 +90,7 @@ for round in $(seq 1 "$ROUNDS"); do
         # rdmahash: c client processes at depth p.
         pids=()
         for i in $(seq 1 "$c"); do
-          "$BIN" bench --connect "${OURS[$v]}" --workload get --depth "$p" --ops "$OPS" --quiet --no-progress \
+          "$BIN" bench --connect "${OURS[$v]}" --workload get --depth "$p" --ops "$OPS" --client-wait "$CLIENT_WAIT" --quiet --no-progress \
             --json "$DIR/run_${round}_${v}_${c}_${p}_$i.jsonl" > /dev/null 2>> "$DIR/clients.err" &
           pids+=($!)
         done
