@@ -96,6 +96,10 @@ RaceConfig fault_cfg() {
   c.initial_depth = 0;
   c.max_depth = 10;
   c.chunk_bytes = 1 << 16;
+  // Helpers run another client's split after 2 polls of the split word, not 1024: these tests
+  // stop, kill and interleave the runners of a split, not the pollers (sim_fabric_race-helping
+  // covers the patience).
+  c.help_patience = 2;
   return c;
 }
 

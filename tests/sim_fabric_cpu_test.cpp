@@ -214,3 +214,40 @@ TEST(SimFabricClients, AClientsExceptionIsRethrownAfterEveryClientFinished) {
   });
   EXPECT_EQ(caught, 4);
 }
+
+TEST(SimFabricClients, AConnectedTransportWorksOutsideRunAndIsRefusedInside) {
+  auto fabric = rdmahash::make_sim_fabric({4096}, fixed_profile());
+  auto owned = fabric->connect();
+  uint64_t w = 7;
+  auto batch_of = [](uint64_t* buf, rdmahash::ReqKind kind) {
+    rdmahash::Request r;
+    r.kind = kind;
+    r.addr = rdmahash::RemoteAddr{0, 16};
+    r.buf = buf;
+    r.len = 8;
+    return r;
+  };
+  rdmahash::Request put[1] = {batch_of(&w, rdmahash::ReqKind::kWrite)};
+  owned->execute(put);  // outside run(): its own client, performed at once
+  int refused = 0;
+  uint64_t seen[2] = {};
+  fabric->run(2, [&](uint32_t c, rdmahash::Transport& t) {
+    rdmahash::Request mine[1] = {batch_of(&seen[c], rdmahash::ReqKind::kRead)};
+    t.execute(mine);
+    uint64_t x = 0;
+    rdmahash::Request theirs[1] = {batch_of(&x, rdmahash::ReqKind::kRead)};
+    try {
+      owned->execute(theirs);
+    } catch (const std::logic_error&) {
+      ++refused;
+    }
+    t.execute(mine);  // the run goes on
+  });
+  EXPECT_EQ(refused, 2);
+  EXPECT_EQ(seen[0], 7u);
+  EXPECT_EQ(seen[1], 7u);
+  uint64_t back = 0;
+  rdmahash::Request get[1] = {batch_of(&back, rdmahash::ReqKind::kRead)};
+  owned->execute(get);  // and outside run() again
+  EXPECT_EQ(back, 7u);
+}

@@ -123,12 +123,14 @@
 //
 // Split of S (depth L, suffix s; s2 = s | 2^L) into two NEW subtables A (suffix s) and B (s2)
 //   1. (the client whose insert found both combined buckets full) re-READ the directory; S still
-//      named at depth L < max_depth. READ the split word: a split is installed → help it to its
-//      end (steps 4-9), retry the insert.
+//      named at depth L < max_depth. READ the split word: a split is installed → poll the word up
+//      to help_patience times, help the split to its end (steps 4-9) if it is still installed,
+//      retry the insert.
 //   2. Allocate A and B (RPCs; kept for this client's next split if they go unused), WRITE their
 //      images — every header (L+1, s) / (L+1, s2), every slot RESERVED — and the descriptor block.
 //      Nothing is visible yet: a client that stops here leaks space and nothing else.
-//   3. Install: CAS the split word 0 → descriptor. Lost: help the installed split, retry the insert.
+//   3. Install: CAS the split word 0 → descriptor. Lost: help the installed split (after the same
+//      patience), retry the insert.
 //   Steps 4-9 are run by the splitter and by every helper, any number at once, each of which may
 //   stop at any request. Each begins with READ descriptor + dir[s]:
 //      dir[s] == S@L: not published at s; dir[s] == A@L+1: publication began (so did the copy

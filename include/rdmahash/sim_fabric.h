@@ -59,8 +59,10 @@ struct SimRunStats {
 
 class SimFabric : public Fabric {
  public:
-  // Runs `fn(client, transport)` for `clients` simulated clients, each on its own thread, but
-  // one at a time: a virtual-time scheduler passes a baton (see sim_fabric.cpp). Every client
+  // Runs `fn(client, transport)` for `clients` simulated clients, each a coroutine with its own
+  // stack on the calling thread, one at a time in virtual-time order (see sim_fabric.cpp). `fn`
+  // must not call execute() from a catch handler or a destructor run by unwinding (the clients
+  // share the thread's exception state). Every client
   // starts at the current virtual time; returns when all have finished. Exceptions thrown by
   // `fn` are rethrown here (the first client's, in client order) after every client finished.
   virtual void run(uint32_t clients, const std::function<void(uint32_t, Transport&)>& fn) = 0;

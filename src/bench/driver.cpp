@@ -617,7 +617,7 @@ class LocalBackend final : public Backend {
   std::unique_ptr<Fabric> fabric_;
 };
 
-// --fabric sim: the table in a SimFabric, the clients simulated in its virtual time (one thread
+// --fabric sim: the table in a SimFabric, the clients simulated in its virtual time (a coroutine
 // each, one running at a time: sim_fabric.cpp).
 class SimBackend final : public Backend {
  public:

@@ -338,13 +338,9 @@ void emit(const std::string& path, const std::string& text) {
               path.c_str());
 }
 
-// A sim profile of the in-process fabric from its calibration. Shared memory has no NIC and no
-// wire: a READ costs its client the engine's and the copy's CPU. So: no latency, a NIC that is
-// never the bottleneck, the client CPU per request from the peak rate of 8-byte READs at depth
-// >= 64 (where the per-batch cost is spread over the batch), the CPU per batch from the depth-1
-// latency minus that, and the measured copy bandwidth as the link; the client's CPU measured as
-// the simulation runs (client_cpu = measured: the scheme's own CPU per operation). RPC handlers (which run on the
-// client's thread on this fabric) are not measured: rpc_ns 0.
+// Shared memory has no NIC and no wire: no latency, a NIC that is never the bottleneck, the
+// measured copy bandwidth as the link, rpc_ns 0 (RPC handlers run on the client's thread on this
+// fabric and are not measured).
 // The in-process fabric as a sim profile for `client_cpu = measured` runs. The simulation times
 // the scheme's, engine's and bench's code between two execute() calls itself, so the per-batch
 // and per-request constants must be the fabric's part only: the CPU of Transport::execute

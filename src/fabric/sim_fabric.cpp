@@ -43,7 +43,7 @@
 //
 // Clients and determinism. The bench's client code is synchronous (Engine::run_many calls
 // Transport::execute and expects it to return at the batch's completion), so each simulated
-// client runs as a stackful coroutine (class Fiber: its own 1 MiB stack, swapcontext) on the
+// client runs as a stackful coroutine (class Fiber: its own 8 MiB stack, swapcontext) on the
 // thread that called run(); only one runs at any moment. A client calling execute() schedules its
 // batch's events and then itself runs the event loop (advance()) until the next client that must
 // run: if that is itself (e.g. one client) it just returns, with no switch; else it tells run()'s
@@ -56,9 +56,14 @@
 // for the signal mask): ~0.7 M events/s of wall time with 768 clients, where OS threads handing a
 // baton on cost a futex wake and a context switch per batch (~17 µs, ~115 k events/s;
 // docs/results.md, "Simulated fabric"). The sanitizers are told about every switch (ASan: the
-// stack switched to; TSan: the fiber). Client code must not block on another client (it never
-// could: with the clients on OS threads, the running one blocking stalled the simulation too), and
-// thread_local state is shared by the clients (the coroutine frame pool's: only a free list).
+// stack switched to; TSan: the fiber); ASan still intercepts swapcontext itself (it warns once
+// and clears the target stack's shadow, so overflows within a suspended client's older frames go
+// unseen). The clients share the thread's exception-handling state: client code must not call
+// execute() from a catch handler or from a destructor run by unwinding (the bench's and the
+// schemes' code records an error and acts after its handler). Client code must not block on
+// another client (it never could: with the clients on OS threads, the running one blocking
+// stalled the simulation too), and thread_local state is shared by the clients (the coroutine
+// frame pool's: only a free list).
 //
 // Client CPU, measured (`client_cpu = measured` in a profile, with `client_cpu_scale`, default 1).
 // The fixed per-batch and per-request constants cannot know what a scheme does between two round
@@ -332,7 +337,10 @@ struct Qp {
 // the baton's mutex did when the clients were threads).
 class Fiber {
  public:
-  static constexpr size_t kStackBytes = size_t{1} << 20;  // reserved, not committed (MAP_NORESERVE)
+  // Reserved, not committed (MAP_NORESERVE): only the pages a client touches cost memory. 8 MiB,
+  // a thread's default: client code and RPC handlers (which run on the calling client's stack)
+  // have the room they had as threads, also with the sanitizers' larger frames.
+  static constexpr size_t kStackBytes = size_t{8} << 20;
 
   // The scheduler's side: this thread's own stack.
   Fiber() {
@@ -346,12 +354,18 @@ class Fiber {
     map_bytes_ = kStackBytes + page;  // the lowest page is a guard: an overflow faults
     void* m = ::mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK,
                      -1, 0);
-    if (m == MAP_FAILED) throw std::bad_alloc();
+    // Two mappings per client (guard + stack): the kernel's vm.max_map_count (65530 by default)
+    // bounds the clients at about 32 000.
+    if (m == MAP_FAILED)
+      throw FabricError("sim fabric: cannot map a client's stack (too many simulated clients for vm.max_map_count or memory?)");
     map_ = m;
-    ::mprotect(map_, page, PROT_NONE);
     stack_ = static_cast<std::byte*>(map_) + page;
     stack_bytes_ = kStackBytes;
-    if (::getcontext(&uc_) != 0) throw std::runtime_error("sim fabric: getcontext failed");
+    if (::mprotect(map_, page, PROT_NONE) != 0 || ::getcontext(&uc_) != 0) {
+      ::munmap(map_, map_bytes_);
+      map_ = nullptr;
+      throw FabricError("sim fabric: cannot set up a client's stack (too many simulated clients for vm.max_map_count?)");
+    }
     uc_.uc_stack.ss_sp = stack_;
     uc_.uc_stack.ss_size = stack_bytes_;
     uc_.uc_link = nullptr;  // entry never returns: it switches away for the last time
@@ -542,8 +556,6 @@ class SimFabricImpl final : public SimFabric {
     const double cpu0 = client_cpu_ns_;
     const double t0 = now_;
     const auto wall0 = std::chrono::steady_clock::now();
-    active_ = clients;
-    for (uint32_t c = 0; c < clients; ++c) schedule(now_, states[c].get(), 0, Ev::kWake);
     // The clients' coroutines, each started at its wake event. A client leaves its coroutine only
     // inside execute() (waiting for its batch) and at its end; run()'s loop below resumes whichever
     // client the event order says runs next.
@@ -562,6 +574,9 @@ class SimFabricImpl final : public SimFabric {
       fibers.back()->scheduler_ = &scheduler;
       states[c]->fiber = fibers.back().get();
     }
+    // Only now (the stacks could not be had: nothing was scheduled) the clients' start events.
+    active_ = clients;
+    for (uint32_t c = 0; c < clients; ++c) schedule(now_, states[c].get(), 0, Ev::kWake);
     next_ = advance();
     while (ClientState* st = std::exchange(next_, nullptr)) Fiber::switch_to(scheduler, *st->fiber);
     if (active_ != 0) throw std::logic_error("sim fabric: no event is left but a client has not finished");
@@ -573,10 +588,14 @@ class SimFabricImpl final : public SimFabric {
       if (e) std::rethrow_exception(e);
   }
 
-  // --- called by the baton holder -------------------------------------------------------------
+  // --- called by the running client (or a connect()ed transport outside run()) ----------------
 
   // Posts `batch` for `st` (after its CPU time), runs the simulation until `st` completes.
   void execute(ClientState* st, std::span<Request> batch) {
+    // A connect()ed transport has no coroutine: inside run() it could not wait for its batch
+    // while the clients run (and nothing may be scheduled for it that no one would resume).
+    if (scheduler_ && !st->fiber)
+      throw std::logic_error("sim fabric: a connect()ed transport was used inside run(); use the transport run() passes");
     double t = now_ + profile_.client_batch_ns + profile_.client_request_ns * static_cast<double>(batch.size());
     if (measured_ && st->cpu_mark_valid && st->cpu_thread == std::this_thread::get_id()) {
       const double spent = std::max(0.0, thread_cpu_ns() - st->cpu_mark_ns - clock_read_ns_);

@@ -27,7 +27,9 @@
 //           per_batch = cpu(batch of 1) - per_request (each at least 0). c and ρ0 include the
 //           engine's and the measuring loop's code as well; these two do not, which is what a
 //           simulated fabric that times the client's own code (sim `client_cpu = measured`) must
-//           add for the fabric's part, and nothing more.
+//           add for the fabric's part, and nothing more. Over UCX (`--fabric ucx`) execute() also
+//           polls for the network's completions, so there the figures are the client's CPU per
+//           batch including that wait, not the transport's own work.
 //
 // A `Profile` holds the four parameters, every raw measurement and where they were taken
 // (fabric, UCX_* environment, host, UTC date). It round-trips through JSON (`to_json` /

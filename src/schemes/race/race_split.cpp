@@ -12,8 +12,9 @@ namespace rdmahash {
   // --- splits, run by anyone (race.h, "Split") -------------------------------------------------
 
   // A writer met frozen slots in `sub`: S is being split (or was: retired). Help the split of
-  // `sub` if it is the one installed (splits run one at a time), then re-read the directory.
-  // Never waits: either the split is finished here or it was finished already.
+  // `sub` if it is the one installed (splits run one at a time; run_split first polls the split
+  // word up to help_patience times), then re-read the directory: either the split was finished
+  // here, or it was released (finished) while we polled, or it had been finished already.
   Task<void> RaceClient::Impl::help_frozen(const Ctx& c, RemoteAddr sub) {
     uint64_t w = 0;
     co_await engine.read(split_at(), &w, 8);
@@ -35,7 +36,7 @@ namespace rdmahash {
   // word, so the test ran while it was installed; nobody touched A or B), or kUnknown (another
   // operation of ours ran it; the split is not of `only`; or the word was released before our
   // test: dir[s] naming neither S nor A then also fits a finished split whose child A was split
-  // since). Only the installer
+  // since; or another client's split was released while we polled it, help_patience). Only the installer
   // needs to know (its statistics and its spare children): see split_published.
   enum class End { kPublished, kVoid, kUnknown };
   Task<RaceClient::Impl::End> RaceClient::Impl::run_split(uint64_t w, const RemoteAddr* only, bool mine, bool* load_recorded) {
@@ -256,7 +257,8 @@ namespace rdmahash {
     const uint32_t L = entry_depth(e);
     if (L >= cfg.max_depth) co_return Status::kFull;
     const uint64_t s = c.p.h & mask(L), s2 = s | (uint64_t{1} << L);
-    // 1. One split runs at a time: if one is installed, help it to its end, then retry.
+    // 1. One split runs at a time: if one is installed, help it to its end (after run_split's
+    //    patience) or see it released, then retry.
     uint64_t cur = 0;
     co_await engine.read(split_at(), &cur, 8);
     if (cur != 0) {
