@@ -13,14 +13,11 @@
 
 #include "rdmahash/fabric.h"
 #include "rdmahash/sim_fabric.h"
+#include "common/cpu_clock.h"
 
 namespace {
 
-double thread_cpu_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
-}
+double thread_cpu_ns() { return static_cast<double>(rdmahash::common::thread_cpu_ns()); }
 
 // Spins until this thread has used `ns` more CPU time; returns what it used.
 double burn(double ns) {
@@ -28,6 +25,16 @@ double burn(double ns) {
   double t = t0;
   while (t - t0 < ns) t = thread_cpu_ns();
   return t - t0;
+}
+
+// An 8-byte READ or WRITE of `buf` at (node, offset).
+rdmahash::Request word_req(rdmahash::ReqKind kind, uint32_t node, uint64_t offset, uint64_t* buf) {
+  rdmahash::Request r;
+  r.kind = kind;
+  r.addr = rdmahash::RemoteAddr{node, offset};
+  r.buf = buf;
+  r.len = 8;
+  return r;
 }
 
 rdmahash::SimProfile measured_profile() {
@@ -94,12 +101,7 @@ TEST(SimFabricMeasured, AnEmptyIntervalIsChargedAlmostNothing) {
   double loop_cpu = 0;
   fabric->run(1, [&](uint32_t, rdmahash::Transport& t) {
     uint64_t word = 0;
-    rdmahash::Request r;
-    r.kind = rdmahash::ReqKind::kRead;
-    r.addr = rdmahash::RemoteAddr{0, 64};
-    r.buf = &word;
-    r.len = 8;
-    rdmahash::Request batch[1] = {r};
+    rdmahash::Request batch[1] = {word_req(rdmahash::ReqKind::kRead, 0, 64, &word)};
     const double t0 = thread_cpu_ns();
     for (int i = 0; i < kBatches; ++i) t.execute(batch);
     loop_cpu = thread_cpu_ns() - t0;
@@ -132,12 +134,7 @@ CasRun cas_counter(uint32_t clients, uint32_t per_client) {
   fabric->run(clients, [&](uint32_t c, rdmahash::Transport& t) {
     for (uint32_t i = 0; i < per_client; ++i) {
       uint64_t seen = 0;
-      rdmahash::Request rd;
-      rd.kind = rdmahash::ReqKind::kRead;
-      rd.addr = rdmahash::RemoteAddr{1, 8};
-      rd.buf = &seen;
-      rd.len = 8;
-      rdmahash::Request b1[1] = {rd};
+      rdmahash::Request b1[1] = {word_req(rdmahash::ReqKind::kRead, 1, 8, &seen)};
       t.execute(b1);
       for (;;) {
         uint64_t old = 0;
@@ -183,12 +180,7 @@ TEST(SimFabricClients, AClientsExceptionIsRethrownAfterEveryClientFinished) {
                            [&](uint32_t c, rdmahash::Transport& t) {
                              uint64_t w = 0;
                              for (int i = 0; i < 5; ++i) {
-                               rdmahash::Request r;
-                               r.kind = rdmahash::ReqKind::kRead;
-                               r.addr = rdmahash::RemoteAddr{0, 0};
-                               r.buf = &w;
-                               r.len = 8;
-                               rdmahash::Request b[1] = {r};
+                               rdmahash::Request b[1] = {word_req(rdmahash::ReqKind::kRead, 0, 0, &w)};
                                if (c == 3 && i == 2) throw std::runtime_error("client 3 fails");
                                t.execute(b);
                              }
@@ -200,12 +192,7 @@ TEST(SimFabricClients, AClientsExceptionIsRethrownAfterEveryClientFinished) {
   int caught = 0;
   fabric->run(4, [&](uint32_t, rdmahash::Transport& t) {
     uint64_t w = 0;
-    rdmahash::Request r;
-    r.kind = rdmahash::ReqKind::kRead;
-    r.addr = rdmahash::RemoteAddr{0, 8192};
-    r.buf = &w;
-    r.len = 8;
-    rdmahash::Request b[1] = {r};
+    rdmahash::Request b[1] = {word_req(rdmahash::ReqKind::kRead, 0, 8192, &w)};
     try {
       t.execute(b);
     } catch (const rdmahash::FabricError&) {
@@ -219,14 +206,7 @@ TEST(SimFabricClients, AConnectedTransportWorksOutsideRunAndIsRefusedInside) {
   auto fabric = rdmahash::make_sim_fabric({4096}, fixed_profile());
   auto owned = fabric->connect();
   uint64_t w = 7;
-  auto batch_of = [](uint64_t* buf, rdmahash::ReqKind kind) {
-    rdmahash::Request r;
-    r.kind = kind;
-    r.addr = rdmahash::RemoteAddr{0, 16};
-    r.buf = buf;
-    r.len = 8;
-    return r;
-  };
+  auto batch_of = [](uint64_t* buf, rdmahash::ReqKind kind) { return word_req(kind, 0, 16, buf); };
   rdmahash::Request put[1] = {batch_of(&w, rdmahash::ReqKind::kWrite)};
   owned->execute(put);  // outside run(): its own client, performed at once
   int refused = 0;

@@ -25,17 +25,14 @@
 #include "rdmahash/ucx_fabric.h"
 #include "rdmahash/ucx_service.h"
 #include "common/hash.h"
+#include "common/cpu_clock.h"
 
 namespace rdmahash::bench {
 namespace {
 
-// CPU time of the calling thread (a client: one thread per client on both fabrics), for the JSON's
-// client_cpu_ns_per_op: what an operation costs the client's CPU, beside how long it takes.
-uint64_t thread_cpu_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
-}
+// CPU time of the calling thread (a client), for the JSON's client_cpu_ns_per_op: what an
+// operation costs the client's CPU, beside how long it takes.
+using common::thread_cpu_ns;
 
 struct RawTarget {
   uint32_t memory_nodes;

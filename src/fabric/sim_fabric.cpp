@@ -150,6 +150,7 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 
+#include "common/cpu_clock.h"
 #include "fabric/direct_access.h"
 
 namespace rdmahash {
@@ -452,11 +453,7 @@ struct ClientState {
   double cpu_mark_ns = 0;
 };
 
-double thread_cpu_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
-}
+double thread_cpu_ns() { return static_cast<double>(common::thread_cpu_ns()); }
 
 // What reading the thread CPU clock itself adds to an interval between two readings (a system
 // call: ~0.5 µs on a VM): the median of back-to-back readings' differences. Subtracted from

@@ -1,5 +1,6 @@
 // Model bootstrapping: see model/calibrate.h.
 #include "model/calibrate.h"
+#include "common/cpu_clock.h"
 
 #include <unistd.h>
 
@@ -156,11 +157,7 @@ RateSample measure_rate(Runner& r, uint32_t bytes, uint32_t depth, uint64_t ops)
   return s;
 }
 
-double thread_cpu_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
-}
+double thread_cpu_ns() { return static_cast<double>(common::thread_cpu_ns()); }
 
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
