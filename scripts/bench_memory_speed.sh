@@ -14,7 +14,8 @@
 #     continuity on the same records for comparison.
 # Binaries are interleaved per round (a busy machine slows all alike); medians over rounds.
 # usage: scripts/bench_memory_speed.sh BIN [BIN...]   (ROUNDS=2, OPS=1000000, RECORDS=16000000,
-#        OUT=results/memory_speed.jsonl; HUGE="on off"; LOADS="0.5 0.8"; COMPARE=1)
+#        OUT=results/memory_speed.jsonl; HUGE="on off"; LOADS="0.5 0.8"; COMPARE=1;
+#        MULTI="off on": the linear rows with --multi-get off and on, side by side)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: $0 BIN [BIN...]" >&2; exit 2; }
@@ -25,6 +26,7 @@ OUT=${OUT:-results/memory_speed.jsonl}
 HUGE=${HUGE:-on off}
 LOADS=${LOADS:-0.5 0.8}
 COMPARE=${COMPARE:-1}
+MULTI=${MULTI:-off}   # --multi-get modes of the linear rows ("off on": side by side)
 mkdir -p "$(dirname "$OUT")"
 rm -f "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -45,10 +47,12 @@ for round in $(seq "$ROUNDS"); do
     echo "round $round: $bin ($(uptime | sed 's/.*load/load/'))" >&2
     for hp in $HUGE; do
       for lf in $LOADS; do
-        run "$bin" pgas --symmetric --slot-format inline "${common[@]}" --load-factor "$lf" --huge-pages "$hp" \
-          --workload get,find-or-put --read-size 8,4
-        run "$bin" 1+1 --memory-nodes 1 --slot-format inline "${common[@]}" --load-factor "$lf" --huge-pages "$hp" \
-          --workload get,find-or-put --read-size 8,4
+        for mg in $MULTI; do
+          run "$bin" pgas --symmetric --slot-format inline "${common[@]}" --load-factor "$lf" --huge-pages "$hp" \
+            --workload get,find-or-put --read-size 8,4 --multi-get "$mg"
+          run "$bin" 1+1 --memory-nodes 1 --slot-format inline "${common[@]}" --load-factor "$lf" --huge-pages "$hp" \
+            --workload get,find-or-put --read-size 8,4 --multi-get "$mg"
+        done
       done
     done
     if [ "$COMPARE" = 1 ]; then
@@ -68,9 +72,10 @@ pts = defaultdict(list)
 for j in rows:
     # find-or-put ignores the read size: one row per table, whatever --read-size listed
     r = j["read_size"] if j["workload"] == "get" and j["scheme"] == "linear" else "-"
-    pts[(j["binary"], j["layout"], j["scheme"], j["huge_pages"], round(j["target_load_factor"], 2), j["workload"], r)].append(j)
+    mg = j.get("multi_get", "off") if j["workload"] == "get" else "-"
+    pts[(j["binary"], j["layout"], j["scheme"], j["huge_pages"], round(j["target_load_factor"], 2), j["workload"], r, mg)].append(j)
 def med(rs, f): return statistics.median(f(r) for r in rs)
-print(f"{'binary':24} {'layout':6} {'scheme':10} {'pages':8} {'lf':>4} {'workload':11} {'R':>2} {'M/s/core':>8} "
+print(f"{'binary':24} {'layout':6} {'scheme':10} {'pages':8} {'lf':>4} {'workload':11} {'R':>2} {'multi':>5} {'M/s/core':>8} "
       f"{'limit M/s':>9} {'fraction':>8} {'cpu ns':>7} {'RT/op':>7} {'req/op':>7} {'B/op':>7} {'lf end':>6} n")
 for b in bins:
     for key in sorted(k for k in pts if k[0] == b):
@@ -80,7 +85,7 @@ for b in bins:
         limit = med(rs, lambda r: r["memory_limit_ops_per_s"])
         pages = rs[0].get("region_pages", "?")
         req = rs[0]["requests_per_op"]
-        print(f"{b[-24:]:24} {key[1]:6} {key[2]:10} {pages:8} {key[4]:4.2f} {key[5]:11} {key[6]:>2} {per_core / 1e6:8.3f} "
+        print(f"{b[-24:]:24} {key[1]:6} {key[2]:10} {pages:8} {key[4]:4.2f} {key[5]:11} {key[6]:>2} {key[7]:>5} {per_core / 1e6:8.3f} "
               f"{limit / 1e6:9.1f} {per_core / limit:8.3f} {med(rs, lambda r: r['client_cpu_ns_per_op']):7.1f} "
               f"{rs[0]['round_trips_per_op']:7.4f} {sum(req.values()):7.4f} {rs[0]['bytes_per_op']:7.2f} "
               f"{rs[0]['load_factor_end']:6.3f} {len(rs)}")

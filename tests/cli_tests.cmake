@@ -409,3 +409,22 @@ foreach(entry IN ITEMS "set|0" "inline|8")
     ${RDMAHASH_BIN} bench --fabric local --clients 2 --slot-format ${fmt} --value-bytes ${vb} --records 20000
     --load-factor 0.7 --chunk 16 --chunk-order quadratic --workload find-or-put,mixed,get --repeat 2 --ops 1000)
 endforeach()
+# --multi-get: gets (and raw READs) posted --depth at a time as one multi-get cost per op exactly
+# what one coroutine per get costs (round trips, requests, bytes, outcomes), at a load where lookups
+# run past their first window (0.9, R = 2), with inline slots (the multi-get) and heap records (no
+# multi-get: the get loop); local and UCX (direct access on and off).
+set(MULTI_GET_SAME ${CMAKE_CURRENT_SOURCE_DIR}/multi_get_same_cost.py)
+add_test(NAME bench_local_multi_get COMMAND python3 ${MULTI_GET_SAME} --
+  ${RDMAHASH_BIN} bench --fabric local --clients 2 --memory-nodes 2 --records 20000 --load-factor 0.5,0.9 --value-bytes 8
+  --workload raw-read,get --read-size 2,8 --ops 3000 --depth 16 --quiet)
+add_test(NAME bench_local_multi_get_heap COMMAND python3 ${MULTI_GET_SAME} --
+  ${RDMAHASH_BIN} bench --fabric local --records 20000 --load-factor 0.9 --value-bytes 8 --storage heap
+  --workload get --ops 2000 --depth 16 --quiet)
+foreach(direct IN ITEMS on off)
+  add_test(NAME bench_ucx_multi_get_direct_${direct} COMMAND python3 ${MULTI_GET_SAME} --
+    ${RDMAHASH_MPIRUN} -n 2 ${RDMAHASH_BIN} bench --fabric ucx --memory-nodes 1 --records 20000 --load-factor 0.9
+    --value-bytes 8 --workload raw-read,get --read-size 2 --ops 3000 --depth 16 --direct-access ${direct} --quiet)
+  set_tests_properties(bench_ucx_multi_get_direct_${direct} PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
+endforeach()
+add_test(NAME cli_multi_get_bad COMMAND ${EXPECT_FAIL} "--multi-get: maybe not in"
+  ${RDMAHASH_BIN} bench --multi-get maybe --records 10)

@@ -33,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -124,6 +125,14 @@ class Engine {
   // finishes (in completion order).
   void run_many(uint64_t count, uint32_t depth, const std::function<Task<void>(uint64_t)>& make,
                 const std::function<void(const Completion&)>& done);
+
+  // Posts `batch` as one batch outside any operation: a multi-get's first READs need no coroutine
+  // each (KvClient::get_batch). Not while run/run_many runs (std::logic_error). Requests are not
+  // counted in any OpStats (the caller accounts for them). A failed request does not throw: every
+  // request's `status` says whether it landed, and the returned message says why the others did
+  // not ("" when all landed). MemoryNodeLost leaves, as from run. Moves batch_clock() to the
+  // batch's completion.
+  std::string execute_batch(std::span<Request> batch);
 
   Transport& transport() { return transport_; }
 

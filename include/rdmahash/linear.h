@@ -76,6 +76,12 @@
 // version in ctrl and the key/value it read; otherwise it re-reads that slot (a READ of several
 // words may be torn: the checksum, not the read order, makes a torn read detectable, as in Pilaf).
 // The linearisation point of a read is the moment it read the unlocked ctrl.
+// Multi-get (get_batch, inline tables in linear order): the lookups of many keys with their first
+// windows in one batch. Each key's window is exactly the READ its lookup would post first and is
+// scanned by the same rules; a key the window does not answer goes on as its lookup would (the
+// next window; a locked or torn slot: the window again, then read_stable), so each key's answer and
+// linearisation point are its lookup's, and so are its requests and round trips (one READ and round
+// trip more for a key that met a locked or torn slot). A window whose READ failed fails only its key.
 //
 // Invariants
 //  * A slot goes empty → claimed(locked) → published → (updated)* → tombstone, never back.
@@ -504,10 +510,18 @@ class LinearClient final : public KvClient {
   using KvClient::erase;
   const char* scheme_name() const override { return "linear"; }
   LinearClient(const LinearConfig& cfg, const ProbeConfig& probe, Engine& engine);
+  ~LinearClient() override;
   Task<OpResult> find_or_put(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> get(uint64_t key, std::span<std::byte> value_out) override;
   // One coroutine for the whole lookup, the found value handed over in the read buffer.
   Task<void> get_visit(uint64_t key, uint32_t value_bytes, GetVisitor& v) override;
+  // Multi-get (inline tables in linear chunk order; heap and quadratic tables return false): every
+  // key's first window READ in one batch, scanned in a plain loop (no coroutine, no engine queue
+  // per key); a key that window does not answer (cluster runs on, slot locked or torn) continues as
+  // get_visit's lookup from the next window (from the same window when unstable), all such keys in
+  // one run_many. Requests, round trips and bytes per key are get_visit's.
+  bool get_batch(std::span<const uint64_t> keys, uint32_t value_bytes, GetVisitor& v,
+                 const std::function<void(const Engine::Completion&)>& done) override;
   Task<OpResult> update(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> put(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> erase(uint64_t key) override;
@@ -537,8 +551,15 @@ class LinearClient final : public KvClient {
   struct CopySink;
   struct VisitSink;
   struct LocateSink;
+  // Where a lookup starts when not at the key's home slot: get_batch's keys its first window did
+  // not answer (the window's start, the cluster run so far, the windows already read).
+  struct LookupFrom {
+    bool set = false;
+    uint64_t slot = 0, run_start = 0;
+    uint32_t chunks = 0;
+  };
   template <class Sink>
-  Task<typename Sink::Ret> lookup(uint64_t key, Sink sink);
+  Task<typename Sink::Ret> lookup(uint64_t key, Sink sink, LookupFrom from = {});
   // The lookup of update, erase and a find_or_put past its M chunks (inline tables): lookup's
   // requests, answering the key's slot and ctrl word; its READs are added to `reads`.
   Task<Located> locate(uint64_t key, uint32_t& reads);
@@ -579,6 +600,9 @@ class LinearClient final : public KvClient {
   uint32_t slot_bytes_;
   uint32_t record_bytes_;
   std::vector<std::vector<uint64_t>> spare_;  // per node: private (unpublished) heap records
+  // get_batch's buffers, kept between calls (no malloc per batch).
+  struct BatchState;
+  std::unique_ptr<BatchState> batch_;
 };
 
 // The error message of a config that does not validate, or empty.

@@ -26,11 +26,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <stdexcept>
 #include <string_view>
 #include <vector>
 
+#include "rdmahash/engine.h"
 #include "rdmahash/task.h"
 
 namespace rdmahash {
@@ -94,6 +96,20 @@ class KvClient {
   // value where it lies and fails with InvalidArgument (in the task) on any other size; the
   // default, get() into a buffer of `value_bytes`, cuts or zero-pads a value of another size.
   virtual Task<void> get_visit(uint64_t key, uint32_t value_bytes, GetVisitor& v);
+  // Multi-get (get_visit for many keys at once): looks up every key of `keys`, each answer handed
+  // to `v.on_get` as get_visit does, then `done` called once per key, right after that key's on_get (Completion::index: its
+  // position in `keys`; stats: its requests and round trips; latency: from the call to its answer;
+  // error: as run_many's). A scheme that has one posts every key's first READ as one batch, with no
+  // coroutine per key, and goes on with get_visit's lookup for the keys that READ does not answer:
+  // the same requests and round trips per key as get_visit (linear: one READ more for a key whose
+  // first window met its slot locked or torn). Returns false, doing nothing, where the
+  // scheme has none (use get_visit). Call it outside any operation, on the client's own thread.
+  // Every key is validated before any request is posted (InvalidArgument, as get_visit).
+  virtual bool get_batch(std::span<const uint64_t> keys, uint32_t value_bytes, GetVisitor& v,
+                         const std::function<void(const Engine::Completion&)>& done) {
+    (void)keys, (void)value_bytes, (void)v, (void)done;
+    return false;
+  }
   // Replace the value of a present key (kUpdated) or report kNotFound.
   virtual Task<OpResult> update(uint64_t key, std::span<const std::byte> value) = 0;
   // Insert or update: kInserted, kUpdated or kFull.

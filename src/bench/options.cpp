@@ -121,6 +121,8 @@ std::string apply_option_text(const OptionText& t, BenchOptions& o) {
   else return "--slot-format must be auto, set or inline, got '" + t.slot_format + "'";
   if (auto v = parse_switch(t.direct_access)) r.direct_access = *v;
   else return "--direct-access must be on or off";
+  if (auto v = parse_switch(t.multi_get)) r.multi_get = *v;
+  else return "--multi-get must be on or off";
   if (auto v = parse_switch(t.huge_pages)) r.huge_pages = *v;
   else return "--huge-pages must be on or off";
   if (auto v = parse_serve_mode(t.serve_mode)) r.serve_mode = *v;

@@ -51,6 +51,7 @@ struct BenchOptions {
   CuckooLookup cuckoo_probe = CuckooLookup::kParallel;
   Switch race_dir_cache = Switch::kOn;  // race: clients cache the directory
   Switch direct_access = Switch::kOn;   // ucx: same-host regions by loads/stores/CPU atomics (on) or UCX requests (off)
+  Switch multi_get = Switch::kOff;      // get and raw-read: `depth` at a time as one multi-get (KvClient::get_batch)
   Switch huge_pages = Switch::kOn;      // shard regions on 2 MiB pages where the kernel allows (fabric.h, RegionPages)
   ServeMode serve_mode = ServeMode::kAuto;  // ucx memory nodes (rdmahash::ServeMode)
   uint32_t serve_spin_us = 50;          // ucx memory nodes: hybrid mode's spin (rdmahash::kDefaultServeSpin)
@@ -142,7 +143,7 @@ struct BenchOptions {
 // The options that arrive as words, as the CLI binds them (defaults: BenchOptions').
 struct OptionText {
   std::string fabric = "local", scheme = "linear", slot_format = "auto", storage = "inline", cuckoo_probe = "parallel",
-              race_dir_cache = "on", direct_access = "on", huge_pages = "on", serve_mode = "auto", client_wait = "auto",
+              race_dir_cache = "on", direct_access = "on", multi_get = "off", huge_pages = "on", serve_mode = "auto", client_wait = "auto",
               read_coalescing = "auto", speculative_claim = "auto", chunk_order = "linear", added_sbuckets = "0", memory_limit = "off";
 };
 // Parses `t` into `o`'s typed fields: "" or a message naming the bad option (nothing set then).

@@ -186,6 +186,7 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
                          {"probe_seconds", p.memory_limit->seconds}};
   }
   j["huge_pages"] = to_string(o.huge_pages);
+  j["multi_get"] = to_string(o.multi_get);
   if (!p.region_pages.kind.empty()) {  // memory node 0's region, where the reporting process hosts it
     j["region_pages"] = p.region_pages.kind;
     j["region_page_kb"] = p.region_pages.page_kb;

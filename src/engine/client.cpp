@@ -1,5 +1,7 @@
 #include "rdmahash/client.h"
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 
 namespace rdmahash {
@@ -67,19 +69,50 @@ std::vector<OpResult> Client::get_many(std::span<const uint64_t> keys, std::span
   if (!values_out.empty() && values_out.size() != keys.size() * vb)
     throw InvalidArgument("values_out must hold keys.size() * value_bytes = " + std::to_string(keys.size() * vb) +
                           " bytes");
+  for (uint64_t k : keys) table_->validate_key(k);
   std::vector<OpResult> out(keys.size());
   last_ = {};
   std::exception_ptr first_error;
-  engine_->run_many(
-      keys.size(), depth,
-      [&](uint64_t i) {
-        return store(table_->get(keys[i], values_out.empty() ? std::span<std::byte>{} : values_out.subspan(i * vb, vb)),
-                     &out[i]);
-      },
-      [&](const Engine::Completion& c) {
-        last_.add(c.stats);
-        if (c.error && !first_error) first_error = c.error;
-      });
+  // Multi-get, `depth` keys at a time (LinearClient::get_batch): each key's answer comes to on_get
+  // just before its completion, which files it under the key's index.
+  struct Stash final : GetVisitor {
+    OpResult r;
+    std::span<const std::byte> value;
+    void on_get(uint64_t, const OpResult& res, std::span<const std::byte> v) override {
+      r = res;
+      value = v;
+    }
+  } stash;
+  if (depth == 0) depth = 1;
+  size_t base = 0;
+  auto done = [&](const Engine::Completion& c) {
+    last_.add(c.stats);
+    if (c.error) {
+      if (!first_error) first_error = c.error;
+      return;
+    }
+    const size_t i = base + c.index;
+    out[i] = stash.r;
+    if (!values_out.empty() && !stash.value.empty())
+      std::memcpy(values_out.data() + i * vb, stash.value.data(), std::min(vb, stash.value.size()));
+  };
+  for (; base < keys.size(); base += depth) {
+    const size_t n = std::min<size_t>(depth, keys.size() - base);
+    if (!table_->get_batch(keys.subspan(base, n), table_->config().value_bytes, stash, done)) break;
+  }
+  if (base < keys.size()) {  // a table without a multi-get (heap records): one get per key, pipelined
+    engine_->run_many(
+        keys.size() - base, depth,
+        [&](uint64_t k) {
+          const size_t i = base + k;
+          return store(table_->get(keys[i], values_out.empty() ? std::span<std::byte>{} : values_out.subspan(i * vb, vb)),
+                       &out[i]);
+        },
+        [&](const Engine::Completion& c) {
+          last_.add(c.stats);
+          if (c.error && !first_error) first_error = c.error;
+        });
+  }
   if (first_error) std::rethrow_exception(first_error);
   return out;
 }

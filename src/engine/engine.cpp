@@ -2,6 +2,7 @@
 #include "rdmahash/engine.h"
 
 #include <cassert>
+#include <stdexcept>
 #include <utility>
 
 namespace rdmahash {
@@ -174,6 +175,20 @@ void Engine::flush() {
   }
   batch_.clear();
   batch_nodes_.clear();
+}
+
+std::string Engine::execute_batch(std::span<Request> batch) {
+  if (current_ || !queue_.empty() || !ready_.empty())
+    throw std::logic_error("Engine::execute_batch: called while an operation runs");
+  std::string error;
+  try {
+    transport_.execute(batch);
+    for (Request& r : batch) r.status = ReqStatus::kOk;  // all landed: execute() did not throw
+  } catch (const FabricError& e) {
+    error = e.what();
+  }
+  tick_ = transport_.now();
+  return error;
 }
 
 void Engine::drive(const std::function<void()>& refill) {

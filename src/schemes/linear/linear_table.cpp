@@ -23,6 +23,20 @@ LinearClient::LinearClient(const LinearConfig& cfg, const ProbeConfig& probe, En
                           "hints) assumes a contiguous probe");
 }
 
+struct LinearClient::BatchState {
+  std::vector<Request> reqs;
+  std::vector<LinearPlacement> place;
+  std::vector<OpStats> stats;
+  std::vector<std::byte> windows;  // every key's window, back to back
+  struct Resume {
+    size_t index;  // in the batch's keys
+    LookupFrom from;
+  };
+  std::vector<Resume> resume;
+};
+
+LinearClient::~LinearClient() = default;
+
 void LinearClient::validate_key(uint64_t key) const {
   if (cfg_.format == SlotFormat::kSet && key >= kOcc)
     throw InvalidArgument("key " + std::to_string(key) + " does not fit a set slot (keys must be below 2^63)");
@@ -294,6 +308,93 @@ Task<void> LinearClient::get_visit(uint64_t key, uint32_t value_bytes, GetVisito
   return lookup(key, VisitSink{&v, value_bytes});
 }
 
+bool LinearClient::get_batch(std::span<const uint64_t> keys, uint32_t value_bytes, GetVisitor& v,
+                             const std::function<void(const Engine::Completion&)>& done) {
+  if (cfg_.heap() || cfg_.quadratic()) return false;
+  const VisitSink sink{&v, value_bytes};
+  sink.check(cfg_.value_bytes);
+  for (const uint64_t key : keys) validate_key(key);
+  if (keys.empty()) return true;
+  if (!batch_) batch_ = std::make_unique<BatchState>();
+  BatchState& b = *batch_;
+  const size_t m = keys.size();
+  b.reqs.resize(m);
+  b.place.resize(m);
+  b.stats.assign(m, OpStats{});
+  b.resume.clear();
+  // Every key's first window: the READ get_visit's lookup would post first (window(): the read
+  // sizer's R from the home slot, never past the last tail slot).
+  size_t bytes = 0;
+  for (size_t i = 0; i < m; ++i) {
+    b.place[i] = linear_place(cfg_, keys[i]);
+    const uint64_t n = window(b.place[i].node, b.place[i].home);
+    Request& r = b.reqs[i];
+    r = Request{};
+    r.addr = slot_addr(b.place[i].node, b.place[i].home);
+    r.len = static_cast<uint32_t>(n * slot_bytes_);
+    bytes += r.len;
+  }
+  b.windows.resize(bytes);
+  bytes = 0;
+  for (Request& r : b.reqs) {
+    r.buf = b.windows.data() + bytes;
+    bytes += r.len;
+  }
+  const auto start = engine_.batch_clock();
+  const std::string error = engine_.execute_batch(b.reqs);
+  const auto first = std::chrono::duration_cast<std::chrono::nanoseconds>(engine_.batch_clock() - start);
+  const InlineLayout l(cfg_);
+  for (size_t i = 0; i < m; ++i) {
+    const Request& rq = b.reqs[i];
+    OpStats& st = b.stats[i];
+    st.round_trips = 1;
+    st.reads = 1;
+    st.bytes = rq.len;
+    if (rq.status != ReqStatus::kOk) {  // as an awaited failed READ: FabricError in that key's op
+      done(Engine::Completion{i, st, first, std::make_exception_ptr(FabricError(error))});
+      continue;
+    }
+    const LinearPlacement& p = b.place[i];
+    const uint64_t n = rq.len / slot_bytes_;
+    const std::byte* data = static_cast<const std::byte*>(rq.buf);
+    uint64_t run_start = p.home;
+    observe_clusters(p.node, p.home, data, n, run_start);
+    uint64_t j = 0;
+    const Probe found = scan(keys[i], p, data, n, j);
+    OpResult r;
+    r.chunks = 1;
+    if (found == Probe::kMiss) {
+      sink.copied(keys[i], r, {});
+    } else if (found == Probe::kHit) {
+      r.status = Status::kFound;
+      r.matches = 1;
+      const std::byte* sl = data + j * slot_bytes_;
+      sink.hit(keys[i], r,
+               cfg_.value_bytes ? std::span<const std::byte>(sl + l.val_off, cfg_.value_bytes) : std::span<const std::byte>(),
+               Located{true, p.home + j, load64(sl)});
+    } else {
+      // kMore: the next window, as lookup's loop goes on. kUnstable: this window again, from its
+      // start (one more READ than lookup's read_stable of the one slot, the same answer).
+      const bool more = found == Probe::kMore;
+      b.resume.push_back({i, LookupFrom{true, more ? p.home + n : p.home, more ? run_start : p.home, 1}});
+      continue;
+    }
+    done(Engine::Completion{i, st, first, nullptr});
+  }
+  if (b.resume.empty()) return true;
+  const auto depth = static_cast<uint32_t>(b.resume.size());
+  engine_.run_many(
+      b.resume.size(), depth,
+      [&](uint64_t k) { return lookup(keys[b.resume[k].index], sink, b.resume[k].from); },
+      [&](const Engine::Completion& c) {
+        const size_t i = b.resume[c.index].index;
+        OpStats st = b.stats[i];
+        st.add(c.stats);
+        done(Engine::Completion{i, st, first + c.latency, c.error});
+      });
+  return true;
+}
+
 // The lookup (seed 000 §4.3) of get, get_visit and locate: READ a window of R slots from the home
 // slot, scan it, read the next window while no slot answers (one READ per window, a re-read of a
 // locked or torn slot of the key), all in this one frame; a hit is handed to the sink from the
@@ -301,10 +402,11 @@ Task<void> LinearClient::get_visit(uint64_t key, uint32_t value_bytes, GetVisito
 // windows of R slots (the read sizer's) up to the last tail slot, no wrap; quadratic, the chunks an
 // insert may claim in (all quad_chunks() of them), C slots each at quad_next, wrapping modulo N.
 template <class Sink>
-Task<typename Sink::Ret> LinearClient::lookup(uint64_t key, Sink sink) {
+Task<typename Sink::Ret> LinearClient::lookup(uint64_t key, Sink sink, LookupFrom from) {
   validate_key(key);
   sink.check(cfg_.value_bytes);
   OpResult r;
+  r.chunks = from.chunks;
   const LinearPlacement p = linear_place(cfg_, key);
   // The window buffer (inline), or get_visit's value buffer when a heap record is copied out: in
   // the frame unless larger than its inline bytes (no malloc per get).
@@ -321,8 +423,8 @@ Task<typename Sink::Ret> LinearClient::lookup(uint64_t key, Sink sink) {
   const uint64_t total = cfg_.total_slots();
   const bool quad = cfg_.quadratic();  // the lookup walks the table's chunk order
   const uint64_t windows = quad ? cfg_.quad_chunks() : total;
-  uint64_t run_start = p.home;
-  uint64_t s = p.home;
+  uint64_t run_start = from.set ? from.run_start : p.home;
+  uint64_t s = from.set ? from.slot : p.home;  // from: linear order only (get_batch)
   for (uint64_t i = 0; i < windows; ++i) {
     const uint64_t n = quad ? cfg_.chunk : window(p.node, s);
     if (n == 0) break;  // linear: past the last tail slot

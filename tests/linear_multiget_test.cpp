@@ -1,0 +1,312 @@
+// Linear probing's multi-get (LinearClient::get_batch, Client::get_many): every key's answer and its
+// requests, round trips and bytes are get_visit's (the oracle: std::unordered_map for the answers,
+// a get_visit of the same key for the costs), on tables crowded enough that clusters run past the
+// first window; a locked slot and a failing memory node fail only their own keys.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <unordered_map>
+
+#include "rdmahash/client.h"
+#include "schemes/linear/linear_internal.h"  // the slot layout: the test locks a slot in place
+#include "schemes/record.h"
+#include "test_util.h"
+
+namespace rdmahash {
+namespace {
+
+using test::LocalTable;
+using test::value_for;
+
+struct Answer {
+  OpResult r;
+  std::vector<std::byte> value;
+};
+
+// Records each answer; `done` files the last one under its index (on_get comes right before it).
+struct Recorder final : GetVisitor {
+  std::optional<Answer> last;
+  void on_get(uint64_t, const OpResult& r, std::span<const std::byte> v) override {
+    last = Answer{r, std::vector<std::byte>(v.begin(), v.end())};
+  }
+};
+
+Task<void> visit(LinearClient& c, uint64_t key, uint32_t vb, GetVisitor& v) { co_await c.get_visit(key, vb, v); }
+
+struct MultiGetCase {
+  SlotFormat format;
+  uint32_t key_bytes, value_bytes, read_size, nodes;
+};
+
+class MultiGet : public testing::TestWithParam<MultiGetCase> {};
+
+TEST_P(MultiGet, AnswersAndCostsAreGetVisits) {
+  const MultiGetCase& p = GetParam();
+  LinearConfig c;
+  c.format = p.format;
+  c.key_bytes = p.key_bytes;
+  c.value_bytes = p.value_bytes;
+  c.home_slots = 2048;
+  c.memory_nodes = p.nodes;
+  LocalTable t(c);
+  ProbeConfig probe;
+  probe.read_size = p.read_size;
+  Client loader(*t.fabric, c, probe);
+  const uint64_t mask = p.format == SlotFormat::kSet ? (1ULL << 63) - 1 : p.key_bytes == 4 ? 0xffffffffULL : ~0ULL;
+  std::mt19937_64 rng(11);
+  std::unordered_map<uint64_t, std::vector<std::byte>> oracle;
+  // Load 0.9: clusters far longer than a window of 2 or 4 slots.
+  while (oracle.size() < c.home_slots * p.nodes * 9 / 10) {
+    const uint64_t k = rng() & mask;
+    if (k < 2 || oracle.count(k)) continue;
+    auto v = value_for(k, 3, c.value_bytes);
+    ASSERT_EQ(loader.find_or_put(k, v).status, Status::kInserted);
+    oracle.emplace(k, std::move(v));
+  }
+  std::vector<uint64_t> present;
+  for (auto& [k, v] : oracle) present.push_back(k);
+  auto tr = t.fabric->connect();
+  Engine e(*tr);
+  LinearClient client(c, probe, e);
+  Recorder rec;
+  uint64_t resumed = 0, keys_checked = 0;
+  for (const size_t batch : {1u, 7u, 16u, 64u}) {
+    for (int round = 0; round < 8; ++round) {
+      std::vector<uint64_t> keys;
+      for (size_t i = 0; i < batch; ++i) {
+        if (rng() % 4 == 0) {
+          uint64_t k;
+          do k = rng() & mask; while (k < 2 || oracle.count(k));
+          keys.push_back(k);  // absent: a miss, after the whole cluster
+        } else {
+          keys.push_back(present[rng() % present.size()]);
+        }
+      }
+      std::vector<std::optional<Answer>> got(keys.size());
+      std::vector<OpStats> cost(keys.size());
+      std::vector<int> calls(keys.size(), 0);
+      const uint64_t batches0 = tr->counters().batches;
+      ASSERT_TRUE(client.get_batch(keys, c.value_bytes, rec, [&](const Engine::Completion& comp) {
+        ASSERT_LT(comp.index, keys.size());
+        ASSERT_FALSE(comp.error);
+        ++calls[comp.index];
+        got[comp.index] = std::move(rec.last);
+        rec.last.reset();
+        cost[comp.index] = comp.stats;
+      }));
+      const uint64_t batches = tr->counters().batches - batches0;
+      uint32_t max_rt = 0;
+      for (size_t i = 0; i < keys.size(); ++i) {
+        ASSERT_EQ(calls[i], 1) << "key index " << i;
+        ASSERT_TRUE(got[i].has_value()) << "on_get must come before done";
+        const auto it = oracle.find(keys[i]);
+        if (it == oracle.end()) {
+          EXPECT_EQ(got[i]->r.status, Status::kNotFound) << keys[i];
+        } else {
+          ASSERT_EQ(got[i]->r.status, Status::kFound) << keys[i];
+          if (p.format != SlotFormat::kSet) {
+            EXPECT_EQ(got[i]->value, it->second) << keys[i];
+          }
+        }
+        // The same key alone through get_visit: the same answer, chunks, requests, round trips, bytes.
+        OpStats alone;
+        e.run(visit(client, keys[i], c.value_bytes, rec), &alone);
+        ASSERT_TRUE(rec.last.has_value());
+        EXPECT_EQ(rec.last->r.status, got[i]->r.status);
+        EXPECT_EQ(rec.last->r.chunks, got[i]->r.chunks) << keys[i];
+        EXPECT_EQ(rec.last->value, got[i]->value);
+        rec.last.reset();
+        EXPECT_EQ(cost[i].round_trips, alone.round_trips) << keys[i];
+        EXPECT_EQ(cost[i].reads, alone.reads) << keys[i];
+        EXPECT_EQ(cost[i].bytes, alone.bytes) << keys[i];
+        EXPECT_EQ(cost[i].writes + cost[i].cas + cost[i].faa + cost[i].rpcs, 0u);
+        resumed += cost[i].round_trips > 1;
+        max_rt = std::max(max_rt, cost[i].round_trips);
+        ++keys_checked;
+      }
+      // One batch for every key's first window, then the resumed lookups side by side.
+      EXPECT_EQ(batches, max_rt) << "batch of " << keys.size();
+    }
+  }
+  EXPECT_GT(resumed, keys_checked / 10) << "the table must make lookups run past their first window";
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, MultiGet,
+                         testing::Values(MultiGetCase{SlotFormat::kInline, 8, 16, 2, 1},
+                                         MultiGetCase{SlotFormat::kInline, 8, 8, 4, 2},
+                                         MultiGetCase{SlotFormat::kInline, 4, 8, 2, 1},
+                                         MultiGetCase{SlotFormat::kSet, 8, 0, 2, 2}),
+                         [](const testing::TestParamInfo<MultiGetCase>& i) {
+                           return std::string(to_string(i.param.format)) + "_k" + std::to_string(i.param.key_bytes) +
+                                  "_v" + std::to_string(i.param.value_bytes) + "_R" + std::to_string(i.param.read_size) +
+                                  "_n" + std::to_string(i.param.nodes);
+                         });
+
+LinearConfig small_inline(uint32_t nodes) {
+  LinearConfig c;
+  c.format = SlotFormat::kInline;
+  c.key_bytes = 8;
+  c.value_bytes = 16;
+  c.home_slots = 512;
+  c.memory_nodes = nodes;
+  return c;
+}
+
+// A key whose slot is locked (a writer mid-update) is re-read until the retry budget ends, then
+// fails alone; the other keys of the batch are answered. Unlocked, the same batch answers them all.
+TEST(MultiGetFaults, LockedSlotFailsOnlyItsKey) {
+  const LinearConfig c = small_inline(1);
+  LocalTable t(c);
+  Client loader(*t.fabric, c);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 2; keys.size() < 40; ++k) keys.push_back(k * 0x9E3779B97F4A7C15ULL);
+  for (uint64_t k : keys) ASSERT_EQ(loader.find_or_put(k, value_for(k, 1, c.value_bytes)).status, Status::kInserted);
+  // Lock the slot of keys[5]: find it by its key word in the region.
+  const linear_internal::InlineLayout l(c);
+  std::span<std::byte> region = t.fabric->local_region(0);
+  uint64_t* ctrl = nullptr;
+  for (uint64_t s = 0; s < c.total_slots(); ++s) {
+    std::byte* sl = region.data() + linear_internal::kHeaderBytes + s * c.slot_bytes();
+    if ((record::load64(sl) & record::kOcc) && l.key(sl) == keys[5]) ctrl = reinterpret_cast<uint64_t*>(sl);
+  }
+  ASSERT_NE(ctrl, nullptr);
+  ProbeConfig probe;
+  probe.retry_budget = std::chrono::milliseconds(2);
+  auto tr = t.fabric->connect();
+  Engine e(*tr);
+  LinearClient client(c, probe, e);
+  for (const bool locked : {true, false}) {
+    if (locked) *ctrl |= record::kLock;
+    else *ctrl &= ~record::kLock;
+    Recorder rec;
+    std::vector<bool> failed(keys.size(), false), found(keys.size(), false);
+    ASSERT_TRUE(client.get_batch(keys, c.value_bytes, rec, [&](const Engine::Completion& comp) {
+      failed[comp.index] = static_cast<bool>(comp.error);
+      if (comp.error) {
+        EXPECT_GE(comp.stats.round_trips, 2u) << "a locked slot is read again until the budget ends";
+      } else {
+        ASSERT_TRUE(rec.last.has_value());
+        found[comp.index] = rec.last->r.status == Status::kFound && rec.last->value == value_for(keys[comp.index], 1, c.value_bytes);
+      }
+      rec.last.reset();
+    }));
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (locked && i == 5) {
+        EXPECT_TRUE(failed[i]) << "a slot that stays locked fails its lookup (RetryBudgetExceeded)";
+        continue;
+      }
+      EXPECT_FALSE(failed[i]) << i;
+      EXPECT_TRUE(found[i]) << i;
+    }
+  }
+}
+
+// Requests to a failing memory node fail their keys; the keys on the other node are answered.
+TEST(MultiGetFaults, FailedReadsFailOnlyTheirKeys) {
+  const LinearConfig c = small_inline(2);
+  LocalTable t(c);
+  Client loader(*t.fabric, c);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 2; keys.size() < 64; ++k) keys.push_back(k * 7919);
+  for (uint64_t k : keys) ASSERT_EQ(loader.find_or_put(k, value_for(k, 1, c.value_bytes)).status, Status::kInserted);
+  test::FaultTransport ft(t.fabric->connect(), [](const Request& r, uint64_t) { return r.addr.node == 1; });
+  Engine e(ft);
+  LinearClient client(c, ProbeConfig{}, e);
+  Recorder rec;
+  std::vector<int> outcome(keys.size(), -1);  // 0 failed, 1 found with its value, 2 another answer
+  ASSERT_TRUE(client.get_batch(keys, c.value_bytes, rec, [&](const Engine::Completion& comp) {
+    if (comp.error) {
+      outcome[comp.index] = 0;
+    } else {
+      ASSERT_TRUE(rec.last.has_value());
+      const bool right = rec.last->r.status == Status::kFound && rec.last->value == value_for(keys[comp.index], 1, c.value_bytes);
+      outcome[comp.index] = right ? 1 : 2;  // 2: an answer, but not the key's (e.g. a failed READ's buffer scanned)
+    }
+    rec.last.reset();
+  }));
+  size_t on1 = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const bool fails = linear_place(c, keys[i]).node == 1;
+    on1 += fails;
+    EXPECT_EQ(outcome[i], fails ? 0 : 1) << "key " << keys[i];
+  }
+  EXPECT_GT(on1, 0u);
+  EXPECT_LT(on1, keys.size());
+}
+
+// What a multi-get refuses: a value size other than the table's (before any request), bad keys
+// (before any request), heap and quadratic tables (false: no multi-get, nothing done).
+TEST(MultiGetFaults, RefusesWhatGetVisitRefuses) {
+  const LinearConfig c = small_inline(1);
+  LocalTable t(c);
+  auto tr = t.fabric->connect();
+  Engine e(*tr);
+  LinearClient client(c, ProbeConfig{}, e);
+  Recorder rec;
+  int calls = 0;
+  auto done = [&](const Engine::Completion&) { ++calls; };
+  const std::vector<uint64_t> keys{5, 6, 7};
+  EXPECT_THROW(client.get_batch(keys, c.value_bytes + 1, rec, done), InvalidArgument);
+  LinearConfig c4 = c;
+  c4.key_bytes = 4;
+  LocalTable t4(c4);
+  auto tr4 = t4.fabric->connect();
+  Engine e4(*tr4);
+  LinearClient client4(c4, ProbeConfig{}, e4);
+  const std::vector<uint64_t> wide{5, 1ULL << 40};
+  EXPECT_THROW(client4.get_batch(wide, c4.value_bytes, rec, done), InvalidArgument);
+  EXPECT_EQ(tr->counters().batches + tr4->counters().batches, 0u);
+  EXPECT_EQ(calls, 0);
+
+  LinearConfig heap = c;
+  heap.format = SlotFormat::kHeap;
+  heap.key_bytes = 4;
+  heap.value_bytes = 8;
+  heap.heap_records = 1024;
+  ASSERT_EQ(linear_config_error(heap), "");
+  LocalTable th(heap);
+  auto trh = th.fabric->connect();
+  Engine eh(*trh);
+  LinearClient ch(heap, ProbeConfig{}, eh);
+  EXPECT_FALSE(ch.get_batch(keys, heap.value_bytes, rec, done));
+  EXPECT_EQ(trh->counters().batches, 0u);
+  EXPECT_EQ(calls, 0);
+}
+
+// Client::get_many is the multi-get, `depth` keys a batch: the same answers as get, fewer batches.
+TEST(MultiGetClient, GetManyAnswersAsGetsDo) {
+  const LinearConfig c = small_inline(2);
+  LocalTable t(c);
+  Client client(*t.fabric, c);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 2; keys.size() < 600; ++k) keys.push_back(k * 0x2545F4914F6CDD1DULL);
+  std::vector<std::byte> values;
+  for (size_t i = 0; i < keys.size(); i += 2) {  // every other key present
+    ASSERT_EQ(client.find_or_put(keys[i], value_for(keys[i], 2, c.value_bytes)).status, Status::kInserted);
+  }
+  std::vector<std::byte> out(keys.size() * c.value_bytes, std::byte{0x77});
+  const uint64_t b0 = client.engine().transport().counters().batches;
+  const auto got = client.get_many(keys, out, 32);
+  const uint64_t batches = client.engine().transport().counters().batches - b0;
+  EXPECT_LE(batches, keys.size() / 32 * 3 + 3);
+  uint64_t rts = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::vector<std::byte> one(c.value_bytes);
+    const OpResult alone = client.get(keys[i], one);
+    rts += client.last_stats().round_trips;
+    ASSERT_EQ(got[i].status, alone.status) << i;
+    ASSERT_EQ(got[i].status, i % 2 == 0 ? Status::kFound : Status::kNotFound) << i;
+    if (i % 2 == 0) {
+      EXPECT_TRUE(std::equal(one.begin(), one.end(), out.begin() + static_cast<std::ptrdiff_t>(i * c.value_bytes)));
+      EXPECT_EQ(one, value_for(keys[i], 2, c.value_bytes));
+    }
+  }
+  EXPECT_EQ(client.get_many(keys, out, 32).size(), keys.size());
+  EXPECT_EQ(client.last_stats().round_trips, rts) << "a multi-get costs each key what its get costs";
+}
+
+}  // namespace
+}  // namespace rdmahash

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""--multi-get changes how a client posts its gets, not what they cost: runs one `rdmahash bench`
+command with --multi-get off and on and checks that each get and raw-read row has the same round
+trips, requests and bytes per op (to the last digit: the key sequence is the seed's) and the same
+outcomes, every get found with its value, and the JSON says which mode ran.
+
+usage: multi_get_same_cost.py -- COMMAND...   (COMMAND without --multi-get and --json)"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def fail(msg):
+    print("FAIL:", msg)
+    sys.exit(1)
+
+
+def run(cmd, mode, d):
+    path = os.path.join(d, f"{mode}.jsonl")
+    proc = subprocess.run(cmd + ["--multi-get", mode, "--json", path], capture_output=True, text=True, timeout=280)
+    sys.stdout.write(proc.stdout)
+    sys.stderr.write(proc.stderr)
+    if proc.returncode != 0:
+        fail(f"--multi-get {mode}: exit status {proc.returncode}")
+    rows = [json.loads(l) for l in open(path)]
+    if not rows:
+        fail(f"--multi-get {mode}: no rows")
+    for r in rows:
+        if r.get("multi_get") != mode:
+            fail(f"row says multi_get={r.get('multi_get')!r}, ran {mode}")
+    return rows
+
+
+def main():
+    cmd = sys.argv[sys.argv.index("--") + 1:]
+    with tempfile.TemporaryDirectory() as d:
+        off, on = run(cmd, "off", d), run(cmd, "on", d)
+    if len(off) != len(on):
+        fail(f"{len(off)} rows off, {len(on)} on")
+    multi = 0
+    for a, b in zip(off, on):
+        point = (a["workload"], a["load_factor"], a.get("read_size"))
+        if point != (b["workload"], b["load_factor"], b.get("read_size")):
+            fail(f"rows out of order: {point} vs {(b['workload'], b['load_factor'], b.get('read_size'))}")
+        for f in ("round_trips_per_op", "requests_per_op", "bytes_per_op", "outcomes", "ops", "errors", "value_mismatches"):
+            if a.get(f) != b.get(f):
+                fail(f"{point}: {f} off {a.get(f)} != on {b.get(f)}")
+        if a["workload"] == "get":
+            out = b["outcomes"]
+            if out.get("found") != b["ops"] or b.get("value_mismatches", 0) != 0 or b.get("errors", 0) != 0:
+                fail(f"{point}: gets of loaded keys must all be found with their values: {out}")
+            multi += 1
+        print(f"{point}: RT/op {b['round_trips_per_op']}, bytes/op {b['bytes_per_op']} in both modes; "
+              f"ops/s off {a['throughput_ops_per_s']:.0f}, on {b['throughput_ops_per_s']:.0f}")
+    if multi == 0:
+        fail("no get rows")
+    print("OK")
+
+
+if __name__ == "__main__":
+    main()
