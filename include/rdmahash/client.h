@@ -35,8 +35,8 @@ class Client {
 
   // Pipelined: up to `depth` operations in flight. `values` holds keys.size() values of the
   // table's value_bytes back to back (empty for sets); `values_out` likewise receives them.
-  // Every key is validated before any request is issued. get_many is a multi-get, `depth` keys at a
-  // time (LinearClient::get_batch: their first READs in one batch, no coroutine per key; heap
+  // Every key is validated before any request is issued. get_many is a multi-get, `depth` keys in
+  // flight (LinearClient::get_batch: one batch per round of windows, no coroutine per key; heap
   // tables: one get per key, `depth` in flight); the same requests and round trips per key.
   std::vector<OpResult> find_or_put_many(std::span<const uint64_t> keys, std::span<const std::byte> values = {},
                                          uint32_t depth = 16);

@@ -76,12 +76,12 @@
 // version in ctrl and the key/value it read; otherwise it re-reads that slot (a READ of several
 // words may be torn: the checksum, not the read order, makes a torn read detectable, as in Pilaf).
 // The linearisation point of a read is the moment it read the unlocked ctrl.
-// Multi-get (get_batch, inline tables in linear order): the lookups of many keys with their first
-// windows in one batch. Each key's window is exactly the READ its lookup would post first and is
-// scanned by the same rules; a key the window does not answer goes on as its lookup would (the
-// next window; a locked or torn slot: the window again, then read_stable), so each key's answer and
-// linearisation point are its lookup's, and so are its requests and round trips (one READ and round
-// trip more for a key that met a locked or torn slot). A window whose READ failed fails only its key.
+// Multi-get (get_batch, inline tables in linear order): the lookups of many keys, round by round,
+// each round one batch with the next window of every key not yet answered. Each key's windows are
+// exactly the READs its lookup would post, scanned by the same rules, so each key's answer,
+// linearisation point, requests and round trips are its lookup's. A key that meets its slot locked
+// or torn leaves the rounds for the lookup itself (the window again, then read_stable: one READ and
+// round trip more). A window whose READ failed fails only its key.
 //
 // Invariants
 //  * A slot goes empty → claimed(locked) → published → (updated)* → tombstone, never back.
@@ -515,13 +515,15 @@ class LinearClient final : public KvClient {
   Task<OpResult> get(uint64_t key, std::span<std::byte> value_out) override;
   // One coroutine for the whole lookup, the found value handed over in the read buffer.
   Task<void> get_visit(uint64_t key, uint32_t value_bytes, GetVisitor& v) override;
-  // Multi-get (inline tables in linear chunk order; heap and quadratic tables return false): every
-  // key's first window READ in one batch, scanned in a plain loop (no coroutine, no engine queue
-  // per key); a key that window does not answer (cluster runs on, slot locked or torn) continues as
-  // get_visit's lookup from the next window (from the same window when unstable), all such keys in
-  // one run_many. Requests, round trips and bytes per key are get_visit's.
-  bool get_batch(std::span<const uint64_t> keys, uint32_t value_bytes, GetVisitor& v,
-                 const std::function<void(const Engine::Completion&)>& done) override;
+  // Multi-get (inline tables in linear chunk order; heap and quadratic tables return false): rounds
+  // of one batch each, carrying the next window READ of each of up to `depth` keys in flight, new
+  // keys joining as others are answered, scanned in a plain loop (no coroutine, no engine queue per
+  // key); a key that meets its slot locked or torn continues as get_visit's lookup from that window,
+  // all such keys in one run_many at the end. Requests, round trips and bytes per key are
+  // get_visit's (one READ more after a locked or torn slot).
+  using KvClient::get_batch;
+  bool get_batch(uint64_t count, uint32_t depth, const std::function<uint64_t(uint64_t)>& key_of, uint32_t value_bytes,
+                 GetVisitor& v, const std::function<void(const Engine::Completion&)>& done) override;
   Task<OpResult> update(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> put(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> erase(uint64_t key) override;

@@ -24,6 +24,7 @@
 //    `RetryBudgetExceeded` (a FabricError) and changed nothing.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -96,19 +97,26 @@ class KvClient {
   // value where it lies and fails with InvalidArgument (in the task) on any other size; the
   // default, get() into a buffer of `value_bytes`, cuts or zero-pads a value of another size.
   virtual Task<void> get_visit(uint64_t key, uint32_t value_bytes, GetVisitor& v);
-  // Multi-get (get_visit for many keys at once): looks up every key of `keys`, each answer handed
-  // to `v.on_get` as get_visit does, then `done` called once per key, right after that key's on_get (Completion::index: its
-  // position in `keys`; stats: its requests and round trips; latency: from the call to its answer;
-  // error: as run_many's). A scheme that has one posts every key's first READ as one batch, with no
-  // coroutine per key, and goes on with get_visit's lookup for the keys that READ does not answer:
-  // the same requests and round trips per key as get_visit (linear: one READ more for a key whose
-  // first window met its slot locked or torn). Returns false, doing nothing, where the
-  // scheme has none (use get_visit). Call it outside any operation, on the client's own thread.
-  // Every key is validated before any request is posted (InvalidArgument, as get_visit).
-  virtual bool get_batch(std::span<const uint64_t> keys, uint32_t value_bytes, GetVisitor& v,
-                         const std::function<void(const Engine::Completion&)>& done) {
-    (void)keys, (void)value_bytes, (void)v, (void)done;
+  // Multi-get (get_visit for many keys at once): looks up keys key_of(0 .. count-1), up to `depth`
+  // in flight, each answer handed to `v.on_get` as get_visit does, then `done` called once per key,
+  // right after that key's on_get (Completion::index: its i; stats: its requests and round trips;
+  // latency: from the batch boundary it started at to its answer; error: as run_many's, e.g. an
+  // invalid key fails alone with InvalidArgument). A scheme that has one posts the READs of all
+  // keys in flight together, one batch per round, without a coroutine per key, at the same
+  // requests and round trips per key as get_visit (linear: one READ more for a key that met its
+  // slot locked or torn). Returns false, doing nothing, where the scheme has none (use get_visit);
+  // a `value_bytes` other than the table's throws InvalidArgument before any request, as get_visit's
+  // task would. Call it outside any operation, on the client's own thread.
+  virtual bool get_batch(uint64_t count, uint32_t depth, const std::function<uint64_t(uint64_t)>& key_of,
+                         uint32_t value_bytes, GetVisitor& v, const std::function<void(const Engine::Completion&)>& done) {
+    (void)count, (void)depth, (void)key_of, (void)value_bytes, (void)v, (void)done;
     return false;
+  }
+  // The keys of `keys`, all in flight at once.
+  bool get_batch(std::span<const uint64_t> keys, uint32_t value_bytes, GetVisitor& v,
+                 const std::function<void(const Engine::Completion&)>& done) {
+    return get_batch(keys.size(), static_cast<uint32_t>(std::clamp<size_t>(keys.size(), 1, UINT32_MAX)),
+                     [keys](uint64_t i) { return keys[i]; }, value_bytes, v, done);
   }
   // Replace the value of a present key (kUpdated) or report kNotFound.
   virtual Task<OpResult> update(uint64_t key, std::span<const std::byte> value) = 0;

@@ -81,10 +81,10 @@ Task<void> do_op(KvClient* kv, Engine* engine, Op op, uint32_t value_bytes, Clie
   r->matches += res.matches;
 }
 
-// --multi-get on: a client's gets, `depth` at a time, each group one multi-get (KvClient::get_batch);
-// raw READs likewise, `depth` READs posted as one batch with no coroutine each, so that get / raw-read
-// compares the same kind of loop. False, with no op taken from `stream`, when the scheme has no
-// multi-get (the caller runs its get_visit loop).
+// --multi-get on: a client's gets as one multi-get of `ops` keys, `depth` in flight
+// (KvClient::get_batch: one batch per round, no coroutine per key); raw READs likewise, `depth` READs
+// a batch with no coroutine each, so that get / raw-read compares the same kind of loop. False,
+// with no op taken from `stream`, when the scheme has no multi-get (the caller runs its get_visit loop).
 bool run_multi_get(Engine& engine, KvClient& kv, OpStream& stream, Workload w, uint64_t ops, uint32_t depth, RawTarget raw,
                    uint32_t vb, GetCheck& gets, ClientResult& r) {
   if (depth == 0) depth = 1;
@@ -92,21 +92,14 @@ bool run_multi_get(Engine& engine, KvClient& kv, OpStream& stream, Workload w, u
     r.add_op(c.stats, c.latency);
     if (c.error) ++r.errors;
   };
-  std::vector<uint64_t> keys;
   std::vector<Request> reqs;
   std::vector<std::byte> bufs;
   const bool raw_reads = w == Workload::kRawRead;
-  if (!raw_reads && !kv.get_batch({}, vb, gets, done)) return false;
-  if (raw_reads) bufs.resize(size_t{depth} * raw.bytes);
-  for (uint64_t issued = 0; issued < ops;) {
+  if (!raw_reads) return kv.get_batch(ops, depth, [&](uint64_t) { return stream.next().key; }, vb, gets, done);
+  bufs.resize(size_t{depth} * raw.bytes);
+  for (uint64_t issued = 0; issued < ops;) {  // every raw READ is answered in its round: `depth` a batch
     const auto n = static_cast<uint32_t>(std::min<uint64_t>(depth, ops - issued));
     issued += n;
-    if (!raw_reads) {
-      keys.resize(n);
-      for (uint64_t& k : keys) k = stream.next().key;
-      kv.get_batch(keys, vb, gets, done);
-      continue;
-    }
     reqs.resize(n);
     for (uint32_t i = 0; i < n; ++i) {  // the address do_op's raw READ reads
       const Op op = stream.next();

@@ -151,9 +151,9 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, OptionText& text, std::ve
                  "or with UCX requests (off)")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   cmd.add_option("--multi-get", text.multi_get,
-                 "get and raw-read: each client posts --depth operations at a time as one multi-get (every key's first "
-                 "READ in one batch, scanned without a coroutine per key; keys it does not answer go on as a get does); "
-                 "off: one coroutine per operation, --depth in flight")
+                 "get and raw-read: each client posts --depth operations at a time as one multi-get (linear inline "
+                 "tables: one batch per round with the next window of every key not yet answered, no coroutine per "
+                 "key; other schemes: get as with off); off: one coroutine per operation, --depth in flight")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   cmd.add_option("--huge-pages", text.huge_pages,
                  "shard regions on 2 MiB pages where the kernel allows: THP (madvise) for local regions, hugetlbfs "

@@ -73,7 +73,7 @@ std::vector<OpResult> Client::get_many(std::span<const uint64_t> keys, std::span
   std::vector<OpResult> out(keys.size());
   last_ = {};
   std::exception_ptr first_error;
-  // Multi-get, `depth` keys at a time (LinearClient::get_batch): each key's answer comes to on_get
+  // Multi-get, `depth` keys in flight (LinearClient::get_batch): each key's answer comes to on_get
   // just before its completion, which files it under the key's index.
   struct Stash final : GetVisitor {
     OpResult r;
@@ -83,28 +83,22 @@ std::vector<OpResult> Client::get_many(std::span<const uint64_t> keys, std::span
       value = v;
     }
   } stash;
-  if (depth == 0) depth = 1;
-  size_t base = 0;
   auto done = [&](const Engine::Completion& c) {
     last_.add(c.stats);
     if (c.error) {
       if (!first_error) first_error = c.error;
       return;
     }
-    const size_t i = base + c.index;
-    out[i] = stash.r;
+    out[c.index] = stash.r;
     if (!values_out.empty() && !stash.value.empty())
-      std::memcpy(values_out.data() + i * vb, stash.value.data(), std::min(vb, stash.value.size()));
+      std::memcpy(values_out.data() + c.index * vb, stash.value.data(), std::min(vb, stash.value.size()));
   };
-  for (; base < keys.size(); base += depth) {
-    const size_t n = std::min<size_t>(depth, keys.size() - base);
-    if (!table_->get_batch(keys.subspan(base, n), table_->config().value_bytes, stash, done)) break;
-  }
-  if (base < keys.size()) {  // a table without a multi-get (heap records): one get per key, pipelined
+  if (!table_->get_batch(keys.size(), depth, [keys](uint64_t i) { return keys[i]; }, table_->config().value_bytes,
+                         stash, done)) {
+    // A table without a multi-get (heap records): one get per key, `depth` in flight.
     engine_->run_many(
-        keys.size() - base, depth,
-        [&](uint64_t k) {
-          const size_t i = base + k;
+        keys.size(), depth,
+        [&](uint64_t i) {
           return store(table_->get(keys[i], values_out.empty() ? std::span<std::byte>{} : values_out.subspan(i * vb, vb)),
                        &out[i]);
         },

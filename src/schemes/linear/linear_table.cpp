@@ -24,15 +24,18 @@ LinearClient::LinearClient(const LinearConfig& cfg, const ProbeConfig& probe, En
 }
 
 struct LinearClient::BatchState {
-  std::vector<Request> reqs;
-  std::vector<LinearPlacement> place;
-  std::vector<OpStats> stats;
-  std::vector<std::byte> windows;  // every key's window, back to back
-  struct Resume {
-    size_t index;  // in the batch's keys
-    LookupFrom from;
+  struct Key {  // a key in flight
+    uint64_t index, key;
+    LinearPlacement place;
+    LookupFrom from;  // its next window, the cluster run so far, the windows read
+    OpStats stats;
+    std::chrono::steady_clock::time_point start;  // the batch boundary it joined at
+    uint64_t n;       // this round: the slots of its window
   };
-  std::vector<Resume> resume;
+  std::vector<Key> active;     // not answered yet
+  std::vector<Key> resume;     // met a locked or torn slot: the lookup goes on
+  std::vector<Request> reqs;
+  std::vector<std::byte> windows;  // this round's windows, back to back
 };
 
 LinearClient::~LinearClient() = default;
@@ -308,89 +311,123 @@ Task<void> LinearClient::get_visit(uint64_t key, uint32_t value_bytes, GetVisito
   return lookup(key, VisitSink{&v, value_bytes});
 }
 
-bool LinearClient::get_batch(std::span<const uint64_t> keys, uint32_t value_bytes, GetVisitor& v,
+bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function<uint64_t(uint64_t)>& key_of,
+                             uint32_t value_bytes, GetVisitor& v,
                              const std::function<void(const Engine::Completion&)>& done) {
   if (cfg_.heap() || cfg_.quadratic()) return false;
   const VisitSink sink{&v, value_bytes};
   sink.check(cfg_.value_bytes);
-  for (const uint64_t key : keys) validate_key(key);
-  if (keys.empty()) return true;
+  if (count == 0) return true;
+  if (depth == 0) depth = 1;
   if (!batch_) batch_ = std::make_unique<BatchState>();
   BatchState& b = *batch_;
-  const size_t m = keys.size();
-  b.reqs.resize(m);
-  b.place.resize(m);
-  b.stats.assign(m, OpStats{});
+  b.active.clear();
   b.resume.clear();
-  // Every key's first window: the READ get_visit's lookup would post first (window(): the read
-  // sizer's R from the home slot, never past the last tail slot).
-  size_t bytes = 0;
-  for (size_t i = 0; i < m; ++i) {
-    b.place[i] = linear_place(cfg_, keys[i]);
-    const uint64_t n = window(b.place[i].node, b.place[i].home);
-    Request& r = b.reqs[i];
-    r = Request{};
-    r.addr = slot_addr(b.place[i].node, b.place[i].home);
-    r.len = static_cast<uint32_t>(n * slot_bytes_);
-    bytes += r.len;
-  }
-  b.windows.resize(bytes);
-  bytes = 0;
-  for (Request& r : b.reqs) {
-    r.buf = b.windows.data() + bytes;
-    bytes += r.len;
-  }
-  const auto start = engine_.batch_clock();
-  const std::string error = engine_.execute_batch(b.reqs);
-  const auto first = std::chrono::duration_cast<std::chrono::nanoseconds>(engine_.batch_clock() - start);
   const InlineLayout l(cfg_);
-  for (size_t i = 0; i < m; ++i) {
-    const Request& rq = b.reqs[i];
-    OpStats& st = b.stats[i];
-    st.round_trips = 1;
-    st.reads = 1;
-    st.bytes = rq.len;
-    if (rq.status != ReqStatus::kOk) {  // as an awaited failed READ: FabricError in that key's op
-      done(Engine::Completion{i, st, first, std::make_exception_ptr(FabricError(error))});
-      continue;
+  auto finish = [&](const BatchState::Key& k, std::exception_ptr error) {
+    done(Engine::Completion{k.index, k.stats,
+                            std::chrono::duration_cast<std::chrono::nanoseconds>(engine_.batch_clock() - k.start),
+                            std::move(error)});
+  };
+  // Rounds: up to `depth` keys in flight; each round's batch carries the next window of every key
+  // not yet answered (the READ its lookup would post next: window(), the read sizer's R, never past
+  // the last tail slot), new keys joining as others are answered, as run_many keeps `depth`
+  // operations in flight. Windows are scanned by the lookup's rules in a plain loop. A key past the
+  // last tail slot is a miss; a locked or torn slot leaves the rounds for the lookup itself (below).
+  uint64_t issued = 0;
+  while (issued < count || !b.active.empty()) {
+    while (b.active.size() < depth && issued < count) {
+      const uint64_t index = issued++;
+      const uint64_t key = key_of(index);
+      try {
+        validate_key(key);
+      } catch (const InvalidArgument&) {  // fails its own key, as get_visit's task would
+        done(Engine::Completion{index, OpStats{}, std::chrono::nanoseconds(0), std::current_exception()});
+        continue;
+      }
+      const LinearPlacement p = linear_place(cfg_, key);
+      b.active.push_back(BatchState::Key{index, key, p, LookupFrom{true, p.home, p.home, 0}, OpStats{},
+                                         engine_.batch_clock(), 0});
     }
-    const LinearPlacement& p = b.place[i];
-    const uint64_t n = rq.len / slot_bytes_;
-    const std::byte* data = static_cast<const std::byte*>(rq.buf);
-    uint64_t run_start = p.home;
-    observe_clusters(p.node, p.home, data, n, run_start);
-    uint64_t j = 0;
-    const Probe found = scan(keys[i], p, data, n, j);
-    OpResult r;
-    r.chunks = 1;
-    if (found == Probe::kMiss) {
-      sink.copied(keys[i], r, {});
-    } else if (found == Probe::kHit) {
-      r.status = Status::kFound;
-      r.matches = 1;
-      const std::byte* sl = data + j * slot_bytes_;
-      sink.hit(keys[i], r,
-               cfg_.value_bytes ? std::span<const std::byte>(sl + l.val_off, cfg_.value_bytes) : std::span<const std::byte>(),
-               Located{true, p.home + j, load64(sl)});
-    } else {
-      // kMore: the next window, as lookup's loop goes on. kUnstable: this window again, from its
-      // start (one more READ than lookup's read_stable of the one slot, the same answer).
-      const bool more = found == Probe::kMore;
-      b.resume.push_back({i, LookupFrom{true, more ? p.home + n : p.home, more ? run_start : p.home, 1}});
-      continue;
+    if (b.active.empty()) break;
+    size_t bytes = 0;
+    for (BatchState::Key& k : b.active) {
+      k.n = window(k.place.node, k.from.slot);  // kept: a read sizer may change R while scanning
+      bytes += k.n * slot_bytes_;
     }
-    done(Engine::Completion{i, st, first, nullptr});
+    b.windows.resize(bytes);
+    b.reqs.clear();
+    bytes = 0;
+    for (const BatchState::Key& k : b.active) {
+      if (k.n == 0) continue;  // past the last tail slot: never posted, lookup's loop ends there
+      Request r;
+      r.addr = slot_addr(k.place.node, k.from.slot);
+      r.len = static_cast<uint32_t>(k.n * slot_bytes_);
+      r.buf = b.windows.data() + bytes;
+      bytes += r.len;
+      b.reqs.push_back(r);
+    }
+    const std::string error = b.reqs.empty() ? std::string() : engine_.execute_batch(b.reqs);
+    size_t kept = 0, posted = 0;
+    for (size_t a = 0; a < b.active.size(); ++a) {
+      BatchState::Key& k = b.active[a];
+      const LinearPlacement& p = k.place;
+      const uint64_t n = k.n;
+      OpResult r;
+      r.chunks = k.from.chunks;
+      if (n == 0) {  // past the last tail slot: a miss, as lookup's loop ends
+        sink.copied(k.key, r, {});
+        finish(k, nullptr);
+        continue;
+      }
+      const Request& rq = b.reqs[posted++];
+      ++k.stats.round_trips;
+      ++k.stats.reads;
+      k.stats.bytes += rq.len;
+      r.chunks = ++k.from.chunks;
+      if (rq.status != ReqStatus::kOk) {  // as an awaited failed READ: FabricError in that key's op
+        finish(k, std::make_exception_ptr(FabricError(error)));
+        continue;
+      }
+      const std::byte* data = static_cast<const std::byte*>(rq.buf);
+      observe_clusters(p.node, k.from.slot, data, n, k.from.run_start);
+      uint64_t j = 0;
+      const Probe found = scan(k.key, p, data, n, j);
+      if (found == Probe::kMiss) {
+        sink.copied(k.key, r, {});
+        finish(k, nullptr);
+      } else if (found == Probe::kHit) {
+        r.status = Status::kFound;
+        r.matches = 1;
+        const std::byte* sl = data + j * slot_bytes_;
+        sink.hit(k.key, r,
+                 cfg_.value_bytes ? std::span<const std::byte>(sl + l.val_off, cfg_.value_bytes) : std::span<const std::byte>(),
+                 Located{true, k.from.slot + j, load64(sl)});
+        finish(k, nullptr);
+      } else if (found == Probe::kMore) {
+        k.from.slot += n;  // the next window, as lookup's loop goes on
+        b.active[kept++] = k;
+      } else {
+        // kUnstable: the lookup itself, from this window's start (one READ more than the lookup's
+        // read_stable of the one slot; the same answer).
+        b.resume.push_back(k);
+      }
+    }
+    b.active.resize(kept);
   }
   if (b.resume.empty()) return true;
-  const auto depth = static_cast<uint32_t>(b.resume.size());
+  const auto resumed = engine_.batch_clock();
   engine_.run_many(
-      b.resume.size(), depth,
-      [&](uint64_t k) { return lookup(keys[b.resume[k].index], sink, b.resume[k].from); },
+      b.resume.size(), static_cast<uint32_t>(std::min<size_t>(b.resume.size(), depth)),
+      [&](uint64_t k) {
+        return lookup(b.resume[k].key, sink, b.resume[k].from);  // this window again: from.slot not advanced
+      },
       [&](const Engine::Completion& c) {
-        const size_t i = b.resume[c.index].index;
-        OpStats st = b.stats[i];
+        const BatchState::Key& k = b.resume[c.index];
+        OpStats st = k.stats;
         st.add(c.stats);
-        done(Engine::Completion{i, st, first + c.latency, c.error});
+        done(Engine::Completion{k.index, st, std::chrono::duration_cast<std::chrono::nanoseconds>(resumed - k.start) + c.latency,
+                                c.error});
       });
   return true;
 }
