@@ -417,7 +417,7 @@ set(MULTI_GET_SAME ${CMAKE_CURRENT_SOURCE_DIR}/multi_get_same_cost.py)
 add_test(NAME bench_local_multi_get COMMAND python3 ${MULTI_GET_SAME} --
   ${RDMAHASH_BIN} bench --fabric local --clients 2 --memory-nodes 2 --records 20000 --load-factor 0.5,0.9 --value-bytes 8
   --workload raw-read,get --read-size 2,8 --ops 3000 --depth 16 --quiet)
-add_test(NAME bench_local_multi_get_heap COMMAND python3 ${MULTI_GET_SAME} --
+add_test(NAME bench_local_multi_get_heap COMMAND python3 ${MULTI_GET_SAME} --no-multi --
   ${RDMAHASH_BIN} bench --fabric local --records 20000 --load-factor 0.9 --value-bytes 8 --storage heap
   --workload get --ops 2000 --depth 16 --quiet)
 foreach(direct IN ITEMS on off)

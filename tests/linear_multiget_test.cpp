@@ -216,6 +216,90 @@ TEST(MultiGetFaults, LockedSlotFailsOnlyItsKey) {
   }
 }
 
+// A slot locked in the first round and unlocked before the second: its key leaves the rounds for
+// the lookup, which reads the window again and answers it. Answer and chunks are get_visit's, with
+// one READ and one round trip more; every latency lies within the call, the resumed key's last.
+TEST(MultiGetFaults, SlotUnlockedAfterTheFirstRoundIsAnswered) {
+  const LinearConfig c = small_inline(1);
+  LocalTable t(c);
+  Client loader(*t.fabric, c);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 2; keys.size() < 40; ++k) keys.push_back(k * 0x9E3779B97F4A7C15ULL);
+  for (uint64_t k : keys) ASSERT_EQ(loader.find_or_put(k, value_for(k, 1, c.value_bytes)).status, Status::kInserted);
+  const linear_internal::InlineLayout l(c);
+  std::span<std::byte> region = t.fabric->local_region(0);
+  uint64_t* ctrl = nullptr;
+  for (uint64_t s = 0; s < c.total_slots(); ++s) {
+    std::byte* sl = region.data() + linear_internal::kHeaderBytes + s * c.slot_bytes();
+    if ((record::load64(sl) & record::kOcc) && l.key(sl) == keys[7]) ctrl = reinterpret_cast<uint64_t*>(sl);
+  }
+  ASSERT_NE(ctrl, nullptr);
+  *ctrl |= record::kLock;
+  // The first batch holds one READ per key; the first request after it unlocks the slot.
+  test::FaultTransport ft(t.fabric->connect(), {}, [&](const Request&, uint64_t ordinal) {
+    if (ordinal == keys.size()) *ctrl &= ~record::kLock;
+  });
+  Engine e(ft);
+  LinearClient client(c, ProbeConfig{}, e);
+  Recorder rec;
+  std::vector<std::optional<Answer>> got(keys.size());
+  std::vector<OpStats> cost(keys.size());
+  std::vector<std::chrono::nanoseconds> latency(keys.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(client.get_batch(keys, c.value_bytes, rec, [&](const Engine::Completion& comp) {
+    ASSERT_FALSE(comp.error) << comp.index;
+    got[comp.index] = std::move(rec.last);
+    rec.last.reset();
+    cost[comp.index] = comp.stats;
+    latency[comp.index] = comp.latency;
+  }));
+  const auto wall = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ((*ctrl & record::kLock), 0u) << "the hook ran: a second batch was posted";
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(got[i].has_value());
+    EXPECT_EQ(got[i]->r.status, Status::kFound) << i;
+    EXPECT_EQ(got[i]->value, value_for(keys[i], 1, c.value_bytes)) << i;
+    OpStats alone;
+    e.run(visit(client, keys[i], c.value_bytes, rec), &alone);
+    ASSERT_TRUE(rec.last.has_value());
+    EXPECT_EQ(got[i]->r.chunks, rec.last->r.chunks) << i;
+    rec.last.reset();
+    const uint32_t extra = i == 7 ? 1 : 0;
+    EXPECT_EQ(cost[i].reads, alone.reads + extra) << i;
+    EXPECT_EQ(cost[i].round_trips, alone.round_trips + extra) << i;
+    EXPECT_GE(latency[i].count(), 0) << i;
+    EXPECT_LE(latency[i], wall) << i;
+    if (i != 7) {
+      EXPECT_LE(latency[i], latency[7]) << "the resumed key finished last";
+    }
+  }
+}
+
+// done must not start another multi-get on the same client: refused, and the outer call finishes.
+TEST(MultiGetFaults, ReentryFromDoneIsRefused) {
+  const LinearConfig c = small_inline(1);
+  LocalTable t(c);
+  auto tr = t.fabric->connect();
+  Engine e(*tr);
+  LinearClient client(c, ProbeConfig{}, e);
+  Recorder rec;
+  const std::vector<uint64_t> keys{11, 12, 13};
+  int calls = 0, refused = 0;
+  ASSERT_TRUE(client.get_batch(keys, c.value_bytes, rec, [&](const Engine::Completion&) {
+    ++calls;
+    try {
+      client.get_batch(keys, c.value_bytes, rec, [](const Engine::Completion&) {});
+    } catch (const std::logic_error&) {
+      ++refused;
+    }
+  }));
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(refused, 3);
+  int again = 0;
+  EXPECT_TRUE(client.get_batch(keys, c.value_bytes, rec, [&](const Engine::Completion&) { ++again; }));
+  EXPECT_EQ(again, 3) << "usable after a refused reentry";
+}
+
 // Requests to a failing memory node fail their keys; the keys on the other node are answered.
 TEST(MultiGetFaults, FailedReadsFailOnlyTheirKeys) {
   const LinearConfig c = small_inline(2);

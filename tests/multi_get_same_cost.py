@@ -2,9 +2,11 @@
 """--multi-get changes how a client posts its gets, not what they cost: runs one `rdmahash bench`
 command with --multi-get off and on and checks that each get and raw-read row has the same round
 trips, requests and bytes per op (to the last digit: the key sequence is the seed's) and the same
-outcomes, every get found with its value, and the JSON says which mode ran.
+outcomes, every get found with its value, and the JSON says which mode ran and how many ops ran as
+a multi-get (multi_get_ops: all of them with on, none with off; --no-multi: the scheme has none, so
+its gets run as with off while raw READs still batch).
 
-usage: multi_get_same_cost.py -- COMMAND...   (COMMAND without --multi-get and --json)"""
+usage: multi_get_same_cost.py [--no-multi] -- COMMAND...   (COMMAND without --multi-get and --json)"""
 import json
 import os
 import subprocess
@@ -35,6 +37,7 @@ def run(cmd, mode, d):
 
 def main():
     cmd = sys.argv[sys.argv.index("--") + 1:]
+    has_multi = "--no-multi" not in sys.argv[1:sys.argv.index("--")]
     with tempfile.TemporaryDirectory() as d:
         off, on = run(cmd, "off", d), run(cmd, "on", d)
     if len(off) != len(on):
@@ -47,6 +50,10 @@ def main():
         for f in ("round_trips_per_op", "requests_per_op", "bytes_per_op", "outcomes", "ops", "errors", "value_mismatches"):
             if a.get(f) != b.get(f):
                 fail(f"{point}: {f} off {a.get(f)} != on {b.get(f)}")
+        for mode, r in (("off", a), ("on", b)):
+            want = r["ops"] if mode == "on" and (has_multi or r["workload"] == "raw-read") else 0
+            if r.get("multi_get_ops") != want:
+                fail(f"{point}: --multi-get {mode}: multi_get_ops {r.get('multi_get_ops')}, expected {want}")
         if a["workload"] == "get":
             out = b["outcomes"]
             if out.get("found") != b["ops"] or b.get("value_mismatches", 0) != 0 or b.get("errors", 0) != 0:

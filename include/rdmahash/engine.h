@@ -133,6 +133,9 @@ class Engine {
   // not ("" when all landed). MemoryNodeLost leaves, as from run. Moves batch_clock() to the
   // batch's completion.
   std::string execute_batch(std::span<Request> batch);
+  // Sets batch_clock() to now (Transport::now()): before a multi-get whose first operations start
+  // now (run_many does the same at its start). Not while run/run_many runs.
+  void restart_clock() { tick_ = transport_.now(); }
 
   Transport& transport() { return transport_; }
 

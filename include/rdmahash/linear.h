@@ -519,8 +519,9 @@ class LinearClient final : public KvClient {
   // of one batch each, carrying the next window READ of each of up to `depth` keys in flight, new
   // keys joining as others are answered, scanned in a plain loop (no coroutine, no engine queue per
   // key); a key that meets its slot locked or torn continues as get_visit's lookup from that window,
-  // all such keys in one run_many at the end. Requests, round trips and bytes per key are
-  // get_visit's (one READ more after a locked or torn slot).
+  // that round's such keys in one run_many before the next round. Requests, round trips, bytes and
+  // chunks per key are get_visit's (one READ and round trip more after a locked or torn slot). Not
+  // reentrant: `done` must not call get_batch on this client (std::logic_error).
   using KvClient::get_batch;
   bool get_batch(uint64_t count, uint32_t depth, const std::function<uint64_t(uint64_t)>& key_of, uint32_t value_bytes,
                  GetVisitor& v, const std::function<void(const Engine::Completion&)>& done) override;

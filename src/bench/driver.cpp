@@ -97,6 +97,7 @@ bool run_multi_get(Engine& engine, KvClient& kv, OpStream& stream, Workload w, u
   const bool raw_reads = w == Workload::kRawRead;
   if (!raw_reads) return kv.get_batch(ops, depth, [&](uint64_t) { return stream.next().key; }, vb, gets, done);
   bufs.resize(size_t{depth} * raw.bytes);
+  engine.restart_clock();  // the first READs start now, not at the engine's last batch
   for (uint64_t issued = 0; issued < ops;) {  // every raw READ is answered in its round: `depth` a batch
     const auto n = static_cast<uint32_t>(std::min<uint64_t>(depth, ops - issued));
     issued += n;
@@ -145,6 +146,7 @@ ClientResult run_client(Engine& engine, const SchemeTable& table, const BenchOpt
   const uint64_t cpu_start = thread_cpu_ns();
   if (o.multi_get == Switch::kOn && !mix && (w == Workload::kGet || w == Workload::kRawRead) &&
       run_multi_get(engine, *kv, stream, w, o.ops, o.depth, raw, vb, gets, r)) {
+    r.multi_get_ops = o.ops;
     r.seconds = std::chrono::duration<double>(engine.transport().now() - start).count();
     r.cpu_ns = thread_cpu_ns() - cpu_start;
     add_client_stats(table, *kv, r);

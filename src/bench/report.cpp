@@ -46,6 +46,7 @@ void ClientResult::merge(const ClientResult& o) {
   ops += o.ops; found += o.found; inserted += o.inserted; full += o.full; not_found += o.not_found;
   updated += o.updated; erased += o.erased; skipped += o.skipped;
   errors += o.errors; value_mismatches += o.value_mismatches;
+  multi_get_ops += o.multi_get_ops;
   round_trips += o.round_trips; reads += o.reads; writes += o.writes; cas += o.cas; faa += o.faa;
   rpcs += o.rpcs; bytes += o.bytes; chunks += o.chunks; matches += o.matches;
   persists += o.persists;
@@ -62,7 +63,7 @@ void ClientResult::merge(const ClientResult& o) {
 }
 
 namespace {
-constexpr size_t kFixedWords = 29;
+constexpr size_t kFixedWords = 30;
 }
 
 std::vector<std::byte> ClientResult::serialize() const {
@@ -70,7 +71,7 @@ std::vector<std::byte> ClientResult::serialize() const {
                                        round_trips, reads, writes, cas, faa, rpcs, bytes, chunks, matches,
                                        read_size, updated, skipped, resizes, directory_depth, erased, persists,
                                        split_loads, split_load_ppm_sum, split_load_ppm_min, split_load_ppm_max,
-                                       cpu_ns, latency_ns.size()};
+                                       cpu_ns, multi_get_ops, latency_ns.size()};
   std::vector<std::byte> out(sizeof fixed + sizeof(double) + latency_ns.size() * 4);
   std::memcpy(out.data(), fixed, sizeof fixed);
   std::memcpy(out.data() + sizeof fixed, &seconds, sizeof(double));
@@ -98,6 +99,7 @@ ClientResult ClientResult::deserialize(std::span<const std::byte> in) {
   r.split_load_ppm_min = f[25];
   r.split_load_ppm_max = f[26];
   r.cpu_ns = f[27];
+  r.multi_get_ops = f[28];
   std::memcpy(&r.seconds, in.data() + sizeof f, sizeof(double));
   const uint64_t nlat = f[kFixedWords - 1];
   if (in.size() != sizeof f + sizeof(double) + nlat * 4) throw InvalidArgument("corrupt client result");
@@ -256,6 +258,7 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   }
   j["errors"] = t.errors;
   j["value_mismatches"] = t.value_mismatches;
+  j["multi_get_ops"] = t.multi_get_ops;
   return j.dump();
 }
 

@@ -24,6 +24,7 @@ struct ClientResult {
   uint64_t skipped = 0;           // YCSB operations the scheme cannot do (--ycsb-skip-unsupported)
   uint64_t errors = 0;            // operations that threw
   uint64_t value_mismatches = 0;  // gets that returned a value other than the one stored
+  uint64_t multi_get_ops = 0;     // ops run as a multi-get (--multi-get on and the scheme has one)
   uint64_t round_trips = 0, reads = 0, writes = 0, cas = 0, faa = 0, rpcs = 0, bytes = 0;
   uint64_t chunks = 0;            // slot-array reads per operation, summed
   uint64_t matches = 0;           // records returned (get-all returns every match)

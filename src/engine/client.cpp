@@ -75,12 +75,14 @@ std::vector<OpResult> Client::get_many(std::span<const uint64_t> keys, std::span
   std::exception_ptr first_error;
   // Multi-get, `depth` keys in flight (LinearClient::get_batch): each key's answer comes to on_get
   // just before its completion, which files it under the key's index.
+  // The value is copied here: on_get's span is valid only during the call (a resumed lookup's
+  // buffer is gone by the time its completion runs).
   struct Stash final : GetVisitor {
     OpResult r;
-    std::span<const std::byte> value;
+    std::vector<std::byte> value;
     void on_get(uint64_t, const OpResult& res, std::span<const std::byte> v) override {
       r = res;
-      value = v;
+      value.assign(v.begin(), v.end());
     }
   } stash;
   auto done = [&](const Engine::Completion& c) {

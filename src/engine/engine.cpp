@@ -181,6 +181,7 @@ std::string Engine::execute_batch(std::span<Request> batch) {
   if (current_ || !queue_.empty() || !ready_.empty())
     throw std::logic_error("Engine::execute_batch: called while an operation runs");
   std::string error;
+  for (Request& r : batch) r.status = ReqStatus::kUnknown;  // a reused request keeps no old outcome
   try {
     transport_.execute(batch);
     for (Request& r : batch) r.status = ReqStatus::kOk;  // all landed: execute() did not throw

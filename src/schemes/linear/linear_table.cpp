@@ -36,6 +36,7 @@ struct LinearClient::BatchState {
   std::vector<Key> resume;     // met a locked or torn slot: the lookup goes on
   std::vector<Request> reqs;
   std::vector<std::byte> windows;  // this round's windows, back to back
+  bool running = false;            // get_batch is not reentrant (done must not call it)
 };
 
 LinearClient::~LinearClient() = default;
@@ -321,8 +322,15 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
   if (depth == 0) depth = 1;
   if (!batch_) batch_ = std::make_unique<BatchState>();
   BatchState& b = *batch_;
+  if (b.running) throw std::logic_error("LinearClient::get_batch: called again from its own done callback");
+  b.running = true;
+  struct Running {
+    bool& flag;
+    ~Running() { flag = false; }
+  } running{b.running};
   b.active.clear();
   b.resume.clear();
+  engine_.restart_clock();  // the first keys start now, not at the engine's last batch
   const InlineLayout l(cfg_);
   auto finish = [&](const BatchState::Key& k, std::exception_ptr error) {
     done(Engine::Completion{k.index, k.stats,
@@ -359,7 +367,7 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
     b.reqs.clear();
     bytes = 0;
     for (const BatchState::Key& k : b.active) {
-      if (k.n == 0) continue;  // past the last tail slot: never posted, lookup's loop ends there
+      if (k.n == 0) continue;  // past the last tail slot (kMore answers those at once): never posted
       Request r;
       r.addr = slot_addr(k.place.node, k.from.slot);
       r.len = static_cast<uint32_t>(k.n * slot_bytes_);
@@ -381,6 +389,7 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
         continue;
       }
       const Request& rq = b.reqs[posted++];
+      const LookupFrom before = k.from;  // a locked or torn slot: the lookup reads this window again
       ++k.stats.round_trips;
       ++k.stats.reads;
       k.stats.bytes += rq.len;
@@ -406,29 +415,36 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
         finish(k, nullptr);
       } else if (found == Probe::kMore) {
         k.from.slot += n;  // the next window, as lookup's loop goes on
-        b.active[kept++] = k;
+        if (window(p.node, k.from.slot) == 0) {  // none: past the last tail slot, a miss now
+          sink.copied(k.key, r, {});
+          finish(k, nullptr);
+        } else {
+          b.active[kept++] = k;
+        }
       } else {
-        // kUnstable: the lookup itself, from this window's start (one READ more than the lookup's
-        // read_stable of the one slot; the same answer).
+        // kUnstable: the lookup itself, from this window's start as it stood before this round
+        // (one READ more than the lookup's read_stable of the one slot; the same answer).
+        k.from = before;
         b.resume.push_back(k);
       }
     }
     b.active.resize(kept);
+    // The keys that met a locked or torn slot, each as its own lookup, before the next round.
+    if (!b.resume.empty()) {
+      const auto resumed = engine_.batch_clock();
+      engine_.run_many(
+          b.resume.size(), static_cast<uint32_t>(b.resume.size()),
+          [&](uint64_t k) { return lookup(b.resume[k].key, sink, b.resume[k].from); },
+          [&](const Engine::Completion& c) {
+            const BatchState::Key& k = b.resume[c.index];
+            OpStats st = k.stats;
+            st.add(c.stats);
+            done(Engine::Completion{k.index, st,
+                                    std::chrono::duration_cast<std::chrono::nanoseconds>(resumed - k.start) + c.latency, c.error});
+          });
+      b.resume.clear();
+    }
   }
-  if (b.resume.empty()) return true;
-  const auto resumed = engine_.batch_clock();
-  engine_.run_many(
-      b.resume.size(), static_cast<uint32_t>(std::min<size_t>(b.resume.size(), depth)),
-      [&](uint64_t k) {
-        return lookup(b.resume[k].key, sink, b.resume[k].from);  // this window again: from.slot not advanced
-      },
-      [&](const Engine::Completion& c) {
-        const BatchState::Key& k = b.resume[c.index];
-        OpStats st = k.stats;
-        st.add(c.stats);
-        done(Engine::Completion{k.index, st, std::chrono::duration_cast<std::chrono::nanoseconds>(resumed - k.start) + c.latency,
-                                c.error});
-      });
   return true;
 }
 
