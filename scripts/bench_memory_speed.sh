@@ -47,11 +47,13 @@ for round in $(seq "$ROUNDS"); do
     echo "round $round: $bin ($(uptime | sed 's/.*load/load/'))" >&2
     for hp in $HUGE; do
       for lf in $LOADS; do
+        wl=get,find-or-put  # find-or-put once, with the first mode (--multi-get does not change it)
         for mg in $MULTI; do
           run "$bin" pgas --symmetric --slot-format inline "${common[@]}" --load-factor "$lf" --huge-pages "$hp" \
-            --workload get,find-or-put --read-size 8,4 --multi-get "$mg"
+            --workload "$wl" --read-size 8,4 --multi-get "$mg"
           run "$bin" 1+1 --memory-nodes 1 --slot-format inline "${common[@]}" --load-factor "$lf" --huge-pages "$hp" \
-            --workload get,find-or-put --read-size 8,4 --multi-get "$mg"
+            --workload "$wl" --read-size 8,4 --multi-get "$mg"
+          wl=get
         done
       done
     done
