@@ -5,9 +5,12 @@ usage: scripts/perf_layers.py PERF_DATA CLIENT_CPU_NS_PER_OP [TOP]
 
 PERF_DATA: `perf record -F 4999 -o PERF_DATA -- mpirun ... rdmahash bench ...` (see
 scripts/profile_get.sh). CLIENT_CPU_NS_PER_OP: the run's JSON field of that name. Takes the
-client process (the one with the most samples in rdmahash::Engine), the time window from the end
-of the bench's warm-up (touch()) to its last Engine sample, leaves out the samples in Open MPI's
-libraries (barriers between --repeat points) and splits the rest by symbol into layers; each
+client process (the one with the most samples in the client's data path: rdmahash::Engine, the
+multi-get, UcxTransport::execute), the time window from the end of the bench's warm-up (touch())
+to its last such sample, leaves out the samples in Open MPI's libraries (barriers between
+--repeat points) and in libc's pthread mutex functions, which only Open MPI's progress loop calls
+there (the client waiting in a barrier; the data path takes no mutex), and splits the rest by
+symbol into layers; each
 layer's share of the samples times CLIENT_CPU_NS_PER_OP is its ns per operation. Self time only:
 a function inlined into another counts for the one it was inlined into (copy_in is out of line,
 so a READ's cache misses show up there).
@@ -53,20 +56,22 @@ def main():
         m = re.match(r"\s*(\d+)\s+([\d.]+):\s+[0-9a-f]+\s+(.*?)\s*\(([^()]*)\)\s*$", line)
         if m:
             rows.append((int(m[1]), float(m[2]), m[3].strip(), m[4]))
-    engine = collections.Counter(p for p, t, s, d in rows if "Engine::" in s)
+    client = lambda s: "Engine::" in s or "get_batch" in s or "UcxTransport::execute" in s
+    engine = collections.Counter(p for p, t, s, d in rows if client(s))
     if not engine:
-        sys.exit(f"{data}: no samples in rdmahash::Engine (not a bench client recording?)")
+        sys.exit(f"{data}: no samples in the client's data path (not a bench client recording?)")
     pid = engine.most_common(1)[0][0]
-    ts = [t for p, t, s, d in rows if p == pid and "Engine::" in s]
+    ts = [t for p, t, s, d in rows if p == pid and client(s)]
     lo, hi = min(ts), max(ts)
     warm = [t for p, t, s, d in rows if p == pid and "touch" in s]
     if warm:
         lo = max(lo, max(warm))
     window = [(s, d) for p, t, s, d in rows if p == pid and lo <= t <= hi]
-    mpi = lambda d: "mca_" in d or "libopen-pal" in d or "libmpi" in d
-    sel = [(s, d) for s, d in window if not mpi(d)]
+    mpi = lambda s, d: ("mca_" in d or "libopen-pal" in d or "libmpi" in d
+                        or ("pthread_mutex" in s and ("libc" in d or "unknown" in d)))
+    sel = [(s, d) for s, d in window if not mpi(s, d)]
     n = len(sel)
-    print(f"client pid {pid}: {hi - lo:.3f} s, {n} samples ({len(window) - n} in Open MPI left out); "
+    print(f"client pid {pid}: {hi - lo:.3f} s, {n} samples ({len(window) - n} in Open MPI and its mutexes left out); "
           f"client_cpu_ns_per_op {cpu_ns:.1f}")
     for k, c in collections.Counter(layer(s, d) for s, d in sel).most_common():
         print(f"  {k:52s} {100 * c / n:5.1f} %  {cpu_ns * c / n:6.1f} ns/op")
