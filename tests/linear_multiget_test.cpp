@@ -167,23 +167,34 @@ LinearConfig small_inline(uint32_t nodes) {
   return c;
 }
 
+// `n` keys (key k is i · step for i = 2, 3, ...), each inserted with value_for(key, 1).
+std::vector<uint64_t> insert_keys(const LocalTable& t, size_t n, uint64_t step) {
+  Client loader(*t.fabric, t.cfg);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 2; keys.size() < n; ++k) keys.push_back(k * step);
+  for (uint64_t k : keys) EXPECT_EQ(loader.find_or_put(k, value_for(k, 1, t.cfg.value_bytes)).status, Status::kInserted);
+  return keys;
+}
+
+// The ctrl word of `key`'s slot in node 0's region, found by its key word (a test locks it in
+// place), or null.
+uint64_t* ctrl_word_of(const LocalTable& t, uint64_t key) {
+  const linear_internal::InlineLayout l(t.cfg);
+  std::span<std::byte> region = t.fabric->local_region(0);
+  for (uint64_t s = 0; s < t.cfg.total_slots(); ++s) {
+    std::byte* sl = region.data() + linear_internal::kHeaderBytes + s * t.cfg.slot_bytes();
+    if ((record::load64(sl) & record::kOcc) && l.key(sl) == key) return reinterpret_cast<uint64_t*>(sl);
+  }
+  return nullptr;
+}
+
 // A key whose slot is locked (a writer mid-update) is re-read until the retry budget ends, then
 // fails alone; the other keys of the batch are answered. Unlocked, the same batch answers them all.
 TEST(MultiGetFaults, LockedSlotFailsOnlyItsKey) {
   const LinearConfig c = small_inline(1);
   LocalTable t(c);
-  Client loader(*t.fabric, c);
-  std::vector<uint64_t> keys;
-  for (uint64_t k = 2; keys.size() < 40; ++k) keys.push_back(k * 0x9E3779B97F4A7C15ULL);
-  for (uint64_t k : keys) ASSERT_EQ(loader.find_or_put(k, value_for(k, 1, c.value_bytes)).status, Status::kInserted);
-  // Lock the slot of keys[5]: find it by its key word in the region.
-  const linear_internal::InlineLayout l(c);
-  std::span<std::byte> region = t.fabric->local_region(0);
-  uint64_t* ctrl = nullptr;
-  for (uint64_t s = 0; s < c.total_slots(); ++s) {
-    std::byte* sl = region.data() + linear_internal::kHeaderBytes + s * c.slot_bytes();
-    if ((record::load64(sl) & record::kOcc) && l.key(sl) == keys[5]) ctrl = reinterpret_cast<uint64_t*>(sl);
-  }
+  const std::vector<uint64_t> keys = insert_keys(t, 40, 0x9E3779B97F4A7C15ULL);
+  uint64_t* ctrl = ctrl_word_of(t, keys[5]);  // the slot this test locks
   ASSERT_NE(ctrl, nullptr);
   ProbeConfig probe;
   probe.retry_budget = std::chrono::milliseconds(2);
@@ -222,17 +233,8 @@ TEST(MultiGetFaults, LockedSlotFailsOnlyItsKey) {
 TEST(MultiGetFaults, SlotUnlockedAfterTheFirstRoundIsAnswered) {
   const LinearConfig c = small_inline(1);
   LocalTable t(c);
-  Client loader(*t.fabric, c);
-  std::vector<uint64_t> keys;
-  for (uint64_t k = 2; keys.size() < 40; ++k) keys.push_back(k * 0x9E3779B97F4A7C15ULL);
-  for (uint64_t k : keys) ASSERT_EQ(loader.find_or_put(k, value_for(k, 1, c.value_bytes)).status, Status::kInserted);
-  const linear_internal::InlineLayout l(c);
-  std::span<std::byte> region = t.fabric->local_region(0);
-  uint64_t* ctrl = nullptr;
-  for (uint64_t s = 0; s < c.total_slots(); ++s) {
-    std::byte* sl = region.data() + linear_internal::kHeaderBytes + s * c.slot_bytes();
-    if ((record::load64(sl) & record::kOcc) && l.key(sl) == keys[7]) ctrl = reinterpret_cast<uint64_t*>(sl);
-  }
+  const std::vector<uint64_t> keys = insert_keys(t, 40, 0x9E3779B97F4A7C15ULL);
+  uint64_t* ctrl = ctrl_word_of(t, keys[7]);
   ASSERT_NE(ctrl, nullptr);
   *ctrl |= record::kLock;
   // The first batch holds one READ per key; the first request after it unlocks the slot.
@@ -304,10 +306,7 @@ TEST(MultiGetFaults, ReentryFromDoneIsRefused) {
 TEST(MultiGetFaults, FailedReadsFailOnlyTheirKeys) {
   const LinearConfig c = small_inline(2);
   LocalTable t(c);
-  Client loader(*t.fabric, c);
-  std::vector<uint64_t> keys;
-  for (uint64_t k = 2; keys.size() < 64; ++k) keys.push_back(k * 7919);
-  for (uint64_t k : keys) ASSERT_EQ(loader.find_or_put(k, value_for(k, 1, c.value_bytes)).status, Status::kInserted);
+  const std::vector<uint64_t> keys = insert_keys(t, 64, 7919);
   test::FaultTransport ft(t.fabric->connect(), [](const Request& r, uint64_t) { return r.addr.node == 1; });
   Engine e(ft);
   LinearClient client(c, ProbeConfig{}, e);

@@ -38,6 +38,13 @@ struct RawTarget {
   uint32_t memory_nodes;
   uint64_t region_bytes;
   uint32_t bytes;
+  // A raw READ's address from its op's random bits: 8-byte aligned, inside the slot area of a
+  // random memory node.
+  RemoteAddr addr(uint64_t bits) const {
+    const uint32_t node = static_cast<uint32_t>(hash::range(bits, memory_nodes));
+    const uint64_t span = region_bytes > 64 + bytes ? (region_bytes - 64 - bytes) / 8 : 0;
+    return RemoteAddr{node, 64 + hash::range(hash::mix64(bits), span + 1) * 8};
+  }
 };
 
 // The operation's buffers live in its coroutine frame when they fit (no malloc per operation: a
@@ -51,11 +58,7 @@ Task<void> do_op(KvClient* kv, Engine* engine, Op op, uint32_t value_bytes, Clie
   if (need > sizeof small) big.resize(need);
   const std::span<std::byte> buf(need > sizeof small ? big.data() : small, need);
   if (op.kind == OpKind::kRawRead) {
-    // Random 8-byte-aligned READ inside the slot area of a random memory node.
-    const uint32_t node = static_cast<uint32_t>(hash::range(op.key, raw.memory_nodes));
-    const uint64_t span = raw.region_bytes > 64 + raw.bytes ? (raw.region_bytes - 64 - raw.bytes) / 8 : 0;
-    const uint64_t off = 64 + hash::range(hash::mix64(op.key), span + 1) * 8;
-    co_await engine->read(RemoteAddr{node, off}, buf.data(), raw.bytes);
+    co_await engine->read(raw.addr(op.key), buf.data(), raw.bytes);
     co_return;
   }
   std::fill(buf.begin(), buf.end(), std::byte{0});
@@ -102,12 +105,9 @@ bool run_multi_get(Engine& engine, KvClient& kv, OpStream& stream, Workload w, u
     const auto n = static_cast<uint32_t>(std::min<uint64_t>(depth, ops - issued));
     issued += n;
     reqs.resize(n);
-    for (uint32_t i = 0; i < n; ++i) {  // the address do_op's raw READ reads
-      const Op op = stream.next();
-      const uint32_t node = static_cast<uint32_t>(hash::range(op.key, raw.memory_nodes));
-      const uint64_t span = raw.region_bytes > 64 + raw.bytes ? (raw.region_bytes - 64 - raw.bytes) / 8 : 0;
+    for (uint32_t i = 0; i < n; ++i) {
       reqs[i] = Request{};
-      reqs[i].addr = RemoteAddr{node, 64 + hash::range(hash::mix64(op.key), span + 1) * 8};
+      reqs[i].addr = raw.addr(stream.next().key);
       reqs[i].buf = bufs.data() + size_t{i} * raw.bytes;
       reqs[i].len = raw.bytes;
     }

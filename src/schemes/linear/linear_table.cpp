@@ -340,8 +340,9 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
   // Rounds: up to `depth` keys in flight; each round's batch carries the next window of every key
   // not yet answered (the READ its lookup would post next: window(), the read sizer's R, never past
   // the last tail slot), new keys joining as others are answered, as run_many keeps `depth`
-  // operations in flight. Windows are scanned by the lookup's rules in a plain loop. A key past the
-  // last tail slot is a miss; a locked or torn slot leaves the rounds for the lookup itself (below).
+  // operations in flight. Windows are scanned by the lookup's rules in a plain loop. A key whose
+  // next window would start past the last tail slot is a miss at once; a locked or torn slot leaves
+  // the rounds for the lookup itself (below).
   uint64_t issued = 0;
   while (issued < count || !b.active.empty()) {
     while (b.active.size() < depth && issued < count) {
@@ -366,8 +367,7 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
     b.windows.resize(bytes);
     b.reqs.clear();
     bytes = 0;
-    for (const BatchState::Key& k : b.active) {
-      if (k.n == 0) continue;  // past the last tail slot (kMore answers those at once): never posted
+    for (const BatchState::Key& k : b.active) {  // n >= 1: a home slot, or kMore checked the next window
       Request r;
       r.addr = slot_addr(k.place.node, k.from.slot);
       r.len = static_cast<uint32_t>(k.n * slot_bytes_);
@@ -375,20 +375,14 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
       bytes += r.len;
       b.reqs.push_back(r);
     }
-    const std::string error = b.reqs.empty() ? std::string() : engine_.execute_batch(b.reqs);
-    size_t kept = 0, posted = 0;
+    const std::string error = engine_.execute_batch(b.reqs);
+    size_t kept = 0;
     for (size_t a = 0; a < b.active.size(); ++a) {
       BatchState::Key& k = b.active[a];
       const LinearPlacement& p = k.place;
       const uint64_t n = k.n;
       OpResult r;
-      r.chunks = k.from.chunks;
-      if (n == 0) {  // past the last tail slot: a miss, as lookup's loop ends
-        sink.copied(k.key, r, {});
-        finish(k, nullptr);
-        continue;
-      }
-      const Request& rq = b.reqs[posted++];
+      const Request& rq = b.reqs[a];
       const LookupFrom before = k.from;  // a locked or torn slot: the lookup reads this window again
       ++k.stats.round_trips;
       ++k.stats.reads;
