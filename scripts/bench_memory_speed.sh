@@ -15,7 +15,8 @@
 # Binaries are interleaved per round (a busy machine slows all alike); medians over rounds.
 # usage: scripts/bench_memory_speed.sh BIN [BIN...]   (ROUNDS=2, OPS=1000000, RECORDS=16000000,
 #        OUT=results/memory_speed.jsonl; HUGE="on off"; LOADS="0.5 0.8"; COMPARE=1;
-#        MULTI="off on": the linear rows with --multi-get off and on, side by side)
+#        MULTI="off on": the linear rows with --multi-get off and on, side by side;
+#        READ_SIZES=4,2: the get rows' read sizes, default 8,4)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: $0 BIN [BIN...]" >&2; exit 2; }
@@ -50,9 +51,9 @@ for round in $(seq "$ROUNDS"); do
         wl=get,find-or-put  # find-or-put once, with the first mode (--multi-get does not change it)
         for mg in $MULTI; do
           run "$bin" pgas --symmetric --slot-format inline "${common[@]}" --load-factor "$lf" --huge-pages "$hp" \
-            --workload "$wl" --read-size 8,4 --multi-get "$mg"
+            --workload "$wl" --read-size "${READ_SIZES:-8,4}" --multi-get "$mg"
           run "$bin" 1+1 --memory-nodes 1 --slot-format inline "${common[@]}" --load-factor "$lf" --huge-pages "$hp" \
-            --workload "$wl" --read-size 8,4 --multi-get "$mg"
+            --workload "$wl" --read-size "${READ_SIZES:-8,4}" --multi-get "$mg"
           wl=get
         done
       done
