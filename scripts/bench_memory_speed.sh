@@ -15,7 +15,7 @@
 # Binaries are interleaved per round (a busy machine slows all alike); medians over rounds.
 # usage: scripts/bench_memory_speed.sh BIN [BIN...]   (ROUNDS=2, OPS=1000000, RECORDS=16000000,
 #        OUT=results/memory_speed.jsonl; HUGE="on off"; LOADS="0.5 0.8"; COMPARE=1;
-#        MULTI="off on": the linear rows with --multi-get off and on, side by side;
+#        MULTI="off on": the linear and cuckoo rows with --multi-get off and on, side by side;
 #        READ_SIZES=4,2: the get rows' read sizes, default 8,4)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -60,7 +60,10 @@ for round in $(seq "$ROUNDS"); do
     done
     if [ "$COMPARE" = 1 ]; then
       hp=${HUGE%% *}
-      run "$bin" 1+1 --memory-nodes 1 --scheme cuckoo "${common[@]}" --load-factor 0.5 --huge-pages "$hp" --workload get
+      for mg in $MULTI; do  # cuckoo (inline, parallel probing) has a multi-get too
+        run "$bin" 1+1 --memory-nodes 1 --scheme cuckoo "${common[@]}" --load-factor 0.5 --huge-pages "$hp" --workload get \
+          --multi-get "$mg"
+      done
       run "$bin" 1+1 --memory-nodes 1 --scheme race "${common[@]}" --load-factor 0.5 --huge-pages "$hp" --workload get
       run "$bin" 1+1 --memory-nodes 1 --scheme continuity --added-sbuckets 1/10 "${common[@]}" --load-factor 0.5 --huge-pages "$hp" --workload get
     fi

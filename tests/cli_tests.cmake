@@ -420,6 +420,13 @@ add_test(NAME bench_local_multi_get COMMAND python3 ${MULTI_GET_SAME} --
 add_test(NAME bench_local_multi_get_heap COMMAND python3 ${MULTI_GET_SAME} --no-multi --
   ${RDMAHASH_BIN} bench --fabric local --records 20000 --load-factor 0.9 --value-bytes 8 --storage heap
   --workload get --ops 2000 --depth 16 --quiet)
+# Cuckoo (inline, parallel probing) has a multi-get; sequential probing has none.
+add_test(NAME bench_local_multi_get_cuckoo COMMAND python3 ${MULTI_GET_SAME} --
+  ${RDMAHASH_BIN} bench --fabric local --clients 2 --memory-nodes 2 --scheme cuckoo --records 20000
+  --load-factor 0.5,0.85 --value-bytes 8 --workload raw-read,get --ops 3000 --depth 16 --quiet)
+add_test(NAME bench_local_multi_get_cuckoo_sequential COMMAND python3 ${MULTI_GET_SAME} --no-multi --
+  ${RDMAHASH_BIN} bench --fabric local --scheme cuckoo --cuckoo-probe sequential --records 20000 --load-factor 0.85
+  --value-bytes 8 --workload get --ops 2000 --depth 16 --quiet)
 foreach(direct IN ITEMS on off)
   add_test(NAME bench_ucx_multi_get_direct_${direct} COMMAND python3 ${MULTI_GET_SAME} --
     ${RDMAHASH_MPIRUN} -n 2 ${RDMAHASH_BIN} bench --fabric ucx --memory-nodes 1 --records 20000 --load-factor 0.9

@@ -309,12 +309,26 @@ class CuckooClient final : public KvClient {
   using KvClient::update;
   using KvClient::put;
   using KvClient::erase;
+  using KvClient::get_batch;  // the span overload
   const char* scheme_name() const override { return "cuckoo"; }
   CuckooClient(const CuckooConfig& cfg, CuckooProbe probe, Engine& engine, uint64_t seed = 1,
                uint16_t rpc_id = kCuckooRpcFirst);
+  ~CuckooClient() override;
   // OpResult.chunks = bucket READs issued (0 for the RPC operations); matches = 1 on a hit.
   Task<OpResult> find_or_put(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> get(uint64_t key, std::span<std::byte> value_out) override;
+  // Multi-get (KvClient::get_batch), inline storage with parallel probing (else false: heap
+  // lookups take a second round trip for the records, sequential ones one READ per bucket). Each
+  // round is one batch: the k bucket READs of every key that joined, the `moves` READ of every key
+  // whose buckets all missed (get's miss check, with the "before" the key took when it joined: a
+  // value read in an earlier, completed round trip). A hit or a checked miss is answered from the
+  // batch, at get's requests, round trips, bytes and chunks. A miss that overlapped a relocation
+  // goes on as get's next attempt would (the same cost). A key that met a record locked or torn
+  // goes on as a whole get from its first probe: one round trip and k READs more than get, which
+  // re-reads only that bucket. The value is handed over as KvClient::get_visit does (a buffer of
+  // `value_bytes`, the table's value cut or zero-padded to it).
+  bool get_batch(uint64_t count, uint32_t depth, const std::function<uint64_t(uint64_t)>& key_of, uint32_t value_bytes,
+                 GetVisitor& v, const std::function<void(const Engine::Completion&)>& done) override;
   Task<OpResult> update(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> put(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> erase(uint64_t key) override;
@@ -342,6 +356,14 @@ class CuckooClient final : public KvClient {
   Task<bool> check_records(uint64_t key, const CuckooPlacement& p, const std::vector<uint64_t>& offsets,
                            std::span<std::byte> out);
   Task<OpResult> remote(uint8_t op, uint64_t key, std::span<const std::byte> value);
+  // get from attempt `attempt` on, with the miss check's "before" and the chunks counted so far.
+  Task<OpResult> get_from(uint64_t key, std::span<std::byte> value_out, std::optional<uint64_t> before, uint32_t attempt,
+                          uint32_t chunks);
+  // get_from, then v.on_get as KvClient::get_visit (get_batch's keys that leave the batch).
+  Task<void> visit_from(uint64_t key, uint32_t value_bytes, GetVisitor& v, std::optional<uint64_t> before,
+                        uint32_t attempt, uint32_t chunks);
+  struct BatchState;
+  std::unique_ptr<BatchState> batch_;
   void check_value(std::span<const std::byte> value, bool exact) const;
   std::array<uint32_t, kCuckooWays> order();
 

@@ -695,13 +695,19 @@ Task<bool> CuckooClient::probe_heap(uint64_t key, const CuckooPlacement& p,
 
 Task<OpResult> CuckooClient::get(uint64_t key, std::span<std::byte> value_out) {
   validate_key(key);
+  // The relocation counter as read in an earlier, completed round trip: every READ of the lookup is
+  // posted in a later batch, so this value precedes them all (the "before" of the miss check in
+  // cuckoo.h).
+  return get_from(key, value_out, moves_seen_[cuckoo_place(cfg_, key).node], 0, 0);
+}
+
+Task<OpResult> CuckooClient::get_from(uint64_t key, std::span<std::byte> value_out, std::optional<uint64_t> before,
+                                      uint32_t first_attempt, uint32_t chunks) {
   OpResult r;
+  r.chunks = chunks;
   const CuckooPlacement p = cuckoo_place(cfg_, key);
   const auto ord = order();
-  // The relocation counter as read in an earlier, completed round trip: every READ below is posted
-  // in a later batch, so this value precedes them all (the "before" of the miss check in cuckoo.h).
-  std::optional<uint64_t> before = moves_seen_[p.node];
-  for (uint32_t attempt = 0; attempt < kMissAttemptsBeforeRpc; ++attempt) {
+  for (uint32_t attempt = first_attempt; attempt < kMissAttemptsBeforeRpc; ++attempt) {
     const bool hit = cfg_.storage == CuckooStorage::kInline ? co_await probe_inline(key, p, ord, value_out, r.chunks)
                                                             : co_await probe_heap(key, p, ord, value_out, r.chunks);
     if (hit) {
@@ -723,6 +729,169 @@ Task<OpResult> CuckooClient::get(uint64_t key, std::span<std::byte> value_out) {
   // indefinitely): ask the owner, which answers under the shard's lock, where no relocation can
   // overlap. One RPC; the lookup linearizes inside it. See cuckoo.h, "Retries".
   co_return co_await write_rpc::get(engine_, "cuckoo", rpc_id_, p.node, cfg_tag_, key, cfg_.value_bytes, value_out, r);
+}
+
+Task<void> CuckooClient::visit_from(uint64_t key, uint32_t value_bytes, GetVisitor& v, std::optional<uint64_t> before,
+                                    uint32_t attempt, uint32_t chunks) {
+  std::vector<std::byte> buf(value_bytes);  // zeroed, as KvClient::get_visit's
+  const OpResult r = co_await get_from(key, buf, before, attempt, chunks);
+  v.on_get(key, r, r.status == Status::kFound ? std::span<const std::byte>(buf) : std::span<const std::byte>());
+}
+
+struct CuckooClient::BatchState {
+  struct Key {  // a key in flight
+    uint64_t index, key;
+    CuckooPlacement place;
+    std::optional<uint64_t> before;  // the miss check's "before": moves_seen_ when the key joined
+    bool checking;                   // its buckets all missed: this round READs `moves`
+    OpStats stats;
+    std::chrono::steady_clock::time_point start;  // the batch boundary it joined at
+  };
+  struct Leaving {  // goes on as get_from
+    Key k;
+    std::optional<uint64_t> before;
+    uint32_t attempt;
+  };
+  std::vector<Key> active;
+  std::vector<Leaving> leaving;
+  std::vector<Request> reqs;
+  std::vector<std::byte> bufs;   // per active key, kCuckooWays buckets (or the moves word)
+  std::vector<std::byte> value;  // on_get's value buffer
+  bool running = false;          // not reentrant (done must not call get_batch)
+};
+
+CuckooClient::~CuckooClient() = default;
+
+bool CuckooClient::get_batch(uint64_t count, uint32_t depth, const std::function<uint64_t(uint64_t)>& key_of,
+                             uint32_t value_bytes, GetVisitor& v,
+                             const std::function<void(const Engine::Completion&)>& done) {
+  if (cfg_.storage != CuckooStorage::kInline || probe_ != CuckooProbe::kParallel) return false;
+  if (count == 0) return true;
+  if (depth == 0) depth = 1;
+  if (!batch_) batch_ = std::make_unique<BatchState>();
+  BatchState& b = *batch_;
+  if (b.running) throw std::logic_error("CuckooClient::get_batch: called again from its own done callback");
+  b.running = true;
+  struct Running {
+    bool& flag;
+    ~Running() { flag = false; }
+  } running{b.running};
+  b.active.clear();
+  b.leaving.clear();
+  b.value.assign(value_bytes, std::byte{0});
+  engine_.restart_clock();
+  const uint32_t bb = cfg_.bucket_bytes();
+  const size_t stride = size_t{kCuckooWays} * bb;
+  auto finish = [&](const BatchState::Key& k, std::exception_ptr error) {
+    done(Engine::Completion{k.index, k.stats,
+                            std::chrono::duration_cast<std::chrono::nanoseconds>(engine_.batch_clock() - k.start),
+                            std::move(error)});
+  };
+  // Rounds, as get's attempts: up to `depth` keys in flight, new keys joining as others are
+  // answered; each round one batch of every key's next READs (k buckets, or the moves word).
+  uint64_t issued = 0;
+  while (issued < count || !b.active.empty()) {
+    while (b.active.size() < depth && issued < count) {
+      const uint64_t index = issued++;
+      const uint64_t key = key_of(index);
+      try {
+        validate_key(key);
+      } catch (const InvalidArgument&) {  // fails its own key, as get's task would
+        done(Engine::Completion{index, OpStats{}, std::chrono::nanoseconds(0), std::current_exception()});
+        continue;
+      }
+      const CuckooPlacement p = cuckoo_place(cfg_, key);
+      b.active.push_back(BatchState::Key{index, key, p, moves_seen_[p.node], false, OpStats{}, engine_.batch_clock()});
+    }
+    if (b.active.empty()) break;
+    b.bufs.resize(b.active.size() * stride);
+    b.reqs.clear();
+    for (size_t a = 0; a < b.active.size(); ++a) {
+      const BatchState::Key& k = b.active[a];
+      std::byte* buf = b.bufs.data() + a * stride;
+      if (k.checking) {
+        Request r;
+        r.addr = RemoteAddr{k.place.node, kCuckooMovesOffset};
+        r.buf = buf;
+        r.len = 8;
+        b.reqs.push_back(r);
+        continue;
+      }
+      for (uint32_t i = 0; i < kCuckooWays; ++i) {
+        Request r;
+        r.addr = RemoteAddr{k.place.node, kHeaderBytes + k.place.buckets[i] * bb};
+        r.buf = buf + i * bb;
+        r.len = bb;
+        b.reqs.push_back(r);
+      }
+    }
+    const std::string error = engine_.execute_batch(b.reqs);
+    size_t kept = 0, q = 0;
+    for (size_t a = 0; a < b.active.size(); ++a) {
+      BatchState::Key& k = b.active[a];
+      const std::byte* buf = b.bufs.data() + a * stride;
+      const uint32_t n = k.checking ? 1 : kCuckooWays;
+      bool failed = false;
+      ++k.stats.round_trips;
+      for (uint32_t i = 0; i < n; ++i, ++q) {
+        ++k.stats.reads;
+        k.stats.bytes += b.reqs[q].len;
+        failed |= b.reqs[q].status != ReqStatus::kOk;
+      }
+      if (failed) {  // as an awaited failed READ: FabricError in that key's get
+        finish(k, std::make_exception_ptr(FabricError(error)));
+        continue;
+      }
+      OpResult r;
+      r.chunks = kCuckooWays;
+      if (k.checking) {  // get's miss check (cuckoo.h, "Why a one-sided reader is never wrong")
+        const uint64_t after = load64(buf);
+        moves_seen_[k.place.node] = after;
+        if (k.before && *k.before == after && (after & 1) == 0) {
+          r.status = Status::kNotFound;
+          v.on_get(k.key, r, {});
+          finish(k, nullptr);
+        } else {
+          b.leaving.push_back(BatchState::Leaving{k, after, 1});  // get's next attempt
+        }
+        continue;
+      }
+      Scan s = Scan::kMiss;
+      std::fill(b.value.begin(), b.value.end(), std::byte{0});
+      for (uint32_t i = 0; i < kCuckooWays && s == Scan::kMiss; ++i)
+        s = scan(buf + i * bb, cfg_.slots_per_bucket, k.key, k.place, b.value);
+      if (s == Scan::kHit) {
+        r.status = Status::kFound;
+        r.matches = 1;
+        v.on_get(k.key, r, b.value);
+        finish(k, nullptr);
+      } else if (s == Scan::kUnstable) {
+        b.leaving.push_back(BatchState::Leaving{k, k.before, 0});  // a whole get, from its first probe
+      } else {
+        k.checking = true;
+        b.active[kept++] = k;
+      }
+    }
+    b.active.resize(kept);
+    if (!b.leaving.empty()) {
+      const auto left = engine_.batch_clock();
+      engine_.run_many(
+          b.leaving.size(), static_cast<uint32_t>(b.leaving.size()),
+          [&](uint64_t i) {
+            const BatchState::Leaving& l = b.leaving[i];
+            return visit_from(l.k.key, value_bytes, v, l.before, l.attempt, kCuckooWays);  // bucket READs so far
+          },
+          [&](const Engine::Completion& c) {
+            const BatchState::Key& k = b.leaving[c.index].k;
+            OpStats st = k.stats;
+            st.add(c.stats);
+            done(Engine::Completion{k.index, st,
+                                    std::chrono::duration_cast<std::chrono::nanoseconds>(left - k.start) + c.latency, c.error});
+          });
+      b.leaving.clear();
+    }
+  }
+  return true;
 }
 
 Task<OpResult> CuckooClient::remote(uint8_t op, uint64_t key, std::span<const std::byte> value) {
