@@ -324,8 +324,8 @@ class CuckooClient final : public KvClient {
   // value read in an earlier, completed round trip). A hit or a checked miss is answered from the
   // batch, at get's requests, round trips, bytes and chunks. A miss that overlapped a relocation
   // goes on as get's next attempt would (the same cost). A key that met a record locked or torn
-  // goes on as a whole get from its first probe: one round trip and k READs more than get, which
-  // re-reads only that bucket. The value is handed over as KvClient::get_visit does (a buffer of
+  // goes on as a whole get from its first probe: at most one round trip and k READs more than get,
+  // which re-reads only that bucket. The value is handed over as KvClient::get_visit does (a buffer of
   // `value_bytes`, the table's value cut or zero-padded to it).
   bool get_batch(uint64_t count, uint32_t depth, const std::function<uint64_t(uint64_t)>& key_of, uint32_t value_bytes,
                  GetVisitor& v, const std::function<void(const Engine::Completion&)>& done) override;
@@ -356,9 +356,10 @@ class CuckooClient final : public KvClient {
   Task<bool> check_records(uint64_t key, const CuckooPlacement& p, const std::vector<uint64_t>& offsets,
                            std::span<std::byte> out);
   Task<OpResult> remote(uint8_t op, uint64_t key, std::span<const std::byte> value);
-  // get from attempt `attempt` on, with the miss check's "before" and the chunks counted so far.
+  // get from attempt `attempt` on, with the miss check's "before" (the cached moves_seen_ when
+  // before_from_cache, read as the task starts) and the chunks counted so far.
   Task<OpResult> get_from(uint64_t key, std::span<std::byte> value_out, std::optional<uint64_t> before, uint32_t attempt,
-                          uint32_t chunks);
+                          uint32_t chunks, bool before_from_cache);
   // get_from, then v.on_get as KvClient::get_visit (get_batch's keys that leave the batch).
   Task<void> visit_from(uint64_t key, uint32_t value_bytes, GetVisitor& v, std::optional<uint64_t> before,
                         uint32_t attempt, uint32_t chunks);

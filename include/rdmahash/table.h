@@ -103,10 +103,11 @@ class KvClient {
   // latency: from the batch boundary it started at to its answer; error: as run_many's, e.g. an
   // invalid key fails alone with InvalidArgument). A scheme that has one posts the READs of all
   // keys in flight together, one batch per round, without a coroutine per key, at the same
-  // requests and round trips per key as get_visit (linear: one READ more for a key that met its
-  // slot locked or torn). Returns false, doing nothing, where the scheme has none (use get_visit);
-  // a `value_bytes` other than the table's throws InvalidArgument before any request, as get_visit's
-  // task would. Call it outside any operation, on the client's own thread.
+  // requests and round trips per key as get_visit (except a key that met its record locked or torn:
+  // linear, one READ more; cuckoo, at most one round trip and k READs more). Returns false, doing
+  // nothing, where the scheme has none (use get_visit); a `value_bytes` that get_visit refuses
+  // (linear: any other than the table's) throws InvalidArgument before any request. Call it
+  // outside any operation, on the client's own thread.
   virtual bool get_batch(uint64_t count, uint32_t depth, const std::function<uint64_t(uint64_t)>& key_of,
                          uint32_t value_bytes, GetVisitor& v, const std::function<void(const Engine::Completion&)>& done) {
     (void)count, (void)depth, (void)key_of, (void)value_bytes, (void)v, (void)done;

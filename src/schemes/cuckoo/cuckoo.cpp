@@ -694,18 +694,18 @@ Task<bool> CuckooClient::probe_heap(uint64_t key, const CuckooPlacement& p,
 }
 
 Task<OpResult> CuckooClient::get(uint64_t key, std::span<std::byte> value_out) {
-  validate_key(key);
-  // The relocation counter as read in an earlier, completed round trip: every READ of the lookup is
-  // posted in a later batch, so this value precedes them all (the "before" of the miss check in
-  // cuckoo.h).
-  return get_from(key, value_out, moves_seen_[cuckoo_place(cfg_, key).node], 0, 0);
+  return get_from(key, value_out, std::nullopt, 0, 0, true);
 }
 
 Task<OpResult> CuckooClient::get_from(uint64_t key, std::span<std::byte> value_out, std::optional<uint64_t> before,
-                                      uint32_t first_attempt, uint32_t chunks) {
+                                      uint32_t first_attempt, uint32_t chunks, bool before_from_cache) {
+  validate_key(key);  // in the task: a bad key fails its own operation (run_many), as every get's
   OpResult r;
   r.chunks = chunks;
   const CuckooPlacement p = cuckoo_place(cfg_, key);
+  // The relocation counter as read in an earlier, completed round trip: every READ below is posted
+  // in a later batch, so this value precedes them all (the "before" of the miss check in cuckoo.h).
+  if (before_from_cache) before = moves_seen_[p.node];
   const auto ord = order();
   for (uint32_t attempt = first_attempt; attempt < kMissAttemptsBeforeRpc; ++attempt) {
     const bool hit = cfg_.storage == CuckooStorage::kInline ? co_await probe_inline(key, p, ord, value_out, r.chunks)
@@ -734,7 +734,7 @@ Task<OpResult> CuckooClient::get_from(uint64_t key, std::span<std::byte> value_o
 Task<void> CuckooClient::visit_from(uint64_t key, uint32_t value_bytes, GetVisitor& v, std::optional<uint64_t> before,
                                     uint32_t attempt, uint32_t chunks) {
   std::vector<std::byte> buf(value_bytes);  // zeroed, as KvClient::get_visit's
-  const OpResult r = co_await get_from(key, buf, before, attempt, chunks);
+  const OpResult r = co_await get_from(key, buf, before, attempt, chunks, false);
   v.on_get(key, r, r.status == Status::kFound ? std::span<const std::byte>(buf) : std::span<const std::byte>());
 }
 
