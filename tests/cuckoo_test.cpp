@@ -370,6 +370,37 @@ bool intact(uint64_t key, std::span<const std::byte> v) {
   return std::equal(want.begin(), want.end(), v.begin());
 }
 
+// The interleaving tests' hook: one node-side write per step. Churn keys come and go (their inserts
+// relocate pool keys); pool keys get new values in place. `rng` is the test's own (it also picks
+// the keys read).
+struct Churn {
+  CuckooShard& shard;
+  const std::vector<uint64_t>& pool;
+  uint32_t value_bytes;
+  std::mt19937_64& rng;
+  std::vector<uint64_t> in, out;  // churn keys present, absent
+  uint32_t salt = 1;
+  void step() {
+    const uint64_t x = rng();
+    if (x % 4 == 0) {
+      const uint64_t k = pool[(x >> 8) % pool.size()];
+      ASSERT_EQ(shard.update(k, salted(k, salt++, value_bytes)).status, Status::kUpdated);
+    } else if ((x % 4 == 1 && !out.empty()) || in.empty()) {
+      const size_t j = (x >> 8) % out.size();
+      const uint64_t k = out[j];
+      if (shard.put(k, salted(k, salt++, value_bytes)).status == Status::kInserted) {
+        in.push_back(k);
+        out.erase(out.begin() + static_cast<std::ptrdiff_t>(j));
+      }
+    } else {
+      const size_t j = (x >> 8) % in.size();
+      ASSERT_EQ(shard.erase(in[j]).status, Status::kErased);
+      out.push_back(in[j]);
+      in.erase(in.begin() + static_cast<std::ptrdiff_t>(j));
+    }
+  }
+};
+
 class CuckooRace : public testing::TestWithParam<std::pair<CuckooStorage, CuckooProbe>> {};
 
 TEST_P(CuckooRace, WritersRelocateWhileReadersNeverMissOrTear) {
@@ -510,31 +541,9 @@ TEST_P(CuckooInterleaving, RelocationsBetweenReadsNeverHideOrTearAKey) {
   t.server->build(pool, values);
   CuckooShard& shard = t.server->shard(0);
 
-  // The hook: one node-side write. Churn keys come and go (their inserts relocate pool keys); pool
-  // keys get new values in place.
   std::mt19937_64 rng(7);
-  std::vector<uint64_t> churn_in, churn_out(all.begin() + static_cast<std::ptrdiff_t>(base), all.end());
-  uint32_t salt = 1;
-  auto hook = [&] {
-    const uint64_t x = rng();
-    if (x % 4 == 0) {
-      const uint64_t k = pool[(x >> 8) % pool.size()];
-      ASSERT_EQ(shard.update(k, salted(k, salt++, c.value_bytes)).status, Status::kUpdated);
-    } else if ((x % 4 == 1 && !churn_out.empty()) || churn_in.empty()) {
-      const size_t j = (x >> 8) % churn_out.size();
-      const uint64_t k = churn_out[j];
-      if (shard.put(k, salted(k, salt++, c.value_bytes)).status == Status::kInserted) {
-        churn_in.push_back(k);
-        churn_out.erase(churn_out.begin() + static_cast<std::ptrdiff_t>(j));
-      }
-    } else {
-      const size_t j = (x >> 8) % churn_in.size();
-      ASSERT_EQ(shard.erase(churn_in[j]).status, Status::kErased);
-      churn_out.push_back(churn_in[j]);
-      churn_in.erase(churn_in.begin() + static_cast<std::ptrdiff_t>(j));
-    }
-  };
-  auto transport = std::make_unique<InterleavingTransport>(t.fabric->connect(), hook);
+  Churn churn{shard, pool, c.value_bytes, rng, {}, {all.begin() + static_cast<std::ptrdiff_t>(base), all.end()}};
+  auto transport = std::make_unique<InterleavingTransport>(t.fabric->connect(), [&] { churn.step(); });
   Engine engine(*transport);
   CuckooClient client(c, probe, engine, 3);
   const uint64_t paths_before = shard.stats().relocating_inserts;
@@ -720,16 +729,8 @@ TEST(Cuckoo, BadKeysValuesAndConfigsAreRejected) {
 
 // --- multi-get (CuckooClient::get_batch) -------------------------------------------------------------
 
-struct Answer {
-  OpResult r;
-  std::vector<std::byte> value;
-};
-struct Recorder final : GetVisitor {
-  std::optional<Answer> last;
-  void on_get(uint64_t, const OpResult& r, std::span<const std::byte> v) override {
-    last = Answer{r, std::vector<std::byte>(v.begin(), v.end())};
-  }
-};
+using Answer = test::GetAnswer;
+using Recorder = test::GetRecorder;
 
 // A multi-get's answers and costs, key by key: answer, value, chunks, round trips, READs, bytes.
 struct BatchAnswers {
@@ -853,28 +854,8 @@ TEST(CuckooMultiGetRace, RelocationsBetweenReadsNeverHideOrTearAKey) {
   t.server->build(pool, values);
   CuckooShard& shard = t.server->shard(0);
   std::mt19937_64 rng(7);
-  std::vector<uint64_t> churn_in, churn_out(all.begin() + 540, all.end());
-  uint32_t salt = 1;
-  auto hook = [&] {  // one node-side write, as CuckooInterleaving's
-    const uint64_t x = rng();
-    if (x % 4 == 0) {
-      const uint64_t k = pool[(x >> 8) % pool.size()];
-      ASSERT_EQ(shard.update(k, salted(k, salt++, c.value_bytes)).status, Status::kUpdated);
-    } else if ((x % 4 == 1 && !churn_out.empty()) || churn_in.empty()) {
-      const size_t j = (x >> 8) % churn_out.size();
-      const uint64_t k = churn_out[j];
-      if (shard.put(k, salted(k, salt++, c.value_bytes)).status == Status::kInserted) {
-        churn_in.push_back(k);
-        churn_out.erase(churn_out.begin() + static_cast<std::ptrdiff_t>(j));
-      }
-    } else {
-      const size_t j = (x >> 8) % churn_in.size();
-      ASSERT_EQ(shard.erase(churn_in[j]).status, Status::kErased);
-      churn_out.push_back(churn_in[j]);
-      churn_in.erase(churn_in.begin() + static_cast<std::ptrdiff_t>(j));
-    }
-  };
-  auto transport = std::make_unique<test::InterleavingTransport>(t.fabric->connect(), hook);
+  Churn churn{shard, pool, c.value_bytes, rng, {}, {all.begin() + 540, all.end()}};
+  auto transport = std::make_unique<test::InterleavingTransport>(t.fabric->connect(), [&] { churn.step(); });
   Engine engine(*transport);
   CuckooClient client(c, CuckooProbe::kParallel, engine, 3);
   const uint64_t paths_before = shard.stats().relocating_inserts;

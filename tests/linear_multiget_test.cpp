@@ -21,18 +21,8 @@ namespace {
 using test::LocalTable;
 using test::value_for;
 
-struct Answer {
-  OpResult r;
-  std::vector<std::byte> value;
-};
-
-// Records each answer; `done` files the last one under its index (on_get comes right before it).
-struct Recorder final : GetVisitor {
-  std::optional<Answer> last;
-  void on_get(uint64_t, const OpResult& r, std::span<const std::byte> v) override {
-    last = Answer{r, std::vector<std::byte>(v.begin(), v.end())};
-  }
-};
+using Answer = test::GetAnswer;
+using Recorder = test::GetRecorder;
 
 Task<void> visit(LinearClient& c, uint64_t key, uint32_t vb, GetVisitor& v) { co_await c.get_visit(key, vb, v); }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -13,6 +14,20 @@
 #include "rdmahash/linear.h"
 
 namespace rdmahash::test {
+
+// A get's answer as a GetVisitor saw it (multi-get tests).
+struct GetAnswer {
+  OpResult r;
+  std::vector<std::byte> value;
+};
+// Records each answer; a multi-get's `done` files the last one under its index (on_get comes
+// right before it).
+struct GetRecorder final : GetVisitor {
+  std::optional<GetAnswer> last;
+  void on_get(uint64_t, const OpResult& r, std::span<const std::byte> v) override {
+    last = GetAnswer{r, std::vector<std::byte>(v.begin(), v.end())};
+  }
+};
 
 // A formatted, empty linear table on a LocalFabric.
 struct LocalTable {
