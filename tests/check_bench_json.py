@@ -44,6 +44,8 @@ def main():
     assumed_sweep = "--assumed-sweep" in opts
     # --memory-limit: every row carries the probe's limit, measured on a region of the table's size.
     memory_limit = "--memory-limit" in opts
+    # --expect-unspun: hybrid clients on contended CPUs slept without spinning (client_unspun_sleeps_per_op > 0).
+    expect_unspun = "--expect-unspun" in opts
     cmd = args[args.index("--") + 1:]
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "out.jsonl")
@@ -70,6 +72,23 @@ def main():
         for field, value in expect:
             if str(r.get(field)) != value:
                 fail(f"{field} is {r.get(field)!r}, expected {value!r}")
+        # How UCX clients waited (ClientWait): poll never sleeps, event sleeps whenever progress finds
+        # nothing (over TCP a reply is never there at once), and neither has a spin to skip.
+        if "client_wait" in r:
+            for k in ["client_sleeps_per_op", "client_unspun_sleeps_per_op"]:
+                if k not in r:
+                    fail(f"missing field {k}")
+            sleeps, unspun = r["client_sleeps_per_op"], r["client_unspun_sleeps_per_op"]
+            if r["client_wait"] == "poll" and sleeps != 0:
+                fail(f"client_wait poll slept {sleeps} times per op")
+            if r["client_wait"] == "event" and "tcp" in r.get("ucx_transports", "") and r["ops"] and sleeps <= 0:
+                fail("client_wait event over TCP never slept")
+            if r["client_wait"] in ("poll", "event") and unspun != 0:
+                fail(f"client_wait {r['client_wait']} counted sleeps without its spin, which it does not have ({unspun} per op)")
+            if expect_unspun and not unspun > 0:
+                fail("hybrid clients on contended CPUs never slept without spinning first")
+            if unspun > sleeps:
+                fail(f"{unspun} sleeps without a spin per op but {sleeps} sleeps in all")
         w, ops, o = r["workload"], r["ops"], r["outcomes"]
         # The table state the row states: the end is the start plus what the point inserted.
         # (race grows: `slots` is the count at the end and load_factor_start used the count at the start)

@@ -129,6 +129,18 @@ foreach(entry "tcp_auto|tcp|auto|hybrid|2" "tcp_poll|tcp|poll|poll|2" "tcp_hybri
   list(FILTER env EXCLUDE REGEX "^UCX_TLS=")
   set_tests_properties(bench_ucx_client_wait_${name} PROPERTIES ENVIRONMENT "${env};UCX_TLS=${tls}" TIMEOUT 300)
 endforeach()
+# Hybrid clients do not spin while the machine has more runnable tasks than CPUs
+# (detail::ClientSpin): one more client than the machine has cores, and a memory node, unbound,
+# at depth 1 (every client's spin runs while the memory node needs a CPU): the clients must sleep
+# without spinning first (client_unspun_sleeps_per_op > 0, and never more than they sleep).
+cmake_host_system_information(RESULT host_cores QUERY NUMBER_OF_LOGICAL_CORES)
+math(EXPR contended_ranks "${host_cores} + 2")
+add_test(NAME bench_ucx_client_wait_tcp_hybrid_contended COMMAND python3 ${CHECK_JSON} --expect client_wait=hybrid --expect-unspun --
+  ${RDMAHASH_MPIRUN} --bind-to none -n ${contended_ranks} ${RDMAHASH_BIN} bench --fabric ucx --memory-nodes 1 --records 5000
+  --slot-format inline --value-bytes 16 --workload get --ops 3000 --depth 1 --client-wait hybrid)
+set(env ${RDMAHASH_MPI_ENV})
+list(FILTER env EXCLUDE REGEX "^UCX_TLS=")
+set_tests_properties(bench_ucx_client_wait_tcp_hybrid_contended PROPERTIES ENVIRONMENT "${env};UCX_TLS=tcp" TIMEOUT 300)
 # --read-coalescing auto resolves to on where UCX has only TCP, off with shared memory (JSON field
 # read_coalescing), with the JSON's outcome checks.
 foreach(entry "tcp|on" "self,sm|off")

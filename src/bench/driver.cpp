@@ -34,6 +34,27 @@ namespace {
 // operation costs the client's CPU, beside how long it takes.
 using common::thread_cpu_ns;
 
+// The timed part of a client's run: wall time on the transport's clock, the thread's CPU time and
+// how the client waited (UCX ClientWait: sleeps, waits that did not spin because the CPUs were
+// contended), from construction to finish(r).
+class TimedPart {
+ public:
+  explicit TimedPart(Engine& engine)
+      : transport_(engine.transport()), start_(transport_.now()), cpu_start_(thread_cpu_ns()),
+        sleeps_(transport_.counters().client_sleeps), unspun_(transport_.counters().client_unspun_sleeps) {}
+  void finish(ClientResult& r) const {
+    r.seconds = std::chrono::duration<double>(transport_.now() - start_).count();
+    r.cpu_ns = thread_cpu_ns() - cpu_start_;
+    r.client_sleeps = transport_.counters().client_sleeps - sleeps_;
+    r.client_unspun_sleeps = transport_.counters().client_unspun_sleeps - unspun_;
+  }
+
+ private:
+  Transport& transport_;
+  std::chrono::steady_clock::time_point start_;
+  uint64_t cpu_start_, sleeps_, unspun_;
+};
+
 struct RawTarget {
   uint32_t memory_nodes;
   uint64_t region_bytes;
@@ -142,13 +163,11 @@ ClientResult run_client(Engine& engine, const SchemeTable& table, const BenchOpt
   std::optional<KvMix> mix;
   if (w == Workload::kKvMix) mix.emplace(o, keys, vb, client, repeat, history);
   GetCheck gets(&r, vb);
-  const auto start = engine.transport().now();
-  const uint64_t cpu_start = thread_cpu_ns();
+  const TimedPart timed(engine);
   if (o.multi_get == Switch::kOn && !mix && (w == Workload::kGet || w == Workload::kRawRead) &&
       run_multi_get(engine, *kv, stream, w, o.ops, o.depth, raw, vb, gets, r)) {
     r.multi_get_ops = o.ops;
-    r.seconds = std::chrono::duration<double>(engine.transport().now() - start).count();
-    r.cpu_ns = thread_cpu_ns() - cpu_start;
+    timed.finish(r);
     add_client_stats(table, *kv, r);
     return r;
   }
@@ -164,8 +183,7 @@ ClientResult run_client(Engine& engine, const SchemeTable& table, const BenchOpt
         r.add_op(c.stats, c.latency);
         if (c.error) ++r.errors;
       });
-  r.seconds = std::chrono::duration<double>(engine.transport().now() - start).count();
-  r.cpu_ns = thread_cpu_ns() - cpu_start;
+  timed.finish(r);
   add_client_stats(table, *kv, r);
   return r;
 }
@@ -230,8 +248,7 @@ ClientResult run_ycsb_client(Engine& engine, const SchemeTable& table, const Ben
     r.add_op(c.stats, c.latency);
     if (c.error) ++r.errors;
   };
-  const auto start = engine.transport().now();
-  const uint64_t cpu_start = thread_cpu_ns();
+  const TimedPart timed(engine);
   if (phase == Workload::kYcsbLoad) {
     const uint64_t n = w.load_records() > client ? (w.load_records() - client + clients - 1) / clients : 0;
     r.latency_ns.reserve(n);
@@ -248,8 +265,7 @@ ClientResult run_ycsb_client(Engine& engine, const SchemeTable& table, const Ben
                     },
                     done);
   }
-  r.seconds = std::chrono::duration<double>(engine.transport().now() - start).count();
-  r.cpu_ns = thread_cpu_ns() - cpu_start;
+  timed.finish(r);
   add_client_stats(table, *kv, r);
   return r;
 }
@@ -267,8 +283,7 @@ ClientResult warm_up(Engine& engine, const SchemeTable& table, uint32_t memory_n
   const uint64_t region = table.region_bytes();
   const uint64_t pages = (region + kPage - 1) / kPage;
   ClientResult r;
-  const auto start = engine.transport().now();
-  const uint64_t cpu_start = thread_cpu_ns();
+  const TimedPart timed(engine);
   engine.run_many(
       pages * memory_nodes, 64,
       [&](uint64_t i) {
@@ -279,8 +294,7 @@ ClientResult warm_up(Engine& engine, const SchemeTable& table, uint32_t memory_n
         if (c.error) std::rethrow_exception(c.error);
         ++r.ops;
       });
-  r.seconds = std::chrono::duration<double>(engine.transport().now() - start).count();
-  r.cpu_ns = thread_cpu_ns() - cpu_start;
+  timed.finish(r);
   return r;
 }
 

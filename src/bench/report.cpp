@@ -59,11 +59,13 @@ void ClientResult::merge(const ClientResult& o) {
   split_load_ppm_max = std::max(split_load_ppm_max, o.split_load_ppm_max);
   seconds = std::max(seconds, o.seconds);
   cpu_ns += o.cpu_ns;
+  client_sleeps += o.client_sleeps;
+  client_unspun_sleeps += o.client_unspun_sleeps;
   latency_ns.insert(latency_ns.end(), o.latency_ns.begin(), o.latency_ns.end());
 }
 
 namespace {
-constexpr size_t kFixedWords = 30;
+constexpr size_t kFixedWords = 32;
 }
 
 std::vector<std::byte> ClientResult::serialize() const {
@@ -71,7 +73,8 @@ std::vector<std::byte> ClientResult::serialize() const {
                                        round_trips, reads, writes, cas, faa, rpcs, bytes, chunks, matches,
                                        read_size, updated, skipped, resizes, directory_depth, erased, persists,
                                        split_loads, split_load_ppm_sum, split_load_ppm_min, split_load_ppm_max,
-                                       cpu_ns, multi_get_ops, latency_ns.size()};
+                                       cpu_ns, multi_get_ops, client_sleeps, client_unspun_sleeps,
+                                       latency_ns.size()};
   std::vector<std::byte> out(sizeof fixed + sizeof(double) + latency_ns.size() * 4);
   std::memcpy(out.data(), fixed, sizeof fixed);
   std::memcpy(out.data() + sizeof fixed, &seconds, sizeof(double));
@@ -100,6 +103,8 @@ ClientResult ClientResult::deserialize(std::span<const std::byte> in) {
   r.split_load_ppm_max = f[26];
   r.cpu_ns = f[27];
   r.multi_get_ops = f[28];
+  r.client_sleeps = f[29];
+  r.client_unspun_sleeps = f[30];
   std::memcpy(&r.seconds, in.data() + sizeof f, sizeof(double));
   const uint64_t nlat = f[kFixedWords - 1];
   if (in.size() != sizeof f + sizeof(double) + nlat * 4) throw InvalidArgument("corrupt client result");
@@ -144,7 +149,14 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   if (const char* tls = std::getenv("UCX_TLS"); tls && p.fabric == "ucx") j["ucx_tls"] = tls;
   if (p.fabric == "ucx") j["direct_access"] = to_string(o.direct_access);
   if (!p.serve_mode.empty()) j["serve_mode"] = p.serve_mode;
-  if (!p.client_wait.empty()) j["client_wait"] = p.client_wait;
+  if (!p.client_wait.empty()) {
+    j["client_wait"] = p.client_wait;
+    // How the clients waited in the timed part, per operation: sleeps on the event fd, and hybrid
+    // waits that did not spin because the machine had more runnable tasks than CPUs (ClientWait).
+    const double ops = t.ops ? static_cast<double>(t.ops) : 1.0;
+    j["client_sleeps_per_op"] = static_cast<double>(t.client_sleeps) / ops;
+    j["client_unspun_sleeps_per_op"] = static_cast<double>(t.client_unspun_sleeps) / ops;
+  }
   if (!p.read_coalescing.empty()) j["read_coalescing"] = p.read_coalescing;
   if (!p.ucx_transports.empty()) j["ucx_transports"] = p.ucx_transports;
   if (p.sim_profile) {

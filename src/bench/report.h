@@ -36,6 +36,7 @@ struct ClientResult {
   uint64_t split_loads = 0, split_load_ppm_sum = 0, split_load_ppm_min = UINT64_MAX, split_load_ppm_max = 0;
   double seconds = 0;
   uint64_t cpu_ns = 0;            // client threads' CPU time in the timed part, summed over clients
+  uint64_t client_sleeps = 0, client_unspun_sleeps = 0;  // UCX clients' waits (FabricCounters), summed
   std::vector<uint32_t> latency_ns;
 
   void add_op(const OpStats& s, std::chrono::nanoseconds latency);

@@ -223,7 +223,8 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, OptionText& text, std::ve
   // How clients wait for their requests (rdmahash::ClientWait): mpirun client ranks and --connect.
   cmd.add_option("--client-wait", text.client_wait,
                  "how a ucx client waits for its requests: poll (progress in a loop), hybrid (spin --client-spin-us "
-                 "without an event, then sleep on the worker's event fd), event (sleep as soon as nothing is ready) "
+                 "without an event, then sleep on the worker's event fd; no spin while the machine has more runnable "
+                 "tasks than CPUs), event (sleep as soon as nothing is ready) "
                  "or auto (hybrid when UCX can only use TCP, else poll)")
       ->capture_default_str();
   cmd.add_option("--read-coalescing", text.read_coalescing,

@@ -199,6 +199,7 @@ class UcxTransport final : public Transport {
   std::vector<Slot> flush_slots_;
   std::vector<Slot> groups_;  // coalesced messages of this batch (never resized while in flight)
   std::vector<char> wrote_;  // per node: this batch wrote to it
+  detail::ClientSpin spin_;  // --client-wait hybrid: no spin while the CPUs are contended (client_idle)
   std::vector<char> posted_; // per node: this batch posted a UCX request to it (fences, see post())
   size_t outstanding_ = 0;   // slots with pending > 0
   uint64_t batches_ = 0;     // liveness checks (service clients)
@@ -237,7 +238,7 @@ class UcxFabricImpl final : public UcxFabric {
     std::chrono::steady_clock::time_point since{};  // first idle progress of this stretch
     bool idle = false;
   };
-  bool client_idle(unsigned progressed, IdleState& st);
+  bool client_idle(unsigned progressed, IdleState& st, detail::ClientSpin& spin, FabricCounters& counters);
   bool ep_failed() const { return ep_failed_; }
   void set_ep_failed() { ep_failed_ = true; }
   void set_liveness(std::function<std::string()> f) { liveness_ = std::move(f); }

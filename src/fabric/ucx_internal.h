@@ -3,8 +3,11 @@
 // UcxFabric::create() exchanges with MPI allgathers: worker addresses and region exports.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <string_view>
 #include <string>
 #include <memory>
 #include <utility>
@@ -14,6 +17,52 @@
 #include "rdmahash/ucx_fabric.h"
 
 namespace rdmahash::detail {
+
+// The number of runnable tasks on the machine from /proc/loadavg's text ("0.20 0.18 0.12 3/80
+// 11206": the 3 of the fourth field, the caller included), or nullopt when the text is not that.
+std::optional<int> runnable_tasks(std::string_view loadavg);
+
+// A client's kHybrid wait across batches (UcxFabricImpl::client_idle; one per transport). A spin
+// pays only while no other runnable task wants a CPU: with more runnable tasks than the machine
+// has CPUs (4 spinning clients and a memory node on 2 cores) every reply then waits for the
+// scheduler to give the one process that can use it its turn, whereas a process that sleeps and
+// is woken runs at once. So when an idle stretch begins, at most once per kLookEvery, the client
+// counts the runnable tasks (/proc/loadavg, machine-wide, against the machine's online CPUs, the
+// CPUs that count covers); kStreak contended looks in a row, none more than kStreakGap after the
+// last, pause the spin for kPause: every stretch meanwhile sleeps at once, as kEvent does.
+// (getrusage's involuntary switches, which serve_step uses, do not tell the cases apart here: over
+// loopback TCP a client's send wakes the memory node on the client's own CPU, which preempts the
+// client even when the other CPU is idle. The thread's affinity is not the measure either: an
+// mpirun rank bound to its own core has a CPU to itself while its memory node runs on the other.)
+class ClientSpin {
+ public:
+  static constexpr std::chrono::milliseconds kLookEvery{1}, kStreakGap{10}, kPause{100};
+  static constexpr int kStreak = 3;  // contended looks in a row that pause the spin
+  ClientSpin() = default;
+  ClientSpin(const ClientSpin&) = delete;
+  ClientSpin& operator=(const ClientSpin&) = delete;
+  ~ClientSpin();
+  // One idle progress of a kHybrid wait (ucp_worker_progress found nothing): true to keep
+  // spinning, false to sleep now. `begins`: the first idle progress of a stretch (the spin's
+  // clock starts, and the stretch spins at all only if not paused). `runnable` is asked at most
+  // once per kLookEvery (tests pass their own; by default /proc/loadavg).
+  bool keep_spinning(bool begins, std::chrono::steady_clock::time_point now, std::chrono::microseconds budget,
+                     const std::function<std::optional<int>()>& runnable = {});
+  bool stretch_spins() const { return spins_; }  // the current stretch spins (was not paused)
+  // True while the spin is paused (looks when due).
+  bool paused(std::chrono::steady_clock::time_point now, const std::function<std::optional<int>()>& runnable = {});
+  int cpus();  // the machine's online CPUs (get_nprocs), at least 1
+  void set_cpus(int cpus) { cpus_ = cpus; }  // tests
+
+ private:
+  std::optional<int> read_loadavg();
+  std::chrono::steady_clock::time_point paused_until_{}, looked_at_{}, since_{};
+  bool looked_ = false;
+  bool spins_ = false;
+  int streak_ = 0;  // contended looks in a row
+  int cpus_ = 0;    // 0: not asked yet
+  int fd_ = -1;     // /proc/loadavg, kept open (pread at 0 regenerates it); -2: cannot be read
+};
 
 // A memory node's fabric, served by UcxServer's poll loop.
 class UcxServiceNode {

@@ -1,7 +1,11 @@
 // The UCX fabric's client side (design: ucx_fabric.cpp): connecting a service client, waiting
 // between progress calls, the reply handlers, and UcxTransport — posting a batch (direct access,
 // UCX requests, coalesced kAmOpv messages), fences, flushes and completion.
+#include <fcntl.h>
+#include <sys/sysinfo.h>
+
 #include <algorithm>
+#include <charconv>
 #include "fabric/ucx_impl.h"
 
 namespace rdmahash::ucx_impl {
@@ -52,7 +56,7 @@ void UcxFabricImpl::connect_service_nodes(const std::vector<detail::UcxRemoteNod
   ucs_status_t st = wait(ucp_worker_flush_nbx(worker_, &no_params));  // wire every endpoint up now
   if (st != UCS_OK) throw FabricError(ucx_error("connecting to the memory nodes (worker flush)", st));
 }
-bool UcxFabricImpl::client_idle(unsigned progressed, IdleState& st) {
+bool UcxFabricImpl::client_idle(unsigned progressed, IdleState& st, detail::ClientSpin& spin, FabricCounters& counters) {
   if (client_wait_ == ClientWait::kPoll) return false;
   if (progressed != 0) {
     st.idle = false;
@@ -60,14 +64,11 @@ bool UcxFabricImpl::client_idle(unsigned progressed, IdleState& st) {
   }
   using clock = std::chrono::steady_clock;
   if (client_wait_ == ClientWait::kHybrid) {
-    const auto now = clock::now();
-    if (!st.idle) {
-      st.idle = true;
-      st.since = now;
-    }
+    const bool begins = !st.idle;
+    st.idle = true;
     // No sched_yield() here (unlike the memory node's spin): clients that yield to each other
     // ping-pong the CPU away from the process they wait for; a spin of client_spin is bounded.
-    if (now - st.since < config_.client_spin) return false;
+    if (spin.keep_spinning(begins, clock::now(), config_.client_spin)) return false;
   }
   if (efd_ < 0 && ucp_worker_get_efd(worker_, &efd_) != UCS_OK) {
     efd_ = -1;
@@ -82,6 +83,8 @@ bool UcxFabricImpl::client_idle(unsigned progressed, IdleState& st) {
   }
   pollfd pfd{efd_, POLLIN, 0};
   ::poll(&pfd, 1, static_cast<int>(kClientSleepBound.count()));  // EINTR, timeout: progress again
+  ++counters.client_sleeps;
+  if (client_wait_ == ClientWait::kHybrid && !spin.stretch_spins()) ++counters.client_unspun_sleeps;
   st.idle = false;
   return true;
 }
@@ -562,7 +565,7 @@ void UcxTransport::execute(std::span<Request> batch) {
       }
     }
     if (outstanding_ == 0 && next == batch.size()) break;
-    const bool slept = fabric_.client_idle(ucp_worker_progress(worker), idle);
+    const bool slept = fabric_.client_idle(ucp_worker_progress(worker), idle, spin_, counters_);
     // A batch that waits long may wait on a dead memory node (service clients can ask): look
     // every 200 ms, reading the clock once per 4096 spins (or after a sleep) so that the fast
     // path does not pay.
@@ -622,6 +625,66 @@ void UcxTransport::execute(std::span<Request> batch) {
 namespace rdmahash::detail {
 using ucx_impl::UcxFabricImpl;
 using ucx_impl::UcxTransport;
+
+std::optional<int> runnable_tasks(std::string_view loadavg) {
+  // "l1 l5 l15 runnable/total lastpid": skip three fields and their blanks.
+  size_t i = 0;
+  for (int field = 0; field < 3; ++field) {
+    const size_t blank = loadavg.find(' ', i);
+    if (blank == std::string_view::npos) return std::nullopt;
+    i = blank + 1;
+  }
+  const size_t slash = loadavg.find('/', i);
+  if (slash == std::string_view::npos || slash == i) return std::nullopt;
+  int n = 0;
+  const auto [end, ec] = std::from_chars(loadavg.data() + i, loadavg.data() + slash, n);
+  if (ec != std::errc() || end != loadavg.data() + slash || n < 0) return std::nullopt;
+  return n;
+}
+
+ClientSpin::~ClientSpin() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int ClientSpin::cpus() {
+  if (cpus_ == 0) cpus_ = std::max(1, ::get_nprocs());
+  return cpus_;
+}
+
+bool ClientSpin::keep_spinning(bool begins, std::chrono::steady_clock::time_point now, std::chrono::microseconds budget,
+                               const std::function<std::optional<int>()>& runnable) {
+  if (begins) {
+    since_ = now;
+    spins_ = !paused(now, runnable);
+  }
+  return spins_ && now - since_ < budget;
+}
+
+std::optional<int> ClientSpin::read_loadavg() {
+  if (fd_ == -1) {
+    fd_ = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) fd_ = -2;
+  }
+  if (fd_ < 0) return std::nullopt;
+  char buf[128];
+  const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+  if (n <= 0) return std::nullopt;
+  return runnable_tasks(std::string_view(buf, static_cast<size_t>(n)));
+}
+
+bool ClientSpin::paused(std::chrono::steady_clock::time_point now, const std::function<std::optional<int>()>& runnable) {
+  if (!looked_ || now - looked_at_ >= kLookEvery) {
+    if (looked_ && now - looked_at_ > kStreakGap) streak_ = 0;  // "in a row" means close together
+    looked_ = true;
+    looked_at_ = now;
+    const std::optional<int> r = runnable ? runnable() : read_loadavg();
+    // Unknown (no /proc): spin, as before this check existed. A task that runs for a moment (a
+    // kernel thread, the other process's UCX thread) is not contention: kStreak looks in a row.
+    streak_ = r && *r > cpus() ? streak_ + 1 : 0;
+    if (streak_ >= kStreak) paused_until_ = now + kPause;
+  }
+  return now < paused_until_;
+}
 
 void raw_opv(Transport& transport, uint32_t node, std::span<Request> requests) {
   auto* t = dynamic_cast<UcxTransport*>(&transport);
