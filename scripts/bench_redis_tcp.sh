@@ -15,7 +15,7 @@
 # usage: scripts/bench_redis_tcp.sh [BIN] [ROUNDS] [OPS]
 #   BIN default build/rel/rdmahash (else build/ci/rdmahash); ROUNDS 5; OPS per client per run 200000.
 #   Env: KEYS (1000000), VALUES ("8 100"), CLIENTS ("1 4"), PIPELINES ("1 16"), CLIENT_WAIT (auto: our
-#   clients' --client-wait; `event` when clients + server outnumber the cores, as 4 clients on 2 do).
+#   clients' --client-wait; auto's hybrid does not spin while clients + server outnumber the cores).
 # Output: results/redis_tcp/results.jsonl (one row per run) and summary.md (medians, ratio).
 set -euo pipefail
 cd "$(dirname "$0")/.."

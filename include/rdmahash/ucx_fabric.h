@@ -87,9 +87,9 @@ const char* client_wait_name(ClientWait wait);
 // The one place a client wait policy's name is checked (--client-wait).
 std::optional<ClientWait> parse_client_wait(std::string_view name);
 inline constexpr const char* client_wait_names() { return "auto, poll, hybrid or event"; }
-// kHybrid's spin: a few round trips over loopback TCP (p50 24 us at depth 1, 26-28 us at depth 16
-// on the 2-core test machine, docs/results.md), so a reply usually comes within it and a client
-// with a CPU of its own waits as fast as kPoll. It takes no CPU another process needs: while the
+// kHybrid's spin: a few round trips over loopback TCP (one client's get: p50 23 us at depth 1, 26 us
+// at depth 16 on the 2-core test machine, docs/results.md "TCP: how a client waits, re-measured"),
+// so a reply usually comes within it and a client with a CPU of its own waits as fast as kPoll. It takes no CPU another process needs: while the
 // machine has more runnable tasks than the client's CPUs the client does not spin at all
 // (detail::ClientSpin, ucx_internal.h). 20 us, the old default, slept before most depth-1 replies.
 constexpr std::chrono::microseconds kDefaultClientSpin{100};
