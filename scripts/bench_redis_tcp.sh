@@ -15,7 +15,9 @@
 # usage: scripts/bench_redis_tcp.sh [BIN] [ROUNDS] [OPS]
 #   BIN default build/rel/rdmahash (else build/ci/rdmahash); ROUNDS 5; OPS per client per run 200000.
 #   Env: KEYS (1000000), VALUES ("8 100"), CLIENTS ("1 4"), PIPELINES ("1 16"), CLIENT_WAIT (auto: our
-#   clients' --client-wait; auto's hybrid does not spin while clients + server outnumber the cores).
+#   clients' --client-wait; auto's hybrid does not spin while clients + server outnumber the cores),
+#   READ_SIZES ("8": our clients' --read-size, each a row of its own beside the same round's Redis;
+#   a smaller R moves fewer bytes per get, 128-byte slots with 100-byte values, at more RT/op).
 # Output: results/redis_tcp/results.jsonl (one row per run) and summary.md (medians, ratio).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +30,7 @@ VALUES=${VALUES:-8 100}
 CLIENTS=${CLIENTS:-1 4}
 PIPELINES=${PIPELINES:-1 16}
 CLIENT_WAIT=${CLIENT_WAIT:-auto}
+READ_SIZES=${READ_SIZES:-8}
 DIR=results/redis_tcp
 RPORT=16379
 [ -x "$BIN" ] || { echo "bench_redis_tcp.sh: error: no rdmahash binary at $BIN (build first)" >&2; exit 2; }
@@ -87,27 +90,29 @@ for round in $(seq 1 "$ROUNDS"); do
           awk -F, '/GET/ { gsub(/"/, "", $2); print $2 }')
         [ -n "$rate" ] || { echo "bench_redis_tcp.sh: error: redis-benchmark gave no rate" >&2; exit 1; }
         row "{\"system\":\"redis\",\"round\":$round,\"value_bytes\":$v,\"clients\":$c,\"depth\":$p,\"ops_per_s\":$rate}"
-        # rdmahash: c client processes at depth p.
-        pids=()
-        for i in $(seq 1 "$c"); do
-          "$BIN" bench --connect "${OURS[$v]}" --workload get --depth "$p" --ops "$OPS" --client-wait "$CLIENT_WAIT" --quiet --no-progress \
-            --json "$DIR/run_${round}_${v}_${c}_${p}_$i.jsonl" > /dev/null 2>> "$DIR/clients.err" &
-          pids+=($!)
-        done
-        for pid in "${pids[@]}"; do wait "$pid" || { echo "bench_redis_tcp.sh: error: a client failed" >&2; tail "$DIR/clients.err" >&2; exit 1; }; done
-        python3 - "$DIR" "$round" "$v" "$c" "$p" >> "$DIR/results.jsonl" << 'EOF'
+        for rs in $READ_SIZES; do
+          # rdmahash: c client processes at depth p.
+          pids=()
+          for i in $(seq 1 "$c"); do
+            "$BIN" bench --connect "${OURS[$v]}" --workload get --read-size "$rs" --depth "$p" --ops "$OPS" --client-wait "$CLIENT_WAIT" --quiet --no-progress \
+              --json "$DIR/run_${round}_${v}_${c}_${p}_${rs}_$i.jsonl" > /dev/null 2>> "$DIR/clients.err" &
+            pids+=($!)
+          done
+          for pid in "${pids[@]}"; do wait "$pid" || { echo "bench_redis_tcp.sh: error: a client failed" >&2; tail "$DIR/clients.err" >&2; exit 1; }; done
+          python3 - "$DIR" "$round" "$v" "$c" "$p" "$rs" >> "$DIR/results.jsonl" << 'EOF'
 import glob, json, sys
-d, r, v, c, p = sys.argv[1:]
-rows = [json.loads(l) for f in sorted(glob.glob(f"{d}/run_{r}_{v}_{c}_{p}_*.jsonl")) for l in open(f)]
+d, r, v, c, p, rs = sys.argv[1:]
+rows = [json.loads(l) for f in sorted(glob.glob(f"{d}/run_{r}_{v}_{c}_{p}_{rs}_*.jsonl")) for l in open(f)]
 hits = sum(x["outcomes"]["found"] for x in rows)
 if hits != sum(x["ops"] for x in rows):
     sys.exit("bench_redis_tcp.sh: a get missed a present key")
-print(json.dumps({"system": "rdmahash", "round": int(r), "value_bytes": int(v), "clients": int(c), "depth": int(p),
+print(json.dumps({"system": "rdmahash", "round": int(r), "value_bytes": int(v), "clients": int(c), "depth": int(p), "read_size": int(rs),
                   "ops_per_s": sum(x["throughput_ops_per_s"] for x in rows),
                   "round_trips_per_op": rows[0]["round_trips_per_op"], "bytes_per_op": rows[0]["bytes_per_op"],
                   "p50_us": rows[0]["latency_us"]["p50"], "p99_us": rows[0]["latency_us"]["p99"],
                   "client_wait": rows[0]["client_wait"], "read_coalescing": rows[0]["read_coalescing"]}))
 EOF
+        done
       done
     done
   done
@@ -121,12 +126,14 @@ import json, statistics, sys
 d = sys.argv[1]
 rows = [json.loads(l) for l in open(f"{d}/results.jsonl")]
 keys = sorted({(r["value_bytes"], r["clients"], r["depth"]) for r in rows})
-print("| value B | clients | depth / pipeline | Redis GET/s (median) | rdmahash get/s (median) | ratio | rdmahash RT/op | bytes/op |")
-print("|---|---|---|---|---|---|---|---|")
+sizes = sorted({r["read_size"] for r in rows if r["system"] == "rdmahash"})
+print("| value B | clients | depth / pipeline | Redis GET/s (median) | rdmahash R | rdmahash get/s (median) | ratio | rdmahash RT/op | bytes/op |")
+print("|---|---|---|---|---|---|---|---|---|")
 for k in keys:
     pick = lambda s: [r for r in rows if r["system"] == s and (r["value_bytes"], r["clients"], r["depth"]) == k]
-    red, ours = pick("redis"), pick("rdmahash")
-    mr = statistics.median(r["ops_per_s"] for r in red)
-    mo = statistics.median(r["ops_per_s"] for r in ours)
-    print(f"| {k[0]} | {k[1]} | {k[2]} | {mr:,.0f} | {mo:,.0f} | {mo / mr:.2f} | {ours[0]['round_trips_per_op']:.3f} | {ours[0]['bytes_per_op']:.0f} |")
+    mr = statistics.median(r["ops_per_s"] for r in pick("redis"))
+    for rs in sizes:
+        ours = [r for r in pick("rdmahash") if r["read_size"] == rs]
+        mo = statistics.median(r["ops_per_s"] for r in ours)
+        print(f"| {k[0]} | {k[1]} | {k[2]} | {mr:,.0f} | {rs} | {mo:,.0f} | {mo / mr:.2f} | {ours[0]['round_trips_per_op']:.3f} | {ours[0]['bytes_per_op']:.0f} |")
 EOF
