@@ -125,7 +125,7 @@ struct FabricCounters {
   // those messages. Already counted above (a coalesced request is still one request).
   uint64_t coalesced_requests = 0, coalesced_messages = 0;
   // UCX clients (ClientWait, ucx_fabric.h): sleeps on the worker's event fd, and kHybrid waits
-  // that did not spin because the machine had more runnable tasks than this client's CPUs.
+  // that did not spin because the machine had more runnable tasks than CPUs.
   uint64_t client_sleeps = 0, client_unspun_sleeps = 0;
   void add(const Request& r);
 };

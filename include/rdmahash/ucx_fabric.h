@@ -71,8 +71,7 @@ ServeMode resolve_serve_mode(ServeMode mode, const std::vector<std::string>& tra
 //            0), arm the worker (ucp_worker_arm) and sleep in poll() on its event fd until a reply
 //            arrives. (It does not sched_yield() while spinning: clients yielding to each other
 //            took the CPU from the memory node they waited for, 3x slower in a contended run.)
-//            No spin at all while the machine has more runnable tasks than the client's CPUs
-//            (looked at in /proc/loadavg at most once per ms; 3 looks in a row pause it for
+//            No spin at all while the machine has more runnable tasks than CPUs (looked at in /proc/loadavg at most once per ms; 3 looks in a row pause it for
 //            100 ms: detail::ClientSpin): 4 clients and a memory node on 2 cores then wait as
 //            kEvent does. The bench JSON counts both (client_sleeps_per_op,
 //            client_unspun_sleeps_per_op; FabricCounters).
@@ -89,9 +88,10 @@ std::optional<ClientWait> parse_client_wait(std::string_view name);
 inline constexpr const char* client_wait_names() { return "auto, poll, hybrid or event"; }
 // kHybrid's spin: a few round trips over loopback TCP (one client's get: p50 23 us at depth 1, 26 us
 // at depth 16 on the 2-core test machine, docs/results.md "TCP: how a client waits, re-measured"),
-// so a reply usually comes within it and a client with a CPU of its own waits as fast as kPoll. It takes no CPU another process needs: while the
-// machine has more runnable tasks than the client's CPUs the client does not spin at all
-// (detail::ClientSpin, ucx_internal.h). 20 us, the old default, slept before most depth-1 replies.
+// so a reply usually comes within it and a client with a CPU of its own waits as fast as kPoll.
+// It takes no CPU another process needs: while the machine has more runnable tasks than CPUs the
+// client does not spin at all (detail::ClientSpin, ucx_internal.h). 20 us, the old default, slept
+// before a fifth of the depth-1 replies.
 constexpr std::chrono::microseconds kDefaultClientSpin{100};
 constexpr std::chrono::milliseconds kClientSleepBound{1};
 ClientWait resolve_client_wait(ClientWait wait, const std::vector<std::string>& transports);

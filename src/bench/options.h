@@ -57,7 +57,7 @@ struct BenchOptions {
   uint32_t serve_spin_us = 50;          // ucx memory nodes: hybrid mode's spin (rdmahash::kDefaultServeSpin)
   ClientWait client_wait = ClientWait::kAuto;  // ucx clients (rdmahash::ClientWait)
   ReadCoalescing read_coalescing = ReadCoalescing::kAuto;  // ucx clients (rdmahash::ReadCoalescing)
-  uint32_t client_spin_us = 100;         // ucx clients: hybrid's spin (rdmahash::kDefaultClientSpin)
+  uint32_t client_spin_us = 100;        // ucx clients: hybrid's spin (rdmahash::kDefaultClientSpin)
   uint32_t initial_depth = 0;          // race: 2^N subtables at start
   uint32_t race_groups = 64;           // race: bucket groups per subtable
   uint32_t sbuckets = 3;               // continuity: SBuckets per segment pair (1..4)

@@ -27,8 +27,9 @@
 //   its own, fabric.h). Between progress calls that find nothing it waits as config.client_wait
 //   says (ClientWait, ucx_fabric.h; UcxFabricImpl::client_idle() below): keep polling, or spin
 //   for client_spin (not while the machine's CPUs are contended: detail::ClientSpin) and then
-//   arm the worker and sleep in poll() on its event fd (bounded by kClientSleepBound). kAuto is resolved with serve_mode in query_transports(). PUT completion
-//   in UCP is only local, so a batch that wrote to a node
+//   arm the worker and sleep in poll() on its event fd (bounded by kClientSleepBound). kAuto is
+//   resolved with serve_mode in query_transports(). PUT completion in UCP is only local, so a
+//   batch that wrote to a node
 //   ends with ucp_ep_flush_nbx on that node's endpoint: when execute() returns, the writes are
 //   visible to every other client. CSWAP follows the UCP 1.13 convention: `buffer` holds the
 //   compare value, `reply_buffer` holds the swap value on input and receives the old value.

@@ -235,8 +235,7 @@ class UcxFabricImpl final : public UcxFabric {
   // ucp_worker_progress returned. Returns true when it slept in poll() (the caller then looks at
   // the clock: liveness checks). Never throws: a failing arm turns the policy into kPoll.
   struct IdleState {
-    std::chrono::steady_clock::time_point since{};  // first idle progress of this stretch
-    bool idle = false;
+    bool idle = false;  // the last progress found nothing (a stretch of idle progress calls is on)
   };
   bool client_idle(unsigned progressed, IdleState& st, detail::ClientSpin& spin, FabricCounters& counters);
   bool ep_failed() const { return ep_failed_; }

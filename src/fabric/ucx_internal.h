@@ -38,26 +38,25 @@ class ClientSpin {
  public:
   static constexpr std::chrono::milliseconds kLookEvery{1}, kStreakGap{10}, kPause{100};
   static constexpr int kStreak = 3;  // contended looks in a row that pause the spin
-  ClientSpin() = default;
+  // `runnable` counts the runnable tasks (tests pass their own); empty: /proc/loadavg.
+  explicit ClientSpin(std::function<std::optional<int>()> runnable = {}) : runnable_(std::move(runnable)) {}
   ClientSpin(const ClientSpin&) = delete;
   ClientSpin& operator=(const ClientSpin&) = delete;
   ~ClientSpin();
   // One idle progress of a kHybrid wait (ucp_worker_progress found nothing): true to keep
   // spinning, false to sleep now. `begins`: the first idle progress of a stretch (the spin's
-  // clock starts, and the stretch spins at all only if not paused). `runnable` is asked at most
-  // once per kLookEvery (tests pass their own; by default /proc/loadavg).
-  bool keep_spinning(bool begins, std::chrono::steady_clock::time_point now, std::chrono::microseconds budget,
-                     const std::function<std::optional<int>()>& runnable = {});
+  // clock starts, and the stretch spins at all only if not paused).
+  bool keep_spinning(bool begins, std::chrono::steady_clock::time_point now, std::chrono::microseconds budget);
   bool stretch_spins() const { return spins_; }  // the current stretch spins (was not paused)
-  // True while the spin is paused (looks when due).
-  bool paused(std::chrono::steady_clock::time_point now, const std::function<std::optional<int>()>& runnable = {});
+  // True while the spin is paused; counts the runnable tasks when a look is due (once per kLookEvery).
+  bool paused(std::chrono::steady_clock::time_point now);
   int cpus();  // the machine's online CPUs (get_nprocs), at least 1
   void set_cpus(int cpus) { cpus_ = cpus; }  // tests
 
  private:
   std::optional<int> read_loadavg();
+  std::function<std::optional<int>()> runnable_;
   std::chrono::steady_clock::time_point paused_until_{}, looked_at_{}, since_{};
-  bool looked_ = false;
   bool spins_ = false;
   int streak_ = 0;  // contended looks in a row
   int cpus_ = 0;    // 0: not asked yet

@@ -651,11 +651,10 @@ int ClientSpin::cpus() {
   return cpus_;
 }
 
-bool ClientSpin::keep_spinning(bool begins, std::chrono::steady_clock::time_point now, std::chrono::microseconds budget,
-                               const std::function<std::optional<int>()>& runnable) {
+bool ClientSpin::keep_spinning(bool begins, std::chrono::steady_clock::time_point now, std::chrono::microseconds budget) {
   if (begins) {
     since_ = now;
-    spins_ = !paused(now, runnable);
+    spins_ = !paused(now);
   }
   return spins_ && now - since_ < budget;
 }
@@ -672,12 +671,12 @@ std::optional<int> ClientSpin::read_loadavg() {
   return runnable_tasks(std::string_view(buf, static_cast<size_t>(n)));
 }
 
-bool ClientSpin::paused(std::chrono::steady_clock::time_point now, const std::function<std::optional<int>()>& runnable) {
-  if (!looked_ || now - looked_at_ >= kLookEvery) {
-    if (looked_ && now - looked_at_ > kStreakGap) streak_ = 0;  // "in a row" means close together
-    looked_ = true;
+bool ClientSpin::paused(std::chrono::steady_clock::time_point now) {
+  // looked_at_ starts at the clock's epoch (boot for steady_clock): the first look is always due.
+  if (now - looked_at_ >= kLookEvery) {
+    if (now - looked_at_ > kStreakGap) streak_ = 0;  // "in a row" means close together
     looked_at_ = now;
-    const std::optional<int> r = runnable ? runnable() : read_loadavg();
+    const std::optional<int> r = runnable_ ? runnable_() : read_loadavg();
     // Unknown (no /proc): spin, as before this check existed. A task that runs for a moment (a
     // kernel thread, the other process's UCX thread) is not contention: kStreak looks in a row.
     streak_ = r && *r > cpus() ? streak_ + 1 : 0;
