@@ -454,9 +454,17 @@ class LinearShardLoader {
   uint64_t records() const;
 
  private:
+  bool slot_free(uint64_t s) const;        // slot s can take one more record
+  uint64_t first_free(uint64_t home);      // the first such slot at or after home; total_slots() if none
   LinearConfig cfg_;
   uint32_t node_;
   std::span<std::byte> region_;
+  // Contiguous probing only, built on the first walk longer than kLongWalk slots: next_[s] == s
+  // for a free slot, else a slot after s that may be free (union-find with path halving), so n
+  // copies of a hot key load in O(n α(n)), not O(n²). Empty until then (tables without long
+  // clusters pay nothing) and for shards of 2^32 slots or more.
+  static constexpr uint64_t kLongWalk = 256;
+  std::vector<uint32_t> next_;
 };
 
 // Memory-node side recovery of inline slot locks left by dead clients (issue 10 item 5), run by

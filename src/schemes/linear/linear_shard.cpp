@@ -249,10 +249,8 @@ bool LinearShardLoader::insert(uint64_t key, std::span<const std::byte> value) {
     if (s == total)
       throw InvalidArgument("shard " + std::to_string(node_) + ": the key's " + std::to_string(cfg_.quad_chunks()) +
                             " quadratic chunks are full: use a lower load factor or more tail slots");
-  } else if (cfg_.format == SlotFormat::kHeap4) {
-    while (s < total && !bucket_has_free_way(load64(slots + s * sb))) ++s;
   } else {
-    while (s < total && load64(slots + s * sb) != 0) ++s;
+    s = first_free(p.home);
   }
   if (s == total)
     throw InvalidArgument("shard " + std::to_string(node_) + " overflowed its " + std::to_string(cfg_.tail()) +
@@ -296,11 +294,38 @@ bool LinearShardLoader::insert(uint64_t key, std::span<const std::byte> value) {
     build_payload(cfg_, l, key, 1, value, slot);
     store64(slot, make_ctrl(1, p.kbits));
   }
+  if (!next_.empty() && !slot_free(s)) next_[s] = static_cast<uint32_t>(s + 1);
   ShardHeader h;
   std::memcpy(&h, region_.data(), sizeof h);
   ++h.records;
   std::memcpy(region_.data(), &h, sizeof h);
   return true;
+}
+
+bool LinearShardLoader::slot_free(uint64_t s) const {
+  const uint64_t w = load64(region_.data() + kHeaderBytes + s * cfg_.slot_bytes());
+  return cfg_.format == SlotFormat::kHeap4 ? bucket_has_free_way(w) : w == 0;
+}
+
+uint64_t LinearShardLoader::first_free(uint64_t home) {
+  const uint64_t total = cfg_.total_slots();
+  if (next_.empty()) {
+    uint64_t s = home;
+    for (uint64_t walked = 0; s < total && !slot_free(s); ++s)
+      if (++walked == kLongWalk && total < UINT32_MAX) {
+        next_.resize(total + 1);
+        for (uint64_t t = 0; t < total; ++t) next_[t] = static_cast<uint32_t>(slot_free(t) ? t : t + 1);
+        next_[total] = static_cast<uint32_t>(total);
+        return first_free(home);
+      }
+    return s;
+  }
+  uint64_t s = home;
+  while (s < total && next_[s] != s) {
+    next_[s] = next_[next_[s]];  // path halving
+    s = next_[s];
+  }
+  return s;
 }
 
 std::vector<uint64_t> linear_scan_keys(const LinearConfig& cfg, std::span<const std::byte> region) {
