@@ -17,7 +17,10 @@
 #   Env: KEYS (1000000), VALUES ("8 100"), CLIENTS ("1 4"), PIPELINES ("1 16"), CLIENT_WAIT (auto: our
 #   clients' --client-wait; auto's hybrid does not spin while clients + server outnumber the cores),
 #   READ_SIZES ("8": our clients' --read-size, each a row of its own beside the same round's Redis;
-#   a smaller R moves fewer bytes per get, 128-byte slots with 100-byte values, at more RT/op).
+#   a smaller R moves fewer bytes per get, 128-byte slots with 100-byte values, at more RT/op;
+#   model, model-throughput: the script first runs `rdmahash calibrate` over the same loopback TCP
+#   (mpirun -n 2) and passes the profile, so the model picks R for this link: model-throughput
+#   from the time per READ at depth 16, the one for pipelined gets).
 # Output: results/redis_tcp/results.jsonl (one row per run) and summary.md (medians, ratio).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +45,13 @@ rm -rf "$DIR"
 mkdir -p "$DIR"
 export UCX_TLS=tcp UCX_NET_DEVICES=lo UCX_WARN_UNUSED_ENV_VARS=n
 uptime | tee "$DIR/uptime_start.txt"
+PROFILE_ARGS=()
+case " $READ_SIZES " in *" model"*)
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 \
+    mpirun --oversubscribe -n 2 -x UCX_TLS -x UCX_NET_DEVICES "$BIN" calibrate --fabric ucx --out "$DIR/tcp_profile.json" \
+    --region-bytes $((256 << 20)) | tee "$DIR/calibrate.txt"
+  PROFILE_ARGS=(--profile "$DIR/tcp_profile.json") ;;
+esac
 redis-server --version | tee "$DIR/redis_version.txt"
 
 SERVERS=()
@@ -94,7 +104,7 @@ for round in $(seq 1 "$ROUNDS"); do
           # rdmahash: c client processes at depth p.
           pids=()
           for i in $(seq 1 "$c"); do
-            "$BIN" bench --connect "${OURS[$v]}" --workload get --read-size "$rs" --depth "$p" --ops "$OPS" --client-wait "$CLIENT_WAIT" --quiet --no-progress \
+            "$BIN" bench --connect "${OURS[$v]}" --workload get --read-size "$rs" "${PROFILE_ARGS[@]}" --depth "$p" --ops "$OPS" --client-wait "$CLIENT_WAIT" --quiet --no-progress \
               --json "$DIR/run_${round}_${v}_${c}_${p}_${rs}_$i.jsonl" > /dev/null 2>> "$DIR/clients.err" &
             pids+=($!)
           done
@@ -106,7 +116,8 @@ rows = [json.loads(l) for f in sorted(glob.glob(f"{d}/run_{r}_{v}_{c}_{p}_{rs}_*
 hits = sum(x["outcomes"]["found"] for x in rows)
 if hits != sum(x["ops"] for x in rows):
     sys.exit("bench_redis_tcp.sh: a get missed a present key")
-print(json.dumps({"system": "rdmahash", "round": int(r), "value_bytes": int(v), "clients": int(c), "depth": int(p), "read_size": int(rs),
+print(json.dumps({"system": "rdmahash", "round": int(r), "value_bytes": int(v), "clients": int(c), "depth": int(p),
+                  "read_size_spec": rs, "read_size": rows[0]["read_size"],
                   "ops_per_s": sum(x["throughput_ops_per_s"] for x in rows),
                   "round_trips_per_op": rows[0]["round_trips_per_op"], "bytes_per_op": rows[0]["bytes_per_op"],
                   "p50_us": rows[0]["latency_us"]["p50"], "p99_us": rows[0]["latency_us"]["p99"],
@@ -126,14 +137,15 @@ import json, statistics, sys
 d = sys.argv[1]
 rows = [json.loads(l) for l in open(f"{d}/results.jsonl")]
 keys = sorted({(r["value_bytes"], r["clients"], r["depth"]) for r in rows})
-sizes = sorted({r["read_size"] for r in rows if r["system"] == "rdmahash"})
+specs = list(dict.fromkeys(r["read_size_spec"] for r in rows if r["system"] == "rdmahash"))
 print("| value B | clients | depth / pipeline | Redis GET/s (median) | rdmahash R | rdmahash get/s (median) | ratio | rdmahash RT/op | bytes/op |")
 print("|---|---|---|---|---|---|---|---|---|")
 for k in keys:
     pick = lambda s: [r for r in rows if r["system"] == s and (r["value_bytes"], r["clients"], r["depth"]) == k]
     mr = statistics.median(r["ops_per_s"] for r in pick("redis"))
-    for rs in sizes:
-        ours = [r for r in pick("rdmahash") if r["read_size"] == rs]
+    for spec in specs:
+        ours = [r for r in pick("rdmahash") if r["read_size_spec"] == spec]
         mo = statistics.median(r["ops_per_s"] for r in ours)
+        rs = spec if spec == str(ours[0]["read_size"]) else f"{spec} ({ours[0]['read_size']})"
         print(f"| {k[0]} | {k[1]} | {k[2]} | {mr:,.0f} | {rs} | {mo:,.0f} | {mo / mr:.2f} | {ours[0]['round_trips_per_op']:.3f} | {ours[0]['bytes_per_op']:.0f} |")
 EOF

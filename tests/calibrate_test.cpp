@@ -48,6 +48,8 @@ m::Profile sample_profile() {
   p.region_bytes = 1ull << 26;
   p.iterations = 10000;
   p.execute_cpu = {16, 10000, 61.25, 451.5, 35.25, 26.0};
+  p.throughput = {{8, 16, 10000, 0.0119, 840336.1, 6722689.0}, {4096, 16, 10000, 0.0631, 158478.6, 649128348.0}};
+  p.throughput_fit = {1.2461234, 1182.5, 0.998};
   return p;
 }
 
@@ -178,7 +180,30 @@ TEST(Calibrate, LocalFabricGivesUsableParameters) {
   expected += o.rate_depths.size() * (warm(o.rate_ops) + o.rate_ops);
   expected += warm(o.bandwidth_ops) + o.bandwidth_ops;
   expected += (std::min<uint64_t>(x.batches, 1000) + 5 * x.batches) * (1 + x.depth);
+  expected += o.throughput_sizes.size() * (warm(o.iterations) + o.iterations);
   EXPECT_EQ(transport->counters().reads, expected);
+
+  // The throughput test: one row per size at the throughput depth, the fit is the least-squares
+  // line through ns per READ (1 / rate), and throughput_cost_params() puts it in c's and α's place.
+  ASSERT_TRUE(p.has_throughput());
+  ASSERT_EQ(p.throughput.size(), o.throughput_sizes.size());
+  std::vector<double> tx, ty;
+  for (size_t i = 0; i < p.throughput.size(); ++i) {
+    EXPECT_EQ(p.throughput[i].bytes, o.throughput_sizes[i]);
+    EXPECT_EQ(p.throughput[i].depth, o.throughput_depth);
+    EXPECT_EQ(p.throughput[i].ops, o.iterations);
+    tx.push_back(p.throughput[i].bytes);
+    ty.push_back(1e9 / p.throughput[i].ops_per_s);
+  }
+  const m::LinearFit tfit = m::fit_line(tx, ty);
+  EXPECT_NEAR(p.throughput_fit.slope, tfit.slope, 1e-9 * std::abs(tfit.slope) + 1e-12);
+  EXPECT_NEAR(p.throughput_fit.intercept, tfit.intercept, 1e-9 * std::abs(tfit.intercept) + 1e-9);
+  const m::CostParams tp = p.throughput_cost_params(32.0);
+  EXPECT_EQ(tp.c_ns, std::max(p.throughput_fit.intercept, 1.0));
+  EXPECT_EQ(tp.alpha_ns_per_byte, p.throughput_fit.slope > 0 ? p.throughput_fit.slope : 1e9 / p.link_bytes_per_s);
+  EXPECT_EQ(tp.rho0_ops_per_s, p.rho0_ops_per_s);
+  EXPECT_EQ(tp.link_bytes_per_s, p.link_bytes_per_s);
+  EXPECT_EQ(tp.slot_bytes, 32.0);
 
   // The profile feeds the model.
   const m::FirstEmptyDistribution dist(1000, 800);
@@ -221,6 +246,16 @@ TEST(Calibrate, RejectsBadOptions) {
   EXPECT_THROW(m::calibrate(engine, 0, 4096, o), std::invalid_argument);  // cannot fit alpha
   o.latency_sizes = {8, 64};
   o.rate_depths = {};
+  EXPECT_THROW(m::calibrate(engine, 0, 4096, o), std::invalid_argument);
+  o.rate_depths = {8};
+  o.throughput_sizes = {64};
+  EXPECT_THROW(m::calibrate(engine, 0, 4096, o), std::invalid_argument);  // cannot fit the throughput line
+  o.throughput_sizes = {64, 64};
+  EXPECT_THROW(m::calibrate(engine, 0, 4096, o), std::invalid_argument);
+  o.throughput_sizes = {8, 8192};
+  EXPECT_THROW(m::calibrate(engine, 0, 4096, o), std::invalid_argument);  // 8 KiB READs > region
+  o.throughput_sizes = {8, 64};
+  o.throughput_depth = 0;
   EXPECT_THROW(m::calibrate(engine, 0, 4096, o), std::invalid_argument);
   EXPECT_EQ(transport->counters().reads, 0u);  // validated before any READ
 }
@@ -268,6 +303,16 @@ TEST(ProfileJson, RoundTrips) {
     EXPECT_EQ(q.execute_cpu.batch_of_d_ns, 451.5);
     EXPECT_EQ(q.execute_cpu.per_batch_ns, 35.25);
     EXPECT_EQ(q.execute_cpu.per_request_ns, 26.0);
+    ASSERT_TRUE(q.has_throughput());
+    ASSERT_EQ(q.throughput.size(), 2u);
+    EXPECT_EQ(q.throughput[1].bytes, 4096u);
+    EXPECT_EQ(q.throughput[1].depth, 16u);
+    EXPECT_EQ(q.throughput[1].ops_per_s, p.throughput[1].ops_per_s);
+    EXPECT_EQ(q.throughput_fit.slope, p.throughput_fit.slope);
+    EXPECT_EQ(q.throughput_fit.intercept, p.throughput_fit.intercept);
+    EXPECT_EQ(q.throughput_fit.r2, p.throughput_fit.r2);
+    EXPECT_EQ(q.throughput_cost_params(8.0).c_ns, 1182.5);
+    EXPECT_EQ(q.throughput_cost_params(8.0).alpha_ns_per_byte, 1.2461234);
     EXPECT_EQ(m::to_json(q), m::to_json(p));
   }
 }
@@ -281,6 +326,17 @@ TEST(ProfileJson, OnlyTheFourParametersAreRequired) {
   EXPECT_EQ(cp.slot_bytes, 32.0);
   EXPECT_EQ(cp.alpha_ns_per_byte, 0.1);
   EXPECT_EQ(cp.link_bytes_per_s, 5e9);
+  // A profile from before the throughput test: model-throughput must refuse it, not guess.
+  EXPECT_FALSE(p.has_throughput());
+  EXPECT_THROW(p.throughput_cost_params(32.0), m::ProfileError);
+}
+
+TEST(ProfileJson, ThroughputFitClampsToAUsableModel) {
+  m::Profile p = sample_profile();
+  p.throughput_fit = {-0.01, -50.0, 0.1};  // noisy points: a falling line through a negative intercept
+  const m::CostParams tp = p.throughput_cost_params(8.0);
+  EXPECT_EQ(tp.c_ns, 1.0);
+  EXPECT_EQ(tp.alpha_ns_per_byte, 1e9 / p.link_bytes_per_s);
 }
 
 TEST(ProfileJson, MalformedProfilesAreRejected) {
@@ -309,6 +365,14 @@ TEST(ProfileJson, MalformedProfilesAreRejected) {
                   "field 'measurements.execute_cpu.per_request_ns' must be >= 0");
   expect_rejected("{\"c_ns\": 1, " + ok_tail + R"(, "measurements": {"execute_cpu": {"depth": 16, "batches": 9}}})",
                   "field 'measurements.execute_cpu.batch_of_1_ns' is missing");
+  const std::string tp_row = R"({"bytes": 8, "depth": 16, "ops": 10, "seconds": 1, "ops_per_s": 10, "bytes_per_s": 80})";
+  expect_rejected("{\"c_ns\": 1, " + ok_tail + R"(, "measurements": {"throughput_fit": {"slope_ns_per_byte": 1, "intercept_ns": 9}}})",
+                  "field 'measurements.throughput_fit' and throughput");
+  expect_rejected("{\"c_ns\": 1, " + ok_tail + R"(, "measurements": {"throughput": [)" + tp_row + "," + tp_row + "]}}",
+                  "field 'measurements.throughput_fit' and throughput");
+  expect_rejected("{\"c_ns\": 1, " + ok_tail + R"(, "measurements": {"throughput": [)" + tp_row + "," + tp_row +
+                      R"(], "throughput_fit": {"intercept_ns": 9}}})",
+                  "field 'measurements.throughput_fit.slope_ns_per_byte' is missing");
 }
 
 TEST(ProfileJson, LoadProfileNamesTheFile) {

@@ -141,3 +141,46 @@ set_tests_properties(calibrate_ucx PROPERTIES FIXTURES_SETUP model_cli_profile_u
 set_tests_properties(model_profile_ucx calibrate_ucx_profile_fields PROPERTIES FIXTURES_REQUIRED model_cli_profile_ucx)
 set_tests_properties(calibrate_ucx calibrate_ucx_three_ranks PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 120)
 set_tests_properties(calibrate_local calibrate_local_stdout PROPERTIES TIMEOUT 120)
+
+# --read-size model-throughput: the model with the profile's throughput fit (time per READ at
+# depth vs size) in place of c and alpha. The profile is one measured over loopback TCP on the
+# development machine (tests/data/profile_tcp_loopback.json), where the latency model and the
+# throughput model disagree (a round trip costs ~19 us, a byte 1.2 ns at depth): bench's R for each
+# policy must be what `rdmahash model` (with and without --throughput) computes for the same table,
+# and the two must differ.
+set(MODEL_CLI_TCP_PROFILE ${CMAKE_CURRENT_SOURCE_DIR}/data/profile_tcp_loopback.json)
+add_test(NAME model_throughput_fail_no_profile COMMAND ${MODEL_CLI_EXPECT_FAIL} "--throughput takes c and alpha from a profile"
+  ${MODEL_CLI_BIN} model --records 100 --load-factor 0.5 --throughput)
+add_test(NAME model_throughput_fail_old_profile COMMAND ${MODEL_CLI_EXPECT_FAIL} "has no throughput test"
+  ${MODEL_CLI_BIN} model --records 100 --load-factor 0.5 --throughput --profile ${CMAKE_CURRENT_SOURCE_DIR}/data/profile_no_throughput.json)
+add_test(NAME bench_model_throughput_fail_no_profile COMMAND ${MODEL_CLI_EXPECT_FAIL} "model-throughput needs --profile FILE"
+  ${MODEL_CLI_BIN} bench --fabric local --records 1000 --ops 100 --read-size model-throughput --no-progress --quiet)
+add_test(NAME model_throughput_profile COMMAND python3 -c "${MODEL_CLI_CHECK}" ${MODEL_CLI_FIELDS}
+  "param_sources.c_ns=profile throughput fit" "param_sources.rho0_ops_per_s=profile" c_ns=1380.665138293783
+  alpha_ns_per_byte=1.2461266351929305 read_size=4
+  -- ${MODEL_CLI_BIN} model --profile ${MODEL_CLI_TCP_PROFILE} --throughput --records 20000 --slots 40000 --slot-bytes 128 --json)
+add_test(NAME bench_model_throughput_matches_model COMMAND python3 -c [=[
+import json, os, subprocess, sys
+bin, profile, out = sys.argv[1:4]
+for vb, lf in ((8, 0.8), (100, 0.5)):
+    if os.path.exists(out):
+        os.remove(out)  # --json appends
+    subprocess.run([bin, "bench", "--fabric", "local", "--records", "20000", "--load-factor", str(lf), "--key-bytes", "8",
+                    "--value-bytes", str(vb), "--slot-format", "inline", "--ops", "2000", "--read-size", "model,model-throughput",
+                    "--profile", profile, "--json", out, "--quiet", "--no-progress"], check=True, stdout=subprocess.DEVNULL)
+    rows = [json.loads(l) for l in open(out)]
+    got = {r["read_size_policy"]: r for r in rows}
+    assert set(got) == {"model", "model-throughput"}, got.keys()
+    want = {}
+    for policy, extra in (("model", []), ("model-throughput", ["--throughput"])):
+        r = got[policy]
+        slot = int(r["scheme_detail"].split("slot=")[1].split("B")[0])
+        m = json.loads(subprocess.run([bin, "model", "--profile", profile, "--records", str(r["records_start"]), "--slots",
+                                       str(r["slots"]), "--slot-bytes", str(slot), "--json"] + extra,
+                                      check=True, capture_output=True, text=True).stdout)
+        assert r["read_size"] == m["read_size"], (policy, vb, r["read_size"], m["read_size"])
+        assert r["outcomes"]["found"] == r["ops"], (policy, r["outcomes"])
+        want[policy] = r["read_size"]
+    assert want["model"] != want["model-throughput"], want
+    print(vb, want)
+]=] $<TARGET_FILE:rdmahash_cli> ${MODEL_CLI_TCP_PROFILE} ${MODEL_CLI_OUT}/bench_model_throughput.jsonl)

@@ -70,10 +70,12 @@ std::optional<Switch> parse_switch(std::string_view name);  // "on", "off"
 // How lookups size their READs (seed 000): a fixed number of slots, the model's R* for the table's
 // load factor (with or without the bandwidth constraint of Eq. 2), or R* with cluster hints.
 struct ReadSizeSpec {
-  enum class Kind { kFixed, kModel, kModelUnconstrained, kCluster };
+  // kModelThroughput: R* of the same model with the calibrated throughput fit in place of c and α
+  // (model/calibrate.h): the time a READ occupies a pipelined client, for lookups at depth.
+  enum class Kind { kFixed, kModel, kModelUnconstrained, kCluster, kModelThroughput };
   Kind kind = Kind::kFixed;
   uint32_t slots = 8;  // kFixed
-  std::string text() const;  // "fixed:8", "model", "model-unconstrained", "cluster"
+  std::string text() const;  // "fixed:8", "model", "model-unconstrained", "cluster", "model-throughput"
 };
 
 // Everything that shapes a table: one typed value. Fields a scheme does not read keep their
@@ -101,6 +103,7 @@ struct TableOptions {
   SpeculativeClaim speculative_claim = static_cast<SpeculativeClaim>(2);  // linear.h; 2: kAuto
   ChunkOrder chunk_order = static_cast<ChunkOrder>(0);  // linear.h; 0: kLinear (kQuadratic: `chunk` is the table's)
   std::optional<model::CostParams> cost_params;  // read-size model (rdmahash calibrate); empty: seed 000's
+  std::optional<model::CostParams> throughput_cost_params;  // --read-size model-throughput (a calibrated profile's)
   // cuckoo
   uint32_t slots_per_bucket = 4;
   CuckooLookup cuckoo_lookup = CuckooLookup::kParallel;

@@ -43,6 +43,7 @@ ReadSizeSpec parse_read_size(const std::string& s) {
   if (s == "model") { r.kind = ReadSizeSpec::Kind::kModel; return r; }
   if (s == "model-unconstrained") { r.kind = ReadSizeSpec::Kind::kModelUnconstrained; return r; }
   if (s == "cluster") { r.kind = ReadSizeSpec::Kind::kCluster; return r; }
+  if (s == "model-throughput") { r.kind = ReadSizeSpec::Kind::kModelThroughput; return r; }
   std::string num = s.rfind("fixed:", 0) == 0 ? s.substr(6) : s;
   size_t used = 0;
   unsigned long v = 0;
@@ -53,7 +54,7 @@ ReadSizeSpec parse_read_size(const std::string& s) {
   }
   if (num.empty() || used != num.size() || num[0] == '-' || v == 0 || v > 65536)
     throw InvalidArgument("--read-size '" + s + "' must be a slot count in [1, 65536], fixed:N, model, "
-                          "model-unconstrained or cluster");
+                          "model-unconstrained, model-throughput or cluster");
   r.slots = static_cast<uint32_t>(v);
   return r;
 }
@@ -173,6 +174,7 @@ TableOptions table_options(const BenchOptions& o, double load_factor) {
   t.speculative_claim = o.speculative_claim;
   t.chunk_order = o.chunk_order;
   t.cost_params = o.cost_params;
+  t.throughput_cost_params = o.throughput_cost_params;
   t.slots_per_bucket = o.slots_per_bucket;
   t.cuckoo_lookup = o.cuckoo_probe;
   t.race_groups = o.race_groups;

@@ -96,6 +96,7 @@ struct BenchOptions {
   std::vector<double> assumed_load_factors{0.0};
   std::string profile_path;            // cost-model parameters (rdmahash calibrate); empty: seed 000's
   std::optional<model::CostParams> cost_params;  // loaded from profile_path (slot_bytes set per table)
+  std::optional<model::CostParams> throughput_cost_params;  // its throughput fit, when it has one
   double zipf_theta = 0;               // 0: uniform; else the loaded keys' (and lookups') Zipf skew
   std::vector<uint32_t> read_bytes{8}; // raw-read sizes
   uint64_t tail_slots = 0;

@@ -177,7 +177,8 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, OptionText& text, std::ve
                  "(off, seed 001), or on while it wins at least as often as chunk 0 is full (auto)")
       ->check(CLI::IsMember({"on", "off", "auto"}))->capture_default_str();
   cmd.add_option("--read-size", read_sizes,
-                 "lookup READ size: N or fixed:N slots, model, model-unconstrained, cluster (a list sweeps)")
+                 "lookup READ size: N or fixed:N slots, model, model-unconstrained, model-throughput (needs --profile), "
+                 "cluster (a list sweeps)")
       ->delimiter(',')->capture_default_str();
   cmd.add_option("--profile", o.profile_path,
                  "cost-model parameters from `rdmahash calibrate` for model/cluster read sizes (default: seed 000's)")
@@ -420,7 +421,11 @@ int main(int argc, char** argv) {
     for (const auto& r : read_sizes) opts.read_sizes.push_back(rdmahash::bench::parse_read_size(r));
     opts.zipf_theta = rdmahash::bench::parse_distribution(distribution);
     for (const auto& p : ycsb_props) opts.ycsb_overrides.push_back(rdmahash::bench::ycsb::parse_override(p));
-    if (!opts.profile_path.empty()) opts.cost_params = rdmahash::model::load_profile(opts.profile_path).cost_params();
+    if (!opts.profile_path.empty()) {
+      const rdmahash::model::Profile profile = rdmahash::model::load_profile(opts.profile_path);
+      opts.cost_params = profile.cost_params();
+      if (profile.has_throughput()) opts.throughput_cost_params = profile.throughput_cost_params();
+    }
     if (!ycsb_props.empty() && opts.ycsb_path.empty()) throw rdmahash::InvalidArgument("-p name=value needs --ycsb FILE");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rdmahash bench: error: %s\n", e.what());

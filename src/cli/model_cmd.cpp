@@ -92,6 +92,9 @@ ModelCommand::ModelCommand(CLI::App& app) {
                              "l: link bandwidth, BYTES/s (default " + num(d.link_bytes_per_s) + " = 100 Gb/s)");
   o_profile_ = cmd_->add_option("--profile", profile_, "take c, rho0, alpha, l from a `rdmahash calibrate` profile");
   cmd_->add_flag("--unconstrained", unconstrained_, "ignore the bandwidth constraint (Eq. 2)");
+  cmd_->add_flag("--throughput", throughput_,
+                 "with --profile: c and alpha from its throughput fit (time per READ at depth vs size), the "
+                 "model of `bench --read-size model-throughput`");
   cmd_->add_option("--max-read-size", max_read_size_, "largest R searched")->capture_default_str();
   o_read_size_ = cmd_->add_option("--read-size", read_size_, "evaluate this R instead of optimising");
   o_cluster_offset_ = cmd_->add_option("--cluster-offset", cluster_offset_,
@@ -138,11 +141,11 @@ int ModelCommand::run() {
                     {"rho0_ops_per_s", "seed000"}, {"link_bytes_per_s", "seed000"}};
     if (o_profile_->count()) {
       const m::Profile prof = m::load_profile(profile_);  // throws ProfileError
-      p.c_ns = prof.c_ns;
-      p.alpha_ns_per_byte = prof.alpha_ns_per_byte;
-      p.rho0_ops_per_s = prof.rho0_ops_per_s;
-      p.link_bytes_per_s = prof.link_bytes_per_s;
+      p = throughput_ ? prof.throughput_cost_params(slot_bytes_) : prof.cost_params(slot_bytes_);
       for (auto& [k, v] : sources.items()) v = "profile";
+      if (throughput_) sources["c_ns"] = sources["alpha_ns_per_byte"] = "profile throughput fit";
+    } else if (throughput_) {
+      throw UsageError("--throughput takes c and alpha from a profile: give --profile FILE");
     }
     if (o_c_->count()) { p.c_ns = c_ns_; sources["c_ns"] = "flag"; }
     if (o_alpha_->count()) { p.alpha_ns_per_byte = alpha_; sources["alpha_ns_per_byte"] = "flag"; }
@@ -288,6 +291,17 @@ CalibrateCommand::CalibrateCommand(CLI::App& app) {
   cmd_->add_option("--bandwidth-bytes", bandwidth_bytes_, "READ size of the bandwidth test (l)")->capture_default_str();
   cmd_->add_option("--bandwidth-depth", bandwidth_depth_, "depth of the bandwidth test")->capture_default_str();
   cmd_->add_option("--seed", seed_, "seed of the READ offsets")->capture_default_str();
+  cmd_->add_option("--throughput-sizes", throughput_sizes_,
+                   "READ sizes (bytes) of the throughput fit: time per READ at --throughput-depth vs size "
+                   "(`bench --read-size model-throughput`)")
+      ->delimiter(',')->capture_default_str();
+  cmd_->add_option("--throughput-depth", throughput_depth_, "READs in flight in the throughput test")
+      ->capture_default_str();
+  cmd_->add_option("--direct-access", direct_access_,
+                   "--fabric ucx: on (a same-host memory node's region is read with loads, as bench's default) or off "
+                   "(every READ is a UCX request: the path of `bench --direct-access off` and of remote nodes)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   cmd_->add_option("--write-sim-profile", sim_profile_out_,
                    "--fabric local: also write a `bench --fabric sim --sim-profile` file describing this machine's "
                    "in-process fabric (one client, one memory node: client CPU per batch and per READ, copy bandwidth; "
@@ -306,6 +320,11 @@ m::CalibrateOptions to_options(uint64_t iterations, const std::vector<uint32_t>&
   o.bandwidth_bytes = bw_bytes;
   o.bandwidth_depth = bw_depth;
   o.seed = seed;
+  return o;
+}
+m::CalibrateOptions with_throughput(m::CalibrateOptions o, const std::vector<uint32_t>& sizes, uint32_t depth) {
+  o.throughput_sizes = sizes;
+  o.throughput_depth = depth;
   return o;
 }
 
@@ -336,6 +355,9 @@ void emit(const std::string& path, const std::string& text) {
               }().c_str(),
               p.c_ns, p.rho0_ops_per_s, p.alpha_ns_per_byte, p.alpha_source.c_str(), p.link_bytes_per_s,
               path.c_str());
+  if (p.has_throughput())
+    std::printf("throughput fit: %.4g ns per READ + %.4g ns/B at depth %u\n", p.throughput_fit.intercept,
+                p.throughput_fit.slope, p.throughput.front().depth);
 }
 
 // Shared memory has no NIC and no wire: no latency, a NIC that is never the bottleneck, the
@@ -389,7 +411,7 @@ void write_sim_profile(const std::string& path, const m::Profile& p) {
 
 int CalibrateCommand::run(int& argc, char**& argv) {
   const m::CalibrateOptions o =
-      to_options(iterations_, sizes_, rate_depths_, bandwidth_bytes_, bandwidth_depth_, seed_);
+      with_throughput(to_options(iterations_, sizes_, rate_depths_, bandwidth_bytes_, bandwidth_depth_, seed_), throughput_sizes_, throughput_depth_);
   try {
     if (fabric_ != "local" && fabric_ != "ucx") throw UsageError("--fabric must be local or ucx (got '" + fabric_ + "')");
     if (region_bytes_ < 4096 || region_bytes_ > (uint64_t{1} << 40))
@@ -458,6 +480,7 @@ int CalibrateCommand::run_ucx(int& argc, char**& argv) {
     UcxFabricConfig fc;
     fc.memory_nodes = 1;
     fc.region_bytes = region_bytes_;
+    fc.direct_access = direct_access_ == "on";
     auto fabric = UcxFabric::create(fc);
     if (fabric->is_memory_node()) {
       // Fault every page in now, so the client's READs do not measure first-touch page faults.
@@ -470,8 +493,8 @@ int CalibrateCommand::run_ucx(int& argc, char**& argv) {
       auto transport = fabric->connect();
       Engine engine(*transport);
       m::Profile p = m::calibrate(engine, 0, region_bytes_,
-                                  to_options(iterations_, sizes_, rate_depths_, bandwidth_bytes_, bandwidth_depth_, seed_));
-      p.fabric = "ucx";
+                                  with_throughput(to_options(iterations_, sizes_, rate_depths_, bandwidth_bytes_, bandwidth_depth_, seed_), throughput_sizes_, throughput_depth_));
+      p.fabric = direct_access_ == "on" ? "ucx" : "ucx, direct access off";
       p.env = m::ucx_environment();
       text = m::to_json(p);
       fabric->client_done();

@@ -32,6 +32,7 @@ class ModelCommand {
   double slot_bytes_ = 8, header_bytes_ = 30;
   double c_ns_ = 0, alpha_ = 0, rho0_ = 0, link_ = 0;
   bool unconstrained_ = false;
+  bool throughput_ = false;  // --throughput: c and alpha from the profile's throughput fit
   uint64_t read_size_ = 0, max_read_size_ = 4096;
   uint64_t cluster_offset_ = 0, cluster_length_ = 0;
   std::string curve_, profile_;
@@ -58,6 +59,9 @@ class CalibrateCommand {
   std::vector<uint32_t> rate_depths_{64, 128, 256};
   uint32_t bandwidth_bytes_ = 65536, bandwidth_depth_ = 16;
   uint64_t seed_ = 1;
+  std::vector<uint32_t> throughput_sizes_{8, 64, 256, 1024, 4096};
+  uint32_t throughput_depth_ = 16;
+  std::string direct_access_ = "on";  // --fabric ucx: loads and stores to a same-host node (on) or UCX requests (off)
 };
 
 }  // namespace rdmahash::cli

@@ -362,8 +362,16 @@ void CalibrateOptions::validate(uint64_t region_bytes) const {
   if (bandwidth_bytes == 0 || bandwidth_bytes > (1u << 24)) fail("the bandwidth READ size must be in [1, 2^24] bytes");
   if (bandwidth_depth == 0 || bandwidth_depth > 4096) fail("the bandwidth depth must be in [1, 4096]");
   if (execute_depth < 2 || execute_depth > 4096) fail("the execute-CPU depth must be in [2, 4096]");
+  if (throughput_sizes.size() < 2) fail("need at least 2 throughput sizes to fit the throughput model");
+  for (uint32_t s : throughput_sizes)
+    if (s == 0 || s > (1u << 24)) fail("throughput sizes must be in [1, 2^24] bytes");
+  if (std::adjacent_find(throughput_sizes.begin(), throughput_sizes.end(), std::not_equal_to<>()) ==
+      throughput_sizes.end())
+    fail("throughput sizes must not all be equal");
+  if (throughput_depth == 0 || throughput_depth > 4096) fail("the throughput depth must be in [1, 4096]");
   uint64_t largest = std::max<uint64_t>(small_bytes, bandwidth_bytes);
   for (uint32_t s : latency_sizes) largest = std::max<uint64_t>(largest, s);
+  for (uint32_t s : throughput_sizes) largest = std::max<uint64_t>(largest, s);
   if (region_bytes < largest)
     fail("region-bytes (" + std::to_string(region_bytes) + ") must be at least the largest READ (" +
          std::to_string(largest) + " bytes)");
@@ -388,6 +396,16 @@ CostParams Profile::cost_params(double slot_bytes, double header_bytes) const {
   p.link_bytes_per_s = link_bytes_per_s;
   p.header_bytes = header_bytes;
   p.slot_bytes = slot_bytes;
+  return p;
+}
+
+CostParams Profile::throughput_cost_params(double slot_bytes, double header_bytes) const {
+  if (!has_throughput())
+    throw ProfileError("the profile has no throughput test (written by an older rdmahash calibrate): calibrate again");
+  CostParams p = cost_params(slot_bytes, header_bytes);
+  // A fit through noisy points can cross zero at 0 bytes; a READ is never free.
+  p.c_ns = std::max(throughput_fit.intercept, 1.0);
+  p.alpha_ns_per_byte = throughput_fit.slope > 0 ? throughput_fit.slope : 1e9 / link_bytes_per_s;
   return p;
 }
 
@@ -441,6 +459,17 @@ Profile calibrate(Engine& engine, uint32_t node, uint64_t region_bytes, const Ca
   const uint64_t bw_ops = o.bandwidth_ops ? o.bandwidth_ops : o.iterations;
   p.bandwidth.push_back(measure_rate(runner, o.bandwidth_bytes, o.bandwidth_depth, bw_ops));
   p.link_bytes_per_s = p.bandwidth.back().bytes_per_s;
+
+  // Time per READ at depth vs size → the throughput model's c and α.
+  {
+    std::vector<double> bx, by;
+    for (uint32_t bytes : o.throughput_sizes) {
+      p.throughput.push_back(measure_rate(runner, bytes, o.throughput_depth, o.iterations));
+      bx.push_back(bytes);
+      by.push_back(1e9 / p.throughput.back().ops_per_s);
+    }
+    p.throughput_fit = fit_line(bx, by);
+  }
 
   // The transport's own CPU per batch and per request (after the sweep and the runs above, so warm).
   {
@@ -501,6 +530,14 @@ std::string to_json(const Profile& p, int indent) {
         {"rate", rate},
         {"bandwidth", bw}}},
   };
+  if (p.has_throughput()) {
+    json tp = json::array();
+    for (const auto& s : p.throughput) tp.push_back(to_j(s));
+    j["measurements"]["throughput"] = tp;
+    j["measurements"]["throughput_fit"] = {{"slope_ns_per_byte", p.throughput_fit.slope},
+                                           {"intercept_ns", p.throughput_fit.intercept},
+                                           {"r2", p.throughput_fit.r2}};
+  }
   if (p.execute_cpu.measured()) {
     const ExecuteCpu& x = p.execute_cpu;
     j["measurements"]["execute_cpu"] = {{"depth", x.depth},
@@ -560,6 +597,15 @@ Profile profile_from_json(std::string_view text) {
         p.latency_fit.slope = f.number("slope_ns_per_byte");
         p.latency_fit.intercept = f.number("intercept_ns");
         if (f.has("r2")) p.latency_fit.r2 = f.number("r2");
+      }
+      list("throughput", rate_from, p.throughput);
+      if (m.has("throughput_fit") != p.has_throughput())
+        m.fail("throughput_fit", "and throughput (at least 2 sizes) come together");
+      if (m.has("throughput_fit")) {
+        Reader f(m.at("throughput_fit"), m.path("throughput_fit"));
+        p.throughput_fit.slope = f.number("slope_ns_per_byte");
+        p.throughput_fit.intercept = f.number("intercept_ns");
+        if (f.has("r2")) p.throughput_fit.r2 = f.number("r2");
       }
       if (m.has("execute_cpu")) {
         Reader x(m.at("execute_cpu"), m.path("execute_cpu"));

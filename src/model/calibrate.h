@@ -19,6 +19,15 @@
 //           (the engine posts up to `depth` READs per batch), the best rate wins.
 //   * l   = link bandwidth: `bandwidth_ops` READs of `bandwidth_bytes` (64 KiB) at depth
 //           `bandwidth_depth` (16), payload bytes per second.
+//   * throughput vs size (issue 30 item 4: what a pipelined client pays per READ): `iterations`
+//           READs at depth `throughput_depth` (16, the benchmarks' depth) for every size in
+//           `throughput_sizes`; the time per READ (1 / rate) is fitted as a + b·bytes
+//           (`throughput_fit`). `throughput_cost_params()` puts a and b in Eq. 3's place of c and
+//           α: T(R) becomes the time a READ of R slots occupies the pipeline (client CPU, copies,
+//           the link) rather than its latency, so E[X(R)]·T(R) is the time per lookup at depth,
+//           the model `--read-size model-throughput` minimises. Over loopback TCP the latency
+//           model reads large windows (a round trip costs 20 µs, a byte 0.5 ns), while at depth a
+//           byte costs copy CPU on both ends and smaller reads win.
 //   * the transport's own client CPU (`ExecuteCpu`): Transport::execute called directly in a
 //           tight loop (no engine, no coroutine), batches of 1 and of `execute_depth` (16)
 //           `small_bytes` READs, timed with the thread's CPU clock around the whole loop (one
@@ -103,6 +112,8 @@ struct CalibrateOptions {
   uint32_t bandwidth_bytes = 65536;
   uint32_t bandwidth_depth = 16;
   uint64_t bandwidth_ops = 0;   // 0: iterations
+  std::vector<uint32_t> throughput_sizes{8, 64, 256, 1024, 4096};  // the throughput fit's sizes
+  uint32_t throughput_depth = 16;  // READs in flight in the throughput test
   uint32_t execute_depth = 16;  // D of ExecuteCpu
   uint64_t seed = 1;            // offsets of the READs
   // Throws std::invalid_argument naming the bad field (region_bytes: the target region's size).
@@ -122,6 +133,8 @@ struct Profile {
   std::vector<LatencySample> latency;
   std::vector<RateSample> rate;       // small READs at each rate depth
   std::vector<RateSample> bandwidth;  // large READs
+  std::vector<RateSample> throughput;  // READs of each throughput size at the throughput depth
+  LinearFit throughput_fit;            // ns per READ at that depth vs bytes (empty: not measured)
   ExecuteCpu execute_cpu;
 
   // Where and how.
@@ -136,6 +149,12 @@ struct Profile {
   void validate() const;
   // The model's parameters for slots of `slot_bytes` and READ headers of `header_bytes`.
   CostParams cost_params(double slot_bytes = 8.0, double header_bytes = 30.0) const;
+  // True when the profile has the throughput test (profiles written before it do not).
+  bool has_throughput() const { return throughput.size() >= 2; }
+  // Eq. 3's c and α from the throughput fit (see the header comment): c = the fit's intercept (at
+  // least 1 ns), α = its slope, or 1e9 / l if the slope is not positive; ρ0, l, h as cost_params().
+  // Throws ProfileError unless has_throughput().
+  CostParams throughput_cost_params(double slot_bytes = 8.0, double header_bytes = 30.0) const;
 };
 
 // Runs every measurement against memory node `node` (a region of `region_bytes`) through

@@ -216,6 +216,7 @@ std::string ReadSizeSpec::text() const {
     case Kind::kModel: return "model";
     case Kind::kModelUnconstrained: return "model-unconstrained";
     case Kind::kCluster: return "cluster";
+    case Kind::kModelThroughput: return "model-throughput";
   }
   return "?";
 }

@@ -49,6 +49,7 @@ class LinearTable final : public SchemeTable {
     probe_.validate();
     cost_params_ = o.cost_params ? *o.cost_params : model::paper_cost_params(cfg_.slot_bytes());
     cost_params_.slot_bytes = cfg_.slot_bytes();
+    throughput_cost_params_ = o.throughput_cost_params;
   }
   uint64_t region_bytes() const override { return cfg_.region_bytes(); }
   uint64_t slots() const override { return cfg_.home_slots * cfg_.memory_nodes * (cfg_.format == SlotFormat::kHeap4 ? 4 : 1); }
@@ -120,6 +121,12 @@ class LinearTable final : public SchemeTable {
     n = std::min<uint64_t>(n, m - 1);
     auto dist = std::make_shared<model::FirstEmptyDistribution>(m, n);
     model::CostParams params = cost_params_;
+    if (spec.kind == ReadSizeSpec::Kind::kModelThroughput) {
+      if (!throughput_cost_params_)
+        throw InvalidArgument("--read-size model-throughput needs --profile FILE from `rdmahash calibrate` "
+                              "(the throughput test: time per READ at depth vs size)");
+      params = *throughput_cost_params_;
+    }
     params.slot_bytes = cfg_.slot_bytes();
     const bool constrained = spec.kind != ReadSizeSpec::Kind::kModelUnconstrained;
     p.read_size = static_cast<uint32_t>(model::optimal_read_size(*dist, params, constrained).read_size);
@@ -143,6 +150,7 @@ class LinearTable final : public SchemeTable {
   LinearConfig cfg_;
   ProbeConfig probe_;
   model::CostParams cost_params_;
+  std::optional<model::CostParams> throughput_cost_params_;
 };
 
 }  // namespace
