@@ -137,6 +137,8 @@ def variant(r, with_storage=True):
             label = "Linear model R*"
         elif p == "model-unconstrained":
             label = "Linear model R* (unconstrained)"
+        elif p == "model-throughput":
+            label = "Linear model R* (throughput fit)"
         elif p == "cluster":
             label = "Linear model + cluster hints"
             if r.get("clusters", 1000) != 1000:

@@ -104,7 +104,7 @@ for round in $(seq 1 "$ROUNDS"); do
           # rdmahash: c client processes at depth p.
           pids=()
           for i in $(seq 1 "$c"); do
-            "$BIN" bench --connect "${OURS[$v]}" --workload get --read-size "$rs" "${PROFILE_ARGS[@]}" --depth "$p" --ops "$OPS" --client-wait "$CLIENT_WAIT" --quiet --no-progress \
+            "$BIN" bench --connect "${OURS[$v]}" --workload get --read-size "$rs" ${PROFILE_ARGS[@]+"${PROFILE_ARGS[@]}"} --depth "$p" --ops "$OPS" --client-wait "$CLIENT_WAIT" --quiet --no-progress \
               --json "$DIR/run_${round}_${v}_${c}_${p}_${rs}_$i.jsonl" > /dev/null 2>> "$DIR/clients.err" &
             pids+=($!)
           done

@@ -248,15 +248,23 @@ TEST(Calibrate, RejectsBadOptions) {
   o.rate_depths = {};
   EXPECT_THROW(m::calibrate(engine, 0, 4096, o), std::invalid_argument);
   o.rate_depths = {8};
+  auto expect_invalid = [&](const std::string& needle) {
+    try {
+      m::calibrate(engine, 0, 4096, o);
+      ADD_FAILURE() << "accepted; expected: " << needle;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
   o.throughput_sizes = {64};
-  EXPECT_THROW(m::calibrate(engine, 0, 4096, o), std::invalid_argument);  // cannot fit the throughput line
+  expect_invalid("need at least 2 throughput sizes");
   o.throughput_sizes = {64, 64};
-  EXPECT_THROW(m::calibrate(engine, 0, 4096, o), std::invalid_argument);
+  expect_invalid("throughput sizes must not all be equal");
   o.throughput_sizes = {8, 8192};
-  EXPECT_THROW(m::calibrate(engine, 0, 4096, o), std::invalid_argument);  // 8 KiB READs > region
+  expect_invalid("must be at least the largest READ (8192 bytes)");
   o.throughput_sizes = {8, 64};
   o.throughput_depth = 0;
-  EXPECT_THROW(m::calibrate(engine, 0, 4096, o), std::invalid_argument);
+  expect_invalid("the throughput depth must be in [1, 4096]");
   EXPECT_EQ(transport->counters().reads, 0u);  // validated before any READ
 }
 
@@ -373,6 +381,14 @@ TEST(ProfileJson, MalformedProfilesAreRejected) {
   expect_rejected("{\"c_ns\": 1, " + ok_tail + R"(, "measurements": {"throughput": [)" + tp_row + "," + tp_row +
                       R"(], "throughput_fit": {"intercept_ns": 9}}})",
                   "field 'measurements.throughput_fit.slope_ns_per_byte' is missing");
+  expect_rejected("{\"c_ns\": 1, " + ok_tail + R"(, "measurements": {"throughput": [)" + tp_row + "]}}",
+                  "field 'measurements.throughput' needs at least 2 sizes");
+  expect_rejected("{\"c_ns\": 1, " + ok_tail + R"(, "measurements": {"throughput": [)" + tp_row + "," + tp_row +
+                      R"(], "throughput_fit": {"slope_ns_per_byte": 1, "intercept_ns": 1e300}}})",
+                  "field 'measurements.throughput_fit.intercept_ns' must be within");
+  expect_rejected("{\"c_ns\": 1, " + ok_tail + R"(, "measurements": {"throughput": [)" + tp_row + "," + tp_row +
+                      R"(], "throughput_fit": {"slope_ns_per_byte": -1e10, "intercept_ns": 5}}})",
+                  "field 'measurements.throughput_fit.slope_ns_per_byte' must be within");
 }
 
 TEST(ProfileJson, LoadProfileNamesTheFile) {

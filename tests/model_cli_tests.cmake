@@ -155,6 +155,11 @@ add_test(NAME model_throughput_fail_old_profile COMMAND ${MODEL_CLI_EXPECT_FAIL}
   ${MODEL_CLI_BIN} model --records 100 --load-factor 0.5 --throughput --profile ${CMAKE_CURRENT_SOURCE_DIR}/data/profile_no_throughput.json)
 add_test(NAME bench_model_throughput_fail_no_profile COMMAND ${MODEL_CLI_EXPECT_FAIL} "model-throughput needs --profile FILE"
   ${MODEL_CLI_BIN} bench --fabric local --records 1000 --ops 100 --read-size model-throughput --no-progress --quiet)
+add_test(NAME bench_model_throughput_fail_old_profile COMMAND ${MODEL_CLI_EXPECT_FAIL} "has no throughput test"
+  ${MODEL_CLI_BIN} bench --fabric local --records 1000 --ops 100 --read-size model,model-throughput
+  --profile ${CMAKE_CURRENT_SOURCE_DIR}/data/profile_no_throughput.json --no-progress --quiet)
+add_test(NAME calibrate_fail_direct_access_local COMMAND ${MODEL_CLI_EXPECT_FAIL} "--direct-access applies to --fabric ucx"
+  ${MODEL_CLI_BIN} calibrate --fabric local --direct-access off --iterations 10)
 add_test(NAME model_throughput_profile COMMAND python3 -c "${MODEL_CLI_CHECK}" ${MODEL_CLI_FIELDS}
   "param_sources.c_ns=profile throughput fit" "param_sources.rho0_ops_per_s=profile" c_ns=1380.665138293783
   alpha_ns_per_byte=1.2461266351929305 read_size=4

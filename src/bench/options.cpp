@@ -256,6 +256,10 @@ std::string BenchOptions::error() const {
   for (const auto& r : read_sizes)
     if (r.kind == ReadSizeSpec::Kind::kFixed && (r.slots == 0 || r.slots > 65536))
       return "--read-size must be in [1, 65536] slots";
+  for (const auto& r : read_sizes)
+    if (r.kind == ReadSizeSpec::Kind::kModelThroughput && !throughput_cost_params)
+      return "--read-size model-throughput needs --profile FILE from `rdmahash calibrate` (the throughput test: "
+             "time per READ at depth vs size)";
   if (storage == Storage::kHeap4)
     for (const auto& r : read_sizes)
       if (r.kind != ReadSizeSpec::Kind::kFixed)

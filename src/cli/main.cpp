@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cerrno>
@@ -424,7 +425,11 @@ int main(int argc, char** argv) {
     if (!opts.profile_path.empty()) {
       const rdmahash::model::Profile profile = rdmahash::model::load_profile(opts.profile_path);
       opts.cost_params = profile.cost_params();
-      if (profile.has_throughput()) opts.throughput_cost_params = profile.throughput_cost_params();
+      const bool wants_throughput = std::any_of(opts.read_sizes.begin(), opts.read_sizes.end(), [](const auto& r) {
+        return r.kind == rdmahash::ReadSizeSpec::Kind::kModelThroughput;
+      });
+      // throughput_cost_params() throws, naming the problem, for a profile without the throughput test.
+      if (wants_throughput || profile.has_throughput()) opts.throughput_cost_params = profile.throughput_cost_params();
     }
     if (!ycsb_props.empty() && opts.ycsb_path.empty()) throw rdmahash::InvalidArgument("-p name=value needs --ycsb FILE");
   } catch (const std::exception& e) {

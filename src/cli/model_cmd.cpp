@@ -414,6 +414,8 @@ int CalibrateCommand::run(int& argc, char**& argv) {
       with_throughput(to_options(iterations_, sizes_, rate_depths_, bandwidth_bytes_, bandwidth_depth_, seed_), throughput_sizes_, throughput_depth_);
   try {
     if (fabric_ != "local" && fabric_ != "ucx") throw UsageError("--fabric must be local or ucx (got '" + fabric_ + "')");
+    if (fabric_ == "local" && cmd_->count("--direct-access") > 0)
+      throw UsageError("--direct-access applies to --fabric ucx (the in-process fabric has no UCX requests)");
     if (region_bytes_ < 4096 || region_bytes_ > (uint64_t{1} << 40))
       throw UsageError("--region-bytes must be in [4096, 2^40]");
     if (const uint64_t avail = rdmahash::bench::mem_available_bytes(); avail && region_bytes_ > avail)

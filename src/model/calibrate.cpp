@@ -599,6 +599,7 @@ Profile profile_from_json(std::string_view text) {
         if (f.has("r2")) p.latency_fit.r2 = f.number("r2");
       }
       list("throughput", rate_from, p.throughput);
+      if (m.has("throughput") && !p.has_throughput()) m.fail("throughput", "needs at least 2 sizes");
       if (m.has("throughput_fit") != p.has_throughput())
         m.fail("throughput_fit", "and throughput (at least 2 sizes) come together");
       if (m.has("throughput_fit")) {
@@ -606,6 +607,9 @@ Profile profile_from_json(std::string_view text) {
         p.throughput_fit.slope = f.number("slope_ns_per_byte");
         p.throughput_fit.intercept = f.number("intercept_ns");
         if (f.has("r2")) p.throughput_fit.r2 = f.number("r2");
+        // A READ occupying a client for more than 1000 s, or 1 s per byte, is no measurement.
+        if (!(std::abs(p.throughput_fit.intercept) < 1e12)) f.fail("intercept_ns", "must be within ±1e12 ns");
+        if (!(std::abs(p.throughput_fit.slope) < 1e9)) f.fail("slope_ns_per_byte", "must be within ±1e9 ns/B");
       }
       if (m.has("execute_cpu")) {
         Reader x(m.at("execute_cpu"), m.path("execute_cpu"));

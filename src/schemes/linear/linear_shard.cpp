@@ -303,6 +303,7 @@ bool LinearShardLoader::insert(uint64_t key, std::span<const std::byte> value) {
 }
 
 bool LinearShardLoader::slot_free(uint64_t s) const {
+  ++slot_checks_;
   const uint64_t w = load64(region_.data() + kHeaderBytes + s * cfg_.slot_bytes());
   return cfg_.format == SlotFormat::kHeap4 ? bucket_has_free_way(w) : w == 0;
 }
@@ -320,8 +321,11 @@ uint64_t LinearShardLoader::first_free(uint64_t home) {
       }
     return s;
   }
+  // A root is free: every slot this shard holds was filled by insert(), which marks it (the
+  // loader runs before clients start; see linear.h).
   uint64_t s = home;
   while (s < total && next_[s] != s) {
+    ++slot_checks_;
     next_[s] = next_[next_[s]];  // path halving
     s = next_[s];
   }
