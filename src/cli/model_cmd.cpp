@@ -310,24 +310,6 @@ CalibrateCommand::CalibrateCommand(CLI::App& app) {
 
 namespace {
 
-m::CalibrateOptions to_options(uint64_t iterations, const std::vector<uint32_t>& sizes,
-                               const std::vector<uint32_t>& depths, uint32_t bw_bytes, uint32_t bw_depth,
-                               uint64_t seed) {
-  m::CalibrateOptions o;
-  o.iterations = iterations;
-  o.latency_sizes = sizes;
-  o.rate_depths = depths;
-  o.bandwidth_bytes = bw_bytes;
-  o.bandwidth_depth = bw_depth;
-  o.seed = seed;
-  return o;
-}
-m::CalibrateOptions with_throughput(m::CalibrateOptions o, const std::vector<uint32_t>& sizes, uint32_t depth) {
-  o.throughput_sizes = sizes;
-  o.throughput_depth = depth;
-  return o;
-}
-
 // Checks that FILE can be written without truncating anything yet.
 bool can_write(const std::string& path) {
   if (path.empty()) return true;
@@ -409,9 +391,21 @@ void write_sim_profile(const std::string& path, const m::Profile& p) {
 
 }  // namespace
 
+m::CalibrateOptions CalibrateCommand::options() const {
+  m::CalibrateOptions o;
+  o.iterations = iterations_;
+  o.latency_sizes = sizes_;
+  o.rate_depths = rate_depths_;
+  o.bandwidth_bytes = bandwidth_bytes_;
+  o.bandwidth_depth = bandwidth_depth_;
+  o.throughput_sizes = throughput_sizes_;
+  o.throughput_depth = throughput_depth_;
+  o.seed = seed_;
+  return o;
+}
+
 int CalibrateCommand::run(int& argc, char**& argv) {
-  const m::CalibrateOptions o =
-      with_throughput(to_options(iterations_, sizes_, rate_depths_, bandwidth_bytes_, bandwidth_depth_, seed_), throughput_sizes_, throughput_depth_);
+  const m::CalibrateOptions o = options();
   try {
     if (fabric_ != "local" && fabric_ != "ucx") throw UsageError("--fabric must be local or ucx (got '" + fabric_ + "')");
     if (fabric_ == "local" && cmd_->count("--direct-access") > 0)
@@ -494,8 +488,7 @@ int CalibrateCommand::run_ucx(int& argc, char**& argv) {
     if (fabric->is_client()) {
       auto transport = fabric->connect();
       Engine engine(*transport);
-      m::Profile p = m::calibrate(engine, 0, region_bytes_,
-                                  with_throughput(to_options(iterations_, sizes_, rate_depths_, bandwidth_bytes_, bandwidth_depth_, seed_), throughput_sizes_, throughput_depth_));
+      m::Profile p = m::calibrate(engine, 0, region_bytes_, options());
       p.fabric = direct_access_ == "on" ? "ucx" : "ucx, direct access off";
       p.env = m::ucx_environment();
       text = m::to_json(p);

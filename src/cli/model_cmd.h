@@ -17,6 +17,10 @@
 #include <string>
 #include <vector>
 
+namespace rdmahash::model {
+struct CalibrateOptions;
+}
+
 namespace rdmahash::cli {
 
 class ModelCommand {
@@ -49,6 +53,7 @@ class CalibrateCommand {
 
  private:
   int run_ucx(int& argc, char**& argv);
+  model::CalibrateOptions options() const;  // the measurement options the flags give
   CLI::App* cmd_;
   std::string fabric_ = "local";
   uint64_t iterations_ = 10000;
