@@ -753,10 +753,11 @@ def find_rdmahash(explicit):
     return None
 
 
-def model_curve(binary, records, slots, slot_bytes, r_max):
-    """`rdmahash model --curve 1-R --json` for one table, or a reason string if it cannot run."""
+def model_curve(binary, records, slots, slot_bytes, r_max, present_fraction=0.0):
+    """`rdmahash model --curve 1-R --json` for one table, or a reason string if it cannot run.
+    `present_fraction`: the share of lookups the bench's model rows priced as stopping at their key."""
     cmd = [binary, "model", "--records", str(records), "--slots", str(slots), "--slot-bytes", f"{slot_bytes:g}",
-           "--curve", f"1-{r_max}", "--json"]
+           "--curve", f"1-{r_max}", "--present-fraction", f"{present_fraction:g}", "--json"]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -808,7 +809,10 @@ def fig10(rows, out, binary):
                 at = [r for r in pr if r["target_load_factor"] == lf]
                 mn = max(1, at[0]["memory_nodes"])
                 r_max = max(64, 2 * max(r["read_size"] for r in at))
-                res = model_curve(binary, at[0]["records"] // mn, at[0]["slots"] // mn, slot_bytes_of(at[0]), r_max)
+                # price the curve as the model rows did (0, seed 000's model, when the run has none)
+                fractions = {r.get("model_present_fraction") or 0.0 for r in mr if r["target_load_factor"] == lf}
+                res = model_curve(binary, at[0]["records"] // mn, at[0]["slots"] // mn, slot_bytes_of(at[0]), r_max,
+                                  max(fractions) if len(fractions) == 1 else 0.0)
                 if isinstance(res, str):
                     model_skip = res
                     curves = {}

@@ -27,7 +27,7 @@ common="--fabric sim --sim-profile edr --memory-nodes 1 --clients $CLIENTS --dep
         --records $RECORDS --key-bytes 4 --value-bytes 4 --load-factor $LOAD_FACTORS --workload get
         --no-progress --quiet --json $OUT"
 # shellcheck disable=SC2086  # $common is a word list
-"$BIN" bench $common --scheme linear --read-size model,model-unconstrained,fixed:11
+"$BIN" bench $common --scheme linear --read-size model,model-unconstrained,fixed:11 --present-fraction 0  # the paper's R*
 # shellcheck disable=SC2086
 "$BIN" bench $common --scheme cuckoo --cuckoo-probe parallel --slots-per-bucket 4
 python3 - "$OUT" <<'EOF'

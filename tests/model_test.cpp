@@ -20,6 +20,7 @@ using rdmahash::model::CostParams;
 using rdmahash::model::evaluate_read_size;
 using rdmahash::model::expected_reads_with_cluster;
 using rdmahash::model::FirstEmptyDistribution;
+using rdmahash::model::LookupDistribution;
 using rdmahash::model::max_read_size_by_bandwidth;
 using rdmahash::model::optimal_read_size;
 using rdmahash::model::optimal_read_size_with_cluster;
@@ -251,6 +252,138 @@ TEST(FirstEmptyDistribution, InvalidInputsThrow) {
   EXPECT_THROW(FirstEmptyDistribution(std::uint64_t{1} << 40,
                                       (std::uint64_t{1} << 40) - (std::uint64_t{1} << 20)),
                std::domain_error);
+}
+
+// ------------------------------------------------------------------------------------------
+// Where a get stops: LookupDistribution (present keys stop at the key)
+// ------------------------------------------------------------------------------------------
+
+// Knuth's exact successful-search cost C_N = (1 + Q_0(M, N−1)) / 2,
+// Q_0(M, n) = Σ_{k>=0} n(n−1)…(n−k+1) / M^k.
+double knuth_successful_exact(std::uint64_t M, std::uint64_t N) {
+  const std::uint64_t n = N - 1;
+  double q = 0.0, term = 1.0;
+  for (std::uint64_t k = 0; k <= n; ++k) {
+    q += term;
+    term *= static_cast<double>(n - k) / static_cast<double>(M);
+    if (term < 1e-300) break;
+  }
+  return 0.5 * (1.0 + q);
+}
+
+TEST(LookupDistribution, AbsentLookupsAreTheFirstEmptyDistribution) {
+  const FirstEmptyDistribution d(5000, 4000);
+  const LookupDistribution l(5000, 4000, 0.0);
+  ASSERT_EQ(l.cutoff(), d.cutoff());
+  for (std::uint64_t k = 0; k <= d.cutoff(); ++k) ASSERT_EQ(l.p(k), d.p(k)) << "k = " << k;
+  for (std::uint64_t R : {1, 3, 8}) EXPECT_EQ(l.expected_reads(R), d.expected_reads(R));
+}
+
+TEST(LookupDistribution, OneSlotReadsAreKnuthsSuccessfulSearch) {
+  // Exact sum (N <= kExactRecords) and the quadrature (above), finite M.
+  for (const auto& [M, N] : std::vector<std::pair<std::uint64_t, std::uint64_t>>{
+           {1000, 1}, {1000, 500}, {1000, 900}, {1000, 999}, {5000, 4096},
+           {20000, 16000}, {std::uint64_t{1} << 27, static_cast<std::uint64_t>(0.5 * 134217728.0)},
+           {std::uint64_t{1} << 27, static_cast<std::uint64_t>(0.9 * 134217728.0)}}) {
+    SCOPED_TRACE("M = " + std::to_string(M) + ", N = " + std::to_string(N));
+    const LookupDistribution d(M, N, 1.0);
+    const double exact = knuth_successful_exact(M, N);
+    const double tolerance = N <= LookupDistribution::kExactRecords ? 1e-10 : 1e-6;
+    EXPECT_NEAR(d.expected_reads(1), exact, tolerance * exact);
+    EXPECT_NEAR(d.mean_offset(), d.expected_reads(1) - 1.0, 1e-9 * exact);
+    double sum = 0.0;
+    for (std::uint64_t k = 0; k <= d.cutoff(); ++k) sum += d.p(k);
+    EXPECT_NEAR(sum, 1.0, 1e-9);
+  }
+  // Asymptotic (1 + 1/(1−α))/2, within 0.1 %.
+  const std::uint64_t M = std::uint64_t{1} << 27;
+  for (double alpha : {0.5, 0.8, 0.9}) {
+    const LookupDistribution d(M, static_cast<std::uint64_t>(alpha * static_cast<double>(M)), 1.0);
+    const double knuth = 0.5 * (1.0 + 1.0 / (1.0 - alpha));
+    EXPECT_NEAR(d.expected_reads(1), knuth, 1e-3 * knuth) << "alpha = " << alpha;
+  }
+}
+
+// The quadrature against the exact mixture (1/N) Σ_n P_k(M, n), for every R the model searches.
+TEST(LookupDistribution, QuadratureMatchesTheExactMixture) {
+  for (const auto& [M, N] : std::vector<std::pair<std::uint64_t, std::uint64_t>>{{20000, 16000}, {20000, 19000}}) {
+    SCOPED_TRACE("M = " + std::to_string(M) + ", N = " + std::to_string(N));
+    ASSERT_GT(N, LookupDistribution::kExactRecords);
+    std::vector<double> exact;
+    for (std::uint64_t n = 0; n < N; ++n) {
+      const FirstEmptyDistribution d(M, n);
+      if (exact.size() < d.cutoff() + 1) exact.resize(d.cutoff() + 1, 0.0);
+      for (std::uint64_t k = 0; k <= d.cutoff(); ++k) exact[k] += d.p(k) / static_cast<double>(N);
+    }
+    const LookupDistribution d(M, N, 1.0);
+    for (std::uint64_t R : {1, 2, 4, 8, 16, 64, 256}) {
+      double e = 1.0;  // Σ_{i≥0} Pr[k ≥ iR]
+      for (std::uint64_t i = 1; i * R < exact.size(); ++i)
+        for (std::uint64_t k = i * R; k < exact.size(); ++k) e += exact[k];
+      EXPECT_NEAR(d.expected_reads(R), e, 1e-6 * e) << "R = " << R;
+    }
+  }
+}
+
+TEST(LookupDistribution, MixIsLinearInThePresentFraction) {
+  const LookupDistribution absent(5000, 4000, 0.0), present(5000, 4000, 1.0), mix(5000, 4000, 0.3);
+  EXPECT_DOUBLE_EQ(mix.present_fraction(), 0.3);
+  for (std::uint64_t R : {1, 4, 16}) {
+    EXPECT_NEAR(mix.expected_reads(R), 0.3 * present.expected_reads(R) + 0.7 * absent.expected_reads(R), 1e-12);
+    EXPECT_LT(present.expected_reads(R), absent.expected_reads(R));
+  }
+}
+
+// Simulation: circular tables of M = 1000 slots filled by linear probing; every key's offset from
+// its home slot. Tolerance 5 standard errors of the across-table means.
+TEST(LookupDistribution, MatchesSimulatedTables) {
+  constexpr std::size_t M = 1000;
+  constexpr int kTables = 3000;
+  constexpr std::size_t kFirst = 5;
+  std::mt19937_64 rng(0x5eed002);
+  for (double alpha : {0.5, 0.8, 0.9}) {
+    SCOPED_TRACE("alpha = " + std::to_string(alpha));
+    const std::size_t N = static_cast<std::size_t>(alpha * M);
+    const LookupDistribution d(M, N, 1.0);
+    std::vector<double> sum(kFirst + 2, 0.0), sumsq(kFirst + 2, 0.0);
+    for (int t = 0; t < kTables; ++t) {
+      std::vector<bool> occ(M, false);
+      std::vector<double> stat(kFirst + 2, 0.0);
+      for (std::size_t i = 0; i < N; ++i) {
+        const std::size_t home = static_cast<std::size_t>(rng() % M);
+        std::size_t s = home;
+        while (occ[s]) s = (s + 1) % M;
+        occ[s] = true;
+        const std::size_t k = (s + M - home) % M;
+        stat[0] += static_cast<double>(k);
+        stat[1] += static_cast<double>(k / 4 + 1);
+        if (k < kFirst) stat[2 + k] += 1.0;
+      }
+      for (std::size_t s = 0; s < stat.size(); ++s) {
+        stat[s] /= static_cast<double>(N);
+        sum[s] += stat[s];
+        sumsq[s] += stat[s] * stat[s];
+      }
+    }
+    std::vector<double> model = {d.mean_offset(), d.expected_reads(4)};
+    for (std::size_t k = 0; k < kFirst; ++k) model.push_back(d.p(k));
+    for (std::size_t s = 0; s < model.size(); ++s) {
+      const double mean = sum[s] / kTables;
+      const double var = std::max(0.0, sumsq[s] / kTables - mean * mean);
+      const double se = std::sqrt(var / (kTables - 1));
+      EXPECT_NEAR(mean, model[s], 5.0 * se + 1e-12) << "statistic " << s << " (se " << se << ")";
+    }
+  }
+}
+
+TEST(LookupDistribution, InvalidInputsThrow) {
+  EXPECT_THROW(LookupDistribution(100, 50, -0.1), std::invalid_argument);
+  EXPECT_THROW(LookupDistribution(100, 50, 1.5), std::invalid_argument);
+  EXPECT_THROW(LookupDistribution(100, 50, std::nan("")), std::invalid_argument);
+  EXPECT_THROW(LookupDistribution(100, 100, 1.0), std::invalid_argument);
+  EXPECT_THROW(LookupDistribution(0, 0, 1.0), std::invalid_argument);
+  const LookupDistribution empty(100, 0, 1.0);  // no present key: every lookup stops at offset 0
+  EXPECT_DOUBLE_EQ(empty.expected_reads(1), 1.0);
 }
 
 // ------------------------------------------------------------------------------------------

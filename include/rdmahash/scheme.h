@@ -147,6 +147,10 @@ struct SchemeCaps {
 struct ClientOptions {
   ReadSizeSpec read_size;
   double assumed_load_factor = 0;  // model R from this load factor instead of the table's (0: table's)
+  // Model read sizes (not cluster): the share of lookups whose key is present and which stop at it
+  // (model::LookupDistribution). 0: seed 000's model, every lookup reads to the first empty slot
+  // (misses, multimap scans); 1: gets of present keys.
+  double present_fraction = 0;
   uint32_t clusters = 1000;        // clusters tracked per client (kCluster)
   uint32_t client_id = 0;          // unique among the table's clients, live and dead (caps.client_ids)
   uint32_t chunk = 0;              // linear find-or-put: slots per chunk READ (0: the table's TableOptions::chunk)

@@ -154,7 +154,7 @@ ClientResult run_client(Engine& engine, const SchemeTable& table, const BenchOpt
                         check::HistoryBuffer* history) {
   ClientResult r;
   r.latency_ns.reserve(o.ops);
-  auto setup = make_client(table, engine, o, read_size, client, chunk, assumed_lf);
+  auto setup = make_client(table, engine, o, read_size, client, chunk, assumed_lf, model_present_fraction(o, w));
   std::unique_ptr<KvClient> kv = std::move(setup.client);
   r.read_size = setup.read_size;
   OpStream stream(o, w, keys, client, clients, insert_point);
@@ -240,7 +240,8 @@ ClientResult run_ycsb_client(Engine& engine, const SchemeTable& table, const Ben
                              const ycsb::Workload& w, Workload phase, const KeySpace& keys, uint32_t client,
                              uint32_t clients) {
   ClientResult r;
-  auto setup = make_client(table, engine, o, o.read_sizes.front(), client, 0, o.assumed_load_factors.front());
+  auto setup = make_client(table, engine, o, o.read_sizes.front(), client, 0, o.assumed_load_factors.front(),
+                           model_present_fraction(o, phase));
   std::unique_ptr<KvClient> kv = std::move(setup.client);
   r.read_size = setup.read_size;
   const uint32_t vb = table.value_bytes();
@@ -596,6 +597,7 @@ void sweep(const BenchOptions& o, const ycsb::Workload* yw, Backend& b, Reporter
       info.read_bytes = pt.read_bytes;
       info.chunk = pt.chunk ? pt.chunk : o.chunks.front();
       info.assumed_load_factor = pt.assumed_load_factor;
+      info.model_present_fraction = reported_present_fraction(pt.read_size, model_present_fraction(o, pt.workload));
       info.read_size_policy = pt.read_size.text();
       info.repeat = pt.repeat;
       info.ycsb = yw ? ycsb::summary(*yw) : "";

@@ -1,5 +1,6 @@
 #include "bench/options.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -120,6 +121,16 @@ std::string apply_option_text(const OptionText& t, BenchOptions& o) {
   else return "--cuckoo-probe must be parallel or sequential, got '" + t.cuckoo_probe + "'";
   if (auto v = parse_slot_format(t.slot_format)) r.slot_format = *v;
   else return "--slot-format must be auto, set or inline, got '" + t.slot_format + "'";
+  if (t.present_fraction == "auto") {
+    r.present_fraction.reset();
+  } else {
+    double f = -1;
+    const char* end = t.present_fraction.data() + t.present_fraction.size();
+    const auto [ptr, ec] = std::from_chars(t.present_fraction.data(), end, f);
+    if (t.present_fraction.empty() || ec != std::errc() || ptr != end || !(f >= 0 && f <= 1))
+      return "--present-fraction must be auto or a number in [0, 1], got '" + t.present_fraction + "'";
+    r.present_fraction = f;
+  }
   if (auto v = parse_switch(t.direct_access)) r.direct_access = *v;
   else return "--direct-access must be on or off";
   if (auto v = parse_switch(t.multi_get)) r.multi_get = *v;
@@ -269,6 +280,8 @@ std::string BenchOptions::error() const {
   // --connect: the served table's scheme decides (checked again by the driver once it is known).
   if (location_cache != 0 && scheme != SchemeId::kCluster && connect.empty())
     return "--location-cache applies to --scheme cluster";
+  if (present_fraction && !(*present_fraction >= 0 && *present_fraction <= 1))
+    return "--present-fraction must be auto or in [0, 1]";
   if (assumed_load_factors.empty()) return "--assumed-load-factor needs a value";
   for (const double a : assumed_load_factors)
     if (a != 0 && !(a > 0 && a < 1)) return "--assumed-load-factor must be in (0, 1)";

@@ -94,6 +94,9 @@ struct BenchOptions {
   // Model R from these load factors instead of the table's (0: the table's); a list sweeps the
   // lookup points, as --read-size does (seed 000 Table 2 on one table).
   std::vector<double> assumed_load_factors{0.0};
+  // The share of gets model read sizes take to find their key (ClientOptions::present_fraction);
+  // empty: from the workload (model_present_fraction).
+  std::optional<double> present_fraction;
   std::string profile_path;            // cost-model parameters (rdmahash calibrate); empty: seed 000's
   std::optional<model::CostParams> cost_params;  // loaded from profile_path (slot_bytes set per table)
   std::optional<model::CostParams> throughput_cost_params;  // its throughput fit, when it has one
@@ -145,7 +148,8 @@ struct BenchOptions {
 struct OptionText {
   std::string fabric = "local", scheme = "linear", slot_format = "auto", storage = "inline", cuckoo_probe = "parallel",
               race_dir_cache = "on", direct_access = "on", multi_get = "off", huge_pages = "on", serve_mode = "auto", client_wait = "auto",
-              read_coalescing = "auto", speculative_claim = "auto", chunk_order = "linear", added_sbuckets = "0", memory_limit = "off";
+              read_coalescing = "auto", speculative_claim = "auto", chunk_order = "linear", added_sbuckets = "0", memory_limit = "off",
+              present_fraction = "auto";
 };
 // Parses `t` into `o`'s typed fields: "" or a message naming the bad option (nothing set then).
 std::string apply_option_text(const OptionText& t, BenchOptions& o);

@@ -1,10 +1,10 @@
 #include "bench/report.h"
 
 #include <algorithm>
-#include <variant>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <variant>
 #include <nlohmann/json.hpp>
 
 #include "rdmahash/table.h"
@@ -221,6 +221,8 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   j["clusters"] = o.clusters;
   j["location_cache"] = o.location_cache;
   j["assumed_load_factor"] = p.assumed_load_factor;
+  if (std::isnan(p.model_present_fraction)) j["model_present_fraction"] = nullptr;
+  else j["model_present_fraction"] = p.model_present_fraction;
   j["distribution"] = o.zipf_theta > 0 ? "zipf" : "uniform";
   j["zipf_theta"] = o.zipf_theta;
   j["matches_per_op"] = t.ops ? static_cast<double>(t.matches) / static_cast<double>(t.ops) : 0.0;

@@ -57,6 +57,7 @@ struct PointInfo {
   uint32_t read_size = 0, read_bytes = 0;
   uint32_t chunk = 8;  // find-or-put chunk size of the point's clients
   double assumed_load_factor = 0;  // the load factor model read sizes assumed (0: the table's)
+  double model_present_fraction = 0;  // the share of gets the model took to find their key (NaN: no model)
   std::string read_size_policy = "fixed";
   uint32_t repeat = 0;  // which repetition of the point (--repeat)
   std::string ycsb;     // the YCSB workload's summary, when the point is a YCSB phase

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -138,15 +139,30 @@ void load_table(SchemeTable& t, Fabric& fabric, const KeySpace& keys, std::funct
 }
 
 SchemeTable::Client make_client(const SchemeTable& t, Engine& engine, const BenchOptions& o, const ReadSizeSpec& read_size,
-                                uint32_t client_id, uint32_t chunk, double assumed_load_factor) {
+                                uint32_t client_id, uint32_t chunk, double assumed_load_factor,
+                                double present_fraction) {
   ClientOptions c;
   c.read_size = read_size;
   c.assumed_load_factor = assumed_load_factor;
+  c.present_fraction = present_fraction;
   c.clusters = o.clusters;
   c.client_id = client_id;
   c.chunk = chunk;
   c.location_cache = o.location_cache;
   return t.make_client(engine, c);
+}
+
+double model_present_fraction(const BenchOptions& o, Workload w) {
+  if (o.present_fraction) return *o.present_fraction;
+  return w == Workload::kGetAll ? 0.0 : 1.0;
+}
+
+double reported_present_fraction(const ReadSizeSpec& read_size, double fraction) {
+  switch (read_size.kind) {
+    case ReadSizeSpec::Kind::kFixed: return std::nan("");
+    case ReadSizeSpec::Kind::kCluster: return 0.0;
+    default: return fraction;
+  }
 }
 
 void add_client_stats(const SchemeTable& t, KvClient& kv, ClientResult& r) {

@@ -138,10 +138,17 @@ std::unique_ptr<SchemeTable> make_table(const BenchOptions& o, double load_facto
 void load_table(SchemeTable& t, Fabric& fabric, const KeySpace& keys, std::function<void(uint64_t)> progress = {});
 // A client of `t` reading as `read_size` says, named `client_id` (unique among the table's clients).
 // `chunk`: find-or-put chunk size (0: the table's); `assumed_load_factor`: the load factor a model
-// read size is sized for (0: the table's).
+// read size is sized for (0: the table's); `present_fraction`: ClientOptions::present_fraction.
 SchemeTable::Client make_client(const SchemeTable& t, Engine& engine, const BenchOptions& o,
                                 const ReadSizeSpec& read_size, uint32_t client_id = 0, uint32_t chunk = 0,
-                                double assumed_load_factor = 0);
+                                double assumed_load_factor = 0, double present_fraction = 1);
+// The share of lookups model read sizes take to find their key: --present-fraction, else from the
+// workload: 0 for get-all (a multimap scan reads to the first empty slot, seed 000's model), 1
+// for the rest (the bench's gets are of loaded keys; find-or-put probes in chunks, not read sizes).
+double model_present_fraction(const BenchOptions& o, Workload w);
+// What a row reports as model_present_fraction: the share `read_size`'s model priced, `fraction`;
+// 0 for cluster (its hints and R* price first-empty scans); NaN (JSON null) for a fixed size.
+double reported_present_fraction(const ReadSizeSpec& read_size, double fraction);
 // After a client's run: its scheme statistics into the row (splits, split loads, directory depth).
 void add_client_stats(const SchemeTable& t, KvClient& kv, ClientResult& r);
 

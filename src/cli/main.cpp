@@ -191,6 +191,10 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, OptionText& text, std::ve
   cmd.add_option("--assumed-load-factor", o.assumed_load_factors,
                  "size model reads for this load factor instead of the table's (seed 000 §5.6; a list sweeps)")
       ->delimiter(',');
+  cmd.add_option("--present-fraction", text.present_fraction,
+                 "model read sizes: the share of gets taken to find their key and stop there; 0 prices every "
+                 "lookup to the first empty slot (seed 000's model); auto: 0 for get-all, else 1")
+      ->capture_default_str();
   cmd.add_option("--read-bytes", o.read_bytes, "raw-read READ size in bytes (a list sweeps)")->delimiter(',')
       ->capture_default_str();
   cmd.add_option("--repeat", o.repeat, "run the whole sequence of points N times (medians on noisy machines)")

@@ -92,6 +92,10 @@ ModelCommand::ModelCommand(CLI::App& app) {
                              "l: link bandwidth, BYTES/s (default " + num(d.link_bytes_per_s) + " = 100 Gb/s)");
   o_profile_ = cmd_->add_option("--profile", profile_, "take c, rho0, alpha, l from a `rdmahash calibrate` profile");
   cmd_->add_flag("--unconstrained", unconstrained_, "ignore the bandwidth constraint (Eq. 2)");
+  cmd_->add_option("--present-fraction", present_fraction_,
+                   "the share of lookups whose key is present and which stop at it (Knuth's successful search); "
+                   "0: every lookup reads to the first empty slot, seed 000's model")
+      ->capture_default_str();
   cmd_->add_flag("--throughput", throughput_,
                  "with --profile: c and alpha from its throughput fit (time per READ at depth vs size), the "
                  "model of `bench --read-size model-throughput`");
@@ -132,6 +136,11 @@ int ModelCommand::run() {
     const bool cluster = o_cluster_offset_->count() > 0;
     if (cluster && cluster_offset_ > UINT64_MAX - cluster_length_ - 1)
       throw UsageError("--cluster-offset + --cluster-length is too large");
+    if (!(present_fraction_ >= 0 && present_fraction_ <= 1))
+      throw UsageError("--present-fraction must be in [0, 1] (got " + num(present_fraction_) + ")");
+    if (cluster && present_fraction_ > 0)
+      throw UsageError("--present-fraction with --cluster-offset: cluster hints (Eq. 10) price scans to the first "
+                       "empty slot; give --present-fraction 0");
     std::pair<uint64_t, uint64_t> curve{0, 0};
     if (o_curve_->count()) curve = parse_range(curve_);
 
@@ -162,14 +171,15 @@ int ModelCommand::run() {
 
     // --- the model ------------------------------------------------------------------------
     const m::FirstEmptyDistribution dist(M, records_);
+    const m::LookupDistribution stops(M, records_, present_fraction_);  // = dist when the fraction is 0
     auto expected = [&](uint64_t R) {
       return cluster ? m::expected_reads_with_cluster(dist, R, cluster_offset_, cluster_length_)
-                     : dist.expected_reads(R);
+                     : stops.expected_reads(R);
     };
     const bool constrained = !unconstrained_;
     m::ReadSizeChoice choice;
     if (o_read_size_->count()) {
-      choice = m::evaluate_read_size(dist, p, read_size_);
+      choice = m::evaluate_read_size(stops, p, read_size_);
       if (cluster) {
         choice.expected_reads = expected(read_size_);
         choice.cost_ns = choice.expected_reads * m::read_cost_ns(p, read_size_);
@@ -178,7 +188,7 @@ int ModelCommand::run() {
       choice = m::optimal_read_size_with_cluster(dist, p, constrained, cluster_offset_, cluster_length_,
                                                  max_read_size_);
     } else {
-      choice = m::optimal_read_size(dist, p, constrained, max_read_size_);
+      choice = m::optimal_read_size(stops, p, constrained, max_read_size_);
     }
     const double rho_hat = p.rho0_ops_per_s * p.header_bytes / (p.header_bytes + p.slot_bytes);
 
@@ -205,7 +215,8 @@ int ModelCommand::run() {
         {"max_read_size_by_bandwidth", choice.max_read_size_by_bandwidth},
         {"exceeds_bandwidth", choice.exceeds_bandwidth},
         {"payload_bytes_per_s_at_rho_hat", static_cast<double>(choice.read_size) * p.slot_bytes * rho_hat},
-        {"expected_reads_one_slot", dist.expected_reads(1)},
+        {"expected_reads_one_slot", stops.expected_reads(1)},
+        {"present_fraction", present_fraction_},
     };
     if (cluster) {
       out["cluster_offset"] = cluster_offset_;
@@ -237,6 +248,7 @@ int ModelCommand::run() {
                 o_profile_->count() ? ("profile " + profile_).c_str() : "seed 000 defaults unless given");
     std::printf("bandwidth bound (Eq. 2): R <= %llu slots\n",
                 static_cast<unsigned long long>(choice.max_read_size_by_bandwidth));
+    std::printf("lookups: %g of them stop at their key, the rest at the first empty slot\n", present_fraction_);
     if (cluster)
       std::printf("cluster hint: offset %llu, length %llu\n", static_cast<unsigned long long>(cluster_offset_),
                   static_cast<unsigned long long>(cluster_length_));

@@ -119,7 +119,11 @@ class LinearTable final : public SchemeTable {
     uint64_t n = h.records;
     if (c.assumed_load_factor > 0) n = static_cast<uint64_t>(c.assumed_load_factor * static_cast<double>(m));
     n = std::min<uint64_t>(n, m - 1);
-    auto dist = std::make_shared<model::FirstEmptyDistribution>(m, n);
+    if (!(c.present_fraction >= 0 && c.present_fraction <= 1))
+      throw InvalidArgument("the read-size model's present fraction must be in [0, 1]");
+    // Cluster hints condition seed 000's first-empty distribution (Eq. 10): cluster prices scans.
+    const double present = spec.kind == ReadSizeSpec::Kind::kCluster ? 0.0 : c.present_fraction;
+    const model::LookupDistribution stops(m, n, present);
     model::CostParams params = cost_params_;
     if (spec.kind == ReadSizeSpec::Kind::kModelThroughput) {
       if (!throughput_cost_params_)
@@ -129,8 +133,9 @@ class LinearTable final : public SchemeTable {
     }
     params.slot_bytes = cfg_.slot_bytes();
     const bool constrained = spec.kind != ReadSizeSpec::Kind::kModelUnconstrained;
-    p.read_size = static_cast<uint32_t>(model::optimal_read_size(*dist, params, constrained).read_size);
+    p.read_size = static_cast<uint32_t>(model::optimal_read_size(stops, params, constrained).read_size);
     if (spec.kind == ReadSizeSpec::Kind::kCluster) {
+      auto dist = std::make_shared<model::FirstEmptyDistribution>(m, n);
       p.read_sizer = std::make_shared<ClusterReadSizer>(
           p.read_size, c.clusters, [dist, params, r = p.read_size](uint64_t x, uint64_t len) {
             // Reading past the cluster's end by more than R* cannot pay off: bound the search.
