@@ -8,7 +8,8 @@
 # usage: scripts/bench_get_cpu.sh BIN [BIN...]   (ROUNDS=2 by default; OUT=results/get_cpu.jsonl;
 #        OPS=200000 and REPEAT=5 are the issue's; longer points, e.g. OPS=2000000 REPEAT=3, are less
 #        noisy for comparing binaries; DA="off on" picks the client paths;
-#        MULTI="off on": --multi-get off and on side by side, get and raw-read alike)
+#        MULTI="off on": --multi-get off and on side by side, get and raw-read alike;
+#        READ_SIZES="8 10": get with each read size R against a raw read of R x 32 bytes, side by side)
 # Summary on stdout, per direct access, load and binary: median M ops/s of get and raw-read and
 # their ratio (the target: >= 0.9 at load 0.5, >= 0.85 at 0.8), median client CPU ns/op of both
 # with raw/get and get - raw, and RT, requests and bytes per get (which must not differ between
@@ -25,17 +26,19 @@ export OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 UCX_TLS=${UCX_TLS:-self,sm} UCX_
 for round in $(seq "$ROUNDS"); do
   for da in ${DA:-off on}; do
    for mg in ${MULTI:-off}; do
+    for rs in ${READ_SIZES:-8}; do
     for bin in "$@"; do
-      echo "round $round: direct access $da, multi-get $mg: $bin ($(uptime | sed 's/.*load/load/'))" >&2
+      echo "round $round: direct access $da, multi-get $mg, R = $rs: $bin ($(uptime | sed 's/.*load/load/'))" >&2
       tmp=$(mktemp)
       mpirun --oversubscribe -n 2 "$bin" bench --fabric ucx --memory-nodes 1 --slot-format inline --key-bytes 8 \
-        --value-bytes 8 --records 2000000 --load-factor 0.5,0.8 --workload get,raw-read --read-size 8 \
-        --read-bytes 256 --ops "${OPS:-200000}" --depth 16 --repeat "${REPEAT:-5}" --direct-access "$da" --multi-get "$mg" --no-progress --quiet \
+        --value-bytes 8 --records 2000000 --load-factor 0.5,0.8 --workload get,raw-read --read-size "$rs" \
+        --read-bytes $((rs * 32)) --ops "${OPS:-200000}" --depth 16 --repeat "${REPEAT:-5}" --direct-access "$da" --multi-get "$mg" --no-progress --quiet \
         --json "$tmp" > /dev/null
       python3 -c 'import json,sys
 for l in open(sys.argv[1]):
     j = json.loads(l); j["binary"] = sys.argv[2]; j["da"] = sys.argv[3]; print(json.dumps(j))' "$tmp" "$bin" "$da" >> "$OUT"
       rm -f "$tmp"
+    done
     done
    done
   done
@@ -47,13 +50,15 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 bins = sys.argv[2:]
 pts = defaultdict(list)
 for j in rows:
-    pts[(j["da"], round(j["load_factor_start"], 2), j["binary"] + (" multi" if j.get("multi_get") == "on" else ""), j["workload"])].append(j)
+    rs = j["read_size"] if j["workload"] == "get" else j["read_bytes"] // 32
+    pts[(j["da"], round(j["load_factor_start"], 2), j["binary"] + (" multi" if j.get("multi_get") == "on" else "") + f" R={rs}",
+         j["workload"])].append(j)
 med = lambda rs, f: statistics.median(f(r) for r in rs)
 print(f"{'direct':6} {'lf':>4} {'binary':40} {'get M/s':>7} {'raw M/s':>7} {'get/raw':>7} "
       f"{'get ns':>7} {'raw ns':>7} {'raw/get':>7} {'get-raw':>7} {'RT/op':>7} {'req/op':>7} {'B/op':>7} n")
 for da in ("off", "on"):
     for lf in sorted({k[1] for k in pts}):
-        for b in [x + m for x in bins for m in ("", " multi")]:
+        for b in sorted({k[2] for k in pts}, key=lambda s: (s.split(" R=")[0], int(s.split(" R=")[1]))):
             g, r = pts.get((da, lf, b, "get")), pts.get((da, lf, b, "raw-read"))
             if not g or not r:
                 continue
