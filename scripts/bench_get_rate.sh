@@ -41,12 +41,12 @@ for round in $(seq "$ROUNDS"); do
     for lf in 0.5 0.8; do
       tmp=$(mktemp)
       mpirun --oversubscribe -n 2 "$bin" bench --fabric ucx --memory-nodes 1 --slot-format inline --key-bytes 8 \
-        --value-bytes 8 --records 2000000 --load-factor $lf --workload get --read-size model --ops 1000 \
+        --value-bytes 8 --records 2000000 --load-factor $lf --workload get --read-size model --present-fraction 0 --ops 1000 \
         --direct-access on --no-progress --quiet --json "$tmp" > /dev/null
       rstar=$(python3 -c 'import json,sys; j=json.loads(open(sys.argv[1]).readline()); print(j["read_size"] * 32)' "$tmp")
       rm -f "$tmp"
       run "$bin" -n 2 "$bin" bench --fabric ucx --memory-nodes 1 --slot-format inline --key-bytes 8 --value-bytes 8 \
-        --records 2000000 --load-factor $lf --workload get,raw-read --read-size model --read-bytes "$rstar" \
+        --records 2000000 --load-factor $lf --workload get,raw-read --read-size model --present-fraction 0 --read-bytes "$rstar" \
         --ops 200000 --depth 16 --repeat 5 --direct-access on
     done
     run "$bin" -n 2 "$bin" bench --fabric ucx --symmetric --slot-format inline --key-bytes 8 --value-bytes 8 \

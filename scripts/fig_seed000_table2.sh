@@ -7,7 +7,7 @@
 # table larger than the LLC. The read size and round trips per lookup carry over to an RDMA NIC;
 # the throughput is this machine's. Records: 4-byte keys and values, as the paper's (its 8-byte
 # slots; ours add the ctrl and check words: 24 bytes). --present-fraction 0: the paper's model, which
-# prices every lookup to the first empty slot (a get of a present key stops sooner; see using.md).
+# prices every lookup to the first empty slot (a get of a present key stops sooner; docs/read-size.md).
 # Output: results/seed000_table2/ (results.jsonl, seed000_table2.png, table2.csv, index.md).
 # Env: RDMAHASH_BUILD, RECORDS (default 6 M; SMALL=1: 200 000), OPS, REPEAT, DEPTH, LOAD_FACTORS
 # (default 0.25,0.5,0.65), ASSUMED (default 0.25,0.5,0.65).

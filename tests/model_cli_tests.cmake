@@ -194,7 +194,8 @@ for vb, lf in ((8, 0.8), (100, 0.5)):
 # --present-fraction: gets of loaded keys stop at the key (Knuth's successful search), get-all
 # reads to the first empty slot (seed 000's model). With the TCP profile the two price R apart.
 # Each bench row's R must be what `rdmahash model` computes for the row's table and reported
-# fraction; auto must report 1 for get and 0 for get-all; an explicit fraction reaches every row.
+# fraction; auto must report 1 for get and update (loaded keys) and 0 for get-all and erase (scans,
+# misses); an explicit fraction reaches every row.
 add_test(NAME bench_model_present_fraction_matches_model COMMAND python3 -c [=[
 import json, os, subprocess, sys
 bin, profile, out = sys.argv[1:4]
@@ -203,7 +204,7 @@ for fraction in ("auto", "0", "0.5"):
     if os.path.exists(out):
         os.remove(out)  # --json appends
     subprocess.run([bin, "bench", "--fabric", "local", "--records", "20000", "--load-factor", "0.8", "--key-bytes", "8",
-                    "--value-bytes", "8", "--slot-format", "inline", "--ops", "2000", "--workload", "get,get-all",
+                    "--value-bytes", "8", "--slot-format", "inline", "--ops", "2000", "--workload", "get,get-all,update,erase",
                     "--read-size", "model-throughput,8", "--present-fraction", fraction, "--profile", profile,
                     "--json", out, "--quiet", "--no-progress"], check=True, stdout=subprocess.DEVNULL)
     rows += [(fraction, json.loads(l)) for l in open(out)]
@@ -212,7 +213,7 @@ for fraction, r in rows:
     if r["read_size_policy"] == "fixed:8":
         assert r["model_present_fraction"] is None, r["model_present_fraction"]
         continue
-    want = {"auto": 1.0 if r["workload"] == "get" else 0.0, "0": 0.0, "0.5": 0.5}[fraction]
+    want = {"auto": 1.0 if r["workload"] in ("get", "update") else 0.0, "0": 0.0, "0.5": 0.5}[fraction]
     assert r["model_present_fraction"] == want, (fraction, r["workload"], r["model_present_fraction"])
     slot = int(r["scheme_detail"].split("slot=")[1].split("B")[0])
     m = json.loads(subprocess.run([bin, "model", "--profile", profile, "--throughput", "--records", str(r["records_start"]),
@@ -223,7 +224,8 @@ for fraction, r in rows:
     seen[(r["workload"], want)] = r["read_size"]
 print(seen)
 assert seen[("get", 1.0)] < seen[("get", 0.5)] < seen[("get", 0.0)], seen
-assert seen[("get-all", 0.0)] == seen[("get", 0.0)], seen
+assert seen[("get-all", 0.0)] == seen[("get", 0.0)] == seen[("erase", 0.0)], seen
+assert seen[("update", 1.0)] == seen[("get", 1.0)], seen
 ]=] $<TARGET_FILE:rdmahash_cli> ${MODEL_CLI_TCP_PROFILE} ${MODEL_CLI_OUT}/bench_model_present_fraction.jsonl)
 # Knuth's successful search: one-slot READs of a present key at load 0.8 cost (1 + 1/(1 - 0.8))/2 = 3
 # (to 1e-4 at this size; the exact finite-table value is in model_test).
@@ -234,8 +236,10 @@ m = json.loads(subprocess.run([sys.argv[1], "model", "--records", "80000000", "-
 assert abs(m["expected_reads"] - 3.0) < 1e-4, m["expected_reads"]
 assert abs(m["expected_reads_one_slot"] - 3.0) < 1e-4, m["expected_reads_one_slot"]
 ]=] ${MODEL_CLI_BIN})
-add_test(NAME model_present_fraction_bad COMMAND ${MODEL_CLI_EXPECT_FAIL} "--present-fraction must be in \\[0, 1\\]"
+add_test(NAME model_present_fraction_bad COMMAND ${MODEL_CLI_EXPECT_FAIL} "--present-fraction must be a number in \\[0, 1\\] \\(got '1.5'\\)"
   ${MODEL_CLI_BIN} model --records 100 --load-factor 0.5 --present-fraction 1.5)
+add_test(NAME model_present_fraction_empty COMMAND ${MODEL_CLI_EXPECT_FAIL} "--present-fraction must be a number in \\[0, 1\\] \\(got ''\\)"
+  ${MODEL_CLI_BIN} model --records 100 --load-factor 0.5 --present-fraction "")
 add_test(NAME model_present_fraction_cluster COMMAND ${MODEL_CLI_EXPECT_FAIL} "cluster hints .* price scans"
   ${MODEL_CLI_BIN} model --records 100 --load-factor 0.5 --present-fraction 1 --cluster-offset 3 --cluster-length 4)
 add_test(NAME bench_present_fraction_bad COMMAND ${MODEL_CLI_EXPECT_FAIL} "--present-fraction must be auto or a number in \\[0, 1\\]"

@@ -304,9 +304,12 @@ TEST(LookupDistribution, OneSlotReadsAreKnuthsSuccessfulSearch) {
   }
 }
 
-// The quadrature against the exact mixture (1/N) Σ_n P_k(M, n), for every R the model searches.
+// The quadrature against the exact mixture (1/N) Σ_n P_k(M, n), for every R the model searches:
+// 1e-6 (relative) up to load 0.95; a full table (N = M − 1, 3e-5 measured) gets 1e-4.
 TEST(LookupDistribution, QuadratureMatchesTheExactMixture) {
-  for (const auto& [M, N] : std::vector<std::pair<std::uint64_t, std::uint64_t>>{{20000, 16000}, {20000, 19000}}) {
+  for (const auto& [M, N] :
+       std::vector<std::pair<std::uint64_t, std::uint64_t>>{{20000, 16000}, {20000, 19000}, {5000, 4999}}) {
+    const double tolerance = N == M - 1 ? 1e-4 : 1e-6;
     SCOPED_TRACE("M = " + std::to_string(M) + ", N = " + std::to_string(N));
     ASSERT_GT(N, LookupDistribution::kExactRecords);
     std::vector<double> exact;
@@ -320,7 +323,7 @@ TEST(LookupDistribution, QuadratureMatchesTheExactMixture) {
       double e = 1.0;  // Σ_{i≥0} Pr[k ≥ iR]
       for (std::uint64_t i = 1; i * R < exact.size(); ++i)
         for (std::uint64_t k = i * R; k < exact.size(); ++k) e += exact[k];
-      EXPECT_NEAR(d.expected_reads(R), e, 1e-6 * e) << "R = " << R;
+      EXPECT_NEAR(d.expected_reads(R), e, tolerance * e) << "R = " << R;
     }
   }
 }

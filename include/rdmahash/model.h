@@ -165,7 +165,8 @@ class FirstEmptyDistribution : public OffsetDistribution {
 // is steep in β near α but C'·e^{−u} = cosh u is smooth in u. kQuadratureIntervals intervals;
 // a node between two record counts takes both neighbours' distributions, weighted linearly; the
 // weights are normalised so Σ P_k = 1. Tests hold it to the exact sum within 1e-6 (relative) in
-// E[X(R)] at N = 16 000 and 19 000 of 20 000 slots, and to Knuth's exact C_N.
+// E[X(R)] at N = 16 000 and 19 000 of 20 000 slots (3e-5 in a full table, N = M − 1), and to
+// Knuth's exact C_N. Cost: ~130 first-empty distributions, 0.7 s at load 0.99 of 2^23 slots.
 // Throws std::invalid_argument for f outside [0, 1] or what FirstEmptyDistribution throws.
 class LookupDistribution : public OffsetDistribution {
  public:

@@ -93,6 +93,14 @@ const char* to_string(FabricKind f) { return f == FabricKind::kUcx ? "ucx" : f =
 
 std::string added_sbuckets_text(uint32_t pairs) { return pairs ? "1/" + std::to_string(pairs) : "0"; }
 
+std::optional<double> parse_fraction(std::string_view s) {
+  double f = -1;
+  const char* end = s.data() + s.size();
+  const auto [ptr, ec] = std::from_chars(s.data(), end, f, std::chars_format::general);
+  if (s.empty() || ec != std::errc() || ptr != end || !(f >= 0 && f <= 1)) return std::nullopt;
+  return f == 0 ? 0.0 : f;  // -0 -> 0
+}
+
 std::string apply_option_text(const OptionText& t, BenchOptions& o) {
   BenchOptions r = o;
   if (t.fabric == "local") r.fabric = FabricKind::kLocal;
@@ -121,16 +129,9 @@ std::string apply_option_text(const OptionText& t, BenchOptions& o) {
   else return "--cuckoo-probe must be parallel or sequential, got '" + t.cuckoo_probe + "'";
   if (auto v = parse_slot_format(t.slot_format)) r.slot_format = *v;
   else return "--slot-format must be auto, set or inline, got '" + t.slot_format + "'";
-  if (t.present_fraction == "auto") {
-    r.present_fraction.reset();
-  } else {
-    double f = -1;
-    const char* end = t.present_fraction.data() + t.present_fraction.size();
-    const auto [ptr, ec] = std::from_chars(t.present_fraction.data(), end, f);
-    if (t.present_fraction.empty() || ec != std::errc() || ptr != end || !(f >= 0 && f <= 1))
-      return "--present-fraction must be auto or a number in [0, 1], got '" + t.present_fraction + "'";
-    r.present_fraction = f;
-  }
+  if (t.present_fraction == "auto") r.present_fraction.reset();
+  else if (auto f = parse_fraction(t.present_fraction)) r.present_fraction = *f;
+  else return "--present-fraction must be auto or a number in [0, 1], got '" + t.present_fraction + "'";
   if (auto v = parse_switch(t.direct_access)) r.direct_access = *v;
   else return "--direct-access must be on or off";
   if (auto v = parse_switch(t.multi_get)) r.multi_get = *v;

@@ -22,6 +22,10 @@ enum class Workload { kGet, kGetAll, kFindOrPut, kMixed, kReadIntensive, kWriteI
 const char* to_string(Workload w);
 Workload parse_workload(const std::string& s);  // throws InvalidArgument
 
+// A fraction in [0, 1] written as a plain decimal or exponent number ("0.5", "1e0"; no spaces,
+// sign "+", hex or "nan"); -0 reads as 0. nullopt for anything else.
+std::optional<double> parse_fraction(std::string_view s);
+
 // Lookup read sizes: rdmahash::ReadSizeSpec (scheme.h).
 ReadSizeSpec parse_read_size(const std::string& s);  // "8", "fixed:8", "model", ... ; throws InvalidArgument
 

@@ -141,10 +141,11 @@ void load_table(SchemeTable& t, Fabric& fabric, const KeySpace& keys, std::funct
 // read size is sized for (0: the table's); `present_fraction`: ClientOptions::present_fraction.
 SchemeTable::Client make_client(const SchemeTable& t, Engine& engine, const BenchOptions& o,
                                 const ReadSizeSpec& read_size, uint32_t client_id = 0, uint32_t chunk = 0,
-                                double assumed_load_factor = 0, double present_fraction = 1);
+                                double assumed_load_factor = 0, double present_fraction = 0);
 // The share of lookups model read sizes take to find their key: --present-fraction, else from the
-// workload: 0 for get-all (a multimap scan reads to the first empty slot, seed 000's model), 1
-// for the rest (the bench's gets are of loaded keys; find-or-put probes in chunks, not read sizes).
+// workload: 1 where every lookup is of a loaded key (get, update, mixed, read-/write-intensive,
+// ycsb-run; find-or-put probes in chunks, not read sizes), 0 elsewhere (get-all scans to the first
+// empty slot; erase and kv-mix look up absent keys too): seed 000's model.
 double model_present_fraction(const BenchOptions& o, Workload w);
 // What a row reports as model_present_fraction: the share `read_size`'s model priced, `fraction`;
 // 0 for cluster (its hints and R* price first-empty scans); NaN (JSON null) for a fixed size.

@@ -193,7 +193,8 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, OptionText& text, std::ve
       ->delimiter(',');
   cmd.add_option("--present-fraction", text.present_fraction,
                  "model read sizes: the share of gets taken to find their key and stop there; 0 prices every "
-                 "lookup to the first empty slot (seed 000's model); auto: 0 for get-all, else 1")
+                 "lookup to the first empty slot (seed 000's model; cluster always uses it); auto: 1 where every "
+                 "lookup is of a loaded key (get, update, mixed, read-/write-intensive, ycsb-run), else 0")
       ->capture_default_str();
   cmd.add_option("--read-bytes", o.read_bytes, "raw-read READ size in bytes (a list sweeps)")->delimiter(',')
       ->capture_default_str();

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "bench/options.h"
 #include "bench/sysinfo.h"
 #include "model/calibrate.h"
 #include "rdmahash/engine.h"
@@ -92,7 +93,7 @@ ModelCommand::ModelCommand(CLI::App& app) {
                              "l: link bandwidth, BYTES/s (default " + num(d.link_bytes_per_s) + " = 100 Gb/s)");
   o_profile_ = cmd_->add_option("--profile", profile_, "take c, rho0, alpha, l from a `rdmahash calibrate` profile");
   cmd_->add_flag("--unconstrained", unconstrained_, "ignore the bandwidth constraint (Eq. 2)");
-  cmd_->add_option("--present-fraction", present_fraction_,
+  cmd_->add_option("--present-fraction", present_fraction_text_,
                    "the share of lookups whose key is present and which stop at it (Knuth's successful search); "
                    "0: every lookup reads to the first empty slot, seed 000's model")
       ->capture_default_str();
@@ -136,8 +137,8 @@ int ModelCommand::run() {
     const bool cluster = o_cluster_offset_->count() > 0;
     if (cluster && cluster_offset_ > UINT64_MAX - cluster_length_ - 1)
       throw UsageError("--cluster-offset + --cluster-length is too large");
-    if (!(present_fraction_ >= 0 && present_fraction_ <= 1))
-      throw UsageError("--present-fraction must be in [0, 1] (got " + num(present_fraction_) + ")");
+    if (auto f = bench::parse_fraction(present_fraction_text_)) present_fraction_ = *f;
+    else throw UsageError("--present-fraction must be a number in [0, 1] (got '" + present_fraction_text_ + "')");
     if (cluster && present_fraction_ > 0)
       throw UsageError("--present-fraction with --cluster-offset: cluster hints (Eq. 10) price scans to the first "
                        "empty slot; give --present-fraction 0");

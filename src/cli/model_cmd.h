@@ -33,6 +33,7 @@ class ModelCommand {
   CLI::App* cmd_;
   uint64_t slots_ = 0, records_ = 0;
   double load_factor_ = 0;
+  std::string present_fraction_text_ = "0";
   double present_fraction_ = 0;
   double slot_bytes_ = 8, header_bytes_ = 30;
   double c_ns_ = 0, alpha_ = 0, rho0_ = 0, link_ = 0;
