@@ -809,10 +809,15 @@ def fig10(rows, out, binary):
                 at = [r for r in pr if r["target_load_factor"] == lf]
                 mn = max(1, at[0]["memory_nodes"])
                 r_max = max(64, 2 * max(r["read_size"] for r in at))
-                # price the curve as the model rows did (0, seed 000's model, when the run has none)
+                # price the curve as the model rows did (0, seed 000's model, when the run has none);
+                # the fraction used is in the figure's note
                 fractions = {r.get("model_present_fraction") or 0.0 for r in mr if r["target_load_factor"] == lf}
+                if len(fractions) > 1:
+                    model_skip = f"the model rows priced different present fractions {sorted(fractions)}"
+                    curves = {}
+                    break
                 res = model_curve(binary, at[0]["records"] // mn, at[0]["slots"] // mn, slot_bytes_of(at[0]), r_max,
-                                  max(fractions) if len(fractions) == 1 else 0.0)
+                                  fractions.pop() if fractions else 0.0)
                 if isinstance(res, str):
                     model_skip = res
                     curves = {}
@@ -862,7 +867,8 @@ def fig10(rows, out, binary):
             legend(b)
             any_res = next(iter(curves.values()))
             extra += (f" · model: c={any_res.get('c_ns', 0):g} ns, α={any_res.get('alpha_ns_per_byte', 0):g} ns/B, "
-                      f"l={any_res.get('link_bytes_per_s', 0) / 1e9:g} GB/s, slot {slot_bytes_of(pr[0]):g} B")
+                      f"l={any_res.get('link_bytes_per_s', 0) / 1e9:g} GB/s, slot {slot_bytes_of(pr[0]):g} B, "
+                      f"present fraction {any_res.get('present_fraction', 0):g}")
         else:
             extra += " · model curve skipped"
         title(fig, "Fig. 10 — Throughput vs read size R, and the model's predicted cost", pr,
