@@ -63,11 +63,52 @@ std::vector<std::uint32_t> first_empty_offsets(const std::vector<bool>& occupied
   return off;
 }
 
-void insert_linear(std::vector<bool>& occupied, std::size_t h) {
+// Inserts a key with home slot h; returns the slot it took.
+std::size_t insert_linear(std::vector<bool>& occupied, std::size_t h) {
   const std::size_t M = occupied.size();
   while (occupied[h]) h = (h + 1) % M;  // wrap-around, as in Knuth's circular model
   occupied[h] = true;
+  return h;
 }
+
+// Statistics of simulated tables, one sample per table: the mean offset, the mean READs at R = 4
+// and the fraction at each offset k < kFirst. A distribution matches them when each lies within 5
+// standard errors of the across-table mean.
+class TableStats {
+ public:
+  static constexpr std::size_t kFirst = 5;
+  void add_offset(std::size_t k) {
+    stat_[0] += static_cast<double>(k);
+    stat_[1] += static_cast<double>(k / 4 + 1);
+    if (k < kFirst) stat_[2 + k] += 1.0;
+  }
+  // Ends a table whose `count` offsets were added.
+  void end_table(std::size_t count) {
+    for (std::size_t s = 0; s < stat_.size(); ++s) {
+      const double v = stat_[s] / static_cast<double>(count);
+      sum_[s] += v;
+      sumsq_[s] += v * v;
+      stat_[s] = 0.0;
+    }
+    ++tables_;
+  }
+  void expect_matches(const rdmahash::model::OffsetDistribution& d) const {
+    std::vector<double> model = {d.mean_offset(), d.expected_reads(4)};
+    for (std::size_t k = 0; k < kFirst; ++k) model.push_back(d.p(k));
+    for (std::size_t s = 0; s < model.size(); ++s) {
+      const double mean = sum_[s] / tables_;
+      const double var = std::max(0.0, sumsq_[s] / tables_ - mean * mean);
+      const double se = std::sqrt(var / (tables_ - 1));
+      EXPECT_NEAR(mean, model[s], 5.0 * se + 1e-12) << "statistic " << s << " (se " << se << ")";
+    }
+  }
+
+ private:
+  std::vector<double> stat_ = std::vector<double>(kFirst + 2, 0.0);
+  std::vector<double> sum_ = std::vector<double>(kFirst + 2, 0.0);
+  std::vector<double> sumsq_ = std::vector<double>(kFirst + 2, 0.0);
+  int tables_ = 0;
+};
 
 // ------------------------------------------------------------------------------------------
 // The distribution P_k
@@ -196,37 +237,18 @@ TEST(FirstEmptyDistribution, ExpectedReadsNonIncreasingInReadSize) {
 TEST(FirstEmptyDistribution, MatchesSimulatedTables) {
   constexpr std::size_t M = 1000;
   constexpr int kTables = 3000;
-  constexpr std::size_t kFirst = 5;
   std::mt19937_64 rng(0x5eed000);
   for (double alpha : {0.5, 0.8, 0.9}) {
     SCOPED_TRACE("alpha = " + std::to_string(alpha));
     const std::size_t N = static_cast<std::size_t>(alpha * M);
-    const FirstEmptyDistribution d(M, N);
-    // Statistics per table: mean offset, mean READs at R = 4, fraction at offset k < kFirst.
-    std::vector<double> sum(kFirst + 2, 0.0), sumsq(kFirst + 2, 0.0);
+    TableStats stats;
     for (int t = 0; t < kTables; ++t) {
       std::vector<bool> occ(M, false);
       for (std::size_t i = 0; i < N; ++i) insert_linear(occ, static_cast<std::size_t>(rng() % M));
-      std::vector<double> stat(kFirst + 2, 0.0);
-      for (std::uint32_t k : first_empty_offsets(occ)) {
-        stat[0] += k;
-        stat[1] += k / 4 + 1;
-        if (k < kFirst) stat[2 + k] += 1.0;
-      }
-      for (std::size_t s = 0; s < stat.size(); ++s) {
-        stat[s] /= static_cast<double>(M);
-        sum[s] += stat[s];
-        sumsq[s] += stat[s] * stat[s];
-      }
+      for (std::uint32_t k : first_empty_offsets(occ)) stats.add_offset(k);
+      stats.end_table(M);
     }
-    std::vector<double> model = {d.mean_first_empty(), d.expected_reads(4)};
-    for (std::size_t k = 0; k < kFirst; ++k) model.push_back(d.p(k));
-    for (std::size_t s = 0; s < model.size(); ++s) {
-      const double mean = sum[s] / kTables;
-      const double var = std::max(0.0, sumsq[s] / kTables - mean * mean);
-      const double se = std::sqrt(var / (kTables - 1));
-      EXPECT_NEAR(mean, model[s], 5.0 * se + 1e-12) << "statistic " << s << " (se " << se << ")";
-    }
+    stats.expect_matches(FirstEmptyDistribution(M, N));
   }
 }
 
@@ -342,40 +364,20 @@ TEST(LookupDistribution, MixIsLinearInThePresentFraction) {
 TEST(LookupDistribution, MatchesSimulatedTables) {
   constexpr std::size_t M = 1000;
   constexpr int kTables = 3000;
-  constexpr std::size_t kFirst = 5;
   std::mt19937_64 rng(0x5eed002);
   for (double alpha : {0.5, 0.8, 0.9}) {
     SCOPED_TRACE("alpha = " + std::to_string(alpha));
     const std::size_t N = static_cast<std::size_t>(alpha * M);
-    const LookupDistribution d(M, N, 1.0);
-    std::vector<double> sum(kFirst + 2, 0.0), sumsq(kFirst + 2, 0.0);
+    TableStats stats;
     for (int t = 0; t < kTables; ++t) {
       std::vector<bool> occ(M, false);
-      std::vector<double> stat(kFirst + 2, 0.0);
       for (std::size_t i = 0; i < N; ++i) {
         const std::size_t home = static_cast<std::size_t>(rng() % M);
-        std::size_t s = home;
-        while (occ[s]) s = (s + 1) % M;
-        occ[s] = true;
-        const std::size_t k = (s + M - home) % M;
-        stat[0] += static_cast<double>(k);
-        stat[1] += static_cast<double>(k / 4 + 1);
-        if (k < kFirst) stat[2 + k] += 1.0;
+        stats.add_offset((insert_linear(occ, home) + M - home) % M);
       }
-      for (std::size_t s = 0; s < stat.size(); ++s) {
-        stat[s] /= static_cast<double>(N);
-        sum[s] += stat[s];
-        sumsq[s] += stat[s] * stat[s];
-      }
+      stats.end_table(N);
     }
-    std::vector<double> model = {d.mean_offset(), d.expected_reads(4)};
-    for (std::size_t k = 0; k < kFirst; ++k) model.push_back(d.p(k));
-    for (std::size_t s = 0; s < model.size(); ++s) {
-      const double mean = sum[s] / kTables;
-      const double var = std::max(0.0, sumsq[s] / kTables - mean * mean);
-      const double se = std::sqrt(var / (kTables - 1));
-      EXPECT_NEAR(mean, model[s], 5.0 * se + 1e-12) << "statistic " << s << " (se " << se << ")";
-    }
+    stats.expect_matches(LookupDistribution(M, N, 1.0));
   }
 }
 

@@ -124,10 +124,13 @@ class LinearTable final : public SchemeTable {
     n = std::min<uint64_t>(n, m - 1);
     if (!(c.present_fraction >= 0 && c.present_fraction <= 1))
       throw InvalidArgument("the read-size model's present fraction must be in [0, 1]");
-    // Cluster hints condition seed 000's first-empty distribution (Eq. 10): cluster prices scans.
-    const double present = spec.kind == ReadSizeSpec::Kind::kCluster ? 0.0 : c.present_fraction;
-    const std::shared_ptr<const model::LookupDistribution> stops_ptr = lookup_distribution(m, n, present);
-    const model::LookupDistribution& stops = *stops_ptr;
+    // Cluster hints condition seed 000's first-empty distribution (Eq. 10): cluster prices scans,
+    // its R* and its hints from the one distribution.
+    const bool cluster = spec.kind == ReadSizeSpec::Kind::kCluster;
+    const auto first_empty = cluster ? std::make_shared<const model::FirstEmptyDistribution>(m, n) : nullptr;
+    const std::shared_ptr<const model::OffsetDistribution> stops =
+        cluster ? std::shared_ptr<const model::OffsetDistribution>(first_empty)
+                : lookup_distribution(m, n, c.present_fraction);
     model::CostParams params = cost_params_;
     if (spec.kind == ReadSizeSpec::Kind::kModelThroughput) {
       if (!throughput_cost_params_)
@@ -137,11 +140,10 @@ class LinearTable final : public SchemeTable {
     }
     params.slot_bytes = cfg_.slot_bytes();
     const bool constrained = spec.kind != ReadSizeSpec::Kind::kModelUnconstrained;
-    p.read_size = static_cast<uint32_t>(model::optimal_read_size(stops, params, constrained).read_size);
-    if (spec.kind == ReadSizeSpec::Kind::kCluster) {
-      auto dist = std::make_shared<model::FirstEmptyDistribution>(m, n);  // Eq. 10 conditions this one
+    p.read_size = static_cast<uint32_t>(model::optimal_read_size(*stops, params, constrained).read_size);
+    if (cluster) {
       p.read_sizer = std::make_shared<ClusterReadSizer>(
-          p.read_size, c.clusters, [dist, params, r = p.read_size](uint64_t x, uint64_t len) {
+          p.read_size, c.clusters, [dist = first_empty, params, r = p.read_size](uint64_t x, uint64_t len) {
             // Reading past the cluster's end by more than R* cannot pay off: bound the search.
             return static_cast<uint32_t>(
                 model::optimal_read_size_with_cluster(*dist, params, true, x, len, x + len + 1 + r).read_size);
