@@ -12,6 +12,13 @@
 #            sum of the clients' throughput_ops_per_s, their round trips and bytes per op beside it.
 # Depth 1 is compared with redis-benchmark -P 1 (one request in flight per connection), depth 16
 # with -P 16. Both sides are one process serving (Redis single-threaded; serve's one thread).
+# Shapes (SHAPES; with one client all three are the same run, labelled "issue"). Four clients of
+# the issue's table are one redis-benchmark process against four of ours, on 2 cores; the
+# other two shapes give both sides the same number of processes and connections:
+#   issue       Redis: 1 process, c connections, -P p    ours: c processes at depth p
+#   processes   Redis: c processes, -c 1 -P p each       ours: c processes at depth p
+#   connection  Redis: 1 process, -c 1 -P c*p            ours: 1 process at depth c*p
+# Rates of concurrent processes are summed on both sides (each process's own ops / its own time).
 # usage: scripts/bench_redis_tcp.sh [BIN] [ROUNDS] [OPS]
 #   BIN default build/rel/rdmahash (else build/ci/rdmahash); ROUNDS 5; OPS per client per run 200000.
 #   Env: KEYS (1000000), VALUES ("8 100"), CLIENTS ("1 4"), PIPELINES ("1 16"), CLIENT_WAIT (auto: our
@@ -20,7 +27,8 @@
 #   a smaller R moves fewer bytes per get, 128-byte slots with 100-byte values, at more RT/op;
 #   model, model-throughput: the script first runs `rdmahash calibrate` over the same loopback TCP
 #   (mpirun -n 2) and passes the profile, so the model picks R for this link: model-throughput
-#   from the time per READ at depth 16, the one for pipelined gets).
+#   from the time per READ at depth 16, the one for pipelined gets), SHAPES ("issue processes
+#   connection": the shapes above).
 # Output: results/redis_tcp/results.jsonl (one row per run) and summary.md (medians, ratio).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +42,10 @@ CLIENTS=${CLIENTS:-1 4}
 PIPELINES=${PIPELINES:-1 16}
 CLIENT_WAIT=${CLIENT_WAIT:-auto}
 READ_SIZES=${READ_SIZES:-8}
+SHAPES=${SHAPES:-issue processes connection}
+for shape in $SHAPES; do
+  case $shape in issue | processes | connection) ;; *) echo "bench_redis_tcp.sh: error: SHAPES: unknown shape '$shape' (issue, processes, connection)" >&2; exit 2 ;; esac
+done
 DIR=results/redis_tcp
 RPORT=16379
 [ -x "$BIN" ] || { echo "bench_redis_tcp.sh: error: no rdmahash binary at $BIN (build first)" >&2; exit 2; }
@@ -90,39 +102,68 @@ done
 
 # --- rounds ------------------------------------------------------------------------------------------
 row() { echo "$1" >> "$DIR/results.jsonl"; }
-for round in $(seq 1 "$ROUNDS"); do
-  for v in $VALUES; do
-    for c in $CLIENTS; do
-      for p in $PIPELINES; do
-        # Redis: one redis-benchmark process with c connections, p requests pipelined on each.
-        n=$((OPS * c))
-        rate=$(redis-benchmark -p "${RADDR[$v]}" -t get -n "$n" -r "$KEYS" -d "$v" -c "$c" -P "$p" --csv -q 2> /dev/null |
-          awk -F, '/GET/ { gsub(/"/, "", $2); print $2 }')
-        [ -n "$rate" ] || { echo "bench_redis_tcp.sh: error: redis-benchmark gave no rate" >&2; exit 1; }
-        row "{\"system\":\"redis\",\"round\":$round,\"value_bytes\":$v,\"clients\":$c,\"depth\":$p,\"ops_per_s\":$rate}"
-        for rs in $READ_SIZES; do
-          # rdmahash: c client processes at depth p.
-          pids=()
-          for i in $(seq 1 "$c"); do
-            "$BIN" bench --connect "${OURS[$v]}" --workload get --read-size "$rs" ${PROFILE_ARGS[@]+"${PROFILE_ARGS[@]}"} --depth "$p" --ops "$OPS" --client-wait "$CLIENT_WAIT" --quiet --no-progress \
-              --json "$DIR/run_${round}_${v}_${c}_${p}_${rs}_$i.jsonl" > /dev/null 2>> "$DIR/clients.err" &
-            pids+=($!)
-          done
-          for pid in "${pids[@]}"; do wait "$pid" || { echo "bench_redis_tcp.sh: error: a client failed" >&2; tail "$DIR/clients.err" >&2; exit 1; }; done
-          python3 - "$DIR" "$round" "$v" "$c" "$p" "$rs" >> "$DIR/results.jsonl" << 'EOF'
+# redis SHAPE PROCS CONNS PIPELINE: PROCS concurrent redis-benchmark processes of CONNS connections,
+# OPS*c GETs in all; one row, the processes' rates summed.
+redis() {
+  local shape=$1 procs=$2 conns=$3 pipe=$4 pids=() rate tag
+  tag=${round}_${v}_${c}_${p}_${shape}
+  for i in $(seq 1 "$procs"); do
+    redis-benchmark -p "${RADDR[$v]}" -t get -n $((OPS * c / procs)) -r "$KEYS" -d "$v" -c "$conns" -P "$pipe" --csv -q \
+      > "$DIR/redis_${tag}_$i.csv" 2> /dev/null &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || { echo "bench_redis_tcp.sh: error: redis-benchmark failed" >&2; exit 1; }; done
+  rate=$(cat "$DIR"/redis_"${tag}"_*.csv | awk -F, -v want="$procs" '/GET/ { gsub(/"/, "", $2); s += $2; n++ } END { if (n == want) printf "%.2f", s }')
+  [ -n "$rate" ] || { echo "bench_redis_tcp.sh: error: redis-benchmark gave no rate" >&2; exit 1; }
+  row "{\"system\":\"redis\",\"shape\":\"$shape\",\"round\":$round,\"value_bytes\":$v,\"clients\":$c,\"depth\":$p,\"processes\":$procs,\"connections_per_process\":$conns,\"pipeline\":$pipe,\"ops_per_s\":$rate}"
+}
+# ours SHAPE PROCS DEPTH RS: PROCS concurrent `bench --connect` processes at DEPTH, OPS*c gets in all.
+ours() {
+  local shape=$1 procs=$2 depth=$3 rs=$4 pids=() tag
+  tag=${round}_${v}_${c}_${p}_${rs}_${shape}
+  for i in $(seq 1 "$procs"); do
+    "$BIN" bench --connect "${OURS[$v]}" --workload get --read-size "$rs" ${PROFILE_ARGS[@]+"${PROFILE_ARGS[@]}"} --depth "$depth" \
+      --ops $((OPS * c / procs)) --client-wait "$CLIENT_WAIT" --quiet --no-progress \
+      --json "$DIR/run_${tag}_$i.jsonl" > /dev/null 2>> "$DIR/clients.err" &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || { echo "bench_redis_tcp.sh: error: a client failed" >&2; tail "$DIR/clients.err" >&2; exit 1; }; done
+  python3 - "$DIR" "$tag" "$shape" "$round" "$v" "$c" "$p" "$rs" "$procs" "$depth" >> "$DIR/results.jsonl" << 'EOF'
 import glob, json, sys
-d, r, v, c, p, rs = sys.argv[1:]
-rows = [json.loads(l) for f in sorted(glob.glob(f"{d}/run_{r}_{v}_{c}_{p}_{rs}_*.jsonl")) for l in open(f)]
+d, tag, shape, r, v, c, p, rs, procs, depth = sys.argv[1:]
+rows = [json.loads(l) for f in sorted(glob.glob(f"{d}/run_{tag}_*.jsonl")) for l in open(f)]
+if len(rows) != int(procs):
+    sys.exit(f"bench_redis_tcp.sh: {len(rows)} client rows for {procs} processes")
 hits = sum(x["outcomes"]["found"] for x in rows)
 if hits != sum(x["ops"] for x in rows):
     sys.exit("bench_redis_tcp.sh: a get missed a present key")
-print(json.dumps({"system": "rdmahash", "round": int(r), "value_bytes": int(v), "clients": int(c), "depth": int(p),
+print(json.dumps({"system": "rdmahash", "shape": shape, "round": int(r), "value_bytes": int(v), "clients": int(c),
+                  "depth": int(p), "processes": int(procs), "depth_per_process": int(depth),
                   "read_size_spec": rs, "read_size": rows[0]["read_size"],
                   "ops_per_s": sum(x["throughput_ops_per_s"] for x in rows),
                   "round_trips_per_op": rows[0]["round_trips_per_op"], "bytes_per_op": rows[0]["bytes_per_op"],
                   "p50_us": rows[0]["latency_us"]["p50"], "p99_us": rows[0]["latency_us"]["p99"],
                   "client_wait": rows[0]["client_wait"], "read_coalescing": rows[0]["read_coalescing"]}))
 EOF
+}
+for round in $(seq 1 "$ROUNDS"); do
+  for v in $VALUES; do
+    for c in $CLIENTS; do
+      for p in $PIPELINES; do
+        for shape in $SHAPES; do
+          # One client: every shape is the issue's (1 process, 1 connection, depth p), run once.
+          [ "$c" = 1 ] && [ "$shape" != issue ] && continue
+          case $shape in
+            issue) redis issue 1 "$c" "$p" ;;
+            processes) redis processes "$c" 1 "$p" ;;
+            connection) redis connection 1 1 $((c * p)) ;;
+          esac
+          for rs in $READ_SIZES; do
+            case $shape in
+              issue | processes) ours "$shape" "$c" "$p" "$rs" ;;
+              connection) ours connection 1 $((c * p)) "$rs" ;;
+            esac
+          done
         done
       done
     done
@@ -136,16 +177,24 @@ python3 - "$DIR" << 'EOF' | tee "$DIR/summary.md"
 import json, statistics, sys
 d = sys.argv[1]
 rows = [json.loads(l) for l in open(f"{d}/results.jsonl")]
-keys = sorted({(r["value_bytes"], r["clients"], r["depth"]) for r in rows})
+order = {"issue": 0, "processes": 1, "connection": 2}
+keys = sorted({(r["value_bytes"], r["clients"], r["depth"], r["shape"]) for r in rows}, key=lambda k: (k[:3], order[k[3]]))
 specs = list(dict.fromkeys(r["read_size_spec"] for r in rows if r["system"] == "rdmahash"))
-print("| value B | clients | depth / pipeline | Redis GET/s (median) | rdmahash R | rdmahash get/s (median) | ratio | rdmahash RT/op | bytes/op |")
-print("|---|---|---|---|---|---|---|---|---|")
+def shape_text(k):
+    v, c, p, s = k
+    if s == "issue":
+        return f"Redis 1 proc x {c} conn; ours {c} proc" if c > 1 else "1 proc, 1 conn"
+    if s == "processes":
+        return f"{c} proc each side"
+    return f"1 proc, 1 conn, {c * p} in flight"
+print("| value B | clients | depth / pipeline | shape | Redis GET/s (median) | rdmahash R | rdmahash get/s (median) | ratio | rdmahash RT/op | bytes/op |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for k in keys:
-    pick = lambda s: [r for r in rows if r["system"] == s and (r["value_bytes"], r["clients"], r["depth"]) == k]
+    pick = lambda s: [r for r in rows if r["system"] == s and (r["value_bytes"], r["clients"], r["depth"], r["shape"]) == k]
     mr = statistics.median(r["ops_per_s"] for r in pick("redis"))
     for spec in specs:
         ours = [r for r in pick("rdmahash") if r["read_size_spec"] == spec]
         mo = statistics.median(r["ops_per_s"] for r in ours)
         rs = spec if spec == str(ours[0]["read_size"]) else f"{spec} ({ours[0]['read_size']})"
-        print(f"| {k[0]} | {k[1]} | {k[2]} | {mr:,.0f} | {rs} | {mo:,.0f} | {mo / mr:.2f} | {ours[0]['round_trips_per_op']:.3f} | {ours[0]['bytes_per_op']:.0f} |")
+        print(f"| {k[0]} | {k[1]} | {k[2]} | {shape_text(k)} | {mr:,.0f} | {rs} | {mo:,.0f} | {mo / mr:.2f} | {ours[0]['round_trips_per_op']:.3f} | {ours[0]['bytes_per_op']:.0f} |")
 EOF
