@@ -18,7 +18,9 @@
 #   issue       Redis: 1 process, c connections, -P p    ours: c processes at depth p
 #   processes   Redis: c processes, -c 1 -P p each       ours: c processes at depth p
 #   connection  Redis: 1 process, -c 1 -P c*p            ours: 1 process at depth c*p
-# Rates of concurrent processes are summed on both sides (each process's own ops / its own time).
+# Rates of concurrent processes are summed on both sides (each process's own ops / its own time);
+# group_ops_per_s beside it is all their ops / the wall time from starting the first to the last
+# one's exit (process start-up included: ours also connects and handshakes, ~10 ms).
 # usage: scripts/bench_redis_tcp.sh [BIN] [ROUNDS] [OPS]
 #   BIN default build/rel/rdmahash (else build/ci/rdmahash); ROUNDS 5; OPS per client per run 200000.
 #   Env: KEYS (1000000), VALUES ("8 100"), CLIENTS ("1 4"), PIPELINES ("1 16"), CLIENT_WAIT (auto: our
@@ -105,22 +107,25 @@ row() { echo "$1" >> "$DIR/results.jsonl"; }
 # redis SHAPE PROCS CONNS PIPELINE: PROCS concurrent redis-benchmark processes of CONNS connections,
 # OPS*c GETs in all; one row, the processes' rates summed.
 redis() {
-  local shape=$1 procs=$2 conns=$3 pipe=$4 pids=() rate tag
+  local shape=$1 procs=$2 conns=$3 pipe=$4 pids=() rate tag i t0 t1
   tag=${round}_${v}_${c}_${p}_${shape}
+  t0=$(date +%s%N)
   for i in $(seq 1 "$procs"); do
     redis-benchmark -p "${RADDR[$v]}" -t get -n $((OPS * c / procs)) -r "$KEYS" -d "$v" -c "$conns" -P "$pipe" --csv -q \
-      > "$DIR/redis_${tag}_$i.csv" 2> /dev/null &
+      > "$DIR/redis_${tag}_$i.csv" 2>> "$DIR/redis.err" &
     pids+=($!)
   done
-  for pid in "${pids[@]}"; do wait "$pid" || { echo "bench_redis_tcp.sh: error: redis-benchmark failed" >&2; exit 1; }; done
-  rate=$(cat "$DIR"/redis_"${tag}"_*.csv | awk -F, -v want="$procs" '/GET/ { gsub(/"/, "", $2); s += $2; n++ } END { if (n == want) printf "%.2f", s }')
-  [ -n "$rate" ] || { echo "bench_redis_tcp.sh: error: redis-benchmark gave no rate" >&2; exit 1; }
-  row "{\"system\":\"redis\",\"shape\":\"$shape\",\"round\":$round,\"value_bytes\":$v,\"clients\":$c,\"depth\":$p,\"processes\":$procs,\"connections_per_process\":$conns,\"pipeline\":$pipe,\"ops_per_s\":$rate}"
+  for pid in "${pids[@]}"; do wait "$pid" || { echo "bench_redis_tcp.sh: error: redis-benchmark failed" >&2; tail "$DIR/redis.err" >&2; exit 1; }; done
+  t1=$(date +%s%N)
+  rate=$(awk -F, -v want="$procs" '/GET/ { gsub(/"/, "", $2); s += $2; n++ } END { if (n == want) printf "%.2f", s }' "$DIR"/redis_"${tag}"_*.csv)
+  [ -n "$rate" ] || { echo "bench_redis_tcp.sh: error: redis-benchmark gave no rate" >&2; tail "$DIR/redis.err" >&2; exit 1; }
+  row "{\"system\":\"redis\",\"shape\":\"$shape\",\"round\":$round,\"value_bytes\":$v,\"clients\":$c,\"depth\":$p,\"processes\":$procs,\"connections_per_process\":$conns,\"pipeline\":$pipe,\"ops_per_s\":$rate,\"group_ops_per_s\":$(((OPS * c) * 1000000000 / (t1 - t0)))}"
 }
 # ours SHAPE PROCS DEPTH RS: PROCS concurrent `bench --connect` processes at DEPTH, OPS*c gets in all.
 ours() {
-  local shape=$1 procs=$2 depth=$3 rs=$4 pids=() tag
+  local shape=$1 procs=$2 depth=$3 rs=$4 pids=() tag i t0 t1
   tag=${round}_${v}_${c}_${p}_${rs}_${shape}
+  t0=$(date +%s%N)
   for i in $(seq 1 "$procs"); do
     "$BIN" bench --connect "${OURS[$v]}" --workload get --read-size "$rs" ${PROFILE_ARGS[@]+"${PROFILE_ARGS[@]}"} --depth "$depth" \
       --ops $((OPS * c / procs)) --client-wait "$CLIENT_WAIT" --quiet --no-progress \
@@ -128,9 +133,10 @@ ours() {
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid" || { echo "bench_redis_tcp.sh: error: a client failed" >&2; tail "$DIR/clients.err" >&2; exit 1; }; done
-  python3 - "$DIR" "$tag" "$shape" "$round" "$v" "$c" "$p" "$rs" "$procs" "$depth" >> "$DIR/results.jsonl" << 'EOF'
+  t1=$(date +%s%N)
+  python3 - "$DIR" "$tag" "$shape" "$round" "$v" "$c" "$p" "$rs" "$procs" "$depth" "$((t1 - t0))" >> "$DIR/results.jsonl" << 'EOF'
 import glob, json, sys
-d, tag, shape, r, v, c, p, rs, procs, depth = sys.argv[1:]
+d, tag, shape, r, v, c, p, rs, procs, depth, wall_ns = sys.argv[1:]
 rows = [json.loads(l) for f in sorted(glob.glob(f"{d}/run_{tag}_*.jsonl")) for l in open(f)]
 if len(rows) != int(procs):
     sys.exit(f"bench_redis_tcp.sh: {len(rows)} client rows for {procs} processes")
@@ -141,6 +147,7 @@ print(json.dumps({"system": "rdmahash", "shape": shape, "round": int(r), "value_
                   "depth": int(p), "processes": int(procs), "depth_per_process": int(depth),
                   "read_size_spec": rs, "read_size": rows[0]["read_size"],
                   "ops_per_s": sum(x["throughput_ops_per_s"] for x in rows),
+                  "group_ops_per_s": round(sum(x["ops"] for x in rows) * 1e9 / int(wall_ns)),
                   "round_trips_per_op": rows[0]["round_trips_per_op"], "bytes_per_op": rows[0]["bytes_per_op"],
                   "p50_us": rows[0]["latency_us"]["p50"], "p99_us": rows[0]["latency_us"]["p99"],
                   "client_wait": rows[0]["client_wait"], "read_coalescing": rows[0]["read_coalescing"]}))
@@ -151,8 +158,12 @@ for round in $(seq 1 "$ROUNDS"); do
     for c in $CLIENTS; do
       for p in $PIPELINES; do
         for shape in $SHAPES; do
-          # One client: every shape is the issue's (1 process, 1 connection, depth p), run once.
-          [ "$c" = 1 ] && [ "$shape" != issue ] && continue
+          # One client: every shape is the same run (1 process, 1 connection, depth p): run once,
+          # with the first shape of SHAPES, labelled issue.
+          if [ "$c" = 1 ]; then
+            [ "$shape" = "${SHAPES%% *}" ] || continue
+            shape=issue
+          fi
           case $shape in
             issue) redis issue 1 "$c" "$p" ;;
             processes) redis processes "$c" 1 "$p" ;;
@@ -187,14 +198,16 @@ def shape_text(k):
     if s == "processes":
         return f"{c} proc each side"
     return f"1 proc, 1 conn, {c * p} in flight"
-print("| value B | clients | depth / pipeline | shape | Redis GET/s (median) | rdmahash R | rdmahash get/s (median) | ratio | rdmahash RT/op | bytes/op |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print("| value B | clients | depth / pipeline | shape | Redis GET/s (median) | rdmahash R | rdmahash get/s (median) | ratio | ratio of group rates | rdmahash RT/op | bytes/op |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for k in keys:
     pick = lambda s: [r for r in rows if r["system"] == s and (r["value_bytes"], r["clients"], r["depth"], r["shape"]) == k]
     mr = statistics.median(r["ops_per_s"] for r in pick("redis"))
     for spec in specs:
         ours = [r for r in pick("rdmahash") if r["read_size_spec"] == spec]
         mo = statistics.median(r["ops_per_s"] for r in ours)
+        group = lambda rr: statistics.median(r.get("group_ops_per_s", r["ops_per_s"]) for r in rr)
+        gr = group(ours) / group(pick("redis"))
         rs = spec if spec == str(ours[0]["read_size"]) else f"{spec} ({ours[0]['read_size']})"
-        print(f"| {k[0]} | {k[1]} | {k[2]} | {shape_text(k)} | {mr:,.0f} | {rs} | {mo:,.0f} | {mo / mr:.2f} | {ours[0]['round_trips_per_op']:.3f} | {ours[0]['bytes_per_op']:.0f} |")
+        print(f"| {k[0]} | {k[1]} | {k[2]} | {shape_text(k)} | {mr:,.0f} | {rs} | {mo:,.0f} | {mo / mr:.2f} | {gr:.2f} | {ours[0]['round_trips_per_op']:.3f} | {ours[0]['bytes_per_op']:.0f} |")
 EOF
