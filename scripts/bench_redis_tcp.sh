@@ -105,7 +105,7 @@ done
 # --- rounds ------------------------------------------------------------------------------------------
 row() { echo "$1" >> "$DIR/results.jsonl"; }
 # redis SHAPE PROCS CONNS PIPELINE: PROCS concurrent redis-benchmark processes of CONNS connections,
-# OPS*c GETs in all; one row, the processes' rates summed.
+# OPS*c GETs in all; one row: the processes' rates summed, and the group's rate.
 redis() {
   local shape=$1 procs=$2 conns=$3 pipe=$4 pids=() rate tag i t0 t1
   tag=${round}_${v}_${c}_${p}_${shape}
@@ -206,7 +206,7 @@ for k in keys:
     for spec in specs:
         ours = [r for r in pick("rdmahash") if r["read_size_spec"] == spec]
         mo = statistics.median(r["ops_per_s"] for r in ours)
-        group = lambda rr: statistics.median(r.get("group_ops_per_s", r["ops_per_s"]) for r in rr)
+        group = lambda rr: statistics.median(r["group_ops_per_s"] for r in rr)
         gr = group(ours) / group(pick("redis"))
         rs = spec if spec == str(ours[0]["read_size"]) else f"{spec} ({ours[0]['read_size']})"
         print(f"| {k[0]} | {k[1]} | {k[2]} | {shape_text(k)} | {mr:,.0f} | {rs} | {mo:,.0f} | {mo / mr:.2f} | {gr:.2f} | {ours[0]['round_trips_per_op']:.3f} | {ours[0]['bytes_per_op']:.0f} |")
