@@ -484,11 +484,13 @@ void UcxTransport::execute(std::span<Request> batch) {
   // A bad request (address outside a region, missing buffer) fails alone and is never posted.
   std::string error;
   size_t valid = 0;
+  bool all_direct = true;  // every request goes direct (the same-host fast path below)
   for (Request& r : batch) {
     r.status = ReqStatus::kUnknown;
     try {
       validate(r);
       ++valid;
+      all_direct = all_direct && goes_direct(r);
     } catch (const FabricError& e) {
       r.status = ReqStatus::kFailed;
       if (error.empty()) error = e.what();
@@ -513,15 +515,22 @@ void UcxTransport::execute(std::span<Request> batch) {
   // right here, in batch order, exactly as post() would perform each one — without slots, UCX
   // calls or the completion loop. Anything else (a request to a peer UCX cannot map, an atomic
   // that must stay a UCX atomic, an RPC, a request that failed validation) takes the loop below.
-  if (error.empty() && std::all_of(batch.begin(), batch.end(), [&](const Request& r) { return goes_direct(r); })) {
+  if (error.empty() && all_direct) {
     for (const Request& r : batch)
       if (r.kind == ReqKind::kRead) detail::prefetch(fabric_.direct(r.addr.node) + r.addr.offset, r.len);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     for (Request& r : batch) {
-      if (r.fence) std::atomic_thread_fence(std::memory_order_seq_cst);  // as in post()
-      detail::direct_execute(r, fabric_.direct(r.addr.node) + r.addr.offset);  // validate() checked bounds
+      std::byte* target = fabric_.direct(r.addr.node) + r.addr.offset;  // validate() checked bounds
+      if (r.kind == ReqKind::kRead && !r.fence) {  // a lookup's batches: unfenced READs
+        detail::read_in(static_cast<std::byte*>(r.buf), target, r.len);
+        ++counters_.reads;
+        counters_.bytes_read += r.len;
+      } else {
+        if (r.fence) std::atomic_thread_fence(std::memory_order_seq_cst);  // as in post()
+        detail::direct_execute(r, target);
+        counters_.add(r);
+      }
       r.status = ReqStatus::kOk;
-      counters_.add(r);
     }
     std::atomic_thread_fence(std::memory_order_seq_cst);
     return;

@@ -44,6 +44,20 @@ inline uint8_t way_fp(uint64_t w, uint32_t way) { return static_cast<uint8_t>(w 
 inline uint64_t bucket_group(uint64_t w) { return (w & 0xffffffffULL) - 1; }
 inline bool bucket_has_free_way(uint64_t w) { return w == 0 || way_fp(w, 3) == 0; }  // ways fill in order
 
+// linear_place (linear.h), inline here for the multi-get's loop over keys.
+inline LinearPlacement place_key(const LinearConfig& c, uint64_t key) {
+  const uint64_t h = hash::mix64(key ^ c.hash_seed);
+  const uint64_t h2 = hash::mix64(h ^ 0xA0761D6478BD642FULL);
+  LinearPlacement p;
+  p.node = static_cast<uint32_t>(hash::range(h, c.memory_nodes));
+  p.home = hash::range(h2, c.home_slots);
+  p.kbits = c.key_bytes == 4 ? static_cast<uint32_t>(key) : static_cast<uint32_t>(h);
+  // Bits 32..47 of h: independent of the node (top bits of h) and of the home slot (from h2).
+  p.fp16 = static_cast<uint16_t>(h >> 32);
+  p.fp8 = static_cast<uint8_t>(1 + (h >> 32) % 255);
+  return p;
+}
+
 // A buffer that lives in the coroutine frame when small (the common case: R or C slots of a few
 // words) and on the heap otherwise, so a lookup does not pay a malloc for its read buffer.
 class Scratch {

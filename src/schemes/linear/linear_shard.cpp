@@ -172,18 +172,7 @@ void ProbeConfig::validate() const {
   if (chunk > 65536 || read_size > 65536) throw InvalidArgument("chunk and read size must be at most 65536 slots");
 }
 
-LinearPlacement linear_place(const LinearConfig& c, uint64_t key) {
-  const uint64_t h = hash::mix64(key ^ c.hash_seed);
-  const uint64_t h2 = hash::mix64(h ^ 0xA0761D6478BD642FULL);
-  LinearPlacement p;
-  p.node = static_cast<uint32_t>(hash::range(h, c.memory_nodes));
-  p.home = hash::range(h2, c.home_slots);
-  p.kbits = c.key_bytes == 4 ? static_cast<uint32_t>(key) : static_cast<uint32_t>(h);
-  // Bits 32..47 of h: independent of the node (top bits of h) and of the home slot (from h2).
-  p.fp16 = static_cast<uint16_t>(h >> 32);
-  p.fp8 = static_cast<uint8_t>(1 + (h >> 32) % 255);
-  return p;
-}
+LinearPlacement linear_place(const LinearConfig& c, uint64_t key) { return place_key(c, key); }
 
 // --- memory-node side -------------------------------------------------------------------------
 

@@ -117,8 +117,9 @@ Task<bool> LinearClient::read_stable(uint32_t node, uint64_t slot, std::byte* ds
 // at slot j (its ctrl names the key's bits but it is locked or fails its check: re-read it),
 // kMiss (an empty slot ends the probe, seed 000 §4.3) or kMore (no answer: read the next window).
 enum class LinearClient::Probe : uint8_t { kHit, kUnstable, kMiss, kMore };
-LinearClient::Probe LinearClient::scan(uint64_t key, const LinearPlacement& p, const std::byte* data, uint64_t n,
-                                       uint64_t& j) const {
+// Inlined into its two callers (both below): the multi-get calls it once per key and round.
+[[gnu::always_inline]] inline LinearClient::Probe LinearClient::scan(uint64_t key, const LinearPlacement& p,
+                                                                     const std::byte* data, uint64_t n, uint64_t& j) const {
   const bool set = cfg_.format == SlotFormat::kSet;
   const InlineLayout l(cfg_);
   for (; j < n; ++j) {
@@ -332,6 +333,9 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
   b.resume.clear();
   engine_.restart_clock();  // the first keys start now, not at the engine's last batch
   const InlineLayout l(cfg_);
+  const uint64_t total = cfg_.total_slots();
+  const uint64_t fixed_r = probe_.read_sizer ? 0 : std::max<uint32_t>(1, probe_.read_size);  // 0: ask window()
+  const bool clusters = probe_.read_sizer && probe_.read_sizer->wants_clusters();
   auto finish = [&](const BatchState::Key& k, std::exception_ptr error) {
     done(Engine::Completion{k.index, k.stats,
                             std::chrono::duration_cast<std::chrono::nanoseconds>(engine_.batch_clock() - k.start),
@@ -354,26 +358,31 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
         done(Engine::Completion{index, OpStats{}, std::chrono::nanoseconds(0), std::current_exception()});
         continue;
       }
-      const LinearPlacement p = linear_place(cfg_, key);
+      const LinearPlacement p = place_key(cfg_, key);
       b.active.push_back(BatchState::Key{index, key, p, LookupFrom{true, p.home, p.home, 0}, OpStats{},
                                          engine_.batch_clock(), 0});
     }
     if (b.active.empty()) break;
     size_t bytes = 0;
     for (BatchState::Key& k : b.active) {
-      k.n = window(k.place.node, k.from.slot);  // kept: a read sizer may change R while scanning
+      // kept: a read sizer may change R while scanning. A fixed R: window() without its calls.
+      k.n = fixed_r ? std::min<uint64_t>(fixed_r, total - k.from.slot) : window(k.place.node, k.from.slot);
       bytes += k.n * slot_bytes_;
     }
     b.windows.resize(bytes);
-    b.reqs.clear();
+    b.reqs.resize(b.active.size());
     bytes = 0;
-    for (const BatchState::Key& k : b.active) {  // n >= 1: a home slot, or kMore checked the next window
-      Request r;
+    for (size_t a = 0; a < b.active.size(); ++a) {  // n >= 1: a home slot, or kMore checked the next window
+      // Each field written in place: a Request built on the stack and copied in costs a
+      // store-forwarding stall per key (its zeroed bytes reloaded as wider words).
+      const BatchState::Key& k = b.active[a];
+      Request& r = b.reqs[a];
+      r.kind = ReqKind::kRead;
       r.addr = slot_addr(k.place.node, k.from.slot);
       r.len = static_cast<uint32_t>(k.n * slot_bytes_);
       r.buf = b.windows.data() + bytes;
+      r.fence = false;
       bytes += r.len;
-      b.reqs.push_back(r);
     }
     const std::string error = engine_.execute_batch(b.reqs);
     size_t kept = 0;
@@ -393,7 +402,7 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
         continue;
       }
       const std::byte* data = static_cast<const std::byte*>(rq.buf);
-      observe_clusters(p.node, k.from.slot, data, n, k.from.run_start);
+      if (clusters) observe_clusters(p.node, k.from.slot, data, n, k.from.run_start);
       uint64_t j = 0;
       const Probe found = scan(k.key, p, data, n, j);
       if (found == Probe::kMiss) {
@@ -413,7 +422,8 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
           sink.copied(k.key, r, {});
           finish(k, nullptr);
         } else {
-          b.active[kept++] = k;
+          if (kept != a) b.active[kept] = k;  // a key that stays where it is is not copied
+          ++kept;
         }
       } else {
         // kUnstable: the lookup itself, from this window's start as it stood before this round
