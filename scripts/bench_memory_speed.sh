@@ -7,13 +7,13 @@
 #     same records in 0.66 GB), loaded, every point starts from the loaded table: gets find present
 #     keys, find-or-puts insert new ones (the load factor rises by ops/slots, JSON load_factor_end).
 #   layouts: PGAS (mpirun -n 2 --symmetric: every rank a shard and a client) and 1 memory node +
-#     1 client (mpirun -n 2), UCX over shared memory, direct access on, depth 16.
+#     1 client (mpirun -n 2), UCX over shared memory, direct access on, depth 16 (DEPTH).
 #   --huge-pages on and off (on: hugetlbfs pages when vm.nr_hugepages reserves them, else 4 KB:
 #     shared memory gets no THP while shmem_enabled is never; JSON region_pages says which).
 #   get at R = 8 and 4 slots; find-or-put (chunk 8); and, 1+1 at load 0.5, get of cuckoo, race and
 #     continuity on the same records for comparison.
 # Binaries are interleaved per round (a busy machine slows all alike); medians over rounds.
-# usage: scripts/bench_memory_speed.sh BIN [BIN...]   (ROUNDS=2, OPS=1000000, RECORDS=16000000,
+# usage: scripts/bench_memory_speed.sh BIN [BIN...]   (ROUNDS=2, OPS=1000000, DEPTH=16, RECORDS=16000000,
 #        OUT=results/memory_speed.jsonl; HUGE="on off"; LOADS="0.5 0.8"; COMPARE=1;
 #        MULTI="off on": the linear and cuckoo rows with --multi-get off and on, side by side;
 #        READ_SIZES=4,2: the get rows' read sizes, default 8,4)
@@ -22,6 +22,7 @@ cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: $0 BIN [BIN...]" >&2; exit 2; }
 ROUNDS=${ROUNDS:-2}
 OPS=${OPS:-1000000}
+DEPTH=${DEPTH:-16}   # operations in flight per client (a multi-get's keys per round)
 RECORDS=${RECORDS:-16000000}
 OUT=${OUT:-results/memory_speed.jsonl}
 HUGE=${HUGE:-on off}
@@ -42,7 +43,7 @@ for l in open(sys.argv[1]):
     j = json.loads(l); j["binary"] = sys.argv[2]; j["layout"] = sys.argv[3]; print(json.dumps(j))' "$tmp" "$bin" "$layout" >> "$OUT"
   rm -f "$tmp"
 }
-common=(--key-bytes 8 --value-bytes 8 --records "$RECORDS" --ops "$OPS" --depth 16 --direct-access on)
+common=(--key-bytes 8 --value-bytes 8 --records "$RECORDS" --ops "$OPS" --depth "$DEPTH" --direct-access on)
 for round in $(seq "$ROUNDS"); do
   for bin in "$@"; do
     echo "round $round: $bin ($(uptime | sed 's/.*load/load/'))" >&2
@@ -82,7 +83,7 @@ for j in rows:
     pts[(j["binary"], j["layout"], j["scheme"], j["huge_pages"], round(j["target_load_factor"], 2), j["workload"], r, mg)].append(j)
 def med(rs, f): return statistics.median(f(r) for r in rs)
 print(f"{'binary':24} {'layout':6} {'scheme':10} {'pages':8} {'lf':>4} {'workload':11} {'R':>2} {'multi':>5} {'M/s/core':>8} "
-      f"{'limit M/s':>9} {'fraction':>8} {'cpu ns':>7} {'RT/op':>7} {'req/op':>7} {'B/op':>7} {'lf end':>6} n")
+      f"{'limit M/s':>9} {'probe':>5} {'fraction':>8} {'cpu ns':>7} {'RT/op':>7} {'req/op':>7} {'B/op':>7} {'lf end':>6} n")
 for b in bins:
     for key in sorted(k for k in pts if k[0] == b):
         rs = pts[key]
@@ -91,8 +92,12 @@ for b in bins:
         limit = med(rs, lambda r: r["memory_limit_ops_per_s"])
         pages = rs[0].get("region_pages", "?")
         req = rs[0]["requests_per_op"]
+        # The pages the kernel gave the limit's probe ("-": a build that does not report them); a
+        # probe on 4 KB pages where THP was asked measures a lower limit than the machine's best.
+        given = sorted({r["memory_limit"].get("pages_given", "-") or "-" for r in rs})
+        probe = given[0] if len(given) == 1 else "mixed"
         print(f"{b[-24:]:24} {key[1]:6} {key[2]:10} {pages:8} {key[4]:4.2f} {key[5]:11} {key[6]:>2} {key[7]:>5} {per_core / 1e6:8.3f} "
-              f"{limit / 1e6:9.1f} {per_core / limit:8.3f} {med(rs, lambda r: r['client_cpu_ns_per_op']):7.1f} "
+              f"{limit / 1e6:9.1f} {probe:>5} {per_core / limit:8.3f} {med(rs, lambda r: r['client_cpu_ns_per_op']):7.1f} "
               f"{rs[0]['round_trips_per_op']:7.4f} {sum(req.values()):7.4f} {rs[0]['bytes_per_op']:7.2f} "
               f"{rs[0]['load_factor_end']:6.3f} {len(rs)}")
 PY

@@ -12,8 +12,11 @@ to its last such sample, leaves out the samples in Open MPI's libraries (barrier
 there (the client waiting in a barrier; the data path takes no mutex), and splits the rest by
 symbol into layers; each
 layer's share of the samples times CLIENT_CPU_NS_PER_OP is its ns per operation. Self time only:
-a function inlined into another counts for the one it was inlined into (copy_in is out of line,
-so a READ's cache misses show up there).
+a function inlined into another counts for the one it was inlined into. copy_in is out of line,
+but since a6fe089 an unfenced direct READ of whole aligned words (every lookup window) is copied
+inline in UcxTransport::execute, so the table's cache misses show up in that layer; and the
+multi-get's hashing (place_key, inlined) shows up in LinearClient. Layer tables from before
+a6fe089 are not like for like with later ones in those layers.
 """
 import collections
 import re

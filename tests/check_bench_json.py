@@ -273,8 +273,14 @@ def main():
                 fail(f"row without a measured memory limit: {m}")
             if not (r["table_bytes"] - 64 < m["bytes"] <= r["table_bytes"]):
                 fail(f"memory limit probed {m['bytes']} bytes, the table has {r['table_bytes']}")
+            # What the kernel gave the probe (from smaps): an anonymous mapping is on THP or 4 KB
+            # pages; asked for 4 KB (MADV_NOHUGEPAGE) it must get no huge page.
+            if m.get("pages_given") not in ("thp", "4k") or not 0 <= m.get("huge_fraction", -1) <= 1:
+                fail(f"memory limit without the pages it was given: {m}")
+            if m["pages"] == "4k" and (m["pages_given"] != "4k" or m["huge_fraction"] != 0):
+                fail(f"memory limit probe asked for 4 KB pages, got {m['pages_given']} ({m['huge_fraction']:.2f} huge)")
         print(f"ok: memory limit {m['batched_ops_per_s'] / 1e6:.1f} M loads/s, {m['dependent_ns']:.0f} ns dependent, "
-              f"{m['pages']} pages, {m['bytes']} bytes")
+              f"{m['pages']} pages asked, {m['pages_given']} given ({m['huge_fraction']:.2f} huge), {m['bytes']} bytes")
     if assumed_sweep:
         rs = {}
         for line in lines:

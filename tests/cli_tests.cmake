@@ -71,6 +71,10 @@ add_test(NAME cli_assumed_load_factor_bad COMMAND ${EXPECT_FAIL} "--assumed-load
 add_test(NAME bench_local_memory_limit COMMAND python3 ${CHECK_JSON} --memory-limit --
   ${RDMAHASH_BIN} bench --fabric local --clients 1 --memory-nodes 2 --records 100000 --load-factor 0.5 --workload get
   --ops 1000 --memory-limit 4k)
+# --memory-limit thp: the probe reports what the kernel gave it (THP or 4 KB pages, from smaps).
+add_test(NAME bench_local_memory_limit_thp COMMAND python3 ${CHECK_JSON} --memory-limit --
+  ${RDMAHASH_BIN} bench --fabric local --clients 1 --memory-nodes 1 --records 100000 --load-factor 0.5 --workload get
+  --ops 1000 --memory-limit thp)
 # --huge-pages off: the regions on 4 KB pages (local: MADV_NOHUGEPAGE; UCX: no hugetlb), as smaps says.
 add_test(NAME bench_local_huge_pages_off COMMAND python3 ${CHECK_JSON} --expect huge_pages=off --expect region_pages=4k --
   ${RDMAHASH_BIN} bench --fabric local --records 1000000 --load-factor 0.5 --workload get --ops 1000 --huge-pages off)

@@ -4,6 +4,7 @@
 // first window; a locked slot and a failing memory node fail only their own keys.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <optional>
@@ -146,6 +147,89 @@ INSTANTIATE_TEST_SUITE_P(Formats, MultiGet,
                                   "_v" + std::to_string(i.param.value_bytes) + "_R" + std::to_string(i.param.read_size) +
                                   "_n" + std::to_string(i.param.nodes);
                          });
+
+// A read sizer whose R varies with the slot (1 + slot mod 3) and that logs every cluster it is
+// shown: a multi-get with a sizer must size each window by it (window(), not a fixed R) and show it
+// the clusters its scans saw, as get_visit does.
+struct LoggingSizer final : ReadSizer {
+  std::vector<std::array<uint64_t, 3>> seen;  // (node, start, length) per observe
+  uint32_t size_at(uint32_t, uint64_t slot) override { return static_cast<uint32_t>(1 + slot % 3); }
+  bool wants_clusters() const override { return true; }
+  void observe(uint32_t node, uint64_t start, uint64_t length) override { seen.push_back({node, start, length}); }
+};
+
+// With a read sizer, one key at a time: the multi-get makes the sizer's calls a get_visit of each key
+// makes, in the same order, so each key costs what its get_visit costs and the sizer sees the same
+// clusters. Several keys at a time: the same answers (the oracle).
+TEST(MultiGetReadSizer, SizesEachWindowAndReportsClusters) {
+  LinearConfig c;
+  c.format = SlotFormat::kInline;
+  c.key_bytes = 8;
+  c.value_bytes = 8;
+  c.home_slots = 1024;
+  LocalTable t(c);
+  Client loader(*t.fabric, c);
+  std::mt19937_64 rng(5);
+  std::unordered_map<uint64_t, std::vector<std::byte>> oracle;
+  while (oracle.size() < c.home_slots * 8 / 10) {  // load 0.8: clusters past a window of 1-3 slots
+    const uint64_t k = rng() | 2;
+    if (oracle.count(k)) continue;
+    auto v = value_for(k, 4, c.value_bytes);
+    ASSERT_EQ(loader.find_or_put(k, v).status, Status::kInserted);
+    oracle.emplace(k, std::move(v));
+  }
+  std::vector<uint64_t> keys;
+  for (auto& [k, v] : oracle)
+    if (keys.size() < 150) keys.push_back(k);
+  for (int i = 0; i < 50; ++i) {  // absent: a miss after the whole cluster
+    uint64_t k;
+    do k = rng() | 2; while (oracle.count(k));
+    keys.push_back(k);
+  }
+  auto tr = t.fabric->connect();
+  Engine e(*tr);
+  auto many_sizer = std::make_shared<LoggingSizer>();
+  auto alone_sizer = std::make_shared<LoggingSizer>();
+  ProbeConfig pm, pa;
+  pm.read_sizer = many_sizer;
+  pa.read_sizer = alone_sizer;
+  LinearClient many(c, pm, e), alone(c, pa, e);
+  Recorder rec;
+  std::vector<std::optional<Answer>> got(keys.size());
+  std::vector<OpStats> cost(keys.size());
+  auto done = [&](const Engine::Completion& comp) {
+    ASSERT_FALSE(comp.error);
+    got[comp.index] = std::move(rec.last);
+    rec.last.reset();
+    cost[comp.index] = comp.stats;
+  };
+  ASSERT_TRUE(many.get_batch(keys.size(), 1, [&](uint64_t i) { return keys[i]; }, c.value_bytes, rec, done));
+  uint64_t past_first = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(got[i].has_value()) << keys[i];
+    const auto it = oracle.find(keys[i]);
+    EXPECT_EQ(got[i]->r.status, it == oracle.end() ? Status::kNotFound : Status::kFound) << keys[i];
+    if (it != oracle.end()) {
+      EXPECT_EQ(got[i]->value, it->second) << keys[i];
+    }
+    OpStats a;
+    e.run(visit(alone, keys[i], c.value_bytes, rec), &a);
+    rec.last.reset();
+    EXPECT_EQ(cost[i].reads, a.reads) << keys[i];
+    EXPECT_EQ(cost[i].bytes, a.bytes) << keys[i];
+    past_first += a.reads > 1;
+  }
+  EXPECT_GT(past_first, keys.size() / 10) << "lookups must run past their first window";
+  EXPECT_FALSE(alone_sizer->seen.empty());
+  EXPECT_EQ(many_sizer->seen, alone_sizer->seen) << "the multi-get must show the sizer the clusters get_visit does";
+  // 16 keys in flight: the windows interleave, the answers do not change.
+  std::fill(got.begin(), got.end(), std::nullopt);
+  ASSERT_TRUE(many.get_batch(keys.size(), 16, [&](uint64_t i) { return keys[i]; }, c.value_bytes, rec, done));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(got[i].has_value()) << keys[i];
+    EXPECT_EQ(got[i]->r.status, oracle.count(keys[i]) ? Status::kFound : Status::kNotFound) << keys[i];
+  }
+}
 
 LinearConfig small_inline(uint32_t nodes) {
   LinearConfig c;

@@ -630,8 +630,22 @@ TEST(MemoryLimit, MeasuresASmallRegion) {
   EXPECT_EQ(m.batch, 16u);
   EXPECT_GT(m.dependent_ns, 0.0);
   EXPECT_GT(m.batched_ops_per_s, 0.0);
+  EXPECT_EQ(m.pages_given, "");  // not inspected
   o.pages = ProbePages::kThp;
   EXPECT_EQ(measure_memory_limit(o).pages, "thp");
+  // inspect_pages sees the probe's own mapping, once, every page touched (resident), and its answer
+  // is what the limit reports.
+  int calls = 0;
+  o.inspect_pages = [&](const void* p, uint64_t bytes) {
+    ++calls;
+    EXPECT_EQ(bytes, uint64_t{1} << 20);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 4096, 0u);
+    return std::make_pair(std::string("thp"), 0.75);
+  };
+  const MemoryLimit g = measure_memory_limit(o);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(g.pages_given, "thp");
+  EXPECT_EQ(g.huge_fraction, 0.75);
 }
 
 TEST(MemoryLimit, BadInputThrows) {

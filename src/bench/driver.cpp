@@ -518,6 +518,10 @@ std::optional<model::MemoryLimit> probe_memory(const BenchOptions& o, uint64_t b
   m.bytes = std::max<uint64_t>(bytes, 4096);
   m.pages = o.memory_limit == BenchOptions::MemoryProbe::kThp ? model::ProbePages::kThp : model::ProbePages::k4;
   m.seed = o.seed;
+  m.inspect_pages = [](const void* p, uint64_t n) {
+    const PageReport r = region_pages(p, n);
+    return std::make_pair(r.kind, r.huge_fraction);
+  };
   return model::measure_memory_limit(m);
 }
 

@@ -194,6 +194,8 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
     j["memory_limit_ops_per_s"] = p.memory_limit->batched_ops_per_s;
     j["memory_limit"] = {{"bytes", p.memory_limit->bytes},
                          {"pages", p.memory_limit->pages},
+                         {"pages_given", p.memory_limit->pages_given},
+                         {"huge_fraction", p.memory_limit->huge_fraction},
                          {"batch", p.memory_limit->batch},
                          {"batched_ops_per_s", p.memory_limit->batched_ops_per_s},
                          {"dependent_ns", p.memory_limit->dependent_ns},

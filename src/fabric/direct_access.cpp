@@ -1,4 +1,4 @@
-// Word-wise copies of the direct-access path (see direct_access.h for why relaxed atomics).
+// Word-wise copies of the direct-access path (see direct_access.h for why acquire loads and relaxed stores).
 #include "fabric/direct_access.h"
 
 #include <cstring>

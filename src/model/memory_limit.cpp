@@ -9,6 +9,7 @@
 #include <cstring>
 #include <numeric>
 #include <stdexcept>
+#include <tuple>
 #include <vector>
 
 #include "common/hash.h"
@@ -84,6 +85,7 @@ MemoryLimit measure_memory_limit(const MemoryLimitOptions& o) {
   MemoryLimit r;
   r.bytes = lines * kLine;
   r.pages = o.pages == ProbePages::kThp ? "thp" : "4k";
+  if (o.inspect_pages) std::tie(r.pages_given, r.huge_fraction) = o.inspect_pages(w, lines * kLine);
   r.batch = o.batch;
   const uint64_t dep = o.dependent_loads ? o.dependent_loads : std::clamp<uint64_t>(lines / 4, 1u << 16, 1u << 20);
   const uint64_t bat = o.batched_loads ? o.batched_loads : std::clamp<uint64_t>(8 * lines, 1u << 20, 1u << 23);

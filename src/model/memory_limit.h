@@ -18,11 +18,14 @@
 //     from memory), `batch` at a time, each batch prefetched in full before any of it is read: the
 //     misses of a batch overlap, as an engine's batch of READs can. Loads per second.
 // Pages: `k4` advises the kernel against huge pages (MADV_NOHUGEPAGE); `kThp` asks for them
-// (MADV_HUGEPAGE; the kernel may still give 4 KB pages, `pages_reported` says what was asked).
+// (MADV_HUGEPAGE; the kernel may still give 4 KB pages: `pages` says what was asked, and
+// `pages_given` what the kernel gave when the caller passes `inspect_pages`).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <utility>
 #include <string>
 
 namespace rdmahash::model {
@@ -37,11 +40,18 @@ struct MemoryLimitOptions {
   uint64_t dependent_loads = 0;  // per round (0: one per 4 lines, between 2^16 and 2^20)
   uint64_t batched_loads = 0;    // per round (0: 8 per line, between 2^20 and 2^23)
   uint64_t seed = 1;
+  // Optional: called once on the probe's mapping after every page is touched, before any
+  // measurement; returns what backs it ("thp", "4k", ...) and the fraction of it on huge pages.
+  // A limit measured on 4 KB pages where THP was asked is lower than the machine's best: a row
+  // compared with it looks better than it is.
+  std::function<std::pair<std::string, double>(const void* p, uint64_t bytes)> inspect_pages;
 };
 
 struct MemoryLimit {
   uint64_t bytes = 0;
   std::string pages;               // "4k" or "thp" (what was asked of the kernel)
+  std::string pages_given;         // what inspect_pages said the kernel gave ("" without it)
+  double huge_fraction = 0;        // of the mapping's resident bytes, on huge pages (inspect_pages)
   uint32_t batch = 0;
   double dependent_ns = 0;         // median ns per dependent load
   double batched_ops_per_s = 0;    // median random 8-byte loads per second, batches prefetched

@@ -334,8 +334,6 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
   engine_.restart_clock();  // the first keys start now, not at the engine's last batch
   const InlineLayout l(cfg_);
   const uint64_t total = cfg_.total_slots();
-  const uint64_t fixed_r = probe_.read_sizer ? 0 : std::max<uint32_t>(1, probe_.read_size);  // 0: ask window()
-  const bool clusters = probe_.read_sizer && probe_.read_sizer->wants_clusters();
   auto finish = [&](const BatchState::Key& k, std::exception_ptr error) {
     done(Engine::Completion{k.index, k.stats,
                             std::chrono::duration_cast<std::chrono::nanoseconds>(engine_.batch_clock() - k.start),
@@ -363,6 +361,9 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
                                          engine_.batch_clock(), 0});
     }
     if (b.active.empty()) break;
+    // Read once a round (probe() may be changed between calls to done): a fixed R, or 0 for window().
+    const uint64_t fixed_r = probe_.read_sizer ? 0 : probe_.read_size;
+    const bool clusters = probe_.read_sizer && probe_.read_sizer->wants_clusters();
     size_t bytes = 0;
     for (BatchState::Key& k : b.active) {
       // kept: a read sizer may change R while scanning. A fixed R: window() without its calls.
