@@ -158,9 +158,9 @@ struct LoggingSizer final : ReadSizer {
   void observe(uint32_t node, uint64_t start, uint64_t length) override { seen.push_back({node, start, length}); }
 };
 
-// With a read sizer, one key at a time: the multi-get makes the sizer's calls a get_visit of each key
-// makes, in the same order, so each key costs what its get_visit costs and the sizer sees the same
-// clusters. Several keys at a time: the same answers (the oracle).
+// With a read sizer, one key at a time: the multi-get sizes each window as a get_visit of the key
+// does, so each key costs what its get_visit costs, and it shows the sizer the same clusters in the
+// same order. Several keys at a time: the same answers (the oracle).
 TEST(MultiGetReadSizer, SizesEachWindowAndReportsClusters) {
   LinearConfig c;
   c.format = SlotFormat::kInline;
@@ -229,6 +229,41 @@ TEST(MultiGetReadSizer, SizesEachWindowAndReportsClusters) {
     ASSERT_TRUE(got[i].has_value()) << keys[i];
     EXPECT_EQ(got[i]->r.status, oracle.count(keys[i]) ? Status::kFound : Status::kNotFound) << keys[i];
   }
+}
+
+// probe() is the client's own to change between calls: a read size of 0 makes every lookup a miss
+// with no READ (lookup's loop ends at once); the multi-get answers the same and posts nothing.
+TEST(MultiGetReadSizer, ReadSizeZeroIsAMissWithoutARead) {
+  LinearConfig c;
+  c.home_slots = 64;
+  LocalTable t(c);
+  Client loader(*t.fabric, c);
+  for (uint64_t k = 2; k < 10; ++k) ASSERT_EQ(loader.find_or_put(k, value_for(k, 1, c.value_bytes)).status, Status::kInserted);
+  auto tr = t.fabric->connect();
+  Engine e(*tr);
+  LinearClient client(c, ProbeConfig{}, e);
+  client.probe().read_size = 0;
+  Recorder rec;
+  std::vector<uint64_t> keys{2, 3, 4, 100};
+  std::vector<int> calls(keys.size(), 0);
+  const uint64_t batches0 = tr->counters().batches, reads0 = tr->counters().reads;
+  ASSERT_TRUE(client.get_batch(keys.size(), 4, [&](uint64_t i) { return keys[i]; }, c.value_bytes, rec,
+                               [&](const Engine::Completion& comp) {
+                                 ASSERT_FALSE(comp.error);
+                                 ++calls[comp.index];
+                                 ASSERT_TRUE(rec.last.has_value());
+                                 EXPECT_EQ(rec.last->r.status, Status::kNotFound);
+                                 rec.last.reset();
+                                 EXPECT_EQ(comp.stats.reads, 0u);
+                               }));
+  EXPECT_EQ(calls, std::vector<int>(keys.size(), 1));
+  EXPECT_EQ(tr->counters().batches, batches0);
+  EXPECT_EQ(tr->counters().reads, reads0);
+  OpStats alone;
+  e.run(visit(client, 2, c.value_bytes, rec), &alone);
+  ASSERT_TRUE(rec.last.has_value());
+  EXPECT_EQ(rec.last->r.status, Status::kNotFound);
+  EXPECT_EQ(alone.reads, 0u);
 }
 
 LinearConfig small_inline(uint32_t nodes) {

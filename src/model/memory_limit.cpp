@@ -19,24 +19,36 @@ namespace {
 
 constexpr uint64_t kLine = 64;
 
+// The probe's region, 2 MiB-aligned (a huge page can back it from its first byte) between
+// inaccessible reserved bytes: its own mapping in /proc/self/smaps, never merged with a neighbour
+// of the same advice, so what inspect_pages reads is the probe's pages alone.
 class Mapping {
  public:
-  Mapping(uint64_t bytes, ProbePages pages) : bytes_(bytes) {
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
+  Mapping(uint64_t bytes, ProbePages pages) : reserved_(bytes + 2 * kHuge) {
+    void* r = ::mmap(nullptr, reserved_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED)
       throw std::runtime_error("memory-limit probe: cannot map " + std::to_string(bytes) + " bytes: " + std::strerror(errno));
-    p_ = static_cast<std::byte*>(p);
+    base_ = static_cast<std::byte*>(r);
+    const uintptr_t start = (reinterpret_cast<uintptr_t>(base_) + kHuge) & ~(kHuge - 1);  // a page or more before it, 2 MiB after
+    p_ = reinterpret_cast<std::byte*>(start);
+    if (::mprotect(p_, bytes, PROT_READ | PROT_WRITE) != 0) {
+      const int e = errno;
+      ::munmap(base_, reserved_);
+      throw std::runtime_error("memory-limit probe: cannot map " + std::to_string(bytes) + " bytes: " + std::strerror(e));
+    }
     // Advice only: a kernel without THP ignores it; what was asked is reported.
     (void)::madvise(p_, bytes, pages == ProbePages::kThp ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
   }
-  ~Mapping() { ::munmap(p_, bytes_); }
+  ~Mapping() { ::munmap(base_, reserved_); }
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
   uint64_t* words() const { return reinterpret_cast<uint64_t*>(p_); }
 
  private:
-  std::byte* p_ = nullptr;
-  uint64_t bytes_;
+  static constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  std::byte* base_ = nullptr;  // the reservation
+  std::byte* p_ = nullptr;     // the probe's bytes in it
+  uint64_t reserved_;
 };
 
 double median(std::vector<double> v) {

@@ -364,16 +364,28 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
     // Read once a round (probe() may be changed between calls to done): a fixed R, or 0 for window().
     const uint64_t fixed_r = probe_.read_sizer ? 0 : probe_.read_size;
     const bool clusters = probe_.read_sizer && probe_.read_sizer->wants_clusters();
-    size_t bytes = 0;
-    for (BatchState::Key& k : b.active) {
+    size_t bytes = 0, live = 0;
+    for (size_t a = 0; a < b.active.size(); ++a) {
+      BatchState::Key& k = b.active[a];
       // kept: a read sizer may change R while scanning. A fixed R: window() without its calls.
       k.n = fixed_r ? std::min<uint64_t>(fixed_r, total - k.from.slot) : window(k.place.node, k.from.slot);
+      if (k.n == 0) {  // a read size of 0 (probe() changed): a miss with no READ, as lookup's loop ends
+        OpResult r;
+        r.chunks = k.from.chunks;
+        sink.copied(k.key, r, {});
+        finish(k, nullptr);
+        continue;
+      }
+      if (live != a) b.active[live] = k;
+      ++live;
       bytes += k.n * slot_bytes_;
     }
+    b.active.resize(live);
+    if (b.active.empty()) continue;
     b.windows.resize(bytes);
     b.reqs.resize(b.active.size());
     bytes = 0;
-    for (size_t a = 0; a < b.active.size(); ++a) {  // n >= 1: a home slot, or kMore checked the next window
+    for (size_t a = 0; a < b.active.size(); ++a) {  // n >= 1 (n == 0 finished above)
       // Each field written in place: a Request built on the stack and copied in costs a
       // store-forwarding stall per key (its zeroed bytes reloaded as wider words).
       const BatchState::Key& k = b.active[a];
@@ -419,7 +431,7 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
         finish(k, nullptr);
       } else if (found == Probe::kMore) {
         k.from.slot += n;  // the next window, as lookup's loop goes on
-        if (window(p.node, k.from.slot) == 0) {  // none: past the last tail slot, a miss now
+        if (k.from.slot >= total) {  // none: past the last tail slot, a miss now
           sink.copied(k.key, r, {});
           finish(k, nullptr);
         } else {
