@@ -13,7 +13,12 @@ does not build proves nothing: "invalid"), or no longer applies (`find` must occ
 selected tests run once: a test that fails without a mutant would "kill" everything.
 
 Usage: scripts/mutants.py [--only ID[,ID]] [--file GLOB] [--repeat N] [--full] [--jobs N]
-                          [--workdir DIR] [--list] [--no-baseline]
+                          [--workers N] [--workdir DIR] [--list] [--no-baseline]
+
+--workers N builds and tests N mutants at once, each in its own copy of the tree (w0, w1, ... under
+the work directory), each build and ctest with --jobs parallelism. The builds leave out debug
+information and use ccache and mold when they are installed: a restored file then compiles from the
+cache, and the copies share their unmutated objects.
 """
 import argparse
 import fnmatch
@@ -25,6 +30,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import traceback
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -128,6 +135,7 @@ def run(cmd, log, timeout=None, env=None):
 # ctest's line for a finished test that failed: "3/15 Test #130: <name> [# GetParam() = ...] ...***Failed"
 # (or ***Timeout, ***Exception: ...); "***Skipped" (GTEST_SKIP) and "***Not Run" are not failures.
 FAILED_LINE = re.compile(r"Test +#\d+: (\S+).*\*\*\*(?!Skipped|Not Run)")
+TIMEOUT_LINE = re.compile(r"Test +#\d+: (\S+).*\*\*\*Timeout")
 
 
 def run_until_failure(cmd, log, env):
@@ -161,6 +169,12 @@ def run_until_failure(cmd, log, env):
         p.stdout.close()
         p.wait()
         return stopped
+
+
+def timed_out(log):
+    """The tests of a ctest log that failed by their timeout."""
+    with open(log, encoding="utf-8", errors="replace") as f:
+        return set(TIMEOUT_LINE.findall(f.read()))
 
 
 def ctest(build, regex, jobs, log, test_timeout, stop_on_failure=False):
@@ -197,7 +211,9 @@ def main():
     ap.add_argument("--file", default="*.json", help="glob of mutant files under tests/mutants (default *.json)")
     ap.add_argument("--repeat", type=int, default=1, help="run each mutant's tests N times (killed = every run)")
     ap.add_argument("--full", action="store_true", help="run the whole suite for every mutant")
-    ap.add_argument("--jobs", type=int, default=2, help="build and ctest parallelism (default 2)")
+    ap.add_argument("--jobs", type=int, default=2, help="build and ctest parallelism of each worker (default 2)")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="mutants built and tested at once, each in its own copy of the tree (default 1)")
     ap.add_argument("--workdir", default=os.path.join(ROOT, "build", "mutants"),
                     help="persistent copy of the tree and its build (default build/mutants)")
     ap.add_argument("--test-timeout", type=int, default=300, help="ctest timeout per test, seconds")
@@ -214,6 +230,12 @@ def main():
         die("--repeat must be at least 1")
     if args.jobs < 1:
         die("--jobs must be at least 1")
+    if args.workers < 1:
+        die("--workers must be at least 1")
+    if args.full and args.workers > 1:
+        # The whole suite holds RUN_SERIAL tests (fixed network namespaces, a fixed temp file) that
+        # two workers would run at once: false kills.
+        die("--full runs one worker at a time (its suite has RUN_SERIAL tests): drop --workers")
 
     if args.sweep:
         return sweep(args)
@@ -248,39 +270,71 @@ def main():
     return run_mutants(args, mutants)
 
 
+def build_env(workdir):
+    """ccache, when installed, under the work directory: a restored file compiles from the cache, and
+    every worker's copy of the tree compiles each unmutated source once. The copies sit at the same
+    depth (w<i>/tree, w<i>/build), so with base_dir the compile commands are the same text."""
+    env = dict(os.environ)
+    if shutil.which("ccache"):
+        env.update(CCACHE_DIR=os.path.join(os.path.abspath(workdir), "ccache"),
+                   CCACHE_BASEDIR=os.path.abspath(workdir), CCACHE_NOHASHDIR="1", CCACHE_MAXSIZE="8G")
+    return env
+
+
+def configure_args():
+    """The mutants' build: the suite's build type and optimisation without debug information (a
+    fifth of each compile and most of each link), ccache and mold when installed. (Not Release:
+    pybind11 then links the Python module with LTO, for every mutant that relinks it.) Warnings are
+    not errors here: a mutant that only trips -Werror still tests the behaviour."""
+    cmd = ["-G", "Ninja", "-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -DNDEBUG",
+           "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -DNDEBUG", "-DRDMAHASH_WERROR=OFF"]
+    if shutil.which("ccache"):
+        cmd += ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache", "-DCMAKE_C_COMPILER_LAUNCHER=ccache"]
+    if shutil.which("mold"):
+        cmd += [f"-DCMAKE_{kind}_LINKER_FLAGS=-fuse-ld=mold" for kind in ("EXE", "SHARED", "MODULE")]
+    return cmd
+
+
 def run_mutants(args, mutants):
-    """Applies, builds and tests each mutant in the persistent copy; prints and returns the verdicts.
+    """Applies, builds and tests each mutant in one of --workers persistent copies of the tree (each
+    with its own build); prints each verdict as it is reached and returns the exit status.
     A mutant carries either find/replace or `content` (a whole mutated file, from the sweep)."""
-    tree = os.path.join(args.workdir, "tree")
-    build = os.path.join(args.workdir, "build")
     logs = os.path.join(args.workdir, "logs")
     os.makedirs(logs, exist_ok=True)
-    print(f"mutants: {len(mutants)} mutant(s); tree {tree}; logs {logs}", flush=True)
-    sync_tree(ROOT, tree)
-    # Warnings are not errors here: a mutant that only trips -Werror still tests the behaviour.
-    if run(["cmake", "-S", tree, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
-            "-DRDMAHASH_WERROR=OFF"], os.path.join(logs, "configure.log")) != 0:
-        die(f"configure failed: see {logs}/configure.log", 1)
+    nworkers = max(1, min(args.workers, len(mutants)))
+    slots = [(os.path.join(args.workdir, f"w{i}", "tree"), os.path.join(args.workdir, f"w{i}", "build"))
+             for i in range(nworkers)]
+    env = build_env(args.workdir)
+    print(f"mutants: {len(mutants)} mutant(s); {nworkers} worker(s) in {args.workdir}/w*; logs {logs}", flush=True)
+    for i, (tree, build) in enumerate(slots):
+        sync_tree(ROOT, tree)
+        if run(["cmake", "-S", tree, "-B", build] + configure_args(), os.path.join(logs, f"configure-w{i}.log"),
+               env=env) != 0:
+            die(f"configure failed: see {logs}/configure-w{i}.log", 1)
 
-    def build_tree(log, target=None):
-        cmd = ["cmake", "--build", build, "-j", str(args.jobs)]
-        return run(cmd + (["--target", target] if target else []), log) == 0
+    def build_tree(build, log, jobs, target=None):
+        cmd = ["cmake", "--build", build, "-j", str(jobs)]
+        return run(cmd + (["--target", target] if target else []), log, env=env) == 0
 
-    def count_tests(regex, label=None):
+    def count_tests(build, regex, label=None):
         cmd = ["ctest", "--test-dir", build, "-N"] + (["-R", regex] if regex else []) + (["-L", label] if label else [])
         out = subprocess.run(cmd, capture_output=True, text=True).stdout
         m = re.search(r"Total Tests: (\d+)", out)
         return int(m.group(1)) if m else 0
 
-    def target_for(regex):
+    def target_for(build, regex):
         """rdmahash_tests alone when every selected test is in it (label inprocess): a much
         smaller rebuild than the CLI, the mpirun tests and the install check."""
-        if args.full or count_tests(regex) != count_tests(regex, "inprocess"):
+        if args.full or count_tests(build, regex) != count_tests(build, regex, "inprocess"):
             return None
         return "rdmahash_tests"
 
-    if not build_tree(os.path.join(logs, "baseline-build.log")):
-        die(f"the unmutated tree does not build: see {logs}/baseline-build.log", 1)
+    # The first copy is built with every core; the others then mostly from ccache.
+    all_jobs = args.jobs * nworkers
+    for i, (_tree, build) in enumerate(slots):
+        if not build_tree(build, os.path.join(logs, f"baseline-build-w{i}.log"), all_jobs):
+            die(f"the unmutated tree does not build: see {logs}/baseline-build-w{i}.log", 1)
+    build0 = slots[0][1]
     if not args.no_baseline:
         # ctest's regex dialect (cmsys::RegularExpression) has no (?:...) and at most 9 groups in one
         # expression ("Too many parentheses", and then no test runs): plain alternations of the
@@ -299,7 +353,7 @@ def run_mutants(args, mutants):
         for i, batch in enumerate(batches):
             log = os.path.join(logs, f"baseline-test-{i + 1}.log")
             logs_used.append(log)
-            k, f = ctest(build, None if batch is None else "|".join(batch), args.jobs, log, args.test_timeout)
+            k, f = ctest(build0, None if batch is None else "|".join(batch), all_jobs, log, args.test_timeout)
             if k == 0 and not f:
                 f = ["(no test matched: see the log)"]
             n += k
@@ -309,8 +363,15 @@ def run_mutants(args, mutants):
                 f"{' '.join(logs_used)}", 1)
         print(f"baseline: {n} test(s) pass unmutated ({len(batches)} ctest run(s))", flush=True)
 
-    results = {"killed": [], "survived": [], "invalid": []}
-    for m in mutants:
+    verdicts = {}  # mutant index -> verdict
+    todo = list(enumerate(mutants))
+    lock = threading.Lock()
+    fatal = []
+
+    def one(slot, m, jobs):
+        """The mutant's verdict, and whether it was killed by timeouts alone (which another worker's
+        spinning tests could have caused: such a kill is run again with the machine to itself)."""
+        tree, build = slot
         start = time.monotonic()
         logname = re.sub(r"[^A-Za-z0-9_.:-]", "_", m["id"])  # sweep ids name a source path
         path = os.path.join(tree, m["file"])
@@ -321,23 +382,27 @@ def run_mutants(args, mutants):
         else:
             err = check_applies(m, original)
             if err:  # sync_tree copied the same text we checked above
-                die(f"{m['id']}: {err}", 1)
+                raise RuntimeError(f"{m['id']}: {err}")
             mutated = original.replace(m["find"], m["replace"], 1)
         with open(path, "w", encoding="utf-8") as f:
             f.write(mutated)
         try:
-            if not build_tree(os.path.join(logs, f"{logname}-build.log"), target_for(m["tests"])):
+            only_timeouts = False
+            if not build_tree(build, os.path.join(logs, f"{logname}-build.log"), jobs,
+                              target_for(build, m["tests"])):
                 verdict, detail = "invalid", f"does not build (see logs/{logname}-build.log)"
             else:
                 killers, runs = set(), []
                 for rep in range(args.repeat):
                     log = os.path.join(logs, f"{logname}-test{rep}.log")
-                    n, failed = ctest(build, None if args.full else m["tests"], args.jobs, log, args.test_timeout,
+                    n, failed = ctest(build, None if args.full else m["tests"], jobs, log, args.test_timeout,
                                       stop_on_failure=True)
                     if n == 0:
-                        die(f"{m['id']}: tests regex '{m['tests']}' matches no test", 1)
+                        raise RuntimeError(f"{m['id']}: tests regex '{m['tests']}' matches no test")
                     runs.append(bool(failed))
                     killers.update(failed)
+                    if failed and set(failed) <= timed_out(log):
+                        only_timeouts = True
                 if all(runs):
                     names = sorted(killers)
                     more = f" (+{len(names) - 2} more)" if len(names) > 2 else ""
@@ -350,10 +415,52 @@ def run_mutants(args, mutants):
                 f.write(original)
         secs = time.monotonic() - start
         reps = f" [{args.repeat}x]" if args.repeat > 1 else ""
-        print(f"{verdict.upper():8} {m['id']:32} {detail}{reps} ({secs:.0f} s)", flush=True)
-        results[verdict].append(m["id"])
-        if verdict == "survived" and "diff" in m:
-            print(f"         {m['diff']}", flush=True)
+        again = verdict == "killed" and only_timeouts and nworkers > 1 and jobs == args.jobs
+        if again:
+            detail += "; by timeout only: run again alone after the others"
+        with lock:
+            print(f"{verdict.upper():8} {m['id']:32} {detail}{reps} ({secs:.0f} s)", flush=True)
+            if verdict == "survived" and "diff" in m:
+                print(f"         {m['diff']}", flush=True)
+        return "again" if again else verdict
+
+    def worker(slot):
+        while True:
+            with lock:
+                if not todo or fatal:
+                    return
+                index, m = todo.pop(0)
+            try:
+                verdicts[index] = one(slot, m, args.jobs)
+            except Exception:  # a broken mutant list or tree: stop every worker, report it
+                with lock:
+                    fatal.append(traceback.format_exc())
+                return
+
+    # Not daemon threads: on Ctrl-C each finishes its mutant and restores its file.
+    threads = [threading.Thread(target=worker, args=(slot,)) for slot in slots]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:
+        with lock:
+            todo.clear()
+        print("mutants: interrupted: waiting for the running mutants to finish and restore their files",
+              file=sys.stderr, flush=True)
+        for t in threads:
+            t.join()
+        return 130
+    if fatal:
+        die(fatal[0], 1)
+    # A kill by timeouts alone while another worker ran: again, alone, with every core.
+    for index, m in enumerate(mutants):
+        if verdicts.get(index) == "again":
+            verdicts[index] = one(slots[0], m, all_jobs)
+    results = {"killed": [], "survived": [], "invalid": []}
+    for index, m in enumerate(mutants):
+        results[verdicts[index]].append(m["id"])
 
     k, s, i = (len(results[x]) for x in ("killed", "survived", "invalid"))
     print(f"mutants: {k} killed, {s} survived, {i} invalid of {len(mutants)}")

@@ -12,7 +12,7 @@ fi
 opts=() srcs=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --sample|--seed|--jobs|--workdir|--sweep-tests) opts+=("$1" "$2"); shift 2 ;;
+    --sample|--seed|--jobs|--workers|--workdir|--sweep-tests) opts+=("$1" "$2"); shift 2 ;;
     -*) opts+=("$1"); shift ;;
     *) srcs+=("$1"); shift ;;
   esac

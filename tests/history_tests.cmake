@@ -116,11 +116,13 @@ set_tests_properties(history_continuity_added_local PROPERTIES
   ENVIRONMENT "${RDMAHASH_MPI_ENV}" LABELS history)
 
 # The checker catches broken histories: each takes the linear inline history and breaks one op.
+# A fixture, not DEPENDS: `ctest -R history_catches` (a mutant's tests) then writes the history first.
+set_tests_properties(history_linear_inline_local PROPERTIES FIXTURES_SETUP linear_inline_history)
 foreach(mode stale-read torn-read lost-insert)
   add_test(NAME history_catches_${mode}
     COMMAND sh -c "python3 \"$1\" ${mode} \"$3\" \"$3.${mode}\" && \"$2\" check-history --html \"$3.${mode}.html\" \"$3.${mode}\"; rc=$?; echo \"exit $rc\"; [ $rc -eq 1 ] && [ -s \"$3.${mode}.html\" ]"
             sh ${CMAKE_CURRENT_SOURCE_DIR}/history_inject.py $<TARGET_FILE:rdmahash_cli> ${HISTORY_DIR}/linear_inline_local.bin)
-  set_tests_properties(history_catches_${mode} PROPERTIES DEPENDS history_linear_inline_local
+  set_tests_properties(history_catches_${mode} PROPERTIES FIXTURES_REQUIRED linear_inline_history
     PASS_REGULAR_EXPRESSION "not linearizable: key.*exit 1" TIMEOUT 300 LABELS history)
 endforeach()
 
@@ -132,7 +134,7 @@ add_test(NAME history_missing_file COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/expect_fa
 add_test(NAME history_truncated_file
   COMMAND sh -c "head -c 1000 \"$2\" > \"$2.truncated\" && \"$1\" check-history \"$2.truncated\"; rc=$?; echo \"exit $rc\"; [ $rc -eq 2 ]"
           sh $<TARGET_FILE:rdmahash_cli> ${HISTORY_DIR}/linear_inline_local.bin)
-set_tests_properties(history_truncated_file PROPERTIES DEPENDS history_linear_inline_local
+set_tests_properties(history_truncated_file PROPERTIES FIXTURES_REQUIRED linear_inline_history
   PASS_REGULAR_EXPRESSION "truncated [(]header says [0-9]+ events[)].*exit 2")
 add_test(NAME history_needs_kv_mix COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/expect_fail.sh "history records workload kv-mix only"
   $<TARGET_FILE:rdmahash_cli> bench --records 100 --ops 10 --workload get --history ${HISTORY_DIR}/x.bin)
