@@ -16,7 +16,7 @@ add_test(NAME cli_zero_depth COMMAND ${EXPECT_FAIL} "depth must be" ${RDMAHASH_B
 add_test(NAME cli_bad_json_path COMMAND ${EXPECT_FAIL} "cannot open --json" ${RDMAHASH_BIN} bench --records 100 --ops 10 --json /nonexistent/dir/x.jsonl)
 add_test(NAME cli_ucx_no_clients COMMAND ${EXPECT_FAIL} "no client ranks"
   ${RDMAHASH_MPIRUN} -n 1 ${RDMAHASH_BIN} bench --fabric ucx --records 100 --ops 10)
-set_tests_properties(cli_ucx_no_clients PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 120)
+set_tests_properties(cli_ucx_no_clients PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV};EXPECT_FAIL_SECONDS=120" TIMEOUT 120)
 
 # The bench runs and its JSON carries the documented fields and consistent outcomes. The inserts
 # take a table at load factor 0.8 to 0.88 (2 clients x 1000 new keys): never full, so check_bench_json
@@ -267,7 +267,7 @@ add_test(NAME cli_ucx_records_too_big_for_memory COMMAND ${EXPECT_FAIL}
 # UCX allocates regions from POSIX shared memory by default, which an address-space limit does not
 # bound (tmpfs pages): allocate from anonymous mmap here, so that the limit applies.
 set_tests_properties(cli_ucx_records_too_big_for_memory PROPERTIES
-  ENVIRONMENT "${RDMAHASH_MPI_ENV};UCX_ALLOC_PRIO=mmap" TIMEOUT 120)
+  ENVIRONMENT "${RDMAHASH_MPI_ENV};UCX_ALLOC_PRIO=mmap;EXPECT_FAIL_SECONDS=120" TIMEOUT 120)
 # expect_fail.sh prints "ok (exit N)" when it passes: these must exit with exactly 2.
 set_tests_properties(cli_ycsb_nonexistent_contract cli_records_too_big_for_memory cli_unknown_option_contract
   cli_model_unknown_option_contract cli_ucx_records_too_big_for_memory PROPERTIES PASS_REGULAR_EXPRESSION "ok \\(exit 2\\)")
