@@ -1,6 +1,6 @@
 // Does a client's CPU work per key hide the cache misses of a batch of random reads on this
 // machine? (issue 30 item 2; docs/results.md, "A round ahead"). Not part of the build:
-//   g++ -O2 -o /tmp/overlap_probe scripts/overlap_probe.cpp && /tmp/overlap_probe W
+//   g++ -O2 -I src -o /tmp/overlap_probe scripts/overlap_probe.cpp && /tmp/overlap_probe W
 // A 1 GiB THP region; batches of 16 random 64-byte-aligned addresses, 8 M keys, 3 repeats. W is
 // the work per key: W dependent 64-bit mixes (about 5 ns each), done before the key's load. Modes:
 //   none    the work alone (the load replaced by the address): the floor;
@@ -17,14 +17,9 @@
 #include <cstdlib>
 #include <cstring>
 
-static inline uint64_t mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  x ^= x >> 33;
-  return x;
-}
+#include "common/hash.h"  // header-only, includes nothing of the project
+
+using rdmahash::hash::mix64;
 
 int main(int argc, char** argv) {
   if (argc != 2 || std::atoi(argv[1]) < 0) {
@@ -46,7 +41,7 @@ int main(int argc, char** argv) {
     std::printf("W=%d", W);
     for (int mode = 0; mode < 3; ++mode) {
       uint64_t a[16], next[16];
-      for (int j = 0; j < 16; ++j) next[j] = mix(ctr++) % lines * 64;
+      for (int j = 0; j < 16; ++j) next[j] = mix64(ctr++) % lines * 64;
       const auto t0 = std::chrono::steady_clock::now();
       for (uint64_t i = 0; i < n; i += 16) {
         for (int j = 0; j < 16; ++j) {
@@ -54,9 +49,9 @@ int main(int argc, char** argv) {
           if (mode == 1) __builtin_prefetch(p + a[j]);
         }
         for (int j = 0; j < 16; ++j) {
-          next[j] = mix(ctr++) % lines * 64;
+          next[j] = mix64(ctr++) % lines * 64;
           if (mode == 2) __builtin_prefetch(p + next[j]);
-          for (int w = 0; w < W; ++w) acc = mix(acc + w);
+          for (int w = 0; w < W; ++w) acc = mix64(acc + w);
           sum += mode == 0 ? a[j] : *reinterpret_cast<const uint64_t*>(p + a[j]);
         }
       }
