@@ -4,6 +4,7 @@
 // first window; a locked slot and a failing memory node fail only their own keys.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstring>
@@ -384,6 +385,74 @@ TEST(MultiGetFaults, SlotUnlockedAfterTheFirstRoundIsAnswered) {
       EXPECT_LE(latency[i], latency[7]) << "the resumed key finished last";
     }
   }
+}
+
+// A key whose window holds a locked slot leaves the rounds for its own lookup, which reads that
+// window again. A read sizer that tracks clusters is shown that window's runs once, by the lookup,
+// so the multi-get shows it the runs the keys' get_visits show (as multisets: the order differs).
+TEST(MultiGetReadSizer, ResumedKeyShowsItsWindowsRunsOnce) {
+  struct FourSlots final : ReadSizer {
+    std::vector<std::array<uint64_t, 3>> seen;  // (node, start, length) per observe
+    uint32_t size_at(uint32_t, uint64_t) override { return 4; }
+    bool wants_clusters() const override { return true; }
+    void observe(uint32_t node, uint64_t start, uint64_t length) override { seen.push_back({node, start, length}); }
+  };
+  const LinearConfig c = small_inline(1);
+  LocalTable t(c);
+  const std::vector<uint64_t> keys = insert_keys(t, 40, 0x9E3779B97F4A7C15ULL);
+  // The locked key: one whose 4-slot window from its home shows a run that ends at an empty slot
+  // after the key's own slot (the scan meets the lock before it; the window's observation shows
+  // that run).
+  const std::byte* slots = t.fabric->local_region(0).data() + linear_internal::kHeaderBytes;
+  auto empty = [&](uint64_t s) { return s < c.total_slots() && record::load64(slots + s * c.slot_bytes()) == 0; };
+  size_t locked = keys.size();
+  for (size_t i = 0; i < keys.size() && locked == keys.size(); ++i) {
+    const uint64_t home = linear_place(c, keys[i]).home;
+    const auto* ctrl = reinterpret_cast<const std::byte*>(ctrl_word_of(t, keys[i]));
+    const uint64_t s = static_cast<uint64_t>(ctrl - slots) / c.slot_bytes();
+    for (uint64_t e = s + 1; e < home + 4 && s < home + 4; ++e)
+      if (empty(e)) {
+        locked = i;
+        break;
+      }
+  }
+  ASSERT_LT(locked, keys.size());
+  uint64_t* ctrl = ctrl_word_of(t, keys[locked]);
+  *ctrl |= record::kLock;
+  // Every key's first READ is in the first batch; the first request after it unlocks the slot.
+  test::FaultTransport ft(t.fabric->connect(), {}, [&](const Request&, uint64_t ordinal) {
+    if (ordinal == keys.size()) *ctrl &= ~record::kLock;
+  });
+  Engine e(ft);
+  auto many_sizer = std::make_shared<FourSlots>();
+  ProbeConfig pm;
+  pm.read_sizer = many_sizer;
+  LinearClient many(c, pm, e);
+  Recorder rec;
+  std::vector<std::optional<Answer>> got(keys.size());
+  ASSERT_TRUE(many.get_batch(keys, c.value_bytes, rec, [&](const Engine::Completion& comp) {
+    ASSERT_FALSE(comp.error) << comp.index;
+    got[comp.index] = std::move(rec.last);
+    rec.last.reset();
+  }));
+  EXPECT_EQ((*ctrl & record::kLock), 0u) << "the hook ran: a second batch was posted";
+  auto alone_sizer = std::make_shared<FourSlots>();
+  ProbeConfig pa;
+  pa.read_sizer = alone_sizer;
+  auto tr = t.fabric->connect();
+  Engine e2(*tr);
+  LinearClient alone(c, pa, e2);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(got[i].has_value()) << i;
+    EXPECT_EQ(got[i]->r.status, Status::kFound) << i;
+    e2.run(visit(alone, keys[i], c.value_bytes, rec));
+    rec.last.reset();
+  }
+  auto a = alone_sizer->seen, m = many_sizer->seen;
+  std::sort(a.begin(), a.end());
+  std::sort(m.begin(), m.end());
+  EXPECT_FALSE(a.empty());
+  EXPECT_EQ(m, a) << "each run the keys' windows show, shown once";
 }
 
 // done must not start another multi-get on the same client: refused, and the outer call finishes.

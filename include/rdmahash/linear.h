@@ -561,7 +561,7 @@ class LinearClient final : public KvClient {
   void check_value(std::span<const std::byte> value, bool required) const;
   RemoteAddr slot_addr(uint32_t node, uint64_t slot) const;
   enum class Probe : uint8_t;
-  inline Probe scan(uint64_t key, const LinearPlacement& p, const std::byte* data, uint64_t n, uint64_t& j) const;
+  inline Probe scan(uint64_t key, uint32_t kbits, const std::byte* data, uint64_t n, uint64_t& j) const;
   uint64_t window(uint32_t node, uint64_t slot) const;
   // get, get_visit and locate: the lookup, in one frame; `Sink` says where the answer goes.
   struct CopySink;

@@ -11,35 +11,12 @@
 
 namespace rdmahash::bench {
 
-void ClientResult::add_outcome(const OpResult& res) {
-  chunks += res.chunks;
-  persists += res.persists;
-  switch (res.status) {
-    case Status::kFound: ++found; break;
-    case Status::kInserted: ++inserted; break;
-    case Status::kFull: ++full; break;
-    case Status::kNotFound: ++not_found; break;
-    case Status::kUpdated: ++updated; break;
-    case Status::kErased: ++erased; break;
-    default: break;
-  }
-}
-
 void ClientResult::add_split_load(double load_factor) {
   const auto ppm = static_cast<uint64_t>(std::llround(std::clamp(load_factor, 0.0, 1.0) * 1e6));
   ++split_loads;
   split_load_ppm_sum += ppm;
   split_load_ppm_min = std::min(split_load_ppm_min, ppm);
   split_load_ppm_max = std::max(split_load_ppm_max, ppm);
-}
-
-void ClientResult::add_op(const OpStats& s, std::chrono::nanoseconds latency) {
-  ++ops;
-  round_trips += s.round_trips;
-  reads += s.reads; writes += s.writes; cas += s.cas; faa += s.faa; rpcs += s.rpcs;
-  bytes += s.bytes;
-  const auto ns = latency.count();
-  latency_ns.push_back(static_cast<uint32_t>(std::clamp<int64_t>(ns, 0, UINT32_MAX)));
 }
 
 void ClientResult::merge(const ClientResult& o) {

@@ -39,8 +39,28 @@ struct ClientResult {
   uint64_t client_sleeps = 0, client_unspun_sleeps = 0;  // UCX clients' waits (FabricCounters), summed
   std::vector<uint32_t> latency_ns;
 
-  void add_op(const OpStats& s, std::chrono::nanoseconds latency);
-  void add_outcome(const OpResult& res);  // chunks, persists and the status counters
+  // Per operation, inline: the multi-get's loop calls them for every key.
+  void add_op(const OpStats& s, std::chrono::nanoseconds latency) {
+    ++ops;
+    round_trips += s.round_trips;
+    reads += s.reads; writes += s.writes; cas += s.cas; faa += s.faa; rpcs += s.rpcs;
+    bytes += s.bytes;
+    const auto ns = latency.count();
+    latency_ns.push_back(static_cast<uint32_t>(ns < 0 ? 0 : ns > int64_t{UINT32_MAX} ? UINT32_MAX : ns));
+  }
+  void add_outcome(const OpResult& res) {  // chunks, persists and the status counters
+    chunks += res.chunks;
+    persists += res.persists;
+    switch (res.status) {
+      case Status::kFound: ++found; break;
+      case Status::kInserted: ++inserted; break;
+      case Status::kFull: ++full; break;
+      case Status::kNotFound: ++not_found; break;
+      case Status::kUpdated: ++updated; break;
+      case Status::kErased: ++erased; break;
+      default: break;
+    }
+  }
   void add_split_load(double load_factor);  // race: one split's load factor into the split_load_* fields
   void merge(const ClientResult& o);  // sums; seconds = max
   std::vector<std::byte> serialize() const;

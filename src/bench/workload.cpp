@@ -45,20 +45,6 @@ void fill_value(uint64_t key, std::span<std::byte> out) {
   }
 }
 
-bool value_matches(uint64_t key, std::span<const std::byte> value) {
-  uint64_t s = key;
-  for (size_t i = 0; i < value.size(); i += 8) {
-    s = hash::mix64(s + 0x2545F4914F6CDD1DULL);
-    if (value.size() - i >= 8) {
-      uint64_t w;
-      std::memcpy(&w, value.data() + i, 8);
-      if (w != s) return false;
-    } else if (std::memcmp(value.data() + i, &s, value.size() - i) != 0) {
-      return false;
-    }
-  }
-  return true;
-}
 
 struct RecordStream::Zipf {
   ycsb::Rng rng;

@@ -485,8 +485,18 @@ void UcxTransport::execute(std::span<Request> batch) {
   std::string error;
   size_t valid = 0;
   bool all_direct = true;  // every request goes direct (the same-host fast path below)
+  const uint32_t nodes = fabric_.memory_nodes();
+  const uint64_t region = nodes ? fabric_.region_bytes(0) : 0;  // every node's region has the config's size
   for (Request& r : batch) {
     r.status = ReqStatus::kUnknown;
+    // A lookup's READ inside its region (the common request) is checked here, inline: exactly
+    // what validate() checks of a READ. Anything else, or anything wrong, goes to validate().
+    if (r.kind == ReqKind::kRead && r.addr.node < nodes && (r.len == 0 || r.buf != nullptr) && r.addr.offset <= region &&
+        r.len <= region - r.addr.offset) {
+      ++valid;
+      all_direct = all_direct && fabric_.direct(r.addr.node) != nullptr;
+      continue;
+    }
     try {
       validate(r);
       ++valid;

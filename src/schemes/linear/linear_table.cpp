@@ -4,6 +4,8 @@
 // linear_read_sizer.cpp. The layout, publication protocol and invariants are documented in
 // include/rdmahash/linear.h; this file follows them line by line.
 #include <csignal>
+#include <cstddef>
+#include <cstring>
 #include "schemes/linear/linear_internal.h"
 
 namespace rdmahash {
@@ -24,14 +26,20 @@ LinearClient::LinearClient(const LinearConfig& cfg, const ProbeConfig& probe, En
 }
 
 struct LinearClient::BatchState {
-  struct Key {  // a key in flight
+  // A key in flight: 64 bytes, one cache line, copied only when it stays for another round while
+  // keys before it left. Its OpStats are derived when it is answered: one READ a round, so
+  // round_trips = reads = chunks; bytes summed.
+  struct Key {
     uint64_t index, key;
-    LinearPlacement place;
-    LookupFrom from;  // its next window, the cluster run so far, the windows read
-    OpStats stats;
+    uint64_t slot;       // its next window's first slot (linear order)
+    uint64_t run_start;  // the cluster run so far (read sizers that track clusters)
+    uint32_t node, kbits;
+    uint32_t chunks;     // windows read, = its rounds
+    uint32_t bytes;      // bytes those READs fetched
+    uint32_t n;          // this round: the slots of its window
     std::chrono::steady_clock::time_point start;  // the batch boundary it joined at
-    uint64_t n;       // this round: the slots of its window
   };
+  static_assert(sizeof(Key) == 64);
   std::vector<Key> active;     // not answered yet
   std::vector<Key> resume;     // met a locked or torn slot: the lookup goes on
   std::vector<Request> reqs;
@@ -118,7 +126,7 @@ Task<bool> LinearClient::read_stable(uint32_t node, uint64_t slot, std::byte* ds
 // kMiss (an empty slot ends the probe, seed 000 §4.3) or kMore (no answer: read the next window).
 enum class LinearClient::Probe : uint8_t { kHit, kUnstable, kMiss, kMore };
 // Inlined into its two callers (both below): the multi-get calls it once per key and round.
-[[gnu::always_inline]] inline LinearClient::Probe LinearClient::scan(uint64_t key, const LinearPlacement& p,
+[[gnu::always_inline]] inline LinearClient::Probe LinearClient::scan(uint64_t key, uint32_t kbits,
                                                                      const std::byte* data, uint64_t n, uint64_t& j) const {
   const bool set = cfg_.format == SlotFormat::kSet;
   const InlineLayout l(cfg_);
@@ -130,7 +138,7 @@ enum class LinearClient::Probe : uint8_t { kHit, kUnstable, kMiss, kMore };
       if (w == (kOcc | key)) return Probe::kHit;
       continue;
     }
-    if ((w & kDel) || static_cast<uint32_t>(w) != p.kbits) continue;
+    if ((w & kDel) || static_cast<uint32_t>(w) != kbits) continue;
     if ((w & kLock) || !inline_consistent(cfg_, l, sl)) return Probe::kUnstable;
     if (cfg_.key_bytes == 8 && load64(sl + l.key_off) != key) continue;
     return Probe::kHit;
@@ -334,10 +342,30 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
   engine_.restart_clock();  // the first keys start now, not at the engine's last batch
   const InlineLayout l(cfg_);
   const uint64_t total = cfg_.total_slots();
+  const bool has_value = cfg_.value_bytes != 0;
+  auto stats_of = [](const BatchState::Key& k) {
+    // round_trips, reads, writes and cas as ONE 16-byte store: `done` reads them at once (a
+    // vectorized sum, as ClientResult::add_op's), and a wide load of bytes just written by
+    // narrower stores is not forwarded from the store buffer (a ~20-cycle stall per key).
+    using V4 = uint32_t __attribute__((vector_size(16)));
+    static_assert(offsetof(OpStats, round_trips) == 0 && offsetof(OpStats, reads) == 4 && offsetof(OpStats, writes) == 8 &&
+                  offsetof(OpStats, cas) == 12);
+    OpStats st;
+    const V4 v = {k.chunks, k.chunks, 0, 0};
+    std::memcpy(static_cast<void*>(&st), &v, sizeof v);  // OpStats is trivially copyable
+    st.bytes = k.bytes;
+    return st;
+  };
   auto finish = [&](const BatchState::Key& k, std::exception_ptr error) {
-    done(Engine::Completion{k.index, k.stats,
+    done(Engine::Completion{k.index, stats_of(k),
                             std::chrono::duration_cast<std::chrono::nanoseconds>(engine_.batch_clock() - k.start),
                             std::move(error)});
+  };
+  auto miss = [&](const BatchState::Key& k) {
+    OpResult r;
+    r.chunks = k.chunks;
+    sink.copied(k.key, r, {});
+    finish(k, nullptr);
   };
   // Rounds: up to `depth` keys in flight; each round's batch carries the next window of every key
   // not yet answered (the READ its lookup would post next: window(), the read sizer's R, never past
@@ -347,6 +375,7 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
   // the rounds for the lookup itself (below).
   uint64_t issued = 0;
   while (issued < count || !b.active.empty()) {
+    const auto now = engine_.batch_clock();
     while (b.active.size() < depth && issued < count) {
       const uint64_t index = issued++;
       const uint64_t key = key_of(index);
@@ -357,91 +386,87 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
         continue;
       }
       const LinearPlacement p = place_key(cfg_, key);
-      b.active.push_back(BatchState::Key{index, key, p, LookupFrom{true, p.home, p.home, 0}, OpStats{},
-                                         engine_.batch_clock(), 0});
+      BatchState::Key& k = b.active.emplace_back();  // fields stored in place, not copied from the stack
+      k.index = index;
+      k.key = key;
+      k.slot = k.run_start = p.home;
+      k.node = p.node;
+      k.kbits = p.kbits;
+      k.start = now;
     }
     if (b.active.empty()) break;
     // Read once a round (probe() may be changed between calls to done): a fixed R, or 0 for window().
     const uint64_t fixed_r = probe_.read_sizer ? 0 : probe_.read_size;
     const bool clusters = probe_.read_sizer && probe_.read_sizer->wants_clusters();
-    size_t bytes = 0, live = 0;
+    // Each key's window and READ, in one pass. A window of 0 slots (a read size of 0: probe()
+    // changed) is a miss with no READ, as lookup's loop ends. Each Request field is written in
+    // place: a Request built on the stack and copied in costs a store-forwarding stall per key.
+    size_t live = 0, bytes = 0;
+    b.reqs.resize(b.active.size());
     for (size_t a = 0; a < b.active.size(); ++a) {
-      BatchState::Key& k = b.active[a];
+      const BatchState::Key& k = b.active[a];
       // kept: a read sizer may change R while scanning. A fixed R: window() without its calls.
-      k.n = fixed_r ? std::min<uint64_t>(fixed_r, total - k.from.slot) : window(k.place.node, k.from.slot);
-      if (k.n == 0) {  // a read size of 0 (probe() changed): a miss with no READ, as lookup's loop ends
-        OpResult r;
-        r.chunks = k.from.chunks;
-        sink.copied(k.key, r, {});
-        finish(k, nullptr);
+      const uint64_t n = fixed_r ? std::min<uint64_t>(fixed_r, total - k.slot) : window(k.node, k.slot);
+      if (n == 0) {
+        miss(k);
         continue;
       }
       if (live != a) b.active[live] = k;
-      ++live;
-      bytes += k.n * slot_bytes_;
-    }
-    b.active.resize(live);
-    if (b.active.empty()) continue;
-    b.windows.resize(bytes);
-    b.reqs.resize(b.active.size());
-    bytes = 0;
-    for (size_t a = 0; a < b.active.size(); ++a) {  // n >= 1 (n == 0 finished above)
-      // Each field written in place: a Request built on the stack and copied in costs a
-      // store-forwarding stall per key (its zeroed bytes reloaded as wider words).
-      const BatchState::Key& k = b.active[a];
-      Request& r = b.reqs[a];
+      b.active[live].n = static_cast<uint32_t>(n);
+      Request& r = b.reqs[live++];
       r.kind = ReqKind::kRead;
-      r.addr = slot_addr(k.place.node, k.from.slot);
-      r.len = static_cast<uint32_t>(k.n * slot_bytes_);
-      r.buf = b.windows.data() + bytes;
+      r.addr = slot_addr(k.node, k.slot);
+      r.len = static_cast<uint32_t>(n * slot_bytes_);
+      r.buf = reinterpret_cast<void*>(bytes);  // an offset into `windows` until it is sized
       r.fence = false;
       bytes += r.len;
     }
+    b.active.resize(live);
+    b.reqs.resize(live);
+    if (live == 0) continue;
+    if (b.windows.size() < bytes) b.windows.resize(bytes);
+    for (Request& r : b.reqs) r.buf = b.windows.data() + reinterpret_cast<uintptr_t>(r.buf);
     const std::string error = engine_.execute_batch(b.reqs);
     size_t kept = 0;
     for (size_t a = 0; a < b.active.size(); ++a) {
       BatchState::Key& k = b.active[a];
-      const LinearPlacement& p = k.place;
-      const uint64_t n = k.n;
-      OpResult r;
       const Request& rq = b.reqs[a];
-      const LookupFrom before = k.from;  // a locked or torn slot: the lookup reads this window again
-      ++k.stats.round_trips;
-      ++k.stats.reads;
-      k.stats.bytes += rq.len;
-      r.chunks = ++k.from.chunks;
+      const uint64_t n = k.n;
+      ++k.chunks;
+      k.bytes += rq.len;
       if (rq.status != ReqStatus::kOk) {  // as an awaited failed READ: FabricError in that key's op
         finish(k, std::make_exception_ptr(FabricError(error)));
         continue;
       }
       const std::byte* data = static_cast<const std::byte*>(rq.buf);
-      if (clusters) observe_clusters(p.node, k.from.slot, data, n, k.from.run_start);
       uint64_t j = 0;
-      const Probe found = scan(k.key, p, data, n, j);
-      if (found == Probe::kMiss) {
-        sink.copied(k.key, r, {});
-        finish(k, nullptr);
-      } else if (found == Probe::kHit) {
+      const Probe found = scan(k.key, k.kbits, data, n, j);
+      // The runs this window shows, to a read sizer that tracks them; not for a key that met a
+      // locked or torn slot: its lookup reads the window again and shows them (each run once).
+      if (clusters && found != Probe::kUnstable) observe_clusters(k.node, k.slot, data, n, k.run_start);
+      if (found == Probe::kHit) {
+        OpResult r;
+        r.chunks = k.chunks;
         r.status = Status::kFound;
         r.matches = 1;
         const std::byte* sl = data + j * slot_bytes_;
-        sink.hit(k.key, r,
-                 cfg_.value_bytes ? std::span<const std::byte>(sl + l.val_off, cfg_.value_bytes) : std::span<const std::byte>(),
-                 Located{true, k.from.slot + j, load64(sl)});
+        sink.hit(k.key, r, has_value ? std::span<const std::byte>(sl + l.val_off, cfg_.value_bytes) : std::span<const std::byte>(),
+                 Located{true, k.slot + j, load64(sl)});
         finish(k, nullptr);
+      } else if (found == Probe::kMiss) {
+        miss(k);
       } else if (found == Probe::kMore) {
-        k.from.slot += n;  // the next window, as lookup's loop goes on
-        if (k.from.slot >= total) {  // none: past the last tail slot, a miss now
-          sink.copied(k.key, r, {});
-          finish(k, nullptr);
+        k.slot += n;  // the next window, as lookup's loop goes on
+        if (k.slot >= total) {  // none: past the last tail slot, a miss now
+          miss(k);
         } else {
           if (kept != a) b.active[kept] = k;  // a key that stays where it is is not copied
           ++kept;
         }
       } else {
         // kUnstable: the lookup itself, from this window's start as it stood before this round
-        // (one READ more than the lookup's read_stable of the one slot; the same answer).
-        k.from = before;
+        // (one READ more than the lookup's read_stable of the one slot; the same answer). Its
+        // stats keep this round's READ; the lookup counts its chunks from before it.
         b.resume.push_back(k);
       }
     }
@@ -451,10 +476,13 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
       const auto resumed = engine_.batch_clock();
       engine_.run_many(
           b.resume.size(), static_cast<uint32_t>(b.resume.size()),
-          [&](uint64_t k) { return lookup(b.resume[k].key, sink, b.resume[k].from); },
+          [&](uint64_t i) {
+            const BatchState::Key& k = b.resume[i];
+            return lookup(k.key, sink, LookupFrom{true, k.slot, k.run_start, k.chunks - 1});
+          },
           [&](const Engine::Completion& c) {
             const BatchState::Key& k = b.resume[c.index];
-            OpStats st = k.stats;
+            OpStats st = stats_of(k);
             st.add(c.stats);
             done(Engine::Completion{k.index, st,
                                     std::chrono::duration_cast<std::chrono::nanoseconds>(resumed - k.start) + c.latency, c.error});
@@ -511,7 +539,7 @@ Task<typename Sink::Ret> LinearClient::lookup(uint64_t key, Sink sink, LookupFro
     ++r.chunks;
     if (!quad) observe_clusters(p.node, s, data, n, run_start);  // read sizers: linear order only
     for (uint64_t j = 0;; ++j) {
-      const Probe found = scan(key, p, data, n, j);
+      const Probe found = scan(key, p.kbits, data, n, j);
       if (found == Probe::kMore) break;
       if (found == Probe::kMiss) co_return sink.copied(key, r, {});
       const std::byte* sl = data + j * slot_bytes_;
