@@ -45,7 +45,6 @@ void fill_value(uint64_t key, std::span<std::byte> out) {
   }
 }
 
-
 struct RecordStream::Zipf {
   ycsb::Rng rng;
   ycsb::ZipfianGenerator gen;

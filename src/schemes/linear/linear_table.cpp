@@ -417,7 +417,6 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
       r.kind = ReqKind::kRead;
       r.addr = slot_addr(k.node, k.slot);
       r.len = static_cast<uint32_t>(n * slot_bytes_);
-      r.buf = reinterpret_cast<void*>(bytes);  // an offset into `windows` until it is sized
       r.fence = false;
       bytes += r.len;
     }
@@ -425,7 +424,11 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
     b.reqs.resize(live);
     if (live == 0) continue;
     if (b.windows.size() < bytes) b.windows.resize(bytes);
-    for (Request& r : b.reqs) r.buf = b.windows.data() + reinterpret_cast<uintptr_t>(r.buf);
+    bytes = 0;
+    for (Request& r : b.reqs) {  // the windows back to back, now that `windows` is sized
+      r.buf = b.windows.data() + bytes;
+      bytes += r.len;
+    }
     const std::string error = engine_.execute_batch(b.reqs);
     size_t kept = 0;
     for (size_t a = 0; a < b.active.size(); ++a) {
