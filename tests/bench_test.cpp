@@ -25,7 +25,7 @@ TEST(ClientResult, SerializationRoundTripsEveryField) {
   r.errors = 8; r.value_mismatches = 9; r.round_trips = 10; r.reads = 11; r.writes = 12; r.cas = 13;
   r.faa = 14; r.rpcs = 15; r.bytes = 16; r.chunks = 17; r.matches = 18; r.read_size = 19; r.seconds = 2.5;
   r.resizes = 20; r.directory_depth = 21; r.erased = 22; r.persists = 23;
-  r.cpu_ns = 24; r.multi_get_ops = 25; r.client_sleeps = 26; r.client_unspun_sleeps = 27;
+  r.cpu_ns = 24; r.multi_get_ops = 25; r.client_sleeps = 26; r.client_unspun_sleeps = 27; r.lines_read = 28;
   r.add_split_load(0.5);
   r.add_split_load(0.75);
   r.latency_ns = {100, 200, 300};
@@ -40,6 +40,7 @@ TEST(ClientResult, SerializationRoundTripsEveryField) {
   EXPECT_EQ(b.persists, 23u);
   EXPECT_EQ(b.cpu_ns, 24u); EXPECT_EQ(b.multi_get_ops, 25u); EXPECT_EQ(b.client_sleeps, 26u);
   EXPECT_EQ(b.client_unspun_sleeps, 27u);
+  EXPECT_EQ(b.lines_read, 28u);
   EXPECT_EQ(b.split_loads, 2u); EXPECT_EQ(b.split_load_ppm_sum, 1250000u);
   EXPECT_EQ(b.split_load_ppm_min, 500000u); EXPECT_EQ(b.split_load_ppm_max, 750000u);
   EXPECT_EQ(b.seconds, 2.5);

@@ -15,7 +15,7 @@ import tempfile
 
 REQUIRED = ["scheme", "fabric", "ranks", "memory_nodes", "clients", "records", "slots", "load_factor",
             "workload", "ops", "seconds", "throughput_ops_per_s", "client_cpu_ns_per_op", "latency_us", "round_trips_per_op",
-            "requests_per_op", "bytes_per_op", "outcomes", "load_factor_start", "load_factor_end",
+            "requests_per_op", "bytes_per_op", "lines_read_per_op", "outcomes", "load_factor_start", "load_factor_end",
             "table_bytes", "llc_bytes", "warmup_seconds", "cold", "keep_table", "records_start", "records_end",
             "huge_pages"]
 
@@ -129,6 +129,12 @@ def main():
                 fail("raw-read must be one READ and one round trip per op")
             if abs(r["bytes_per_op"] - r["read_bytes"]) > 1e-9:
                 fail("raw-read bytes per op must equal --read-bytes")
+            # 8-byte-aligned READs of B bytes span ceil(B/64) lines, or one more when they cross one
+            # (an 8-byte READ never does).
+            lo = (r["read_bytes"] + 63) // 64
+            hi = lo if r["read_bytes"] <= 8 else lo + 1
+            if not lo - 1e-9 <= r["lines_read_per_op"] <= hi + 1e-9:
+                fail(f"raw-read of {r['read_bytes']} B: {r['lines_read_per_op']} lines per op, expected {lo}..{hi}")
         elif w == "get":
             if o["found"] != ops:
                 fail(f"get of present keys: found {o['found']} of {ops}")

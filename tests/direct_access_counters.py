@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The same-host fast path changes time, not counting: runs one `rdmahash bench --fabric ucx`
 command twice, with --direct-access on and off, and checks that every point reports the same
-round trips, requests, bytes, chunks and outcomes per operation (one client: the workload and the
+round trips, requests, bytes, lines read, chunks and outcomes per operation (one client: the workload and the
 batching are deterministic, so the figures must be identical, not merely close).
 
 The same for --read-coalescing on/off (`--option read-coalescing`): coalescing a batch's one-sided
@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 
-COUNTED = ["round_trips_per_op", "requests_per_op", "bytes_per_op", "chunks_per_op", "outcomes", "ops",
+COUNTED = ["round_trips_per_op", "requests_per_op", "bytes_per_op", "lines_read_per_op", "chunks_per_op", "outcomes", "ops",
            "records_start", "records_end", "workload", "load_factor"]
 
 

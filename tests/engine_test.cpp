@@ -1,6 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
+#include <random>
+#include <set>
+#include <vector>
 
 #include "rdmahash/engine.h"
 #include "rdmahash/fabric.h"
@@ -31,6 +35,46 @@ Task<uint64_t> post_and_drop(Engine& e, bool drop) {
     if (!drop) co_await std::move(p);
   }
   co_return a + b;
+}
+
+// lines_read: the lines every READ spans, by the closed form, against the oracle of the distinct
+// lines its bytes fall in; atomics and WRITEs are not counted.
+TEST(FabricCounters, LinesReadAreTheLinesEachReadSpans) {
+  auto brute = [](uint64_t off, uint64_t len) {
+    std::set<uint64_t> lines;
+    for (uint64_t i = 0; i < len; ++i) lines.insert((off + i) / 64);
+    return static_cast<uint64_t>(lines.size());
+  };
+  for (uint64_t off = 0; off < 200; ++off)
+    for (uint64_t len = 0; len < 300; ++len) ASSERT_EQ(lines_spanned(off, len), brute(off, len)) << off << " " << len;
+  auto f = make_local_fabric({4096});
+  auto t = f->connect();
+  std::mt19937_64 rng(5);
+  std::vector<std::byte> buf(512);
+  uint64_t expected = 0;
+  for (int i = 0; i < 200; ++i) {
+    Request r;
+    r.kind = ReqKind::kRead;
+    r.len = static_cast<uint32_t>(rng() % 257);
+    r.addr = {0, rng() % (4096 - r.len + 1)};
+    r.buf = buf.data();
+    expected += brute(r.addr.offset, r.len);
+    t->execute(std::span<Request>(&r, 1));
+  }
+  uint64_t old = 0;
+  Request cas;
+  cas.kind = ReqKind::kCas;
+  cas.addr = {0, 64};
+  cas.result = &old;
+  Request w;
+  w.kind = ReqKind::kWrite;
+  w.addr = {0, 100};
+  w.len = 200;
+  w.buf = buf.data();
+  std::array<Request, 2> more{cas, w};
+  t->execute(more);
+  EXPECT_EQ(t->counters().lines_read, expected);
+  EXPECT_EQ(t->counters().reads, 200u);
 }
 
 TEST(Engine, ReadWriteCasFaa) {

@@ -47,7 +47,7 @@ def main():
         point = (a["workload"], a["load_factor"], a.get("read_size"))
         if point != (b["workload"], b["load_factor"], b.get("read_size")):
             fail(f"rows out of order: {point} vs {(b['workload'], b['load_factor'], b.get('read_size'))}")
-        for f in ("round_trips_per_op", "requests_per_op", "bytes_per_op", "outcomes", "ops", "errors", "value_mismatches"):
+        for f in ("round_trips_per_op", "requests_per_op", "bytes_per_op", "lines_read_per_op", "outcomes", "ops", "errors", "value_mismatches"):
             if a.get(f) != b.get(f):
                 fail(f"{point}: {f} off {a.get(f)} != on {b.get(f)}")
         for mode, r in (("off", a), ("on", b)):

@@ -116,11 +116,18 @@ struct Request {
   bool fence = false;         // performed after every earlier request of the batch to its node
 };
 
+// The 64-byte lines a READ of `len` bytes at `offset` spans, counted from its region's start
+// (every fabric's regions start on a page, so these are lines of memory): what a READ costs the
+// memory it reads, where bytes say what it moves. A 64-byte window of 32-byte slots spans one line
+// or two, by where it starts; a random 8-byte read (the memory limit's probe) spans one.
+inline uint64_t lines_spanned(uint64_t offset, uint64_t len) { return len == 0 ? 0 : (offset + len - 1) / 64 - offset / 64 + 1; }
+
 // Totals over every request a transport executed.
 struct FabricCounters {
   uint64_t batches = 0;
   uint64_t reads = 0, writes = 0, cas = 0, faa = 0, rpcs = 0;
   uint64_t bytes_read = 0, bytes_written = 0;  // payload bytes; atomics count 8 each way
+  uint64_t lines_read = 0;  // lines_spanned() of every READ (atomics not counted)
   // UCX over TCP (coalescing, ucx_fabric.h): requests that travelled in a coalesced message, and
   // those messages. Already counted above (a coalesced request is still one request).
   uint64_t coalesced_requests = 0, coalesced_messages = 0;

@@ -34,25 +34,27 @@ namespace {
 // operation costs the client's CPU, beside how long it takes.
 using common::thread_cpu_ns;
 
-// The timed part of a client's run: wall time on the transport's clock, the thread's CPU time and
+// The timed part of a client's run: wall time on the transport's clock, the thread's CPU time,
 // how the client waited (UCX ClientWait: sleeps, waits that did not spin because the CPUs were
-// contended), from construction to finish(r).
+// contended) and the lines its READs spanned, from construction to finish(r).
 class TimedPart {
  public:
   explicit TimedPart(Engine& engine)
       : transport_(engine.transport()), start_(transport_.now()), cpu_start_(thread_cpu_ns()),
-        sleeps_(transport_.counters().client_sleeps), unspun_(transport_.counters().client_unspun_sleeps) {}
+        sleeps_(transport_.counters().client_sleeps), unspun_(transport_.counters().client_unspun_sleeps),
+        lines_(transport_.counters().lines_read) {}
   void finish(ClientResult& r) const {
     r.seconds = std::chrono::duration<double>(transport_.now() - start_).count();
     r.cpu_ns = thread_cpu_ns() - cpu_start_;
     r.client_sleeps = transport_.counters().client_sleeps - sleeps_;
     r.client_unspun_sleeps = transport_.counters().client_unspun_sleeps - unspun_;
+    r.lines_read = transport_.counters().lines_read - lines_;
   }
 
  private:
   Transport& transport_;
   std::chrono::steady_clock::time_point start_;
-  uint64_t cpu_start_, sleeps_, unspun_;
+  uint64_t cpu_start_, sleeps_, unspun_, lines_;
 };
 
 struct RawTarget {

@@ -38,11 +38,12 @@ void ClientResult::merge(const ClientResult& o) {
   cpu_ns += o.cpu_ns;
   client_sleeps += o.client_sleeps;
   client_unspun_sleeps += o.client_unspun_sleeps;
+  lines_read += o.lines_read;
   latency_ns.insert(latency_ns.end(), o.latency_ns.begin(), o.latency_ns.end());
 }
 
 namespace {
-constexpr size_t kFixedWords = 32;
+constexpr size_t kFixedWords = 33;
 }
 
 std::vector<std::byte> ClientResult::serialize() const {
@@ -51,7 +52,7 @@ std::vector<std::byte> ClientResult::serialize() const {
                                        read_size, updated, skipped, resizes, directory_depth, erased, persists,
                                        split_loads, split_load_ppm_sum, split_load_ppm_min, split_load_ppm_max,
                                        cpu_ns, multi_get_ops, client_sleeps, client_unspun_sleeps,
-                                       latency_ns.size()};
+                                       lines_read, latency_ns.size()};
   std::vector<std::byte> out(sizeof fixed + sizeof(double) + latency_ns.size() * 4);
   std::memcpy(out.data(), fixed, sizeof fixed);
   std::memcpy(out.data() + sizeof fixed, &seconds, sizeof(double));
@@ -82,6 +83,7 @@ ClientResult ClientResult::deserialize(std::span<const std::byte> in) {
   r.multi_get_ops = f[28];
   r.client_sleeps = f[29];
   r.client_unspun_sleeps = f[30];
+  r.lines_read = f[31];
   std::memcpy(&r.seconds, in.data() + sizeof f, sizeof(double));
   const uint64_t nlat = f[kFixedWords - 1];
   if (in.size() != sizeof f + sizeof(double) + nlat * 4) throw InvalidArgument("corrupt client result");
@@ -220,6 +222,10 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   j["round_trips_per_op"] = d.rt;
   j["requests_per_op"] = {{"read", d.reads}, {"write", d.writes}, {"cas", d.cas}, {"faa", d.faa}, {"rpc", d.rpcs}};
   j["bytes_per_op"] = d.bytes;
+  // The 64-byte lines the clients' READs spanned (lines_spanned, fabric.h), per operation: what a
+  // get costs the memory it reads. The memory limit's probe reads one line per op, so a get can
+  // reach at most 1 / lines_read_per_op of memory_limit_ops_per_s on memory alone.
+  j["lines_read_per_op"] = t.ops ? static_cast<double>(t.lines_read) / static_cast<double>(t.ops) : 0.0;
   if (find_scheme(p.scheme) && find_scheme(p.scheme)->caps.splits) {
     j["resizes"] = t.resizes;
     j["directory_depth"] = t.directory_depth;

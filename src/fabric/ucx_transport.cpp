@@ -529,12 +529,16 @@ void UcxTransport::execute(std::span<Request> batch) {
     for (const Request& r : batch)
       if (r.kind == ReqKind::kRead) detail::prefetch(fabric_.direct(r.addr.node) + r.addr.offset, r.len);
     std::atomic_thread_fence(std::memory_order_seq_cst);
+    // The READs' counts are summed here and added once: stores through r.buf may alias counters_,
+    // so counting in place would load and store each counter per READ.
+    uint64_t reads = 0, bytes = 0, lines = 0;
     for (Request& r : batch) {
       std::byte* target = fabric_.direct(r.addr.node) + r.addr.offset;  // validate() checked bounds
       if (r.kind == ReqKind::kRead && !r.fence) {  // a lookup's batches: unfenced READs
         detail::read_in(static_cast<std::byte*>(r.buf), target, r.len);
-        ++counters_.reads;
-        counters_.bytes_read += r.len;
+        ++reads;
+        bytes += r.len;
+        lines += lines_spanned(r.addr.offset, r.len);
       } else {
         if (r.fence) std::atomic_thread_fence(std::memory_order_seq_cst);  // as in post()
         detail::direct_execute(r, target);
@@ -542,6 +546,9 @@ void UcxTransport::execute(std::span<Request> batch) {
       }
       r.status = ReqStatus::kOk;
     }
+    counters_.reads += reads;
+    counters_.bytes_read += bytes;
+    counters_.lines_read += lines;
     std::atomic_thread_fence(std::memory_order_seq_cst);
     return;
   }
