@@ -117,8 +117,8 @@ struct Request {
 };
 
 // The 64-byte lines a READ of `len` bytes at `offset` spans, counted from its region's start
-// (every fabric's regions start on a page, so these are lines of memory): what a READ costs the
-// memory it reads, where bytes say what it moves. A 64-byte window of 32-byte slots spans one line
+// (regions start on a line at least: UCX maps pages, the local fabric aligns to 64 bytes, so these
+// are lines of memory): what a READ touches in the memory it reads, where bytes say what it moves. A 64-byte window of 32-byte slots spans one line
 // or two, by where it starts; a random 8-byte read (the memory limit's probe) spans one.
 inline uint64_t lines_spanned(uint64_t offset, uint64_t len) { return len == 0 ? 0 : (offset + len - 1) / 64 - offset / 64 + 1; }
 
