@@ -2,10 +2,14 @@
 # Memory speed on a table users have (issue 30 item 2): gets and find-or-puts on a 1 GB table per
 # client core, as a fraction of this machine's random-read limit measured in the same run
 # (`--memory-limit thp`: one core, random 8-byte loads in prefetched batches of 16 on a region of the
-# table's size, transparent huge pages: the best the machine does).
-#   table: 16 M records, 8-byte keys and values, inline 32-byte slots (1 GB at load 0.5; at 0.8 the
-#     same records in 0.66 GB), loaded, every point starts from the loaded table: gets find present
-#     keys, find-or-puts insert new ones (the load factor rises by ops/slots, JSON load_factor_end).
+# table's size, transparent huge pages: the best the machine does), probed before the table's first
+# point and again right after each point: columns `fraction` and `f after` are the row against each.
+#   table: 32 M inline 32-byte slots (1 GB) at every load (SLOTS): 16 M records of 8-byte keys and
+#     values at load 0.5, 25.6 M at 0.8; RECORDS=N keeps N records at every load instead (the table
+#     shrinks with the load: 16 M at 0.8 is 0.66 GB). The size matters: on the AMD EPYC guest the
+#     limit falls steadily with the region (57 M loads/s at 264 MB, 40-48 at 660 MB, 27-37 at 1 GB,
+#     22-25 at 1.6 GB). Loaded; every point starts from the loaded table: gets find present keys,
+#     find-or-puts insert new ones (the load factor rises by ops/slots, JSON load_factor_end).
 #   layouts: PGAS (mpirun -n 2 --symmetric: every rank a shard and a client) and 1 memory node +
 #     1 client (mpirun -n 2), UCX over shared memory, direct access on, depth 16 (DEPTH).
 #   --huge-pages on and off (on: hugetlbfs pages when vm.nr_hugepages reserves them, else 4 KB:
@@ -13,7 +17,7 @@
 #   get at R = 8 and 4 slots; find-or-put (chunk 8); and, 1+1 at load 0.5, get of cuckoo, race and
 #     continuity on the same records for comparison.
 # Binaries are interleaved per round (a busy machine slows all alike); medians over rounds.
-# usage: scripts/bench_memory_speed.sh BIN [BIN...]   (ROUNDS=2, OPS=1000000, DEPTH=16, RECORDS=16000000,
+# usage: scripts/bench_memory_speed.sh BIN [BIN...]   (ROUNDS=2, OPS=1000000, DEPTH=16, SLOTS=32000000 or RECORDS=N,
 #        OUT=results/memory_speed.jsonl; HUGE="on off"; LOADS="0.5 0.8"; COMPARE=1;
 #        MULTI="off on": the linear and cuckoo rows with --multi-get off and on, side by side;
 #        READ_SIZES=4,2: the get rows' read sizes, default 8,4)
@@ -23,7 +27,9 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-2}
 OPS=${OPS:-1000000}
 DEPTH=${DEPTH:-16}   # operations in flight per client (a multi-get's keys per round)
-RECORDS=${RECORDS:-16000000}
+SLOTS=${SLOTS:-32000000}   # the table's slots at every load (records = load x SLOTS), unless RECORDS is set
+RECORDS=${RECORDS:-}
+records_at() { [ -n "$RECORDS" ] && echo "$RECORDS" || python3 -c "import sys; print(round(float(sys.argv[1]) * int(sys.argv[2])))" "$1" "$SLOTS"; }
 OUT=${OUT:-results/memory_speed.jsonl}
 HUGE=${HUGE:-on off}
 LOADS=${LOADS:-0.5 0.8}
@@ -43,12 +49,13 @@ for l in open(sys.argv[1]):
     j = json.loads(l); j["binary"] = sys.argv[2]; j["layout"] = sys.argv[3]; print(json.dumps(j))' "$tmp" "$bin" "$layout" >> "$OUT"
   rm -f "$tmp"
 }
-common=(--key-bytes 8 --value-bytes 8 --records "$RECORDS" --ops "$OPS" --depth "$DEPTH" --direct-access on)
+base=(--key-bytes 8 --value-bytes 8 --ops "$OPS" --depth "$DEPTH" --direct-access on)
 for round in $(seq "$ROUNDS"); do
   for bin in "$@"; do
     echo "round $round: $bin ($(uptime | sed 's/.*load/load/'))" >&2
     for hp in $HUGE; do
       for lf in $LOADS; do
+        common=("${base[@]}" --records "$(records_at "$lf")")
         wl=get,find-or-put  # find-or-put once, with the first mode (--multi-get does not change it)
         for mg in $MULTI; do
           run "$bin" pgas --symmetric --slot-format inline "${common[@]}" --load-factor "$lf" --huge-pages "$hp" \
@@ -61,6 +68,7 @@ for round in $(seq "$ROUNDS"); do
     done
     if [ "$COMPARE" = 1 ]; then
       hp=${HUGE%% *}
+      common=("${base[@]}" --records "$(records_at 0.5)")
       for mg in $MULTI; do  # cuckoo (inline, parallel probing) has a multi-get too
         run "$bin" 1+1 --memory-nodes 1 --scheme cuckoo "${common[@]}" --load-factor 0.5 --huge-pages "$hp" --workload get \
           --multi-get "$mg"
@@ -83,13 +91,15 @@ for j in rows:
     pts[(j["binary"], j["layout"], j["scheme"], j["huge_pages"], round(j["target_load_factor"], 2), j["workload"], r, mg)].append(j)
 def med(rs, f): return statistics.median(f(r) for r in rs)
 print(f"{'binary':24} {'layout':6} {'scheme':10} {'pages':8} {'lf':>4} {'workload':11} {'R':>2} {'multi':>5} {'M/s/core':>8} "
-      f"{'limit M/s':>9} {'probe':>5} {'fraction':>8} {'cpu ns':>7} {'RT/op':>7} {'req/op':>7} {'B/op':>7} {'lf end':>6} n")
+      f"{'limit M/s':>9} {'after':>6} {'probe':>5} {'fraction':>8} {'f after':>7} {'cpu ns':>7} {'RT/op':>7} {'req/op':>7} {'B/op':>7} {'lf end':>6} n")
 for b in bins:
     for key in sorted(k for k in pts if k[0] == b):
         rs = pts[key]
         cores = rs[0]["clients"]  # one client per core: PGAS 2 ranks on 2 cores, 1+1 one client
         per_core = med(rs, lambda r: r["throughput_ops_per_s"]) / cores
         limit = med(rs, lambda r: r["memory_limit_ops_per_s"])
+        # The limit probed again right after the row's point (a build without it: the one before).
+        after = med(rs, lambda r: r.get("memory_limit_after_ops_per_s", r["memory_limit_ops_per_s"]))
         pages = rs[0].get("region_pages", "?")
         req = rs[0]["requests_per_op"]
         # The pages the kernel gave the limit's probe ("-": a build that does not report them); a
@@ -97,7 +107,7 @@ for b in bins:
         given = sorted({r["memory_limit"].get("pages_given", "-") or "-" for r in rs})
         probe = given[0] if len(given) == 1 else "mixed"
         print(f"{b[-24:]:24} {key[1]:6} {key[2]:10} {pages:8} {key[4]:4.2f} {key[5]:11} {key[6]:>2} {key[7]:>5} {per_core / 1e6:8.3f} "
-              f"{limit / 1e6:9.1f} {probe:>5} {per_core / limit:8.3f} {med(rs, lambda r: r['client_cpu_ns_per_op']):7.1f} "
+              f"{limit / 1e6:9.1f} {after / 1e6:6.1f} {probe:>5} {per_core / limit:8.3f} {per_core / after:7.3f} {med(rs, lambda r: r['client_cpu_ns_per_op']):7.1f} "
               f"{rs[0]['round_trips_per_op']:7.4f} {sum(req.values()):7.4f} {rs[0]['bytes_per_op']:7.2f} "
               f"{rs[0]['load_factor_end']:6.3f} {len(rs)}")
 PY

@@ -285,7 +285,18 @@ def main():
                 fail(f"memory limit without the pages it was given: {m}")
             if m["pages"] == "4k" and (m["pages_given"] != "4k" or m["huge_fraction"] != 0):
                 fail(f"memory limit probe asked for 4 KB pages, got {m['pages_given']} ({m['huge_fraction']:.2f} huge)")
-        print(f"ok: memory limit {m['batched_ops_per_s'] / 1e6:.1f} M loads/s, {m['dependent_ns']:.0f} ns dependent, "
+            # Probed again on the same region right after the row's point: both sides of the row.
+            after = r.get("memory_limit_after_ops_per_s", 0)
+            if not after > 0 or m.get("after_batched_ops_per_s") != after or not m.get("after_dependent_ns", 0) > 0 \
+                    or not m.get("after_probe_seconds", 0) > 0:
+                fail(f"row without the memory limit measured after its point: {m}")
+            if after == r["memory_limit_ops_per_s"]:
+                fail(f"the limit after the point is the one before it (not measured again): {m}")
+        afters = [json.loads(line)["memory_limit_after_ops_per_s"] for line in lines]
+        if len(set(afters)) != len(afters):
+            fail(f"rows share one limit-after ({afters}): each point's is measured after it")
+        print(f"ok: memory limit {m['batched_ops_per_s'] / 1e6:.1f} M loads/s before, {m['after_batched_ops_per_s'] / 1e6:.1f} after, "
+              f"{m['dependent_ns']:.0f} ns dependent, "
               f"{m['pages']} pages asked, {m['pages_given']} given ({m['huge_fraction']:.2f} huge), {m['bytes']} bytes")
     if assumed_sweep:
         rs = {}

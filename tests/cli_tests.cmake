@@ -69,7 +69,7 @@ add_test(NAME cli_assumed_load_factor_bad COMMAND ${EXPECT_FAIL} "--assumed-load
   ${RDMAHASH_BIN} bench --assumed-load-factor 0.5,1.5 --records 100 --ops 10)
 # --memory-limit: each row carries this machine's random-read limit on a region of the table's size.
 add_test(NAME bench_local_memory_limit COMMAND python3 ${CHECK_JSON} --memory-limit --
-  ${RDMAHASH_BIN} bench --fabric local --clients 1 --memory-nodes 2 --records 100000 --load-factor 0.5 --workload get
+  ${RDMAHASH_BIN} bench --fabric local --clients 1 --memory-nodes 2 --records 100000 --load-factor 0.5 --workload get,find-or-put
   --ops 1000 --memory-limit 4k)
 # --memory-limit thp: the probe reports what the kernel gave it (THP or 4 KB pages, from smaps).
 add_test(NAME bench_local_memory_limit_thp COMMAND python3 ${CHECK_JSON} --memory-limit --

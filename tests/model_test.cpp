@@ -648,6 +648,43 @@ TEST(MemoryLimit, MeasuresASmallRegion) {
   EXPECT_EQ(g.huge_fraction, 0.75);
 }
 
+// The bench measures the limit before a table's points and again after each one, on one mapping:
+// every measure() is a full measurement of the same region (pages inspected once, at setup), and a
+// later one's seconds are its own, not the setup's again.
+TEST(MemoryLimit, ProbeMeasuresAgainOnTheSameRegion) {
+  MemoryLimitOptions o;
+  o.bytes = 1u << 20;
+  o.rounds = 1;
+  o.dependent_loads = 1u << 14;
+  o.batched_loads = 1u << 16;
+  int calls = 0;
+  const void* region = nullptr;
+  o.inspect_pages = [&](const void* p, uint64_t) {
+    ++calls;
+    region = p;
+    return std::make_pair(std::string("4k"), 0.0);
+  };
+  MemoryProbe probe(o);
+  EXPECT_EQ(calls, 1);
+  ASSERT_NE(region, nullptr);
+  // Every line of the region still holds its chase link: the chase may start anywhere and stay in it.
+  const auto* w = static_cast<const uint64_t*>(region);
+  for (uint64_t line = 0; line < o.bytes / 64; ++line) ASSERT_LT(w[line * 8], o.bytes / 64) << "line " << line;
+  const MemoryLimit first = probe.measure();
+  const MemoryLimit second = probe.measure();
+  EXPECT_EQ(calls, 1) << "pages are inspected once, at setup";
+  for (const MemoryLimit& m : {first, second}) {
+    EXPECT_EQ(m.bytes, o.bytes);
+    EXPECT_EQ(m.pages_given, "4k");
+    EXPECT_GT(m.dependent_ns, 0.0);
+    EXPECT_GT(m.batched_ops_per_s, 0.0);
+    EXPECT_GT(m.seconds, 0.0);
+  }
+  MemoryLimitOptions bad;
+  bad.bytes = 100;
+  EXPECT_THROW(MemoryProbe{bad}, std::invalid_argument);
+}
+
 TEST(MemoryLimit, BadInputThrows) {
   MemoryLimitOptions o;
   o.bytes = 100;

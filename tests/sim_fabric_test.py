@@ -27,7 +27,7 @@ import tempfile
 
 # Fields that measure the machine, not the simulation.
 WALL_FIELDS = {"sim_wall_seconds", "sim_events_per_s", "client_cpu_ns_per_op", "warmup_seconds", "llc_bytes",
-               "memory_limit_ops_per_s", "host", "hostname", "timestamp", "cpu_model", "git"}
+               "memory_limit_ops_per_s", "memory_limit_after_ops_per_s", "host", "hostname", "timestamp", "cpu_model", "git"}
 
 
 def run(binary, args, tmp, name):

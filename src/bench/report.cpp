@@ -179,6 +179,12 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
                          {"batched_ops_per_s", p.memory_limit->batched_ops_per_s},
                          {"dependent_ns", p.memory_limit->dependent_ns},
                          {"probe_seconds", p.memory_limit->seconds}};
+    if (p.memory_limit_after) {  // the same region probed again right after this row's point
+      j["memory_limit_after_ops_per_s"] = p.memory_limit_after->batched_ops_per_s;
+      j["memory_limit"]["after_batched_ops_per_s"] = p.memory_limit_after->batched_ops_per_s;
+      j["memory_limit"]["after_dependent_ns"] = p.memory_limit_after->dependent_ns;
+      j["memory_limit"]["after_probe_seconds"] = p.memory_limit_after->seconds;
+    }
   }
   j["huge_pages"] = to_string(o.huge_pages);
   j["multi_get"] = to_string(o.multi_get);

@@ -89,6 +89,7 @@ struct PointInfo {
   uint64_t table_bytes = 0;   // all shards' regions
   uint64_t llc_bytes = 0;     // last-level cache of this machine (0: unknown)
   std::optional<model::MemoryLimit> memory_limit;  // --memory-limit: measured before the table's first point
+  std::optional<model::MemoryLimit> memory_limit_after;  // and again on the same region right after this point
   PageReport region_pages;  // what the kernel backs memory node 0's region with (kind empty: not here)
   std::string persistence;  // persistent schemes: volatile, pmem or msync (empty: not persistent)
   ReportFields scheme_options;  // SchemeTable::report_options()

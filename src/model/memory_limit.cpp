@@ -77,33 +77,62 @@ void random_cycle(std::span<uint32_t> next, uint64_t seed) {
   for (uint64_t i = 0; i < n; ++i) next[order[i]] = order[(i + 1) % n];
 }
 
-MemoryLimit measure_memory_limit(const MemoryLimitOptions& o) {
+struct MemoryProbe::Impl {
+  explicit Impl(const MemoryLimitOptions& opt)
+      : o(opt), lines(o.bytes / kLine), words(lines * (kLine / 8)), m(lines * kLine, o.pages) {}
+  MemoryLimitOptions o;
+  uint64_t lines, words;
+  Mapping m;
+  MemoryLimit base;  // what every measure() reports besides the rates
+  std::chrono::steady_clock::time_point setup_start;
+  bool measured = false;
+  uint64_t at = 0;  // where the chase stands
+};
+
+namespace {
+const MemoryLimitOptions& checked(const MemoryLimitOptions& o) {
   if (o.bytes < 4096 || o.bytes > (uint64_t{1} << 40))
     throw std::invalid_argument("memory-limit probe: bytes must be in [4096, 2^40], got " + std::to_string(o.bytes));
   if (o.batch == 0 || o.batch > 256) throw std::invalid_argument("memory-limit probe: batch must be in [1, 256]");
   if (o.rounds == 0) throw std::invalid_argument("memory-limit probe: rounds must be at least 1");
+  if (o.bytes / kLine > 0xFFFFFFFFULL) throw std::invalid_argument("memory-limit probe: at most 2^32 lines");
+  return o;
+}
+}  // namespace
+
+MemoryProbe::MemoryProbe(const MemoryLimitOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
-  const uint64_t lines = o.bytes / kLine;
-  const uint64_t words = lines * (kLine / 8);
-  if (lines > 0xFFFFFFFFULL) throw std::invalid_argument("memory-limit probe: at most 2^32 lines");
-  Mapping m(lines * kLine, o.pages);
-  uint64_t* w = m.words();
+  impl_ = std::make_unique<Impl>(checked(o));
+  Impl& p = *impl_;
+  p.setup_start = t0;
+  uint64_t* w = p.m.words();
   {
-    std::vector<uint32_t> next(lines);
+    std::vector<uint32_t> next(p.lines);
     random_cycle(next, o.seed);
-    for (uint64_t i = 0; i < words; ++i) w[i] = i;  // touches every page
-    for (uint64_t i = 0; i < lines; ++i) w[i * (kLine / 8)] = next[i];
+    for (uint64_t i = 0; i < p.words; ++i) w[i] = i;  // touches every page
+    for (uint64_t i = 0; i < p.lines; ++i) w[i * (kLine / 8)] = next[i];
   }
-  MemoryLimit r;
-  r.bytes = lines * kLine;
+  MemoryLimit& r = p.base;
+  r.bytes = p.lines * kLine;
   r.pages = o.pages == ProbePages::kThp ? "thp" : "4k";
-  if (o.inspect_pages) std::tie(r.pages_given, r.huge_fraction) = o.inspect_pages(w, lines * kLine);
+  if (o.inspect_pages) std::tie(r.pages_given, r.huge_fraction) = o.inspect_pages(w, p.lines * kLine);
   r.batch = o.batch;
-  const uint64_t dep = o.dependent_loads ? o.dependent_loads : std::clamp<uint64_t>(lines / 4, 1u << 16, 1u << 20);
-  const uint64_t bat = o.batched_loads ? o.batched_loads : std::clamp<uint64_t>(8 * lines, 1u << 20, 1u << 23);
+}
+
+MemoryProbe::~MemoryProbe() = default;
+
+MemoryLimit MemoryProbe::measure() {
+  Impl& p = *impl_;
+  const MemoryLimitOptions& o = p.o;
+  const auto t0 = p.measured ? std::chrono::steady_clock::now() : p.setup_start;
+  p.measured = true;
+  const uint64_t* w = p.m.words();
+  const uint64_t words = p.words;
+  const uint64_t dep = o.dependent_loads ? o.dependent_loads : std::clamp<uint64_t>(p.lines / 4, 1u << 16, 1u << 20);
+  const uint64_t bat = o.batched_loads ? o.batched_loads : std::clamp<uint64_t>(8 * p.lines, 1u << 20, 1u << 23);
   std::vector<double> dep_ns, bat_rate;
   uint64_t sink = 0;
-  uint64_t at = 0;
+  uint64_t at = p.at;
   for (uint32_t round = 0; round < o.rounds; ++round) {
     auto t = std::chrono::steady_clock::now();
     for (uint64_t i = 0; i < dep; ++i) at = w[at * (kLine / 8)];  // each address from the last load
@@ -123,13 +152,17 @@ MemoryLimit measure_memory_limit(const MemoryLimitOptions& o) {
     const uint64_t loads = (bat + o.batch - 1) / o.batch * o.batch;
     bat_rate.push_back(static_cast<double>(loads) / seconds_since(t));
   }
+  p.at = at;
   // Keep the loads: the sum goes through a volatile store the compiler cannot drop.
   volatile uint64_t keep = sink;
   (void)keep;
+  MemoryLimit r = p.base;
   r.dependent_ns = median(dep_ns);
   r.batched_ops_per_s = median(bat_rate);
   r.seconds = seconds_since(t0);
   return r;
 }
+
+MemoryLimit measure_memory_limit(const MemoryLimitOptions& o) { return MemoryProbe(o).measure(); }
 
 }  // namespace rdmahash::model

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <utility>
 #include <string>
@@ -55,11 +56,32 @@ struct MemoryLimit {
   uint32_t batch = 0;
   double dependent_ns = 0;         // median ns per dependent load
   double batched_ops_per_s = 0;    // median random 8-byte loads per second, batches prefetched
-  double seconds = 0;              // the whole probe, setup included
+  double seconds = 0;              // this measurement (MemoryProbe's first: its setup included)
 };
 
-// Throws std::invalid_argument for bytes < 4096 or > 2^40, batch 0 or > 256, rounds 0, and
-// std::runtime_error when the mapping cannot be made.
+// The probe's region, mapped, touched and linked once, so that the limit can be measured again on
+// it: the bench measures it before a table's points and again after each point, because the limit
+// moves (26.7 to 41.4 M loads/s between two probes of the same 1 GB a few minutes apart; 0.80-1.48x
+// between probes seconds apart, issue 30) and a fraction of it means something only between the
+// two. It also falls with the region's size on a KVM guest (57 M loads/s at 264 MB, 27-37 at 1 GB):
+// probe a region of the table's size. measure() runs `rounds` of both
+// measurements; its `seconds` is that measure() alone (the first one's includes the setup).
+// The constructor throws as measure_memory_limit.
+class MemoryProbe {
+ public:
+  explicit MemoryProbe(const MemoryLimitOptions& o);
+  ~MemoryProbe();
+  MemoryProbe(const MemoryProbe&) = delete;
+  MemoryProbe& operator=(const MemoryProbe&) = delete;
+  MemoryLimit measure();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// One probe, measured once. Throws std::invalid_argument for bytes < 4096 or > 2^40, batch 0 or
+// > 256, rounds 0, and std::runtime_error when the mapping cannot be made.
 MemoryLimit measure_memory_limit(const MemoryLimitOptions& o);
 
 // Fills `next` (next[i] = the index after i) with one random cycle through every index. Exposed for
