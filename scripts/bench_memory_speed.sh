@@ -7,8 +7,8 @@
 #   table: 32 M inline 32-byte slots (1 GB) at every load (SLOTS): 16 M records of 8-byte keys and
 #     values at load 0.5, 25.6 M at 0.8; RECORDS=N keeps N records at every load instead (the table
 #     shrinks with the load: 16 M at 0.8 is 0.66 GB). The size matters: on the AMD EPYC guest the
-#     limit falls steadily with the region (57 M loads/s at 264 MB, 40-48 at 660 MB, 27-37 at 1 GB,
-#     22-25 at 1.6 GB). Loaded; every point starts from the loaded table: gets find present keys,
+#     limit falls steadily with the region (55-58 M loads/s at 264 MiB, 25-29 at 1056 MiB, 18-22 at
+#     2112 MiB: scripts/memory_limit_by_size.sh). Loaded; every point starts from the loaded table: gets find present keys,
 #     find-or-puts insert new ones (the load factor rises by ops/slots, JSON load_factor_end).
 #   layouts: PGAS (mpirun -n 2 --symmetric: every rank a shard and a client) and 1 memory node +
 #     1 client (mpirun -n 2), UCX over shared memory, direct access on, depth 16 (DEPTH).

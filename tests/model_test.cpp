@@ -649,8 +649,8 @@ TEST(MemoryLimit, MeasuresASmallRegion) {
 }
 
 // The bench measures the limit before a table's points and again after each one, on one mapping:
-// every measure() is a full measurement of the same region (pages inspected once, at setup), and a
-// later one's seconds are its own, not the setup's again.
+// every measure() is a full measurement of the same region (pages inspected once, at setup). That a
+// later probe is measured, not copied, is checked end to end by check_bench_json.py --memory-limit.
 TEST(MemoryLimit, ProbeMeasuresAgainOnTheSameRegion) {
   MemoryLimitOptions o;
   o.bytes = 1u << 20;

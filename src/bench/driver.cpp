@@ -515,8 +515,9 @@ class Backend {
 };
 
 // --memory-limit: the machine's random-read limit on a region of `bytes`, mapped here (in the
-// reporting process, while the others wait at the next point's barrier) and measured now; the
-// probe stays mapped so that the limit is measured again after each point.
+// reporting process, while the others wait at the next point's barrier; after a table's last point
+// they go on to the next table or to teardown) and measured now; the probe stays mapped so that
+// the limit is measured again after each point.
 std::unique_ptr<model::MemoryProbe> probe_memory(const BenchOptions& o, uint64_t bytes) {
   if (o.memory_limit == BenchOptions::MemoryProbe::kOff) return nullptr;
   const uint64_t avail = mem_available_bytes();

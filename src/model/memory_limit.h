@@ -63,7 +63,7 @@ struct MemoryLimit {
 // it: the bench measures it before a table's points and again after each point, because the limit
 // moves (26.7 to 41.4 M loads/s between two probes of the same 1 GB a few minutes apart; 0.80-1.48x
 // between probes seconds apart, issue 30) and a fraction of it means something only between the
-// two. It also falls with the region's size on a KVM guest (57 M loads/s at 264 MB, 27-37 at 1 GB):
+// two. It also falls with the region's size on a KVM guest (55-58 M loads/s at 264 MiB, 25-29 at 1056 MiB):
 // probe a region of the table's size. measure() runs `rounds` of both
 // measurements; its `seconds` is that measure() alone (the first one's includes the setup).
 // The constructor throws as measure_memory_limit.
