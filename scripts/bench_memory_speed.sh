@@ -19,7 +19,8 @@
 # Binaries are interleaved per round (a busy machine slows all alike); medians over rounds.
 # usage: scripts/bench_memory_speed.sh BIN [BIN...]   (ROUNDS=2, OPS=1000000, DEPTH=16, SLOTS=32000000 or RECORDS=N,
 #        OUT=results/memory_speed.jsonl; HUGE="on off"; LOADS="0.5 0.8"; COMPARE=1;
-#        MULTI="off on": the linear and cuckoo rows with --multi-get off and on, side by side;
+#        MULTI="off on": the linear and cuckoo rows with --multi-get off and on, side by side (linear
+#        find-or-put too: a multi-find-or-put);
 #        READ_SIZES=4,2: the get rows' read sizes, default 8,4)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,13 +57,12 @@ for round in $(seq "$ROUNDS"); do
     for hp in $HUGE; do
       for lf in $LOADS; do
         common=("${base[@]}" --records "$(records_at "$lf")")
-        wl=get,find-or-put  # find-or-put once, with the first mode (--multi-get does not change it)
+        wl=get,find-or-put  # --multi-get on runs find-or-put as a multi-find-or-put too
         for mg in $MULTI; do
           run "$bin" pgas --symmetric --slot-format inline "${common[@]}" --load-factor "$lf" --huge-pages "$hp" \
             --workload "$wl" --read-size "${READ_SIZES:-8,4}" --multi-get "$mg"
           run "$bin" 1+1 --memory-nodes 1 --slot-format inline "${common[@]}" --load-factor "$lf" --huge-pages "$hp" \
             --workload "$wl" --read-size "${READ_SIZES:-8,4}" --multi-get "$mg"
-          wl=get
         done
       done
     done
@@ -87,7 +87,7 @@ pts = defaultdict(list)
 for j in rows:
     # find-or-put ignores the read size: one row per table, whatever --read-size listed
     r = j["read_size"] if j["workload"] == "get" and j["scheme"] == "linear" else "-"
-    mg = j.get("multi_get", "off") if j["workload"] == "get" else "-"
+    mg = j.get("multi_get", "off") if j["workload"] in ("get", "find-or-put") else "-"
     pts[(j["binary"], j["layout"], j["scheme"], j["huge_pages"], round(j["target_load_factor"], 2), j["workload"], r, mg)].append(j)
 def med(rs, f): return statistics.median(f(r) for r in rs)
 print(f"{'binary':24} {'layout':6} {'scheme':10} {'pages':8} {'lf':>4} {'workload':11} {'R':>2} {'multi':>5} {'M/s/core':>8} "

@@ -40,6 +40,11 @@ class SteppedWriter {
   using Op = std::function<Task<OpResult>(LinearClient&)>;
   // Starts `op` and runs it to its first stop (or to its end).
   void start(const Op& op) {
+    start_sync([op](Engine& e, LinearClient& c) { return e.run(op(c)); });
+  }
+  // The same for an operation that runs its own batches (find_or_put_batch).
+  using SyncOp = std::function<OpResult(Engine&, LinearClient&)>;
+  void start_sync(const SyncOp& op) {
     if (thread_.joinable()) thread_.join();
     std::unique_lock lk(m_);
     done_ = false;
@@ -48,7 +53,7 @@ class SteppedWriter {
       OpResult r{};
       std::exception_ptr e;
       try {
-        r = engine_.run(op(client_));
+        r = op(engine_, client_);
       } catch (...) {
         e = std::current_exception();
       }
@@ -218,8 +223,9 @@ class LinearInterleaving : public testing::TestWithParam<Format> {};
 // is free (a speculative claim can win it), else three other keys homed there fill it and the next
 // two slots.
 void run_writer_stops(const Format& f, bool preload, SpeculativeClaim claim = SpeculativeClaim::kAuto,
-                      bool home_free = false) {
-  SCOPED_TRACE(std::string("claim ") + to_string(claim) + (home_free ? ", home free" : ", home taken"));
+                      bool home_free = false, bool batched = false) {
+  SCOPED_TRACE(std::string("claim ") + to_string(claim) + (home_free ? ", home free" : ", home taken") +
+               (batched ? ", find_or_put_batch" : ""));
   const LinearConfig c = config_for(f);
   const uint32_t vb = c.value_bytes;
   const bool set = c.format == SlotFormat::kSet;
@@ -279,7 +285,25 @@ void run_writer_stops(const Format& f, bool preload, SpeculativeClaim claim = Sp
     SteppedWriter w(*t.fabric, c, p);
     const auto v1 = value_for(k, 2, vb);
     written.push_back(v1);
-    w.start([&](LinearClient& cl) { return preload ? cl.update(k, v1) : cl.find_or_put(k, v1); });
+    if (batched) {
+      // The writer's find-or-put of k as a multi-find-or-put of one key (its rounds, not insert).
+      w.start_sync([&](Engine&, LinearClient& cl) {
+        OpResult out{};
+        std::exception_ptr err;
+        const bool ran = cl.find_or_put_batch(
+            1, 1, [&](uint64_t) { return k; },
+            [&](uint64_t, uint64_t, std::span<std::byte> v) { std::copy(v1.begin(), v1.end(), v.begin()); },
+            [&](const Engine::Completion& c, const OpResult& r) {
+              out = r;
+              err = c.error;
+            });
+        if (!ran) throw std::logic_error("find_or_put_batch refused the table");
+        if (err) std::rethrow_exception(err);
+        return out;
+      });
+    } else {
+      w.start([&](LinearClient& cl) { return preload ? cl.update(k, v1) : cl.find_or_put(k, v1); });
+    }
     int stop = 0;
     uint64_t inserts = 0;
     for (;; ++stop) {
@@ -326,6 +350,15 @@ void run_writer_stops(const Format& f, bool preload, SpeculativeClaim claim = Sp
 TEST_P(LinearInterleaving, InsertStoppedAtEveryStepKeepsTheKeyOnceAndReadersSane) {
   for (SpeculativeClaim claim : {SpeculativeClaim::kOn, SpeculativeClaim::kOff})
     for (bool home_free : {true, false}) run_writer_stops(GetParam(), false, claim, home_free);
+}
+
+// The same stops for a find-or-put of k run by find_or_put_batch (inline records of more than a
+// word: the formats that have one).
+TEST_P(LinearInterleaving, BatchedInsertStoppedAtEveryStepKeepsTheKeyOnceAndReadersSane) {
+  const LinearConfig c = config_for(GetParam());
+  if (c.format != SlotFormat::kInline || c.slot_bytes() == 8) GTEST_SKIP() << "no multi-find-or-put for this format";
+  for (SpeculativeClaim claim : {SpeculativeClaim::kOn, SpeculativeClaim::kOff})
+    for (bool home_free : {true, false}) run_writer_stops(GetParam(), false, claim, home_free, true);
 }
 
 TEST_P(LinearInterleaving, UpdateStoppedAtEveryStepNeverExposesTornBytes) {

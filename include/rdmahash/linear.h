@@ -83,6 +83,24 @@
 // or torn leaves the rounds for the lookup itself (the window again, then read_stable: one READ and
 // round trip more). A window whose READ failed fails only its key.
 //
+// Multi-find-or-put (find_or_put_batch, inline tables in linear order, records of more than one
+// word): the inserts of many keys, round by round, each round one batch with the next requests of
+// every key in flight, decided in a plain loop instead of a coroutine per key. A key's requests are
+// insert's, in insert's order: chunk 0's READ (with the speculative home CAS beside it when
+// speculating), a CAS 0 -> claim on the first empty slot the scan finds, the re-check of a lost
+// CAS's winner, the next chunk within M, the payload WRITE and the ctrl WRITE fenced after it. One
+// difference: chunk i+1 is READ only once chunk i holds neither the key nor a free slot (insert
+// without speculation posts it before scanning chunk i): one READ fewer for most keys, one round
+// trip more for a key whose chunk 0 is full. Anything insert decides by reading a slot again (a
+// slot naming the key locked or torn, a lost CAS whose winner names the key, an unpublished 4-byte
+// claim) and a key past M chunks leave the rounds before claiming anything, for insert itself (or,
+// past M, its closing lookup), so their answers are insert's. Those coroutines may wait for a lock
+// (read_stable), so they run only once no key of the batch holds a claim: while any wait, rounds
+// carry only the publishes of claimed keys (else a repeated key would wait on this client's own
+// unpublished claim). A key whose request failed fails alone with FabricError, as its task would.
+// A client that dies mid-batch leaves each key's slot as a dead insert would (at most one claim
+// per key in flight, each recovered as any other: see below).
+//
 // Invariants
 //  * A slot goes empty → claimed(locked) → published → (updated)* → tombstone, never back.
 //  * A key occupies at most one non-tombstone slot of its shard: an insert claims only the *first*
@@ -196,6 +214,10 @@
 //    (linear-insert-probe-bound); heap capacity (linear-heap-take-record-capacity)
 //  * chunk overlap: chunk i+1 lands in the other half of a double buffer
 //    (linear-insert-chunk-overlap-one-buffer)
+//  * multi-find-or-put (find_or_put_batch): its publish fence, re-check of a lost CAS, unlock,
+//    speculative win, chunk end, probe bound M, and no wait on its own claim
+//    (linear-batch-publish-no-fence, -no-recheck-after-lost-cas, -publish-keeps-lock,
+//    -speculative-cas-lost-taken-as-won, -chunk-past-tail, -probe-bound, -resume-while-holding)
 //  * quadratic chunks (ChunkOrder below; tests/mutants/linear_quad.json): one lookup, get_all and
 //    insert walk either order; the lookup (get, get_visit, locate) and get_all walk the table's
 //    quadratic sequence (linear-quad-get-walks-linear-order, linear-quad-get-all-walks-linear-order),
@@ -538,6 +560,11 @@ class LinearClient final : public KvClient {
   using KvClient::get_batch;
   bool get_batch(uint64_t count, uint32_t depth, const std::function<uint64_t(uint64_t)>& key_of, uint32_t value_bytes,
                  GetVisitor& v, const std::function<void(const Engine::Completion&)>& done) override;
+  // Multi-find-or-put (inline tables in linear chunk order, records larger than one word; others,
+  // and a client with ProbeConfig::die_holding_lock, return false): see "Multi-find-or-put" above.
+  bool find_or_put_batch(uint64_t count, uint32_t depth, const std::function<uint64_t(uint64_t)>& key_of,
+                         const std::function<void(uint64_t, uint64_t, std::span<std::byte>)>& value_of,
+                         const std::function<void(const Engine::Completion&, const OpResult&)>& done) override;
   Task<OpResult> update(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> put(uint64_t key, std::span<const std::byte> value) override;
   Task<OpResult> erase(uint64_t key) override;
@@ -619,6 +646,10 @@ class LinearClient final : public KvClient {
   // get_batch's buffers, kept between calls (no malloc per batch).
   struct BatchState;
   std::unique_ptr<BatchState> batch_;
+  // find_or_put_batch's buffers, kept between calls, and the coroutine of a key that leaves it.
+  struct PutBatchState;
+  std::unique_ptr<PutBatchState> put_batch_;
+  Task<void> put_batch_resume(uint64_t key, std::span<const std::byte> value, bool past_m, OpResult* out);
 };
 
 // The error message of a config that does not validate, or empty.

@@ -113,6 +113,20 @@ class KvClient {
     (void)count, (void)depth, (void)key_of, (void)value_bytes, (void)v, (void)done;
     return false;
   }
+  // Multi-find-or-put (find_or_put for many keys at once): find_or_put of keys key_of(0 .. count-1),
+  // up to `depth` in flight, the value of each written by value_of(i, key, out) into a zeroed buffer of
+  // the table's value size, then `done(c, r)` called once per key with its OpResult `r` (Completion as
+  // get_batch's; a key whose completion has an error has no meaningful `r`). A scheme that has one
+  // posts the requests of every key in flight together, one batch per round, without a coroutine
+  // per key; each key's outcome is the one its find_or_put could have had, the same round trips or
+  // fewer. Returns false, doing nothing, where the scheme has none (use find_or_put). Call it
+  // outside any operation, on the client's own thread; `done` must not call it again.
+  virtual bool find_or_put_batch(uint64_t count, uint32_t depth, const std::function<uint64_t(uint64_t)>& key_of,
+                                 const std::function<void(uint64_t, uint64_t, std::span<std::byte>)>& value_of,
+                                 const std::function<void(const Engine::Completion&, const OpResult&)>& done) {
+    (void)count, (void)depth, (void)key_of, (void)value_of, (void)done;
+    return false;
+  }
   // The keys of `keys`, all in flight at once.
   bool get_batch(std::span<const uint64_t> keys, uint32_t value_bytes, GetVisitor& v,
                  const std::function<void(const Engine::Completion&)>& done) {

@@ -170,6 +170,24 @@ ClientResult run_client(Engine& engine, const SchemeTable& table, const BenchOpt
   if (w == Workload::kKvMix) mix.emplace(o, keys, vb, client, repeat, history);
   GetCheck gets(&r, vb);
   const TimedPart timed(engine);
+  if (o.multi_get == Switch::kOn && !mix && w == Workload::kFindOrPut &&
+      kv->find_or_put_batch(
+          o.ops, o.depth, [&](uint64_t) { return stream.next().key; },
+          [](uint64_t, uint64_t key, std::span<std::byte> out) { fill_value(key, out); },  // do_op's value
+          [&](const Engine::Completion& c, const OpResult& res) {
+            r.add_op(c.stats, c.latency);
+            if (c.error) {
+              ++r.errors;
+              return;
+            }
+            r.add_outcome(res);
+            r.matches += res.matches;
+          })) {
+    r.multi_get_ops = o.ops;
+    timed.finish(r);
+    add_client_stats(table, *kv, r);
+    return r;
+  }
   if (o.multi_get == Switch::kOn && !mix && (w == Workload::kGet || w == Workload::kRawRead) &&
       run_multi_get(engine, *kv, stream, w, o.ops, o.depth, raw, vb, gets, r)) {
     r.multi_get_ops = o.ops;

@@ -154,7 +154,8 @@ void add_bench_options(CLI::App& cmd, BenchOptions& o, OptionText& text, std::ve
   cmd.add_option("--multi-get", text.multi_get,
                  "get and raw-read: each client posts --depth operations at a time as one multi-get (linear inline "
                  "tables: one batch per round with the next window of every key not yet answered, no coroutine per "
-                 "key; other schemes: get as with off); off: one coroutine per operation, --depth in flight")
+                 "key; other schemes: get as with off); find-or-put likewise as one multi-find-or-put (linear inline "
+                 "tables of records larger than a word); off: one coroutine per operation, --depth in flight")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   cmd.add_option("--huge-pages", text.huge_pages,
                  "shard regions on 2 MiB pages where the kernel allows: THP (madvise) for local regions, hugetlbfs "

@@ -48,6 +48,24 @@ std::vector<OpResult> Client::find_or_put_many(std::span<const uint64_t> keys, s
   std::vector<OpResult> out(keys.size());
   last_ = {};
   std::exception_ptr first_error;
+  // Multi-find-or-put where the table has one (LinearClient::find_or_put_batch: one batch per
+  // round, no coroutine per key), else one find_or_put per key, `depth` in flight.
+  if (table_->find_or_put_batch(
+          keys.size(), depth, [keys](uint64_t i) { return keys[i]; },
+          [&](uint64_t i, uint64_t, std::span<std::byte> v) {
+            if (!values.empty()) std::memcpy(v.data(), values.data() + i * vb, std::min(vb, v.size()));
+          },
+          [&](const Engine::Completion& c, const OpResult& r) {
+            last_.add(c.stats);
+            if (c.error) {
+              if (!first_error) first_error = c.error;
+              return;
+            }
+            out[c.index] = r;
+          })) {
+    if (first_error) std::rethrow_exception(first_error);
+    return out;
+  }
   engine_->run_many(
       keys.size(), depth,
       [&](uint64_t i) {

@@ -105,4 +105,43 @@ struct LinearClient::Located {
   uint64_t ctrl = 0;  // kSet: the slot word; kInline: the unlocked ctrl word read
 };
 
+// find_or_put_batch's state (linear_put_batch.cpp), kept between calls.
+struct LinearClient::PutBatchState {
+  enum class Stage : uint8_t {
+    kRead,     // next: READ the chunk at `start` (chunk 0 with the speculative home CAS beside it)
+    kClaim,    // next: CAS `slot` 0 -> claim (the first empty slot the scan found)
+    kPublish,  // `slot` is claimed (locked): next, the payload WRITE and the fenced ctrl WRITE
+  };
+  struct Key {
+    uint64_t index, key;
+    uint64_t home;       // home slot
+    uint64_t start;      // the current chunk's first slot
+    uint64_t slot;       // kClaim, kPublish: the slot claimed or being claimed
+    uint64_t old;        // the CAS's old value (a Request's result)
+    uint32_t node, kbits;
+    uint32_t buf;        // its buffers: chunk, record, value (stable while it is in flight)
+    uint32_t chunk;      // i: chunks read before the current one
+    uint32_t n;          // slots of the current chunk
+    uint32_t j;          // kClaim: the scanned slot of the chunk the CAS is for
+    uint32_t first_req;  // this round: its first request in `reqs`
+    uint32_t chunks;     // OpResult::chunks so far
+    Stage stage;
+    bool speculated;     // chunk 0's READ carries the home CAS
+    bool posted;         // this round carried its requests
+    OpStats st;
+    std::chrono::steady_clock::time_point t0;  // the batch boundary it joined at
+  };
+  struct Resume {  // a key that leaves the rounds for insert's coroutine
+    Key k;
+    bool past_m;     // M chunks held neither the key nor a free slot: the lookup decides
+    OpResult r;
+  };
+  std::vector<Key> active;
+  std::vector<Resume> resume;
+  std::vector<uint32_t> free_bufs;
+  std::vector<std::byte> bufs;
+  std::vector<Request> reqs;
+  bool running = false;
+};
+
 }  // namespace rdmahash
