@@ -449,5 +449,17 @@ foreach(direct IN ITEMS on off)
     --value-bytes 8 --workload raw-read,get --read-size 2 --ops 3000 --depth 16 --direct-access ${direct} --quiet)
   set_tests_properties(bench_ucx_multi_get_direct_${direct} PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
 endforeach()
+# --multi-get on with find-or-put: a multi-find-or-put (linear inline), the same outcomes and WRITEs
+# per op as one coroutine per insert; heap records have none (their find-or-puts run as with off).
+add_test(NAME bench_local_multi_find_or_put COMMAND python3 ${MULTI_GET_SAME} --
+  ${RDMAHASH_BIN} bench --fabric local --clients 2 --memory-nodes 2 --records 20000 --load-factor 0.5,0.8 --value-bytes 8
+  --workload find-or-put --ops 1000 --depth 16 --quiet)
+add_test(NAME bench_local_multi_find_or_put_heap COMMAND python3 ${MULTI_GET_SAME} --no-multi-find-or-put --
+  ${RDMAHASH_BIN} bench --fabric local --records 20000 --load-factor 0.5 --value-bytes 8 --storage heap
+  --workload find-or-put --ops 1000 --depth 16 --quiet)
+add_test(NAME bench_ucx_multi_find_or_put COMMAND python3 ${MULTI_GET_SAME} --
+  ${RDMAHASH_MPIRUN} -n 2 ${RDMAHASH_BIN} bench --fabric ucx --memory-nodes 1 --records 20000 --load-factor 0.8
+  --value-bytes 8 --workload find-or-put --ops 2000 --depth 16 --direct-access on --quiet)
+set_tests_properties(bench_ucx_multi_find_or_put PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV}" TIMEOUT 300)
 add_test(NAME cli_multi_get_bad COMMAND ${EXPECT_FAIL} "--multi-get: maybe not in"
   ${RDMAHASH_BIN} bench --multi-get maybe --records 10)

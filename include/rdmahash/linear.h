@@ -88,10 +88,10 @@
 // every key in flight, decided in a plain loop instead of a coroutine per key. A key's requests are
 // insert's, in insert's order: chunk 0's READ (with the speculative home CAS beside it when
 // speculating), a CAS 0 -> claim on the first empty slot the scan finds, the re-check of a lost
-// CAS's winner, the next chunk within M, the payload WRITE and the ctrl WRITE fenced after it. One
-// difference: chunk i+1 is READ only once chunk i holds neither the key nor a free slot (insert
-// without speculation posts it before scanning chunk i): one READ fewer for most keys, one round
-// trip more for a key whose chunk 0 is full. Anything insert decides by reading a slot again (a
+// CAS's winner, chunk i+1 READ in the round of chunk i's (insert's overlap; not beside the
+// speculative claim), the payload WRITE and the ctrl WRITE fenced after it. So its round trips are
+// insert's; it READs less, since insert also posts chunk i+2 when it scans chunk i+1 (a READ a
+// batch never waits for when chunk i+1 answers). Anything insert decides by reading a slot again (a
 // slot naming the key locked or torn, a lost CAS whose winner names the key, an unpublished 4-byte
 // claim) and a key past M chunks leave the rounds before claiming anything, for insert itself (or,
 // past M, its closing lookup), so their answers are insert's. Those coroutines may wait for a lock
@@ -217,7 +217,8 @@
 //  * multi-find-or-put (find_or_put_batch): its publish fence, re-check of a lost CAS, unlock,
 //    speculative win, chunk end, probe bound M, and no wait on its own claim
 //    (linear-batch-publish-no-fence, -no-recheck-after-lost-cas, -publish-keeps-lock,
-//    -speculative-cas-lost-taken-as-won, -chunk-past-tail, -probe-bound, -resume-while-holding)
+//    -speculative-cas-lost-taken-as-won, -chunk-past-tail, -probe-bound, -resume-while-holding,
+//    -chunk-overlap-one-buffer)
 //  * quadratic chunks (ChunkOrder below; tests/mutants/linear_quad.json): one lookup, get_all and
 //    insert walk either order; the lookup (get, get_visit, locate) and get_all walk the table's
 //    quadratic sequence (linear-quad-get-walks-linear-order, linear-quad-get-all-walks-linear-order),

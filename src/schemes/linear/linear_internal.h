@@ -108,7 +108,8 @@ struct LinearClient::Located {
 // find_or_put_batch's state (linear_put_batch.cpp), kept between calls.
 struct LinearClient::PutBatchState {
   enum class Stage : uint8_t {
-    kRead,     // next: READ the chunk at `start` (chunk 0 with the speculative home CAS beside it)
+    kRead,     // next: READ the chunk at `start` (chunk 0 with the speculative home CAS beside it),
+               // and the chunk after it where insert would overlap it
     kClaim,    // next: CAS `slot` 0 -> claim (the first empty slot the scan found)
     kPublish,  // `slot` is claimed (locked): next, the payload WRITE and the fenced ctrl WRITE
   };
@@ -123,6 +124,8 @@ struct LinearClient::PutBatchState {
     uint32_t chunk;      // i: chunks read before the current one
     uint32_t n;          // slots of the current chunk
     uint32_t j;          // kClaim: the scanned slot of the chunk the CAS is for
+    uint32_t half;       // which half of its double buffer holds the current chunk
+    uint32_t n_next;     // slots of chunk + 1, read in the same round into the other half (0: not read)
     uint32_t first_req;  // this round: its first request in `reqs`
     uint32_t chunks;     // OpResult::chunks so far
     Stage stage;

@@ -48,7 +48,7 @@ bool LinearClient::find_or_put_batch(uint64_t count, uint32_t depth, const std::
   const uint32_t C = probe_.chunk;
   const uint64_t M = probe_.max_chunks;
   const size_t chunk_bytes = size_t{C} * slot_bytes_;
-  const size_t stride = chunk_bytes + 2 * size_t{slot_bytes_};  // chunk, record, value (< a slot)
+  const size_t stride = 2 * chunk_bytes + 2 * size_t{slot_bytes_};  // 2 chunks, record, value (< a slot)
   engine_.restart_clock();  // the first keys start now, not at the engine's last batch
   b.active.clear();
   b.active.reserve(depth);
@@ -56,10 +56,11 @@ bool LinearClient::find_or_put_batch(uint64_t count, uint32_t depth, const std::
   b.free_bufs.clear();
   for (uint32_t i = depth; i-- > 0;) b.free_bufs.push_back(i);
   if (b.bufs.size() < depth * stride) b.bufs.resize(depth * stride);
-  auto chunk_of = [&](const S::Key& k) { return b.bufs.data() + k.buf * stride; };
-  auto rec_of = [&](const S::Key& k) { return b.bufs.data() + k.buf * stride + chunk_bytes; };
+  // A chunk and the one after it land in the two halves of the key's double buffer.
+  auto half_of = [&](const S::Key& k, uint32_t half) { return b.bufs.data() + k.buf * stride + half * chunk_bytes; };
+  auto rec_of = [&](const S::Key& k) { return b.bufs.data() + k.buf * stride + 2 * chunk_bytes; };
   auto value_span = [&](const S::Key& k) {
-    return std::span<std::byte>(b.bufs.data() + k.buf * stride + chunk_bytes + slot_bytes_, cfg_.value_bytes);
+    return std::span<std::byte>(b.bufs.data() + k.buf * stride + 2 * chunk_bytes + slot_bytes_, cfg_.value_bytes);
   };
   auto chunk_len = [&](uint64_t start) -> uint64_t { return start >= total ? 0 : std::min<uint64_t>(C, total - start); };
   const uint64_t claim = kOcc | kLock;  // | kbits: a locked version-0 claim, insert's
@@ -81,7 +82,8 @@ bool LinearClient::find_or_put_batch(uint64_t count, uint32_t depth, const std::
   // Scans the key's chunk from slot `from` as insert does. Returns true if the key stays in the
   // rounds (a claim to post or the next chunk to read), false if it was answered or left them.
   auto scan_chunk = [&](S::Key& k, uint32_t from) -> bool {
-    const std::byte* chunk = chunk_of(k);
+   for (;;) {
+    const std::byte* chunk = half_of(k, k.half);
     for (uint32_t j = from; j < k.n; ++j) {
       const std::byte* sl = chunk + size_t{j} * slot_bytes_;
       const uint64_t w = load64(sl);
@@ -110,16 +112,26 @@ bool LinearClient::find_or_put_batch(uint64_t count, uint32_t depth, const std::
         return false;
       }
     }
-    // Neither the key nor a free slot: the next chunk, within M of them and the table.
+    // Neither the key nor a free slot: the next chunk, within M of them and the table; already
+    // read if this round read it too (insert's overlap), else in the next round.
     const uint64_t next = k.start + C;
     if (k.chunk + 1 < M && chunk_len(next) > 0) {
       ++k.chunk;
       k.start = next;
+      if (k.n_next != 0) {
+        k.n = k.n_next;
+        k.n_next = 0;
+        k.half ^= 1;
+        ++k.chunks;
+        from = 0;
+        continue;
+      }
       k.stage = Stage::kRead;
       return true;
     }
     leave(k, true);
     return false;
+   }
   };
 
   uint64_t issued = 0;
@@ -194,13 +206,27 @@ bool LinearClient::find_or_put_batch(uint64_t count, uint32_t depth, const std::
       switch (k.stage) {
         case Stage::kRead: {
           k.n = static_cast<uint32_t>(chunk_len(k.start));
+          k.half = 0;
           Request& r = b.reqs.emplace_back();
           r.kind = ReqKind::kRead;
           r.addr = slot_addr(k.node, k.start);
-          r.buf = chunk_of(k);
+          r.buf = half_of(k, 0);
           r.len = k.n * slot_bytes_;
           ++k.st.reads;
           k.st.bytes += r.len;
+          // insert's overlap: chunk i+1 goes with chunk i, except beside the speculative claim
+          // (chunk 1 only once chunk 0 turns out full).
+          const bool overlap = !(k.chunk == 0 && k.speculated);
+          k.n_next = overlap && k.chunk + 1 < M ? static_cast<uint32_t>(chunk_len(k.start + C)) : 0;
+          if (k.n_next != 0) {
+            Request& r2 = b.reqs.emplace_back();
+            r2.kind = ReqKind::kRead;
+            r2.addr = slot_addr(k.node, k.start + C);
+            r2.buf = half_of(k, 1);
+            r2.len = k.n_next * slot_bytes_;
+            ++k.st.reads;
+            k.st.bytes += r2.len;
+          }
           if (k.chunk == 0 && k.speculated) {
             Request& c = b.reqs.emplace_back();
             c.kind = ReqKind::kCas;
@@ -258,7 +284,7 @@ bool LinearClient::find_or_put_batch(uint64_t count, uint32_t depth, const std::
         const Request* rq = b.reqs.data() + k.first_req;
         switch (k.stage) {
           case Stage::kRead: {
-            if (k.chunk == 0 && k.speculated) {
+            if (k.chunk == 0 && k.speculated) {  // [READ chunk 0, CAS home]
               const Request& c = rq[1];
               if (c.status != ReqStatus::kOk) { failed(k); stays = false; break; }
               if (k.old == 0) {  // won: the key was absent; chunk 0's READ is not needed
@@ -269,7 +295,10 @@ bool LinearClient::find_or_put_batch(uint64_t count, uint32_t depth, const std::
                 break;
               }
             }
+            // [READ chunk i, READ chunk i+1 if n_next]: a failed READ of chunk i fails the key, as
+            // insert's awaited READ would; chunk i+1's is posted again if the scan needs it.
             if (rq[0].status != ReqStatus::kOk) { failed(k); stays = false; break; }
+            if (k.n_next != 0 && rq[1].status != ReqStatus::kOk) k.n_next = 0;
             ++k.chunks;
             stays = scan_chunk(k, 0);
             break;
