@@ -38,6 +38,9 @@ class Client {
   // Every key is validated before any request is issued. get_many is a multi-get, `depth` keys in
   // flight (LinearClient::get_batch: one batch per round of windows, no coroutine per key; heap
   // tables: one get per key, `depth` in flight); the same requests and round trips per key.
+  // find_or_put_many is likewise a multi-find-or-put where the table has one
+  // (LinearClient::find_or_put_batch: inline records; else one find_or_put per key, `depth` in
+  // flight): insert's round trips per key, at most its READs.
   std::vector<OpResult> find_or_put_many(std::span<const uint64_t> keys, std::span<const std::byte> values = {},
                                          uint32_t depth = 16);
   std::vector<OpResult> get_many(std::span<const uint64_t> keys, std::span<std::byte> values_out = {},
