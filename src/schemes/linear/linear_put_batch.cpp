@@ -82,56 +82,56 @@ bool LinearClient::find_or_put_batch(uint64_t count, uint32_t depth, const std::
   // Scans the key's chunk from slot `from` as insert does. Returns true if the key stays in the
   // rounds (a claim to post or the next chunk to read), false if it was answered or left them.
   auto scan_chunk = [&](S::Key& k, uint32_t from) -> bool {
-   for (;;) {
-    const std::byte* chunk = half_of(k, k.half);
-    for (uint32_t j = from; j < k.n; ++j) {
-      const std::byte* sl = chunk + size_t{j} * slot_bytes_;
-      const uint64_t w = load64(sl);
-      if (w == 0) {  // the first empty slot: claim it
-        k.stage = Stage::kClaim;
-        k.slot = k.start + j;
-        k.j = j;
-        return true;
-      }
-      if ((w & kDel) || static_cast<uint32_t>(w) != k.kbits) continue;
-      // A slot that names the key (insert's is_mine with the slot's bytes).
-      if (cfg_.key_bytes == 4) {
-        if (!(w & kLock) || version_of(w) != 0) {
+    for (;;) {
+      const std::byte* chunk = half_of(k, k.half);
+      for (uint32_t j = from; j < k.n; ++j) {
+        const std::byte* sl = chunk + size_t{j} * slot_bytes_;
+        const uint64_t w = load64(sl);
+        if (w == 0) {  // the first empty slot: claim it
+          k.stage = Stage::kClaim;
+          k.slot = k.start + j;
+          k.j = j;
+          return true;
+        }
+        if ((w & kDel) || static_cast<uint32_t>(w) != k.kbits) continue;
+        // A slot that names the key (insert's is_mine with the slot's bytes).
+        if (cfg_.key_bytes == 4) {
+          if (!(w & kLock) || version_of(w) != 0) {
+            answer(k, Status::kFound);
+            return false;
+          }
+          leave(k, false);  // an unpublished claim of the key: insert waits for it (read_stable)
+          return false;
+        }
+        if ((w & kLock) || !inline_consistent(cfg_, l, sl)) {
+          leave(k, false);  // locked or torn: insert re-reads the slot (read_stable)
+          return false;
+        }
+        if (load64(sl + l.key_off) == k.key) {
           answer(k, Status::kFound);
           return false;
         }
-        leave(k, false);  // an unpublished claim of the key: insert waits for it (read_stable)
-        return false;
       }
-      if ((w & kLock) || !inline_consistent(cfg_, l, sl)) {
-        leave(k, false);  // locked or torn: insert re-reads the slot (read_stable)
-        return false;
+      // Neither the key nor a free slot: the next chunk, within M of them and the table; already
+      // read if this round read it too (insert's overlap), else in the next round.
+      const uint64_t next = k.start + C;
+      if (k.chunk + 1 < M && chunk_len(next) > 0) {
+        ++k.chunk;
+        k.start = next;
+        if (k.n_next != 0) {
+          k.n = k.n_next;
+          k.n_next = 0;
+          k.half ^= 1;
+          ++k.chunks;
+          from = 0;
+          continue;
+        }
+        k.stage = Stage::kRead;
+        return true;
       }
-      if (load64(sl + l.key_off) == k.key) {
-        answer(k, Status::kFound);
-        return false;
-      }
+      leave(k, true);
+      return false;
     }
-    // Neither the key nor a free slot: the next chunk, within M of them and the table; already
-    // read if this round read it too (insert's overlap), else in the next round.
-    const uint64_t next = k.start + C;
-    if (k.chunk + 1 < M && chunk_len(next) > 0) {
-      ++k.chunk;
-      k.start = next;
-      if (k.n_next != 0) {
-        k.n = k.n_next;
-        k.n_next = 0;
-        k.half ^= 1;
-        ++k.chunks;
-        from = 0;
-        continue;
-      }
-      k.stage = Stage::kRead;
-      return true;
-    }
-    leave(k, true);
-    return false;
-   }
   };
 
   uint64_t issued = 0;
