@@ -454,6 +454,11 @@ endforeach()
 add_test(NAME bench_local_multi_find_or_put COMMAND python3 ${MULTI_GET_SAME} --
   ${RDMAHASH_BIN} bench --fabric local --clients 2 --memory-nodes 2 --records 20000 --load-factor 0.5,0.8 --value-bytes 8
   --workload find-or-put --ops 1000 --depth 16 --quiet)
+foreach(claim IN ITEMS on off)
+  add_test(NAME bench_local_multi_find_or_put_rt_${claim} COMMAND python3 ${MULTI_GET_SAME} --exact-round-trips --
+    ${RDMAHASH_BIN} bench --fabric local --records 20000 --load-factor 0.5,0.8 --value-bytes 8 --speculative-claim ${claim}
+    --workload find-or-put --ops 2000 --depth 16 --quiet)
+endforeach()
 add_test(NAME bench_local_multi_find_or_put_heap COMMAND python3 ${MULTI_GET_SAME} --no-multi-find-or-put --
   ${RDMAHASH_BIN} bench --fabric local --records 20000 --load-factor 0.5 --value-bytes 8 --storage heap
   --workload find-or-put --ops 1000 --depth 16 --quiet)

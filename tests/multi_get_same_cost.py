@@ -7,7 +7,7 @@ a multi-get (multi_get_ops: all of them with on, none with off; --no-multi: the 
 its gets run as with off while raw READs still batch). Find-or-put rows (a multi-find-or-put with
 on): the same outcomes and WRITEs per op, all ops batched (--no-multi-find-or-put: none).
 
-usage: multi_get_same_cost.py [--no-multi] [--no-multi-find-or-put] -- COMMAND...   (COMMAND without --multi-get and --json)"""
+usage: multi_get_same_cost.py [--no-multi] [--no-multi-find-or-put] [--exact-round-trips] -- COMMAND...   (COMMAND without --multi-get and --json)"""
 import json
 import os
 import subprocess
@@ -58,6 +58,17 @@ def main():
             if a.get(f) != b.get(f):
                 fail(f"{point}: {f} off {a.get(f)} != on {b.get(f)}")
         if a["workload"] == "find-or-put":
+            # --exact-round-trips: one client, a fixed --speculative-claim: insert's round trips to
+            # the last digit, and its CASes (READs may be fewer: insert reads a chunk ahead of the one
+            # that answers).
+            if "--exact-round-trips" in sys.argv[1:sys.argv.index("--")]:
+                for f in ("round_trips_per_op",):
+                    if a[f] != b[f]:
+                        fail(f"{point}: {f} off {a[f]} != on {b[f]}")
+                if a["requests_per_op"]["cas"] != b["requests_per_op"]["cas"]:
+                    fail(f"{point}: CASes per op off {a['requests_per_op']['cas']} != on {b['requests_per_op']['cas']}")
+                if b["requests_per_op"]["read"] > a["requests_per_op"]["read"]:
+                    fail(f"{point}: more READs per op with on ({b['requests_per_op']['read']}) than off ({a['requests_per_op']['read']})")
             if a["requests_per_op"]["write"] != b["requests_per_op"]["write"]:
                 fail(f"{point}: WRITEs per op off {a['requests_per_op']['write']} != on {b['requests_per_op']['write']}")
             out = b["outcomes"]

@@ -131,6 +131,7 @@ struct LinearClient::PutBatchState {
     Stage stage;
     bool speculated;     // chunk 0's READ carries the home CAS
     bool posted;         // this round carried its requests
+    bool ahead;          // this round carried the READ of chunk + 1 (read_ahead)
     OpStats st;
     std::chrono::steady_clock::time_point t0;  // the batch boundary it joined at
   };

@@ -134,6 +134,25 @@ bool LinearClient::find_or_put_batch(uint64_t count, uint32_t depth, const std::
     }
   };
 
+  // insert's overlap: chunk i+1 is posted before chunk i is scanned, so it travels with chunk i's
+  // READ or with a claim CAS in chunk i, except beside the speculative claim (chunk 1 only once
+  // chunk 0 turns out full). Into the other half of the double buffer; once per chunk.
+  auto read_ahead = [&](S::Key& k) {
+    k.ahead = false;
+    if (k.n_next != 0 || (k.chunk == 0 && k.speculated) || k.chunk + 1 >= M) return;
+    const uint64_t n = chunk_len(k.start + C);
+    if (n == 0) return;
+    k.n_next = static_cast<uint32_t>(n);
+    k.ahead = true;
+    Request& r = b.reqs.emplace_back();
+    r.kind = ReqKind::kRead;
+    r.addr = slot_addr(k.node, k.start + C);
+    r.buf = half_of(k, k.half ^ 1);
+    r.len = k.n_next * slot_bytes_;
+    ++k.st.reads;
+    k.st.bytes += r.len;
+  };
+
   uint64_t issued = 0;
   while (issued < count || !b.active.empty() || !b.resume.empty()) {
     // Keys that left the rounds run as coroutines, but only once no key of this batch holds a claim:
@@ -214,19 +233,8 @@ bool LinearClient::find_or_put_batch(uint64_t count, uint32_t depth, const std::
           r.len = k.n * slot_bytes_;
           ++k.st.reads;
           k.st.bytes += r.len;
-          // insert's overlap: chunk i+1 goes with chunk i, except beside the speculative claim
-          // (chunk 1 only once chunk 0 turns out full).
-          const bool overlap = !(k.chunk == 0 && k.speculated);
-          k.n_next = overlap && k.chunk + 1 < M ? static_cast<uint32_t>(chunk_len(k.start + C)) : 0;
-          if (k.n_next != 0) {
-            Request& r2 = b.reqs.emplace_back();
-            r2.kind = ReqKind::kRead;
-            r2.addr = slot_addr(k.node, k.start + C);
-            r2.buf = half_of(k, 1);
-            r2.len = k.n_next * slot_bytes_;
-            ++k.st.reads;
-            k.st.bytes += r2.len;
-          }
+          k.n_next = 0;
+          read_ahead(k);
           if (k.chunk == 0 && k.speculated) {
             Request& c = b.reqs.emplace_back();
             c.kind = ReqKind::kCas;
@@ -248,6 +256,7 @@ bool LinearClient::find_or_put_batch(uint64_t count, uint32_t depth, const std::
           c.result = &k.old;
           ++k.st.cas;
           k.st.bytes += 8;
+          read_ahead(k);  // the next chunk, if not read yet, beside the CAS (as insert has it posted)
           break;
         }
         case Stage::kPublish: {
@@ -298,13 +307,14 @@ bool LinearClient::find_or_put_batch(uint64_t count, uint32_t depth, const std::
             // [READ chunk i, READ chunk i+1 if n_next]: a failed READ of chunk i fails the key, as
             // insert's awaited READ would; chunk i+1's is posted again if the scan needs it.
             if (rq[0].status != ReqStatus::kOk) { failed(k); stays = false; break; }
-            if (k.n_next != 0 && rq[1].status != ReqStatus::kOk) k.n_next = 0;
+            if (k.ahead && rq[1].status != ReqStatus::kOk) k.n_next = 0;
             ++k.chunks;
             stays = scan_chunk(k, 0);
             break;
           }
-          case Stage::kClaim: {
+          case Stage::kClaim: {  // [CAS, READ of the next chunk if k.ahead]
             if (rq[0].status != ReqStatus::kOk) { failed(k); stays = false; break; }
+            if (k.ahead && rq[1].status != ReqStatus::kOk) k.n_next = 0;  // posted again if needed
             if (k.old == 0) {
               note_claim(k.slot - k.home);
               k.stage = Stage::kPublish;
