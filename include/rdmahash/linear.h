@@ -88,14 +88,17 @@
 // every key in flight, decided in a plain loop instead of a coroutine per key. A key's requests are
 // insert's, in insert's order: chunk 0's READ (with the speculative home CAS beside it when
 // speculating), a CAS 0 -> claim on the first empty slot the scan finds, the re-check of a lost
-// CAS's winner, chunk i+1 READ in the round of chunk i's (insert's overlap; not beside the
-// speculative claim), the payload WRITE and the ctrl WRITE fenced after it. So its round trips are
-// insert's; it READs less, since insert also posts chunk i+2 when it scans chunk i+1 (a READ a
-// batch never waits for when chunk i+1 answers). Anything insert decides by reading a slot again (a
-// slot naming the key locked or torn, a lost CAS whose winner names the key, an unpublished 4-byte
-// claim) and a key past M chunks leave the rounds before claiming anything, for insert itself (or,
-// past M, its closing lookup), so their answers are insert's. Those coroutines may wait for a lock
-// (read_stable), so they run only once no key of the batch holds a claim: while any wait, rounds
+// CAS's winner, chunk i+1 READ in the round of chunk i's READ or of a claim CAS in chunk i
+// (insert's overlap; not beside the speculative claim), the payload WRITE and the ctrl WRITE fenced
+// after it. So its round trips are insert's; it READs less, since insert also posts chunk i+2 when
+// it scans chunk i+1 (a READ a batch never waits for when chunk i+1 answers). A failed READ of a
+// chunk read ahead is posted again if the scan reaches it (insert would fail the key then).
+// Anything insert decides by reading a slot again (a slot naming the key locked or torn, a lost CAS
+// whose winner names the key, an unpublished 4-byte claim) and a key past M chunks leave the rounds
+// before claiming anything, for insert itself (or, past M, its closing lookup), so their answers
+// are insert's. insert starts again from chunk 0, so such a key's stats count its chunks twice
+// (rare: a torn or locked slot of the key, a key repeated in flight). Those coroutines may wait
+// for a lock (read_stable), so they run only once no key of the batch holds a claim: while any wait, rounds
 // carry only the publishes of claimed keys (else a repeated key would wait on this client's own
 // unpublished claim). A key whose request failed fails alone with FabricError, as its task would.
 // A client that dies mid-batch leaves each key's slot as a dead insert would (at most one claim
@@ -218,7 +221,7 @@
 //    speculative win, chunk end, probe bound M, and no wait on its own claim
 //    (linear-batch-publish-no-fence, -no-recheck-after-lost-cas, -publish-keeps-lock,
 //    -speculative-cas-lost-taken-as-won, -chunk-past-tail, -probe-bound, -resume-while-holding,
-//    -chunk-overlap-one-buffer)
+//    -chunk-overlap-one-buffer, -no-read-ahead, -publish-status-unchecked, -spec-cas-status-unchecked)
 //  * quadratic chunks (ChunkOrder below; tests/mutants/linear_quad.json): one lookup, get_all and
 //    insert walk either order; the lookup (get, get_visit, locate) and get_all walk the table's
 //    quadratic sequence (linear-quad-get-walks-linear-order, linear-quad-get-all-walks-linear-order),
