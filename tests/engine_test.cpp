@@ -4,6 +4,7 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <vector>
 
 #include "rdmahash/engine.h"
@@ -138,6 +139,63 @@ TEST(Engine, RunManyBatchesUpToDepthOperations) {
   EXPECT_EQ(total_rt, 100u);              // one round trip each
   EXPECT_EQ(t->counters().batches, 7u);  // ceil(100 / 16)
   EXPECT_EQ(t->counters().reads, 100u);
+}
+
+// An operation that holds a lock between its requests: CAS word i 0 -> 1, `extra` READs, then
+// WRITE 0 (the unlock). Abandoned midway, it leaves its word locked.
+Task<void> locked_op(Engine& e, uint64_t i, uint32_t extra) {
+  const RemoteAddr w{0, i * 8};
+  if (co_await e.cas(w, 0, 1) != 0) throw std::runtime_error("word already locked");
+  uint64_t scratch = 0;
+  for (uint32_t k = 0; k < extra; ++k) co_await e.read({0, 4096}, &scratch, 8);
+  const uint64_t zero = 0;
+  co_await e.write(w, &zero, 8);
+}
+
+// run_many with a `done` or a `make` that throws: nothing starts after the exception, every
+// operation in flight runs to its end (no lock left held) and is reported once, and then the
+// exception leaves run_many. (`done` runs inside the engine's root coroutine: an exception escaping
+// there would terminate the process.)
+TEST(Engine, RunManyCallbackExceptionsFinishTheOperationsInFlight) {
+  struct Thrown : std::runtime_error {
+    using std::runtime_error::runtime_error;
+  };
+  for (const bool from_done : {true, false}) {
+    SCOPED_TRACE(from_done ? "done throws" : "make throws");
+    auto f = make_local_fabric({8192});
+    auto t = f->connect();
+    Engine e(*t);
+    const uint64_t n = 64;
+    std::vector<int> made(n, 0), reported(n, 0);
+    EXPECT_THROW(e.run_many(
+                     n, 8,
+                     [&](uint64_t i) -> Task<void> {
+                       if (!from_done && i == 11) throw Thrown("make threw");
+                       ++made[i];
+                       return locked_op(e, i, static_cast<uint32_t>(i % 4));
+                     },
+                     [&](const Engine::Completion& c) {
+                       EXPECT_FALSE(c.error);
+                       ++reported[c.index];
+                       if (from_done && c.index == 2) throw Thrown("done threw");
+                     }),
+                 Thrown);
+    uint64_t started = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      EXPECT_EQ(reported[i], made[i]) << "operation " << i;
+      started += made[i];
+      uint64_t w;
+      std::memcpy(&w, f->local_region(0).data() + i * 8, 8);
+      EXPECT_EQ(w, 0u) << "operation " << i << " left its word locked";
+    }
+    EXPECT_GE(started, 8u);
+    EXPECT_LT(started, n) << "nothing starts after the exception";
+    if (!from_done) {
+      EXPECT_EQ(started, 11u);
+    }
+    // The engine stays usable.
+    EXPECT_EQ(e.run(read_word(e, {0, 0})), 0u);
+  }
 }
 
 TEST(Engine, TransportErrorFailsTheOperationNotTheEngine) {

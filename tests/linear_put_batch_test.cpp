@@ -475,6 +475,107 @@ TEST(PutBatchFaults, TransientFailuresNeverCorruptAnswers) {
   }
 }
 
+// A done callback that throws while other keys of the batch hold claims: those keys still run to
+// their outcome (no slot stays LOCKed, each reported once), no key starts after the exception, and
+// the exception comes out of the call. The next call runs normally.
+TEST(PutBatchCallbacks, AThrowingDoneStrandsNoClaim) {
+  LinearConfig c;
+  c.format = SlotFormat::kInline;
+  c.key_bytes = 8;
+  c.value_bytes = 8;
+  c.home_slots = 4096;
+  LocalTable t(c);
+  ProbeConfig probe = test::probe(8, 16, 8);
+  probe.speculative_claim = SpeculativeClaim::kOn;  // round 1 claims the new keys' home slots
+  auto tr = t.fabric->connect();
+  Engine e(*tr);
+  LinearClient client(c, probe, e);
+  const uint64_t present = 77;
+  put_batch(client, {present}, 1, 1);
+  // `present` first: its answer (kFound, round 1) comes while the new keys' CASes have claimed.
+  std::vector<uint64_t> keys{present};
+  for (uint64_t k = 1000; keys.size() < 64; ++k) keys.push_back(k);
+  std::map<uint64_t, int> reported;
+  struct Thrown : std::runtime_error {
+    using std::runtime_error::runtime_error;
+  };
+  EXPECT_THROW(client.find_or_put_batch(
+                   keys.size(), 16, [&](uint64_t i) { return keys[i]; },
+                   [&](uint64_t, uint64_t key, std::span<std::byte> v) {
+                     const auto want = value_for(key, 1, 8);
+                     std::copy(want.begin(), want.end(), v.begin());
+                   },
+                   [&](const Engine::Completion& cm, const OpResult& r) {
+                     EXPECT_EQ(cm.error, nullptr);
+                     ++reported[keys[cm.index]];
+                     if (r.status == Status::kFound) throw Thrown("a user's done threw");
+                     EXPECT_EQ(r.status, Status::kInserted);
+                   }),
+               Thrown);
+  EXPECT_FALSE(any_locked(t));
+  EXPECT_EQ(reported.size(), 16u) << "the 16 keys in flight, and none started after the exception";
+  for (const auto& [k, n] : reported) EXPECT_EQ(n, 1) << "key " << k;
+  // What was reported inserted is stored; what never started is not.
+  auto all = t.all_keys();
+  std::sort(all.begin(), all.end());
+  std::vector<uint64_t> want;
+  for (const auto& [k, n] : reported) want.push_back(k);
+  EXPECT_EQ(all, want);
+  // The next call runs normally and inserts the rest.
+  const auto out = put_batch(client, keys, 16, 1);
+  for (size_t i = 0; i < keys.size(); ++i)
+    EXPECT_EQ(out[i].r.status, reported.count(keys[i]) ? Status::kFound : Status::kInserted) << keys[i];
+  EXPECT_FALSE(any_locked(t));
+}
+
+// A done callback calling find_or_put_batch again would clear the outer call's keys in flight: the
+// nested call is refused with std::logic_error before it does anything, the outer call finishes
+// its keys and then rethrows it.
+TEST(PutBatchCallbacks, ACallFromItsOwnDoneIsRefused) {
+  LinearConfig c;
+  c.format = SlotFormat::kInline;
+  c.key_bytes = 8;
+  c.value_bytes = 8;
+  c.home_slots = 1024;
+  LocalTable t(c);
+  auto tr = t.fabric->connect();
+  Engine e(*tr);
+  LinearClient client(c, test::probe(8, 16, 8), e);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 1; k <= 40; ++k) keys.push_back(k * 7919);
+  std::vector<int> seen(keys.size(), 0);
+  bool nested_ran = false;
+  auto fill = [](uint64_t, uint64_t key, std::span<std::byte> v) {
+    const auto want = value_for(key, 1, 8);
+    std::copy(want.begin(), want.end(), v.begin());
+  };
+  std::vector<int> started(keys.size(), 0);
+  EXPECT_THROW(client.find_or_put_batch(keys.size(), 8, [&](uint64_t i) { ++started[i]; return keys[i]; }, fill,
+                                        [&](const Engine::Completion& cm, const OpResult& r) {
+                                          ++seen[cm.index];
+                                          EXPECT_EQ(r.status, Status::kInserted);
+                                          if (cm.index != 0) return;
+                                          (void)client.find_or_put_batch(
+                                              1, 1, [](uint64_t) { return uint64_t{5}; }, fill,
+                                              [&](const Engine::Completion&, const OpResult&) { nested_ran = true; });
+                                        }),
+               std::logic_error);
+  EXPECT_FALSE(nested_ran);
+  // Every key started before the exception ran to its outcome, reported once; none started after it.
+  size_t done_keys = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(seen[i], started[i]) << "key index " << i;
+    done_keys += seen[i];
+  }
+  EXPECT_GE(done_keys, 8u);
+  EXPECT_LT(done_keys, keys.size());
+  EXPECT_EQ(t.all_keys().size(), done_keys);
+  EXPECT_FALSE(any_locked(t));
+  // The guard is released: the next call runs.
+  const auto out = put_batch(client, {5}, 1, 1);
+  EXPECT_EQ(out[0].r.status, Status::kInserted);
+}
+
 // Schemes and formats without a multi-find-or-put say so and do nothing.
 TEST(PutBatchScope, OtherFormatsReturnFalse) {
   for (SlotFormat f : {SlotFormat::kSet, SlotFormat::kHeap}) {

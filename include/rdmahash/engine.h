@@ -122,7 +122,9 @@ class Engine {
     std::exception_ptr error;
   };
   // Runs `count` operations `make(i)`, keeping up to `depth` in flight; `done` is called as each
-  // finishes (in completion order).
+  // finishes (in completion order). If `make` or `done` throws, no operation starts after it, the
+  // ones in flight run to their end (they may hold locks) and are reported to `done`, and then the
+  // first such exception is rethrown; the operation whose `make` threw is not reported.
   void run_many(uint64_t count, uint32_t depth, const std::function<Task<void>(uint64_t)>& make,
                 const std::function<void(const Completion&)>& done);
 

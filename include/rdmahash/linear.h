@@ -101,6 +101,10 @@
 // for a lock (read_stable), so they run only once no key of the batch holds a claim: while any wait, rounds
 // carry only the publishes of claimed keys (else a repeated key would wait on this client's own
 // unpublished claim). A key whose request failed fails alone with FabricError, as its task would.
+// A callback (key_of, value_of, done) that throws does not abandon the keys in flight, whose
+// claims would stay LOCKed: no key starts after it, the others run to their outcome and are
+// reported, then the first exception is rethrown. A call from its own `done` is refused with
+// std::logic_error (schemes/batch_guard.h), which reaches the caller the same way.
 // A client that dies mid-batch leaves each key's slot as a dead insert would (at most one claim
 // per key in flight, each recovered as any other: see below).
 //
@@ -221,7 +225,9 @@
 //    speculative win, chunk end, probe bound M, and no wait on its own claim
 //    (linear-batch-publish-no-fence, -no-recheck-after-lost-cas, -publish-keeps-lock,
 //    -speculative-cas-lost-taken-as-won, -chunk-past-tail, -probe-bound, -resume-while-holding,
-//    -chunk-overlap-one-buffer, -no-read-ahead, -publish-status-unchecked, -spec-cas-status-unchecked)
+//    -chunk-overlap-one-buffer, -no-read-ahead, -publish-status-unchecked, -spec-cas-status-unchecked);
+//    a throwing callback strands no claim (linear-batch-callback-throw-escapes); a batch's call
+//    from its own done is refused (batch-reentry-not-refused)
 //  * quadratic chunks (ChunkOrder below; tests/mutants/linear_quad.json): one lookup, get_all and
 //    insert walk either order; the lookup (get, get_visit, locate) and get_all walk the table's
 //    quadratic sequence (linear-quad-get-walks-linear-order, linear-quad-get-all-walks-linear-order),

@@ -107,7 +107,11 @@ class KvClient {
   // linear, one READ more; cuckoo, at most one round trip and k READs more). Returns false, doing
   // nothing, where the scheme has none (use get_visit); a `value_bytes` that get_visit refuses
   // (linear: any other than the table's) throws InvalidArgument before any request. Call it
-  // outside any operation, on the client's own thread.
+  // outside any operation, on the client's own thread. A call from its own `done` (or on_get)
+  // throws std::logic_error. An exception from key_of, on_get or done ends the call with it (keys
+  // not yet reported are dropped; gets hold no locks), except on_get's for a key that met its
+  // record locked or torn: that on_get runs inside the key's own operation, so the exception
+  // becomes the key's Completion::error. Either way the next call runs normally.
   virtual bool get_batch(uint64_t count, uint32_t depth, const std::function<uint64_t(uint64_t)>& key_of,
                          uint32_t value_bytes, GetVisitor& v, const std::function<void(const Engine::Completion&)>& done) {
     (void)count, (void)depth, (void)key_of, (void)value_bytes, (void)v, (void)done;
@@ -120,7 +124,12 @@ class KvClient {
   // posts the requests of every key in flight together, one batch per round, without a coroutine
   // per key; each key's outcome is the one its find_or_put could have had, the same round trips or
   // fewer. Returns false, doing nothing, where the scheme has none (use find_or_put). Call it
-  // outside any operation, on the client's own thread; `done` must not call it again.
+  // outside any operation, on the client's own thread; a call from its own `done` throws
+  // std::logic_error. Keys in flight may hold locked claims, so an exception from key_of, value_of
+  // or done does not leave them there: no key starts after it, every key in flight runs to its
+  // outcome and is reported to `done` (which is called again after it threw), and then the first
+  // such exception is rethrown. The key whose key_of or value_of threw never starts and is not
+  // reported.
   virtual bool find_or_put_batch(uint64_t count, uint32_t depth, const std::function<uint64_t(uint64_t)>& key_of,
                                  const std::function<void(uint64_t, uint64_t, std::span<std::byte>)>& value_of,
                                  const std::function<void(const Engine::Completion&, const OpResult&)>& done) {

@@ -2,6 +2,7 @@
 #include "rdmahash/engine.h"
 
 #include <cassert>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 
@@ -235,14 +236,23 @@ void Engine::run_many(uint64_t count, uint32_t depth, const std::function<Task<v
   uint64_t next = 0;
   uint32_t inflight = 0;
   tick_ = transport_.now();
+  // An exception from `make` or `done` must not abandon the operations in flight, which may hold
+  // locks (a claimed slot, a split word) until their next request; and `done` runs inside the
+  // root coroutine, whose escaping exception would terminate. So the first one is kept, nothing
+  // starts after it, the operations in flight finish and are reported, and it is rethrown.
+  std::exception_ptr callback_error;
   std::function<void(Root*)> on_finish = [&](Root* r) {
     --inflight;
     const auto latency = tick_ - r->start;
-    done(Completion{r->index, r->stats, std::chrono::duration_cast<std::chrono::nanoseconds>(latency), r->error});
+    try {
+      done(Completion{r->index, r->stats, std::chrono::duration_cast<std::chrono::nanoseconds>(latency), r->error});
+    } catch (...) {
+      if (!callback_error) callback_error = std::current_exception();
+    }
     idle.push_back(r);
   };
   auto refill = [&] {
-    while (inflight < depth && next < count) {
+    while (inflight < depth && next < count && !callback_error) {
       Root* r;
       if (!idle.empty()) {
         r = idle.back();
@@ -255,12 +265,21 @@ void Engine::run_many(uint64_t count, uint32_t depth, const std::function<Task<v
       r->index = next++;
       r->on_finish = &on_finish;
       r->start = tick_;
+      std::optional<Task<void>> task;
+      try {
+        task.emplace(make(r->index));
+      } catch (...) {  // the operation never started: nothing of it to finish or report
+        callback_error = std::current_exception();
+        idle.push_back(r);
+        break;
+      }
       ++inflight;
-      spawn(make(r->index), r);
+      spawn(std::move(*task), r);
     }
   };
   drive(refill);
   if (inflight != 0) throw FabricError("operations did not finish: they waited on nothing the engine could post");
+  if (callback_error) std::rethrow_exception(callback_error);
 }
 
 }  // namespace rdmahash

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/hash.h"
+#include "schemes/batch_guard.h"
 #include "schemes/record.h"
 #include "schemes/retry.h"
 #include "schemes/shard_host.h"
@@ -770,12 +771,7 @@ bool CuckooClient::get_batch(uint64_t count, uint32_t depth, const std::function
   if (depth == 0) depth = 1;
   if (!batch_) batch_ = std::make_unique<BatchState>();
   BatchState& b = *batch_;
-  if (b.running) throw std::logic_error("CuckooClient::get_batch: called again from its own done callback");
-  b.running = true;
-  struct Running {
-    bool& flag;
-    ~Running() { flag = false; }
-  } running{b.running};
+  const BatchReentryGuard running(b.running, "CuckooClient::get_batch");
   b.active.clear();
   b.leaving.clear();
   b.value.assign(value_bytes, std::byte{0});

@@ -5,6 +5,7 @@
 // waits: the batch, not a coroutine.
 #include <cstring>
 
+#include "schemes/batch_guard.h"
 #include "schemes/linear/linear_internal.h"
 
 namespace rdmahash {
@@ -37,12 +38,7 @@ bool LinearClient::find_or_put_batch(uint64_t count, uint32_t depth, const std::
   using S = PutBatchState;
   using Stage = S::Stage;
   S& b = *put_batch_;
-  if (b.running) throw std::logic_error("LinearClient::find_or_put_batch: called again from its own done callback");
-  b.running = true;
-  struct Running {
-    bool& flag;
-    ~Running() { flag = false; }
-  } running{b.running};
+  const BatchReentryGuard running(b.running, "LinearClient::find_or_put_batch");
   const InlineLayout l(cfg_);
   const uint64_t total = cfg_.total_slots();
   const uint32_t C = probe_.chunk;
@@ -67,9 +63,21 @@ bool LinearClient::find_or_put_batch(uint64_t count, uint32_t depth, const std::
   auto latency = [&](const S::Key& k, std::chrono::steady_clock::time_point at) {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(at - k.t0);
   };
+  // A callback that throws must not strand the keys in flight: a claimed slot stays LOCKed until
+  // its publish round, and another client's insert of that key would wait on it. So the first
+  // exception of key_of, value_of or done is kept, no key starts after it, every key in flight
+  // runs to its outcome (and is reported), and the exception is rethrown at the end.
+  std::exception_ptr callback_error;
+  auto report = [&](const Engine::Completion& c, const OpResult& r) {
+    try {
+      done(c, r);
+    } catch (...) {
+      if (!callback_error) callback_error = std::current_exception();
+    }
+  };
   auto finish = [&](S::Key& k, const OpResult& r, std::exception_ptr error) {
     b.free_bufs.push_back(k.buf);
-    done(Engine::Completion{k.index, k.st, latency(k, engine_.batch_clock()), std::move(error)}, r);
+    report(Engine::Completion{k.index, k.st, latency(k, engine_.batch_clock()), std::move(error)}, r);
   };
   auto answer = [&](S::Key& k, Status s) {
     OpResult r;
@@ -153,8 +161,20 @@ bool LinearClient::find_or_put_batch(uint64_t count, uint32_t depth, const std::
     k.st.bytes += r.len;
   };
 
+  // A claim CAS of `slot` (insert's: empty -> a locked version-0 claim naming the key).
+  auto post_claim = [&](S::Key& k, uint64_t slot) {
+    Request& c = b.reqs.emplace_back();
+    c.kind = ReqKind::kCas;
+    c.addr = slot_addr(k.node, slot);
+    c.compare = 0;
+    c.swap = claim | k.kbits;
+    c.result = &k.old;
+    ++k.st.cas;
+    k.st.bytes += 8;
+  };
+
   uint64_t issued = 0;
-  while (issued < count || !b.active.empty() || !b.resume.empty()) {
+  while ((issued < count && !callback_error) || !b.active.empty() || !b.resume.empty()) {
     // Keys that left the rounds run as coroutines, but only once no key of this batch holds a claim:
     // such a coroutine may wait for a lock, and this client's own locks are released only by these
     // rounds. So while any are waiting, a round carries only the publishes of claimed keys.
@@ -175,20 +195,26 @@ bool LinearClient::find_or_put_batch(uint64_t count, uint32_t depth, const std::
             OpResult r = x.r;
             r.chunks += x.k.chunks;
             b.free_bufs.push_back(x.k.buf);
-            done(Engine::Completion{x.k.index, st, latency(x.k, resumed) + c.latency, c.error}, r);
+            report(Engine::Completion{x.k.index, st, latency(x.k, resumed) + c.latency, c.error}, r);
           });
       b.resume.clear();
       continue;
     }
     const bool publish_only = !b.resume.empty();
     const auto now = engine_.batch_clock();
-    while (!publish_only && b.active.size() < depth && issued < count) {
+    while (!publish_only && b.active.size() < depth && issued < count && !callback_error) {
       const uint64_t index = issued++;
-      const uint64_t key = key_of(index);
+      uint64_t key = 0;
+      try {
+        key = key_of(index);
+      } catch (...) {
+        callback_error = std::current_exception();
+        break;
+      }
       try {
         validate_key(key);
       } catch (const InvalidArgument&) {  // fails its own key, as find_or_put's task would
-        done(Engine::Completion{index, OpStats{}, std::chrono::nanoseconds(0), std::current_exception()}, OpResult{});
+        report(Engine::Completion{index, OpStats{}, std::chrono::nanoseconds(0), std::current_exception()}, OpResult{});
         continue;
       }
       const LinearPlacement p = place_key(cfg_, key);
@@ -204,7 +230,14 @@ bool LinearClient::find_or_put_batch(uint64_t count, uint32_t depth, const std::
       k.t0 = now;
       const std::span<std::byte> value = value_span(k);
       std::memset(value.data(), 0, value.size());
-      value_of(index, key, value);
+      try {
+        value_of(index, key, value);
+      } catch (...) {  // the key never started: nothing of it to finish
+        callback_error = std::current_exception();
+        b.free_bufs.push_back(k.buf);
+        b.active.pop_back();
+        break;
+      }
       k.n = static_cast<uint32_t>(chunk_len(k.home));
       if (k.n == 0) {  // no slot from its home on (insert's first test)
         answer(k, Status::kFull);
@@ -235,27 +268,11 @@ bool LinearClient::find_or_put_batch(uint64_t count, uint32_t depth, const std::
           k.st.bytes += r.len;
           k.n_next = 0;
           read_ahead(k);
-          if (k.chunk == 0 && k.speculated) {
-            Request& c = b.reqs.emplace_back();
-            c.kind = ReqKind::kCas;
-            c.addr = slot_addr(k.node, k.home);
-            c.compare = 0;
-            c.swap = claim | k.kbits;
-            c.result = &k.old;
-            ++k.st.cas;
-            k.st.bytes += 8;
-          }
+          if (k.chunk == 0 && k.speculated) post_claim(k, k.home);  // the speculative claim
           break;
         }
         case Stage::kClaim: {
-          Request& c = b.reqs.emplace_back();
-          c.kind = ReqKind::kCas;
-          c.addr = slot_addr(k.node, k.slot);
-          c.compare = 0;
-          c.swap = claim | k.kbits;
-          c.result = &k.old;
-          ++k.st.cas;
-          k.st.bytes += 8;
+          post_claim(k, k.slot);
           read_ahead(k);  // the next chunk, if not read yet, beside the CAS (as insert has it posted)
           break;
         }
@@ -348,6 +365,7 @@ bool LinearClient::find_or_put_batch(uint64_t count, uint32_t depth, const std::
     }
     b.active.resize(kept);
   }
+  if (callback_error) std::rethrow_exception(callback_error);
   return true;
 }
 

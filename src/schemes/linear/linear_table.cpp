@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstddef>
 #include <cstring>
+#include "schemes/batch_guard.h"
 #include "schemes/linear/linear_internal.h"
 
 namespace rdmahash {
@@ -331,12 +332,7 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
   if (depth == 0) depth = 1;
   if (!batch_) batch_ = std::make_unique<BatchState>();
   BatchState& b = *batch_;
-  if (b.running) throw std::logic_error("LinearClient::get_batch: called again from its own done callback");
-  b.running = true;
-  struct Running {
-    bool& flag;
-    ~Running() { flag = false; }
-  } running{b.running};
+  const BatchReentryGuard running(b.running, "LinearClient::get_batch");
   b.active.clear();
   b.resume.clear();
   engine_.restart_clock();  // the first keys start now, not at the engine's last batch
