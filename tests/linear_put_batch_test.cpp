@@ -35,6 +35,17 @@ bool any_locked(const LocalTable& t) {
   return false;
 }
 
+// An inline table of `key_bytes`-byte keys and 8-byte values, `home_slots` home slots per shard.
+LinearConfig inline_table(uint64_t home_slots, uint32_t key_bytes = 8, uint32_t nodes = 1) {
+  LinearConfig c;
+  c.format = SlotFormat::kInline;
+  c.key_bytes = key_bytes;
+  c.value_bytes = 8;
+  c.home_slots = home_slots;
+  c.memory_nodes = nodes;
+  return c;
+}
+
 struct Outcome {
   OpResult r;
   OpStats st;
@@ -189,11 +200,7 @@ TEST(PutBatchRepeats, OneKeyManyTimesInOneRoundIsInsertedOnce) {
   for (SpeculativeClaim claim : {SpeculativeClaim::kOn, SpeculativeClaim::kOff}) {
     for (uint32_t kb : {8u, 4u}) {
       SCOPED_TRACE(std::string(to_string(claim)) + ", key bytes " + std::to_string(kb));
-      LinearConfig c;
-      c.format = SlotFormat::kInline;
-      c.key_bytes = kb;
-      c.value_bytes = 8;
-      c.home_slots = 256;
+      const LinearConfig c = inline_table(256, kb);
       LocalTable t(c);
       ProbeConfig probe = test::probe(8, 16, 8);
       probe.speculative_claim = claim;
@@ -223,11 +230,7 @@ TEST(PutBatchRepeats, OneKeyManyTimesInOneRoundIsInsertedOnce) {
 // Keys homed at the last home slots: their chunks run into the tail and end at its last slot. A
 // chunk past the table would fail its READ; once the slots run out, kFull — for absent keys only.
 TEST(PutBatchBounds, ChunksStopAtTheLastTailSlotAndFullMeansAbsent) {
-  LinearConfig c;
-  c.format = SlotFormat::kInline;
-  c.key_bytes = 8;
-  c.value_bytes = 8;
-  c.home_slots = 64;
+  LinearConfig c = inline_table(64);
   c.tail_slots = 2;
   LocalTable t(c);
   const ProbeConfig probe = test::probe(8, 16, 8);
@@ -274,11 +277,7 @@ TEST(PutBatchBounds, ChunksStopAtTheLastTailSlotAndFullMeansAbsent) {
 // orders (some with the coroutine find_or_put): every key inserted by exactly one of them, stored
 // once, with that client's value.
 TEST(PutBatchRace, ClientsRacingOnTheSameKeysInsertEachOnce) {
-  LinearConfig c;
-  c.format = SlotFormat::kInline;
-  c.key_bytes = 8;
-  c.value_bytes = 8;
-  c.home_slots = 1 << 15;
+  const LinearConfig c = inline_table(1 << 15);
   LocalTable t(c);
   std::mt19937_64 rng(17);
   std::vector<uint64_t> keys;
@@ -345,12 +344,7 @@ TEST(PutBatchRace, ClientsRacingOnTheSameKeysInsertEachOnce) {
 // tasks would), and a key the table cannot hold fails alone (InvalidArgument); the other keys are
 // inserted, and nothing is left locked.
 TEST(PutBatchFaults, FailedRequestsAndBadKeysFailOnlyTheirKeys) {
-  LinearConfig c;
-  c.format = SlotFormat::kInline;
-  c.key_bytes = 4;
-  c.value_bytes = 8;
-  c.home_slots = 512;
-  c.memory_nodes = 2;
+  const LinearConfig c = inline_table(512, 4, 2);
   LocalTable t(c);
   test::FaultTransport ft(t.fabric->connect(), [](const Request& r, uint64_t) { return r.addr.node == 1; });
   Engine e(ft);
@@ -400,11 +394,7 @@ TEST(PutBatchFaults, FailedRequestsAndBadKeysFailOnlyTheirKeys) {
 TEST(PutBatchFaults, TransientFailuresNeverCorruptAnswers) {
   for (SpeculativeClaim claim : {SpeculativeClaim::kOn, SpeculativeClaim::kOff}) {
     SCOPED_TRACE(to_string(claim));
-    LinearConfig c;
-    c.format = SlotFormat::kInline;
-    c.key_bytes = 8;
-    c.value_bytes = 8;
-    c.home_slots = 512;
+    const LinearConfig c = inline_table(512);
     LocalTable t(c);
     ProbeConfig probe = test::probe(8, 64, 8);
     probe.speculative_claim = claim;
@@ -479,11 +469,7 @@ TEST(PutBatchFaults, TransientFailuresNeverCorruptAnswers) {
 // their outcome (no slot stays LOCKed, each reported once), no key starts after the exception, and
 // the exception comes out of the call. The next call runs normally.
 TEST(PutBatchCallbacks, AThrowingDoneStrandsNoClaim) {
-  LinearConfig c;
-  c.format = SlotFormat::kInline;
-  c.key_bytes = 8;
-  c.value_bytes = 8;
-  c.home_slots = 4096;
+  const LinearConfig c = inline_table(4096);
   LocalTable t(c);
   ProbeConfig probe = test::probe(8, 16, 8);
   probe.speculative_claim = SpeculativeClaim::kOn;  // round 1 claims the new keys' home slots
@@ -532,11 +518,7 @@ TEST(PutBatchCallbacks, AThrowingDoneStrandsNoClaim) {
 // nested call is refused with std::logic_error before it does anything, the outer call finishes
 // its keys and then rethrows it.
 TEST(PutBatchCallbacks, ACallFromItsOwnDoneIsRefused) {
-  LinearConfig c;
-  c.format = SlotFormat::kInline;
-  c.key_bytes = 8;
-  c.value_bytes = 8;
-  c.home_slots = 1024;
+  const LinearConfig c = inline_table(1024);
   LocalTable t(c);
   auto tr = t.fabric->connect();
   Engine e(*tr);
