@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <random>
 #include <set>
 #include <unordered_map>
@@ -291,6 +292,65 @@ TEST(Cluster, CorruptEntryIsNeverReturned) {
   value[3] ^= std::byte{0x40};
   EXPECT_EQ(engine.run(client.get(k, out)).status, Status::kFound);
   EXPECT_EQ(out, value_for(k, 1, 16));
+}
+
+// Every client can WRITE the whole region, so the words the node's CPU follows may be anything. A
+// link past the pool, a link cycle or a slot naming an entry past the entry array used to send
+// the node's walk outside the region or around the cycle forever, holding the shard's lock. Each
+// is refused (the RPC fails with a message), and the shard goes on serving other chains.
+TEST(Cluster, AHostileChainFailsItsRpcAndLeavesTheShardUsable) {
+  const ClusterConfig c = small(16, 8, 64, 8);
+  Table t(c);
+  ClusterShard& shard = t.server->shard(0);
+  auto transport = t.fabric->connect();
+  Engine engine(*transport);
+  ClusterClient client(c, engine);
+  std::byte* base = t.fabric->local_region(0).data();
+  // k, an absent key of k's bucket, and a key of another bucket.
+  const auto keys = distinct_keys(400, 77);
+  const uint64_t k = keys[0], home = cluster_place(c, k).bucket;
+  uint64_t absent = 0, other = 0;
+  for (uint64_t x : keys) {
+    if (x != k && cluster_place(c, x).bucket == home && absent == 0) absent = x;
+    if (cluster_place(c, x).bucket != home && other == 0) other = x;
+  }
+  ASSERT_NE(absent, 0u);
+  ASSERT_NE(other, 0u);
+  ASSERT_EQ(shard.put(k, value_for(k, 1, 8)), Status::kInserted);
+  ASSERT_EQ(shard.put(other, value_for(other, 1, 8)), Status::kInserted);
+  auto word = [&](uint64_t off) { return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(base + off)); };
+  auto link_of = [&](uint64_t bucket) { return c.buckets_offset() + bucket * kClusterBucketBytes + uint64_t{kClusterSlotsPerBucket - 1} * 16; };
+  const uint64_t slot0 = c.buckets_offset() + home * kClusterBucketBytes;  // k's slot: its bucket's first
+  const uint64_t saved_link = word(link_of(home)).load(), saved_slot = word(slot0).load();
+  ASSERT_EQ(saved_link, 0u) << "k's bucket has no chain yet";
+  ASSERT_NE(saved_slot & (1ULL << 63), 0u) << "k is in its bucket's first slot";
+  const uint64_t to_pool0 = 1ULL << 62;  // a link word naming pool bucket 0
+  struct Case {
+    const char* what;
+    uint64_t link, slot, key;  // k's bucket's link and first slot; the key whose put meets them
+    const char* error;         // what the refusal says
+  };
+  for (const Case& x : {Case{"a link past the pool", to_pool0 | c.pool_buckets_per_node, saved_slot, absent, "pool buckets"},
+                        Case{"a link cycle", to_pool0, saved_slot, absent, "a cycle"},
+                        Case{"an entry past the entries", saved_link, (saved_slot & ~0xffffffffULL) | c.entries_per_node, k,
+                             "entries"}}) {
+    word(link_of(home)).store(x.link);
+    word(slot0).store(x.slot);
+    word(link_of(c.main_buckets_per_node)).store(to_pool0);  // pool bucket 0 links to itself
+    try {
+      test::ends_within(std::chrono::seconds(20), x.what, [&] { engine.run(client.put(x.key, value_for(x.key, 2, 8))); });
+      ADD_FAILURE() << x.what << ": the put succeeded";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(x.error), std::string::npos) << x.what << ": " << e.what();
+    }
+    EXPECT_EQ(engine.run(client.put(other, value_for(other, 2, 8))).status, Status::kUpdated) << x.what;
+    word(link_of(home)).store(saved_link);
+    word(slot0).store(saved_slot);
+    word(link_of(c.main_buckets_per_node)).store(0);
+  }
+  std::vector<std::byte> out(8);
+  EXPECT_EQ(engine.run(client.get(k, out)).status, Status::kFound);
+  EXPECT_EQ(out, value_for(k, 1, 8));
 }
 
 // Splits every READ into its 8-byte words in shuffled or descending order, with one memory-node

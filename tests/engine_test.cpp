@@ -9,6 +9,7 @@
 
 #include "rdmahash/engine.h"
 #include "rdmahash/fabric.h"
+#include "rdmahash/sim_fabric.h"
 
 namespace rdmahash {
 namespace {
@@ -223,6 +224,34 @@ TEST(Engine, RpcReachesTheRegisteredHandler) {
   EXPECT_EQ(static_cast<char>(reply[0]), 'c');
   EXPECT_EQ(s.rpcs, 1u);
   EXPECT_THROW(e.run([&]() -> Task<void> { co_await e.rpc(0, 8, msg, 3, &reply); }()), FabricError);
+}
+
+// fabric.h: a node refuses an RPC payload over kMaxRpcBytes before its handler runs, on the local
+// and the simulated fabric (the UCX fabric's case is in ucx_fabric_test).
+TEST(Engine, RpcOverThePayloadLimitIsRefused) {
+  for (const bool sim : {false, true}) {
+    SCOPED_TRACE(sim ? "sim fabric" : "local fabric");
+    std::unique_ptr<Fabric> f;
+    if (sim) f = make_sim_fabric({4096}, load_sim_profile("edr"));
+    else f = make_local_fabric({4096});
+    uint64_t calls = 0;
+    f->register_rpc(7, [&](uint32_t, std::span<const std::byte> req, std::vector<std::byte>& reply) {
+      ++calls;
+      reply.assign(req.begin(), req.begin() + std::min<size_t>(req.size(), 8));
+    });
+    auto t = f->connect();
+    Engine e(*t);
+    std::vector<std::byte> big(size_t{kMaxRpcBytes} + 1), reply;
+    e.run([&]() -> Task<void> { co_await e.rpc(0, 7, big.data(), kMaxRpcBytes, &reply); }());
+    EXPECT_EQ(calls, 1u);
+    try {
+      e.run([&]() -> Task<void> { co_await e.rpc(0, 7, big.data(), kMaxRpcBytes + 1, &reply); }());
+      ADD_FAILURE() << "an RPC over kMaxRpcBytes was accepted";
+    } catch (const FabricError& ex) {
+      EXPECT_NE(std::string(ex.what()).find("kMaxRpcBytes"), std::string::npos) << ex.what();
+    }
+    EXPECT_EQ(calls, 1u) << "the handler ran for the refused payload";
+  }
 }
 
 }  // namespace

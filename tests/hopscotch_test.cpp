@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <random>
 #include <set>
 #include <unordered_map>
@@ -768,6 +769,48 @@ TEST(HopscotchChains, PoolExhaustedAnswersFullAndStaysInItsRegion) {
   Table t0(none);
   for (size_t i = 0; i < 4; ++i) ASSERT_EQ(t0.server->shard(0).put(keys[i], value_for(keys[i], 0, 16)).status, Status::kInserted);
   EXPECT_EQ(t0.server->shard(0).put(keys[4], value_for(keys[4], 0, 16)).status, Status::kFull);
+}
+
+// Every client can WRITE the whole region, so the chain pointers the node's CPU follows may be
+// anything. A head naming no block, or a block whose next pointer closes a cycle, used to send the
+// node's walk outside the pool or around the cycle forever, holding the shard's lock. Both are
+// refused now (the write fails with a message), and the shard goes on serving once repaired.
+TEST(HopscotchChains, AHostileChainFailsItsWriteAndLeavesTheShardUsable) {
+  const HopscotchConfig c = chain_config();
+  Table t(c);
+  HopscotchShard& shard = t.server->shard(0);
+  const auto keys = homed_keys(c, 10, 6);
+  for (size_t i = 0; i < 5; ++i) ASSERT_EQ(shard.put(keys[i], value_for(keys[i], 0, 16)).status, Status::kInserted);
+  std::byte* base = t.fabric->local_region(0).data();
+  auto word = [&](uint64_t off) { return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(base + off)); };
+  const uint64_t head = c.heads_offset() + 10 / c.neighborhood * 8;
+  const uint64_t block = word(head).load();
+  ASSERT_EQ(block, c.pool_offset()) << "keys[4] went to the chain's one block";
+  ASSERT_EQ(word(block).load(), 0u);
+  const uint64_t other = homed_keys(c, 40, 1)[0];  // another group's key
+  ASSERT_EQ(shard.put(other, value_for(other, 0, 16)).status, Status::kInserted);
+  struct Case {
+    const char* what;
+    uint64_t off, value;  // the word overwritten and its hostile value
+    const char* error;    // what the refusal says
+  };
+  for (const Case& x : {Case{"a head naming no block", head, 8, "names no overflow block"},
+                        Case{"a head inside a block", head, block + 8, "names no overflow block"},
+                        Case{"a head past the pool", head, c.pool_offset() + c.overflow_blocks() * c.block_bytes(), "names no overflow block"},
+                        Case{"a next pointer closing a cycle", block, block, "a cycle"}}) {
+    const uint64_t saved = word(x.off).load();
+    word(x.off).store(x.value);
+    try {
+      test::ends_within(std::chrono::seconds(20), x.what, [&] { shard.put(keys[5], value_for(keys[5], 0, 16)); });
+      ADD_FAILURE() << x.what << ": the put succeeded";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(x.error), std::string::npos) << x.what << ": " << e.what();
+    }
+    EXPECT_EQ(shard.put(other, value_for(other, 0, 16)).status, Status::kUpdated) << x.what;
+    word(x.off).store(saved);
+  }
+  EXPECT_EQ(shard.put(keys[5], value_for(keys[5], 0, 16)).status, Status::kInserted);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(shard.find(keys[i]), value_for(keys[i], 0, 16)) << i;
 }
 
 TEST(HopscotchChains, BadPoolConfigurationsAreRefused) {

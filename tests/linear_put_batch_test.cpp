@@ -578,5 +578,23 @@ TEST(PutBatchScope, OtherFormatsReturnFalse) {
   }
 }
 
+// The batch's buffers (two chunks a key) are sized for the keys in flight: a depth far above the
+// count, with chunks of 65536 slots, used to ask for depth × 4 MiB up front (4 TiB here, a
+// bad_alloc) to insert 3 keys.
+TEST(PutBatchCallbacks, ADepthAboveTheCountSizesBuffersByTheCount) {
+  const LinearConfig c = inline_table(1024);
+  LocalTable t(c);
+  auto tr = t.fabric->connect();
+  Engine e(*tr);
+  LinearClient client(c, test::probe(65536, 1, 8), e);
+  const std::vector<uint64_t> keys{11, 22, 33};
+  const auto out = put_batch(client, keys, 1u << 20, 1);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_FALSE(out[i].error) << keys[i];
+    EXPECT_EQ(out[i].r.status, Status::kInserted) << keys[i];
+  }
+  EXPECT_EQ(t.all_keys().size(), keys.size());
+}
+
 }  // namespace
 }  // namespace rdmahash

@@ -3,6 +3,7 @@
 // caches, and forced interleavings of every split step with other clients' operations.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -253,6 +254,70 @@ TEST(Race, ExhaustedPoolAnswersFullAndChangesNothing) {
   EXPECT_EQ(full, 20);
   for (const auto& [k, v] : oracle) ASSERT_EQ(c.get(k), v);
   EXPECT_EQ(race_inspect(*t.fabric, cfg).committed, oracle.size());
+}
+
+// The allocation RPC takes its size from the wire. A size near 2^64 used to wrap `next + want`
+// past the pool's end check and move the bump pointer back over blocks already handed out, so
+// two clients would carve the same memory. Now it is refused (offset 0) and changes nothing.
+TEST(Race, AllocationRpcOfAWrappingSizeIsRefused) {
+  RaceConfig cfg = small_cfg();
+  RaceTable t(cfg);
+  auto tr = t.fabric->connect();
+  Engine e(*tr);
+  auto alloc = [&](uint64_t want) {
+    const std::array<uint64_t, 2> req{want, 0};
+    std::vector<std::byte> reply;
+    e.run([&]() -> Task<void> { co_await e.rpc(0, kRaceRpcAlloc, req.data(), 16, &reply); }());
+    EXPECT_EQ(reply.size(), 8u);
+    uint64_t got = 0;
+    std::memcpy(&got, reply.data(), 8);
+    return got;
+  };
+  const uint64_t first = alloc(64);
+  ASSERT_NE(first, 0u);
+  for (const uint64_t want : {uint64_t{0} - (uint64_t{1} << 20), uint64_t{0} - 64, uint64_t{1} << 63})
+    EXPECT_EQ(alloc(want), 0u) << "want " << want;
+  EXPECT_EQ(alloc(64), first + 64) << "the bump pointer moved";
+  // A client's configuration may not ask for chunks that large either.
+  cfg.chunk_bytes = uint64_t{1} << 41;
+  EXPECT_THROW(cfg.validate(), InvalidArgument);
+}
+
+// A client whose configuration addresses another layout (groups per subtable, max depth, key bytes,
+// hash seed) used to compute bucket offsets inside other subtables and corrupt the table silently.
+// Its first directory read now refuses the table; a client with only client-side options changed
+// (chunk bytes, help patience, the directory cache) is accepted.
+TEST(Race, AClientOfAnotherLayoutIsRefused) {
+  const RaceConfig cfg = small_cfg();
+  RaceTable t(cfg);
+  Sync owner(*t.fabric, cfg);
+  ASSERT_EQ(owner.put("k", "v").status, Status::kInserted);
+  auto variant = [&](auto change) {
+    RaceConfig c = cfg;
+    change(c);
+    return c;
+  };
+  for (const RaceConfig& c : {variant([](RaceConfig& c) { c.groups_per_subtable *= 2; }),
+                              variant([](RaceConfig& c) { c.max_depth -= 1; }), variant([](RaceConfig& c) { c.key_bytes = 16; }),
+                              variant([](RaceConfig& c) { c.hash_seed ^= 1; }), variant([](RaceConfig& c) {
+                                c.hash_seed ^= 1;
+                                c.dir_cache = false;  // reads directory entries, not the directory
+                              })}) {
+    Sync other(*t.fabric, c);
+    try {
+      other.put("k", "w");
+      ADD_FAILURE() << "a client of another layout wrote";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("another configuration"), std::string::npos) << e.what();
+    }
+  }
+  Sync same(*t.fabric, variant([](RaceConfig& c) {
+              c.chunk_bytes *= 2;
+              c.help_patience = 0;
+              c.dir_cache = false;
+            }));
+  EXPECT_EQ(same.get("k"), std::optional<std::string>("v"));
+  EXPECT_EQ(owner.get("k"), std::optional<std::string>("v")) << "the refused clients changed nothing";
 }
 
 // A bulk load with many operations in flight fits the region region_bytes_for sizes, and every

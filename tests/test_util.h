@@ -2,7 +2,13 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <future>
+#include <string>
+#include <thread>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -14,6 +20,32 @@
 #include "rdmahash/linear.h"
 
 namespace rdmahash::test {
+
+// Runs `f` (which may throw: rethrown here) on a thread of its own, and ends the test binary with a
+// failure if it is still running after `limit`. For tests of a loop's bound: with the bound
+// removed (its mutant) the loop never ends, and the test fails now instead of at ctest's timeout.
+// Not a timing assertion: `limit` is far above what the call takes on any machine.
+template <class F>
+void ends_within(std::chrono::seconds limit, const std::string& what, F f) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> result = done->get_future();
+  std::thread th([f = std::move(f), done]() mutable {
+    try {
+      f();
+      done->set_value();
+    } catch (...) {
+      done->set_exception(std::current_exception());
+    }
+  });
+  if (result.wait_for(limit) != std::future_status::ready) {
+    std::fprintf(stderr, "FAILED: %s was still running after %lld s (a loop without its bound?)\n", what.c_str(),
+                 static_cast<long long>(limit.count()));
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  th.join();
+  result.get();
+}
 
 // A get's answer as a GetVisitor saw it (multi-get tests).
 struct GetAnswer {

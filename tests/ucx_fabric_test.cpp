@@ -374,6 +374,27 @@ void test_rpc(Ctx& c, Counted& t, Transport& errors) {
       c.ck.check(ok, "RPC reply of " + std::to_string(len) + " bytes" + at);
     }
 
+    // The payload limit (fabric.h, kMaxRpcBytes): the largest payload is served; one byte more is
+    // refused by the node before it allocates room for it, with a message, and the node goes on.
+    {
+      std::vector<std::byte> big(size_t{kMaxRpcBytes} + 1, std::byte{0x5a}), reply;
+      b = {rpc_req(n, kRpcEcho, big.data(), kMaxRpcBytes, &reply)};
+      t.exec(b);
+      c.ck.check(reply.size() == kMaxRpcBytes, "an RPC of kMaxRpcBytes is served" + at);
+      try {
+        std::vector<Request> eb{rpc_req(n, kRpcEcho, big.data(), kMaxRpcBytes + 1, &reply)};
+        errors.execute(eb);
+        c.ck.check(false, "an RPC over kMaxRpcBytes: expected FabricError" + at);
+      } catch (const FabricError& e) {
+        c.ck.check(std::string(e.what()).find("kMaxRpcBytes") != std::string::npos,
+                   "an RPC over kMaxRpcBytes is refused naming the limit" + at + " (got: " + e.what() + ")");
+      }
+      const uint64_t ping = 0x77;
+      b = {rpc_req(n, kRpcEcho, &ping, 8, &reply)};
+      t.exec(b);
+      c.ck.check(reply.size() == 8, "the node serves RPCs after refusing one" + at);
+    }
+
     // A handler that throws and an id nobody registered: FabricError on the client.
     std::vector<std::byte> r1, r2;
     try {

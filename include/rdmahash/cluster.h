@@ -111,6 +111,9 @@
 //  * pool bound: a chain grows only while pool buckets remain (cluster-pool-bound)
 //  * stale slot: an entry that is not its slot's sends the lookup back to the main bucket; it is
 //    never taken for a miss (cluster-stale-is-miss)
+//  * hostile chains: clients can WRITE the whole region, so the node's walk checks every link
+//    (cluster-walk-link-past-pool), the entry a slot names (cluster-walk-entry-past-entries) and
+//    follows at most P links (cluster-walk-cycle): a corrupt chain fails that RPC, never the node
 //
 // Thread safety: ClusterClient belongs to one Engine (one thread); ClusterShard and the RPC handler
 // are thread-safe; any number of clients may use one table concurrently.
@@ -218,6 +221,7 @@ class ClusterShard {
   };
   struct Chain {
     std::optional<Where> at;    // the key's slot
+    uint32_t entry = 0;         // at: the entry its slot names (checked below entries_per_node)
     std::optional<Where> free;  // the first free entry slot on the chain
     uint64_t last = 0;          // the chain's last bucket
   };

@@ -33,6 +33,8 @@
 //   kFaa    8-byte fetch-and-add of `compare` at `addr`; old value in `*result`.
 //   kRpc    two-sided request to the CPU of memory node `addr.node`: handler `rpc_id` registered
 //           with `Fabric::register_rpc` receives `len` bytes from `buf` and fills `*reply`.
+//           `len` is at most kMaxRpcBytes: a memory node refuses a larger payload before it
+//           allocates room for it (the request fails, FabricError), on every fabric alike.
 //
 // Atomicity: CAS/FAA are atomic with respect to each other and to 8-byte-aligned 8-byte READs;
 // READs of more than 8 bytes are not atomic (a concurrent WRITE may be observed torn), which is
@@ -97,6 +99,11 @@ struct RemoteAddr {
   uint32_t node = 0;
   uint64_t offset = 0;
 };
+
+// The largest RPC payload a memory node accepts (see kRpc above). A payload's size comes from the
+// wire, and a node that allocated whatever a client announced could be made to exhaust its memory;
+// the schemes' RPCs carry at most a few KB (a record write: a header, the key and the value).
+inline constexpr uint32_t kMaxRpcBytes = uint32_t{1} << 20;
 
 enum class ReqKind : uint8_t { kRead, kWrite, kCas, kFaa, kRpc };
 

@@ -229,6 +229,9 @@
 //  * chain search: a neighbourhood miss walks the group's chain (hopscotch-chain-unsearched)
 //  * unlink window: an empty block is unlinked inside a moves window (hopscotch-unlink-unfenced)
 //  * pool bound: no block is taken past the pool, kFull instead (hopscotch-pool-bound)
+//  * hostile chains: clients can WRITE the whole region, so the node follows a head or next pointer
+//    only if it names a pool block (hopscotch-chain-pointer-unchecked), and at most as many as the
+//    pool has blocks (hopscotch-chain-cycle): a corrupt chain fails that RPC, never the node
 //  On persistent memory (tests/mutants/hopscotch_pm.json):
 //  * payload persisted before the publishing ctrl store (hopscotch-pm-drop-payload-persist), and
 //    stored before it (hopscotch-pm-publish-before-record); the ctrl store persisted before the
@@ -404,6 +407,9 @@ class HopscotchShard {
     bool chained;
   };
   std::optional<Where> locate(uint64_t key, const HopscotchPlacement& p) const;
+  // `b`, a chain pointer just read from the region, if 0 or an overflow block within `hops` (its
+  // count of pointers followed) ≤ the pool's blocks; else it throws (a corrupt or hostile chain).
+  uint64_t checked_block(uint64_t b, uint64_t& hops) const;
   uint64_t head_off(const HopscotchPlacement& p) const { return cfg_.heads_offset() + p.home / cfg_.neighborhood * 8; }
   void check_value(std::span<const std::byte> value, bool exact) const;
   void write_new(uint64_t slot, uint64_t key, uint32_t kbits, std::span<const std::byte> value);

@@ -301,6 +301,10 @@
 //  * withdrawals CAS from the tentative value: never clear a committed copy (race-withdraw-cas)
 //  * kills leave a KILLED marker, so an owner tells killed from committed (race-kill-marker)
 //  * client ids above kRaceMaxClientId are refused (race-client-id-bound)
+//  * the allocation RPC refuses a size that would wrap the pool's end check (race-alloc-size-wraps),
+//    and chunk_bytes is bounded (race-chunk-bytes-unbounded)
+//  * a client's layout must be the server's: node 0's header carries a tag of the server's config,
+//    checked at every directory read (race-config-tag-unchecked)
 //  * a chunk RPC that fails clears the refill flag other operations ride along on, so the client
 //    is not wedged (race-refill-kept-on-failure)
 //  * a void descriptor (its S split before it was installed) is released untouched, and its
@@ -381,7 +385,7 @@ struct RaceNodeHeader {
   uint64_t pool_next;     // next free pool byte (memory-node CPU only)
   uint64_t pool_end;
   uint64_t subtables;     // node 0: subtables created by finished splits (statistics)
-  uint64_t config_tag;
+  uint64_t config_tag;    // race_config_tag of the server's config: a client's must match (refresh)
   uint64_t pad;
 };
 static_assert(sizeof(RaceNodeHeader) == 64);

@@ -19,6 +19,7 @@
 
 #include "rdmahash/fabric.h"
 #include "fabric/direct_access.h"
+#include "fabric/rpc_limit.h"
 
 namespace rdmahash {
 namespace {
@@ -106,6 +107,7 @@ class LocalFabric final : public Fabric {
       if (it == handlers_.end()) throw FabricError("local fabric: no rpc handler " + std::to_string(r.rpc_id));
       h = it->second;
     }
+    if (r.len > kMaxRpcBytes) throw FabricError(detail::rpc_too_large(r.len));
     r.reply->clear();
     h(src, std::span<const std::byte>(static_cast<const std::byte*>(r.buf), r.len), *r.reply);
   }

@@ -152,6 +152,7 @@
 
 #include "common/cpu_clock.h"
 #include "fabric/direct_access.h"
+#include "fabric/rpc_limit.h"
 
 namespace rdmahash {
 
@@ -761,6 +762,7 @@ class SimFabricImpl final : public SimFabric {
       if (!r.reply) throw FabricError("sim fabric: rpc without a reply buffer");
       auto it = handlers_.find(r.rpc_id);
       if (it == handlers_.end()) throw FabricError("sim fabric: no rpc handler " + std::to_string(r.rpc_id));
+      if (r.len > kMaxRpcBytes) throw FabricError(detail::rpc_too_large(r.len));
       r.reply->clear();
       it->second(st->id, std::span<const std::byte>(static_cast<const std::byte*>(r.buf), r.len), *r.reply);
       r.status = ReqStatus::kOk;

@@ -2,6 +2,7 @@
 // per client), progressing and arming them for the serve loops, and the active-message handlers
 // that answer RPCs and coalesced requests.
 #include "fabric/ucx_impl.h"
+#include "fabric/rpc_limit.h"
 
 namespace rdmahash::ucx_impl {
 
@@ -178,6 +179,14 @@ ucs_status_t UcxFabricImpl::on_rpc(void* arg, const void* header, size_t header_
   if (reply_ep == nullptr) {
     std::fprintf(stderr, "ucx fabric: rank %d: dropping an RPC from unknown rank %u\n", f->rank_, h.src_rank);
     return UCS_OK;
+  }
+  if (length > kMaxRpcBytes) {  // before any allocation: the size is the sender's word
+    auto* out = new OutgoingReply;
+    out->hdr = {h.req_id, kRpcBadRequest, 0};
+    const std::string msg = detail::rpc_too_large(length);
+    out->data.assign(reinterpret_cast<const std::byte*>(msg.data()), reinterpret_cast<const std::byte*>(msg.data() + msg.size()));
+    f->send_reply(reply_ep, out);
+    return UCS_OK;  // a rendezvous payload not fetched is dropped
   }
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
     f->run_rpc(h, reply_ep, {static_cast<const std::byte*>(data), length});

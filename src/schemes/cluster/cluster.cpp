@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -145,23 +146,39 @@ void ClusterShard::check_value(std::span<const std::byte> value, bool exact) con
                           std::to_string(cfg_.value_bytes) + " value bytes");
 }
 
+// The key's chain. Every client can WRITE anywhere in the region (the rkey covers it), so a link or
+// an entry index read here may be anything: one past the pool or the entry array, or a cycle,
+// would send this CPU outside the region or around the cycle forever with the shard's lock held.
+// Both are refused (the RPC fails; the shard stays usable for other keys).
 ClusterShard::Chain ClusterShard::walk(uint64_t key) const {
   std::byte* base = region_.data();
+  auto corrupt = [&](const std::string& what) {
+    return std::runtime_error("cluster shard " + std::to_string(node_) + ": corrupt chain of key " + std::to_string(key) +
+                              ": " + what);
+  };
   Chain c;
   uint64_t b = cluster_place(cfg_, key).bucket;
-  while (true) {
+  for (uint64_t hops = 0;; ++hops) {
     c.last = b;
     for (uint32_t s = 0; s < kEntrySlots; ++s) {
       const uint64_t meta = node_load(base, slot_off(b, s));
       if (!(meta & kSlotEntry)) {
         if (!c.free) c.free = Where{b, s};
       } else if (node_load(base, slot_off(b, s) + 8) == key) {
+        if (meta_index(meta) >= cfg_.entries_per_node)
+          throw corrupt("entry " + std::to_string(meta_index(meta)) + " past the " + std::to_string(cfg_.entries_per_node) +
+                        " entries");
         c.at = Where{b, s};
+        c.entry = meta_index(meta);
         return c;
       }
     }
     const uint64_t link = node_load(base, slot_off(b, kEntrySlots));
     if (!(link & kSlotLink)) return c;
+    if (meta_index(link) >= cfg_.pool_buckets_per_node)
+      throw corrupt("link to pool bucket " + std::to_string(meta_index(link)) + " past the " +
+                    std::to_string(cfg_.pool_buckets_per_node) + " pool buckets");
+    if (hops >= cfg_.pool_buckets_per_node) throw corrupt("a cycle (more links than the pool holds)");
     b = cfg_.main_buckets_per_node + meta_index(link);
   }
 }
@@ -242,7 +259,7 @@ Status ClusterShard::put(uint64_t key, std::span<const std::byte> value) {
   std::lock_guard lock(mu_);
   const Chain c = walk(key);
   if (c.at) {
-    rewrite(meta_index(node_load(region_.data(), slot_off(c.at->bucket, c.at->slot))), key, value);
+    rewrite(c.entry, key, value);
     return Status::kUpdated;
   }
   return insert_new(key, c, value);
@@ -254,7 +271,7 @@ Status ClusterShard::update(uint64_t key, std::span<const std::byte> value) {
   std::lock_guard lock(mu_);
   const Chain c = walk(key);
   if (!c.at) return Status::kNotFound;
-  rewrite(meta_index(node_load(region_.data(), slot_off(c.at->bucket, c.at->slot))), key, value);
+  rewrite(c.entry, key, value);
   return Status::kUpdated;
 }
 
@@ -265,7 +282,7 @@ Status ClusterShard::erase(uint64_t key) {
   if (!c.at) return Status::kNotFound;
   std::byte* base = region_.data();
   const uint64_t so = slot_off(c.at->bucket, c.at->slot);
-  const uint32_t e = meta_index(node_load(base, so));
+  const uint32_t e = c.entry;
   node_store(base, so, 0);  // k is absent from here on
   // Retire the entry: not OCC, a new version, the next incarnation (stale slots reject it).
   const uint64_t ctrl = node_load(base, entry_off(e));
@@ -295,7 +312,7 @@ std::optional<std::vector<std::byte>> ClusterShard::find(uint64_t key) const {
   std::lock_guard lock(mu_);
   const Chain c = walk(key);
   if (!c.at) return std::nullopt;
-  const uint32_t e = meta_index(node_load(region_.data(), slot_off(c.at->bucket, c.at->slot)));
+  const uint32_t e = c.entry;
   std::vector<std::byte> v(cfg_.value_bytes + 8);
   for (uint32_t i = 0; i < l.val_padded; i += 8) store64(v.data() + i, node_load(region_.data(), entry_off(e) + l.val_off + i));
   v.resize(cfg_.value_bytes);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -342,6 +343,21 @@ void HopscotchShard::check_value(std::span<const std::byte> value, bool exact) c
                           std::to_string(cfg_.value_bytes) + " value bytes");
 }
 
+// Every client can WRITE anywhere in the region (the rkey covers it), so a head or next word this
+// CPU follows may name no block, or close a cycle: followed unchecked it would take the node's
+// loads and stores outside the pool, or around the cycle forever with the shard's lock held. The
+// RPC fails instead; the shard stays usable for other keys.
+uint64_t HopscotchShard::checked_block(uint64_t b, uint64_t& hops) const {
+  if (b == 0) return 0;
+  const uint64_t pool = cfg_.pool_offset(), bb = cfg_.block_bytes();
+  if (b < pool || (b - pool) % bb != 0 || (b - pool) / bb >= cfg_.overflow_blocks())
+    throw std::runtime_error("hopscotch shard " + std::to_string(node_) + ": corrupt chain: pointer " + std::to_string(b) +
+                             " names no overflow block");
+  if (++hops > cfg_.overflow_blocks())
+    throw std::runtime_error("hopscotch shard " + std::to_string(node_) + ": corrupt chain: a cycle (more links than blocks)");
+  return b;
+}
+
 std::optional<HopscotchShard::Where> HopscotchShard::locate(uint64_t key, const HopscotchPlacement& p) const {
   auto holds = [&](uint64_t o) {
     const uint64_t ctrl = ld(o);
@@ -349,7 +365,8 @@ std::optional<HopscotchShard::Where> HopscotchShard::locate(uint64_t key, const 
   };
   for (uint64_t s = p.home; s < p.home + cfg_.neighborhood; ++s)
     if (holds(off(s))) return Where{off(s), false};
-  for (uint64_t b = ld(head_off(p)); b != 0; b = ld(b))
+  uint64_t hops = 0;
+  for (uint64_t b = checked_block(ld(head_off(p)), hops); b != 0; b = checked_block(ld(b), hops))
     for (uint32_t i = 0; i < cfg_.block_records; ++i)
       if (holds(b + 8 + uint64_t{i} * cfg_.record_bytes())) return Where{b + 8 + uint64_t{i} * cfg_.record_bytes(), true};
   return std::nullopt;
@@ -464,7 +481,11 @@ void HopscotchShard::unlink_if_empty(const HopscotchPlacement& p, uint64_t rec) 
   for (uint32_t i = 0; i < cfg_.block_records; ++i)
     if (ld(x + 8 + uint64_t{i} * cfg_.record_bytes()) & kOcc) return;
   uint64_t link = head_off(p);  // the word that points at x: the head or the previous block's next
-  while (ld(link) != x) link = ld(link);
+  uint64_t hops = 0;
+  for (uint64_t next = ld(link); next != x; next = ld(link))
+    if ((link = checked_block(next, hops)) == 0)
+      throw std::runtime_error("hopscotch shard " + std::to_string(node_) + ": corrupt chain: block " + std::to_string(x) +
+                               " is not on its group's chain");
   st(kHopscotchMovesOffset, ++moves_);  // odd: the chain changes shape
   st(link, ld(x));
   flush(link, 8);
@@ -488,7 +509,8 @@ HopscotchShardResult HopscotchShard::insert_chained(uint64_t key, const Hopscotc
     stats_.displacements += moved;
     return HopscotchShardResult{Status::kInserted, moved};
   };
-  for (uint64_t b = head; b != 0; b = ld(b))
+  uint64_t hops = 0;
+  for (uint64_t b = checked_block(head, hops); b != 0; b = checked_block(ld(b), hops))
     for (uint32_t i = 0; i < cfg_.block_records; ++i)
       if (!(ld(b + 8 + i * rb) & kOcc)) {
         write_at(b + 8 + i * rb, key, p.kbits, value);  // payload, then ctrl: as a free slot

@@ -33,7 +33,9 @@ bool LinearClient::find_or_put_batch(uint64_t count, uint32_t depth, const std::
   if (cfg_.format != SlotFormat::kInline || cfg_.quadratic() || slot_bytes_ == 8 || probe_.die_holding_lock) return false;
   check_writable();
   if (count == 0) return true;
-  if (depth == 0) depth = 1;
+  // Never more keys in flight than there are keys: each holds a buffer of two chunks (up to 2 × 65536
+  // slots), sized up front for `depth` keys, and a caller's depth may be far above its count.
+  depth = static_cast<uint32_t>(std::clamp<uint64_t>(depth, 1, count));
   if (!put_batch_) put_batch_ = std::make_unique<PutBatchState>();
   using S = PutBatchState;
   using Stage = S::Stage;

@@ -15,7 +15,8 @@ void RaceConfig::validate() const {
   // The directory is READ whole (64 + 8·2^depth bytes), and a request's length is 32-bit.
   if (max_depth > 28) bad("max depth must be at most 28 (the directory is read in one request of under 4 GiB)");
   if (initial_depth > max_depth) bad("initial depth must be at most max depth (" + std::to_string(max_depth) + ")");
-  if (chunk_bytes < 16384 || chunk_bytes % 64 != 0) bad("chunk bytes must be a multiple of 64, at least 16384");
+  if (chunk_bytes < 16384 || chunk_bytes % 64 != 0 || chunk_bytes > (uint64_t{1} << 40))
+    bad("chunk bytes must be a multiple of 64 in [16384, 2^40]");
   if (key_bytes < 8 || key_bytes > kMaxKeyBytes) bad("key bytes must be in [8, 256]");
 }
 
@@ -75,6 +76,7 @@ RaceServer::RaceServer(Fabric& fabric, const RaceConfig& cfg) : cfg_(cfg) {
     h.global_depth = cfg.initial_depth;
     h.pool_next = need;
     h.pool_end = region.size() / 64 * 64;
+    h.config_tag = race_config_tag(cfg);
     std::memcpy(base, &h, sizeof h);
   }
   // Allocation RPC: request = bytes wanted, node (8 bytes each); reply = offset (0: exhausted).
@@ -97,7 +99,9 @@ void serve_alloc(Fabric& fabric, std::span<const std::byte> req, std::vector<std
   if (want > 0 && want % 64 == 0 && !region.empty()) {
     const uint64_t next = node_load(region.data(), offsetof(RaceNodeHeader, pool_next));
     const uint64_t end = node_load(region.data(), offsetof(RaceNodeHeader, pool_end));
-    if (next + want <= end) {
+    // Not `next + want <= end`: a `want` from the wire near 2^64 would wrap past the check and
+    // move pool_next back over memory already handed out.
+    if (next <= end && want <= end - next) {
       got = next;
       node_store(region.data(), offsetof(RaceNodeHeader, pool_next), next + want);
     }

@@ -20,6 +20,9 @@ namespace rdmahash {
       co_await engine.read(RemoteAddr{0, 0}, buf.data(), static_cast<uint32_t>(buf.size()));
       const uint64_t depth = load64(buf.data() + 8);
       if (load64(buf.data()) != kRaceMagic) throw FabricError("race: node 0 holds no RACE table (bad magic)");
+      if (load64(buf.data() + offsetof(RaceNodeHeader, config_tag)) != race_config_tag(cfg))
+        throw InvalidArgument("race: the table on node 0 was built with another configuration (memory nodes, groups per "
+                              "subtable, max depth, key bytes or hash seed differ from this client's)");
       if (depth > cfg.max_depth) throw FabricError("race: directory depth " + std::to_string(depth) + " exceeds the config");
       if (depth > want) {  // grew since: read the larger directory
         want = static_cast<uint32_t>(depth);

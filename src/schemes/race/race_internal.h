@@ -63,6 +63,15 @@ inline uint64_t make_entry(RemoteAddr sub, uint32_t depth) {
 }
 inline bool same_addr(RemoteAddr a, RemoteAddr b) { return a.node == b.node && a.offset == b.offset; }
 inline uint64_t make_header(uint32_t depth, uint64_t suffix) { return uint64_t{depth} | (suffix << 8); }
+// What a client must share with the server to address the table: a client that differed in one of
+// these would compute bucket, board or pool offsets of another layout and corrupt the table
+// silently. Never 0 (a zeroed header matches no config).
+inline uint64_t race_config_tag(const RaceConfig& c) {
+  uint64_t h = hash::mix64(c.hash_seed ^ kRaceMagic);
+  for (uint64_t f : {uint64_t{c.memory_nodes}, uint64_t{c.groups_per_subtable}, uint64_t{c.max_depth}, uint64_t{c.key_bytes}})
+    h = hash::mix64(h ^ f);
+  return h | 1;
+}
 inline uint64_t mask(uint32_t bits) { return bits >= 64 ? ~0ULL : (1ULL << bits) - 1; }
 inline uint64_t load64(const std::byte* p) {
   uint64_t v;
