@@ -64,6 +64,82 @@ add_test(NAME cli_refused_run_keeps_history
 set_tests_properties(cli_refused_run_keeps_history PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
   TIMEOUT 120)
 
+# --history replaces its file by a rename: a path that is there and not a regular file is refused by
+# name before the run, at once, and left as it was. A FIFO blocked the writability check's open()
+# forever; a device (as root: /dev/null, /dev/full) was replaced by a regular file. Tested with a
+# FIFO and symlinks in a directory of the build, never with real devices.
+set(HISTORY_TARGETS ${CMAKE_CURRENT_BINARY_DIR}/history_targets)
+set(kv_mix_bench ${tiny_bench} --records 100 --ops 10 --workload kv-mix)
+add_test(NAME cli_history_fifo
+  COMMAND sh -c "d=\"$1\"; shift; rm -rf \"$d\" && mkdir -p \"$d\" && mkfifo \"$d/h.bin\" && \"$@\" --history \"$d/h.bin\" && test -p \"$d/h.bin\""
+          sh ${HISTORY_TARGETS}/fifo ${EXPECT_FAIL} "--history file '.*/fifo/h\\.bin' is a FIFO, not a regular file" ${kv_mix_bench})
+# A symlink to a FIFO: the target decides.
+add_test(NAME cli_history_symlink_to_fifo
+  COMMAND sh -c "d=\"$1\"; shift; rm -rf \"$d\" && mkdir -p \"$d\" && mkfifo \"$d/fifo\" && ln -s fifo \"$d/h.bin\" && \"$@\" --history \"$d/h.bin\" && test -p \"$d/fifo\" && test -L \"$d/h.bin\""
+          sh ${HISTORY_TARGETS}/symlink_fifo ${EXPECT_FAIL} "--history file '.*/h\\.bin' is a FIFO, not a regular file" ${kv_mix_bench})
+add_test(NAME cli_history_directory
+  COMMAND sh -c "d=\"$1\"; shift; rm -rf \"$d\" && mkdir -p \"$d/h.bin\" && \"$@\" --history \"$d/h.bin\" && test -d \"$d/h.bin\""
+          sh ${HISTORY_TARGETS}/directory ${EXPECT_FAIL} "--history file '.*/h\\.bin' is a directory, not a regular file" ${kv_mix_bench})
+# Over UCX rank 0 checks and every rank refuses alike (no rank left waiting in a collective).
+add_test(NAME cli_history_fifo_ucx
+  COMMAND sh -c "d=\"$1\"; shift; rm -rf \"$d\" && mkdir -p \"$d\" && mkfifo \"$d/h.bin\" && \"$@\" --history \"$d/h.bin\" && test -p \"$d/h.bin\""
+          sh ${HISTORY_TARGETS}/fifo_ucx ${EXPECT_FAIL} "--history file '.*/h\\.bin' is a FIFO, not a regular file"
+          ${RDMAHASH_MPIRUN} -n 2 ${RDMAHASH_BIN} bench --fabric ucx --memory-nodes 1 --no-progress --quiet --records 100 --ops 10 --workload kv-mix)
+set_tests_properties(cli_history_fifo_ucx PROPERTIES ENVIRONMENT "${RDMAHASH_MPI_ENV};EXPECT_FAIL_SECONDS=120" TIMEOUT 180)
+# The history is written to FILE.tmp, then renamed: a symlink planted at FILE.tmp is not written
+# through (it was: fopen("wb") truncated and filled its target), it is replaced by a new file.
+add_test(NAME cli_history_tmp_symlink
+  COMMAND sh -c "d=\"$1\"; shift; rm -rf \"$d\" && mkdir -p \"$d\" && printf precious > \"$d/victim\" && ln -s victim \"$d/h.bin.tmp\" || exit 1
+                 \"$@\" --history \"$d/h.bin\" || { echo \"FAIL: the run failed\"; exit 1; }
+                 [ \"$(cat \"$d/victim\")\" = precious ] || { echo \"FAIL: the history was written through the symlink h.bin.tmp\"; exit 1; }
+                 [ -f \"$d/h.bin\" ] && [ ! -L \"$d/h.bin\" ] && [ -s \"$d/h.bin\" ] || { echo \"FAIL: h.bin is not a regular file with the history\"; exit 1; }
+                 [ -e \"$d/h.bin.tmp\" ] || [ -L \"$d/h.bin.tmp\" ] && { echo \"FAIL: h.bin.tmp left behind\"; exit 1; }
+                 echo \"PASS: the history replaced the planted h.bin.tmp, its target kept\""
+          sh ${HISTORY_TARGETS}/tmp_symlink ${kv_mix_bench})
+# The rename after the run looks again: a FIFO made at FILE after the check (here while repetition 2
+# runs, once repetition 1's row is out) fails the write naming FILE, and stays a FIFO.
+add_test(NAME cli_history_fifo_after_check
+  COMMAND sh -c "d=\"$1\"; shift; rm -rf \"$d\" && mkdir -p \"$d\" || exit 1
+                 stdbuf -oL \"$@\" --repeat 2 --history \"$d/h.bin\" > \"$d/out\" 2> \"$d/err\" & pid=$!
+                 i=0; while [ \"$(wc -l < \"$d/out\")\" -lt 2 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+                 mkfifo \"$d/h.bin\"; wait $pid; rc=$?
+                 grep -q \"is a FIFO, not a regular file\" \"$d/err\" && [ $rc -ne 0 ] && [ -p \"$d/h.bin\" ] ||
+                   { echo \"FAIL: exit $rc, h.bin $(ls -l \"$d/h.bin\"): $(cat \"$d/err\")\"; exit 1; }
+                 echo \"PASS: $(cat \"$d/err\")\""
+          sh ${HISTORY_TARGETS}/fifo_after_check ${RDMAHASH_BIN} bench --fabric local --no-progress --records 100 --ops 150000
+          --workload kv-mix)
+set_tests_properties(cli_history_fifo cli_history_symlink_to_fifo cli_history_directory cli_history_tmp_symlink
+  cli_history_fifo_after_check PROPERTIES TIMEOUT 120)
+set_tests_properties(cli_history_tmp_symlink cli_history_fifo_after_check PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL")
+
+# --ycsb: the file's counts are held to the bounds of --ops and --records before anything is
+# loaded (recordcount 2^64-1 with inserts wrapped the table size: "error: vector::reserve";
+# operationcount 2^64-1 ran the load phase, then failed). Records without a value refuse updates
+# (as --workload update --value-bytes 0): every update failed and the run exited 0.
+set(ycsb_bench ${tiny_bench} --ycsb ${CMAKE_CURRENT_SOURCE_DIR}/data/ycsb/workloada -p fieldcount=1)
+add_test(NAME cli_ycsb_recordcount_over COMMAND ${EXPECT_FAIL} "workloada: recordcount 18446744073709551615 is more than 2\\^34"
+  ${ycsb_bench} -p recordcount=18446744073709551615 -p operationcount=1000 -p insertproportion=0.5 -p updateproportion=0)
+add_test(NAME cli_ycsb_operationcount_over COMMAND ${EXPECT_FAIL} "workloada: operationcount 18446744073709551615 is more than 2\\^32"
+  ${ycsb_bench} -p recordcount=100 -p operationcount=18446744073709551615)
+add_test(NAME cli_ycsb_operationcount_2p32_plus_1 COMMAND ${EXPECT_FAIL} "workloada: operationcount 4294967297 is more than 2\\^32"
+  ${ycsb_bench} -p recordcount=100 -p operationcount=4294967297)
+add_test(NAME cli_ycsb_records_plus_inserts_over COMMAND ${EXPECT_FAIL}
+  "workloada: recordcount 17179869184 plus the 500 inserts expected .* more than 2\\^34 records"
+  ${ycsb_bench} -p recordcount=17179869184 -p operationcount=1000 -p insertproportion=0.5 -p updateproportion=0)
+add_test(NAME cli_ycsb_fieldcount_zero COMMAND ${EXPECT_FAIL}
+  "-p fieldcount=0: the record size fieldcount\\*fieldlength = 0\\*100 is 0 bytes, but updateproportion > 0"
+  ${tiny_bench} --ycsb ${CMAKE_CURRENT_SOURCE_DIR}/data/ycsb/workloada -p recordcount=100 -p operationcount=100 -p fieldcount=0)
+add_test(NAME cli_ycsb_fieldlength_zero_rmw COMMAND ${EXPECT_FAIL}
+  "-p fieldlength=0: the record size .* is 0 bytes, but readmodifywriteproportion > 0"
+  ${tiny_bench} --ycsb ${CMAKE_CURRENT_SOURCE_DIR}/data/ycsb/workloadf -p recordcount=100 -p operationcount=100 -p fieldlength=0)
+# Without updates a table of keys alone is fine (reads find the loaded keys, inserts add keys).
+add_test(NAME cli_ycsb_fieldcount_zero_read_only COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/expect_ok.sh "ops/s"
+  ${RDMAHASH_BIN} bench --fabric local --no-progress --ycsb ${CMAKE_CURRENT_SOURCE_DIR}/data/ycsb/workloadc
+  -p recordcount=100 -p operationcount=100 -p fieldcount=0)
+set_tests_properties(cli_ycsb_recordcount_over cli_ycsb_operationcount_over cli_ycsb_operationcount_2p32_plus_1
+  cli_ycsb_records_plus_inserts_over cli_ycsb_fieldcount_zero cli_ycsb_fieldlength_zero_rmw
+  cli_ycsb_fieldcount_zero_read_only PROPERTIES TIMEOUT 120)
+
 # Help texts: no CLI11 artefacts ({false}, BenchOptions::error), defaults shown, serve's texts about
 # serve (one load factor, no points, no ranks), check-history's exit 2.
 foreach(cmd bench serve check-history)

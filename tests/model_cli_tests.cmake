@@ -101,6 +101,15 @@ add_test(NAME model_fail_profile_path COMMAND ${MODEL_CLI_EXPECT_FAIL} "cannot r
   ${MODEL_CLI_BIN} model --records 100 --load-factor 0.5 --profile /nonexistent/profile.json)
 add_test(NAME model_fail_profile_malformed COMMAND ${MODEL_CLI_EXPECT_FAIL} "profile '.*expect_fail.sh': not valid JSON"
   ${MODEL_CLI_BIN} model --records 100 --load-factor 0.5 --profile ${MODEL_CLI_EXPECT_FAIL})
+# A number beyond double in a profile (1e400: nlohmann's out_of_range, not a parse_error) aborted
+# `model` (exit 134); it is bad input naming the file, for `model` and for `bench --profile` alike.
+set(MODEL_CLI_OVERFLOW_PROFILE ${CMAKE_CURRENT_SOURCE_DIR}/data/profile_number_overflow.json)
+add_test(NAME model_fail_profile_number_overflow COMMAND ${MODEL_CLI_EXPECT_FAIL}
+  "profile '.*profile_number_overflow.json': not valid JSON: .*number overflow"
+  ${MODEL_CLI_BIN} model --records 100 --load-factor 0.5 --profile ${MODEL_CLI_OVERFLOW_PROFILE})
+add_test(NAME bench_fail_profile_number_overflow COMMAND ${MODEL_CLI_EXPECT_FAIL}
+  "profile '.*profile_number_overflow.json': not valid JSON: .*number overflow"
+  ${MODEL_CLI_BIN} bench --fabric local --records 100 --ops 1 --profile ${MODEL_CLI_OVERFLOW_PROFILE})
 add_test(NAME model_fail_curve COMMAND ${MODEL_CLI_EXPECT_FAIL} "--curve must be R1-R2"
   ${MODEL_CLI_BIN} model --records 100 --load-factor 0.5 --curve 9-3)
 add_test(NAME calibrate_fail_fabric COMMAND ${MODEL_CLI_EXPECT_FAIL} "--fabric must be local or ucx"

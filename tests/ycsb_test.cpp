@@ -264,6 +264,19 @@ TEST(YcsbErrors, Values) {
   EXPECT_NO_THROW(parse(h + "readproportion=0.3333333\nupdateproportion=0.6666667\n", "ok", {}));
 }
 
+// Records of 0 bytes leave an update nothing to replace: refused when the mix updates (every update
+// failed, and the bench still exited 0), accepted for reads and inserts (a table of keys alone).
+TEST(YcsbErrors, EmptyRecordsRefuseUpdates) {
+  const std::string h(kHead);  // lines 1-2
+  EXPECT_TRUE(has(parse_error(h + "fieldcount=0\n"),
+                  "test.dat:3: the record size fieldcount*fieldlength = 0*100 is 0 bytes, but updateproportion > 0"));
+  EXPECT_TRUE(has(parse_error(h + "readproportion=0.5\nupdateproportion=0\nreadmodifywriteproportion=0.5\nfieldlength=0\n"),
+                  "test.dat:6: the record size fieldcount*fieldlength = 10*0 is 0 bytes, but readmodifywriteproportion > 0"));
+  EXPECT_TRUE(has(parse_error(h, {{"fieldcount", "0"}}), "-p fieldcount=0: the record size"));
+  EXPECT_EQ(parse(h + "readproportion=1\nupdateproportion=0\nfieldcount=0\n", "ok", {}).value_bytes(), 0u);
+  EXPECT_NO_THROW(parse(h + "readproportion=0.5\nupdateproportion=0\ninsertproportion=0.5\nfieldlength=0\n", "ok", {}));
+}
+
 TEST(YcsbErrors, Syntax) {
   const std::string h(kHead);
   EXPECT_TRUE(has(parse_error(h + "recordcount: 5\n"), "test.dat:3: expected name=value, got 'recordcount: 5' (use '='"));

@@ -438,11 +438,6 @@ uint64_t bytes_needed(uint64_t region, uint32_t tables, uint64_t ops, uint32_t c
   return region * tables + ops * clients * 8;
 }
 
-std::string memory_error(uint64_t needed, uint64_t available, const std::string& what) {
-  return "the table does not fit in memory: " + what + " needs " + bytes_text(needed) + " but MemAvailable is " +
-         bytes_text(available) + " (/proc/meminfo); use fewer --records, a lower --value-bytes or fewer --memory-nodes";
-}
-
 // --ycsb: the workload file sets records, ops, value size and mix. Returns the parsed workload
 // (or null) and adjusts `o`: the table is sized for the records plus the inserts one run phase
 // expects (every repetition starts from a fresh table), and nothing is bulk-loaded (YCSB's load
@@ -470,8 +465,21 @@ std::unique_ptr<ycsb::Workload> prepare_ycsb(BenchOptions& o, std::FILE* diag) {
     if (t == ycsb::OpType::kScan && !o.ycsb_skip_unsupported)
       throw InvalidArgument(o.ycsb_path + ": operation 'scan' is not supported by --scheme " + std::string(scheme_of(o).name) +
                             " (hash tables have no key order); pass --ycsb-skip-unsupported to skip scans");
-  const double inserts = static_cast<double>(w->operation_count) * w->insert_proportion;
-  o.records = w->record_count + static_cast<uint64_t>(inserts) + 1;
+  // The file's counts bypass the --ops and --records checks: held to the same bounds here, before
+  // anything is sized or loaded (2^64-1 records plus the inserts wrapped o.records).
+  if (w->operation_count > kMaxOps)
+    throw InvalidArgument(o.ycsb_path + ": operationcount " + std::to_string(w->operation_count) +
+                          " is more than 2^32 (the bound of --ops)");
+  if (w->record_count > kMaxRecords)
+    throw InvalidArgument(o.ycsb_path + ": recordcount " + std::to_string(w->record_count) +
+                          " is more than 2^34 (the bound of --records)");
+  // Both bounded, so the sum below cannot wrap (inserts <= 2^32: the proportions add up to 1).
+  const auto inserts = static_cast<uint64_t>(static_cast<double>(w->operation_count) * w->insert_proportion);
+  if (w->record_count + inserts + 1 > kMaxRecords)
+    throw InvalidArgument(o.ycsb_path + ": recordcount " + std::to_string(w->record_count) + " plus the " +
+                          std::to_string(inserts) + " inserts expected (operationcount x insertproportion) make " +
+                          "more than 2^34 records (the bound of --records)");
+  o.records = w->record_count + inserts + 1;
   o.value_bytes = w->value_bytes();
   o.ops = w->operation_count;
   o.load_factors.resize(1);

@@ -192,16 +192,30 @@ void check_ucx_history(const BenchOptions& o) {
                                        : static_cast<uint64_t>(std::max(0, ranks - static_cast<int>(o.memory_nodes)));
   if (history_events(o, clients) > check::kMaxEvents)
     throw InvalidArgument("--history would record more than 2^24 events: use fewer --ops, ranks or --repeat");
-  // Rank 0 writes the file after the run: find out now, on every rank alike, whether it can.
-  int writable = rank == 0 ? history_writable(o.history_path) : 0;
+  // Rank 0 writes the file after the run: find out now, on every rank alike, whether it can
+  // (-1: not a regular file; rank 0, the one that reports, keeps the message).
+  int writable = 0;
+  std::string why;
+  if (rank == 0) {
+    try {
+      writable = history_writable(o.history_path);
+    } catch (const InvalidArgument& e) {
+      writable = -1;
+      why = e.what();
+    }
+  }
   MPI_Bcast(&writable, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (writable < 0)
+    throw InvalidArgument(why.empty() ? "--history file '" + o.history_path + "' is not a regular file" : why);
   if (!writable) throw InvalidArgument("cannot open --history file '" + o.history_path + "' for writing");
 }
 
 // Whether the history can be written at the end, without touching an existing file: a run refused
 // later (a bad --pm-path, too little memory) must leave an earlier history as it was.
 int history_writable(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  // Looked at before it is opened: a FIFO would block the open, and a device is no history file.
+  if (std::string why = check::history_target_error(path); !why.empty()) throw InvalidArgument(why);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd >= 0) {
     ::close(fd);
     return 1;

@@ -71,7 +71,8 @@ void gather_kv_mix_history(UcxFabric& fabric, const BenchOptions& o, const KeySp
 void check_ucx_history(const BenchOptions& o);
 // 1 if `path` can be written, else 0, leaving an existing file untouched (a new one is created and
 // removed again); called before a run so that a bad --history path is bad input, not an error after
-// the run, and a run refused later does not destroy an earlier history.
+// the run, and a run refused later does not destroy an earlier history. Throws InvalidArgument,
+// naming the path, when it exists and is not a regular file (check::history_target_error).
 int history_writable(const std::string& path);
 
 }  // namespace rdmahash::bench

@@ -262,7 +262,7 @@ std::string BenchOptions::error() const {
   if (workloads.empty()) return "--workload needs at least one value";
   if (ops == 0) return "--ops must be at least 1";
   // Each op keeps an 8-byte latency sample; "-1" parses as 2^64-1 and must not reach the driver.
-  if (ops > (1ULL << 32)) return "--ops must be at most 2^32 per client";
+  if (ops > kMaxOps) return "--ops must be at most 2^32 per client";
   if (depth == 0 || depth > 4096) return "--depth must be in [1, 4096]";
   if (read_sizes.empty()) return "--read-size needs at least one value";
   for (const auto& r : read_sizes)

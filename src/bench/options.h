@@ -37,6 +37,11 @@ double parse_distribution(const std::string& s);
 constexpr uint32_t kMaxInlineValueBytes = 120;
 constexpr uint32_t kMaxHeapValueBytes = 4096;
 
+// Run sizes: --ops per client (each op keeps an 8-byte latency sample) and the records of a table
+// (check_table_options' bound on --records). A --ycsb file's counts are held to the same.
+constexpr uint64_t kMaxOps = uint64_t{1} << 32;
+constexpr uint64_t kMaxRecords = uint64_t{1} << 34;
+
 struct BenchOptions;
 uint32_t max_value_bytes(const BenchOptions& o);  // by scheme and storage (rdmahash::max_value_bytes)
 

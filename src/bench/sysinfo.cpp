@@ -71,6 +71,11 @@ std::string bytes_text(uint64_t bytes) {
   return buf;
 }
 
+std::string memory_error(uint64_t needed, uint64_t available, const std::string& what, const std::string& remedy) {
+  return "the table does not fit in memory: " + what + " needs " + bytes_text(needed) + " but MemAvailable is " +
+         bytes_text(available) + " (/proc/meminfo); " + remedy;
+}
+
 PageReport region_pages(const void* p, uint64_t bytes) {
   std::ifstream in("/proc/self/smaps");
   if (!in) return {};

@@ -32,4 +32,10 @@ PageReport region_pages_in(std::istream& smaps, const void* p, uint64_t bytes);
 // "320 MB (335544320 bytes)": sizes in messages a reader can check.
 std::string bytes_text(uint64_t bytes);
 
+// The error of a table refused up front because `what` needs more than MemAvailable: "the table
+// does not fit in memory: <what> needs <needed> but MemAvailable is <available> (/proc/meminfo);
+// <remedy>" (the bench's, and the Python module's local_table with its own remedy).
+std::string memory_error(uint64_t needed, uint64_t available, const std::string& what,
+                         const std::string& remedy = "use fewer --records, a lower --value-bytes or fewer --memory-nodes");
+
 }  // namespace rdmahash::bench

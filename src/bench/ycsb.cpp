@@ -341,6 +341,15 @@ Workload parse(std::string_view file_text, std::string_view source_name,
            "the record size fieldcount*fieldlength = " + std::to_string(w.field_count) + "*" +
                std::to_string(w.field_length) + " bytes is too large (at most 4294967295)");
   }
+  // Records without a value leave an update nothing to replace (the bench refuses `--workload update
+  // --value-bytes 0` alike): every update would fail, and the run would still exit 0.
+  if (w.value_bytes() == 0 && (w.update_proportion > 0 || w.read_modify_write_proportion > 0)) {
+    p.fail(w.field_count == 0 ? "fieldcount" : "fieldlength",
+           "the record size fieldcount*fieldlength = " + std::to_string(w.field_count) + "*" +
+               std::to_string(w.field_length) + " is 0 bytes, but " +
+               (w.update_proportion > 0 ? "updateproportion" : "readmodifywriteproportion") +
+               " > 0 and an update replaces a record's value: give fieldcount and fieldlength of at least 1");
+  }
 
   // insert order
   const std::string order = p.str("insertorder", "hashed");

@@ -31,6 +31,7 @@
 //                              uses 0.99); an extension found in several YCSB ports. It applies to the
 //                              zipfian and latest request distributions, not to zipfian scan lengths.
 //   fieldcount 10, fieldlength 100   value size = fieldcount * fieldlength bytes (must fit 32 bits).
+//                              0 only without updates (update, read-modify-write proportions 0).
 //   insertorder                hashed (default) | ordered: only reported (Workload::hashed_keys());
 //                              the bench maps record numbers to keys with its own bijection.
 //   minscanlength 1, maxscanlength 1000, scanlengthdistribution uniform (default) | zipfian.

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <bit>
@@ -116,8 +117,14 @@ void HistoryBuffer::map_file(const std::string& path, std::span<const HistoryEve
   const uint64_t total = init.size() + capacity;
   if (total > kMaxEvents)
     throw std::runtime_error("--history of " + std::to_string(total) + " events exceeds the bound of " + std::to_string(kMaxEvents));
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // O_NONBLOCK: a FIFO put at `path` since the driver's check must not stall the open.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0644);
   if (fd < 0) throw std::runtime_error("cannot open --history file '" + path + "' for writing: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw std::runtime_error("--history file '" + path + "' is not a regular file");
+  }
   const uint64_t bytes = sizeof(Header) + total * sizeof(HistoryEvent);
   void* m = MAP_FAILED;
   if (::ftruncate(fd, static_cast<off_t>(bytes)) == 0)
@@ -169,6 +176,20 @@ std::vector<HistoryEvent> HistoryBuffer::deserialize(std::span<const std::byte> 
   return ev;
 }
 
+std::string history_target_error(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {};  // absent (or unreachable: the open says why)
+  if (S_ISREG(st.st_mode)) return {};
+  const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                     : S_ISFIFO(st.st_mode) ? "a FIFO"
+                     : S_ISCHR(st.st_mode)  ? "a character device"
+                     : S_ISBLK(st.st_mode)  ? "a block device"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                            : "not a regular file";
+  return "--history file '" + path + "' is " + kind + ", not a regular file: the history replaces its file, so give "
+         "a new path or a regular file";
+}
+
 void write_history(const std::string& path, std::span<const HistoryEvent> init,
                    std::span<const std::span<const HistoryEvent>> clients) {
   uint64_t count = init.size();
@@ -176,11 +197,25 @@ void write_history(const std::string& path, std::span<const HistoryEvent> init,
   if (count > kMaxEvents)
     throw std::runtime_error("history of " + std::to_string(count) + " events exceeds the bound of " +
                              std::to_string(kMaxEvents));
+  // Checked again here, after the run: the rename below replaces whatever `path` is by then.
+  if (const std::string why = history_target_error(path); !why.empty()) throw std::runtime_error(why);
   // Written beside the file and renamed over it at the end: a run that fails while writing leaves an
-  // earlier history whole.
+  // earlier history whole. The temporary is always a new file (O_EXCL, O_NOFOLLOW), never whatever
+  // is found under its name: a symlink planted there would have the history written through it. A
+  // leftover (a run killed while writing) is unlinked (the link, never its target) and created anew.
   const std::string tmp = path + ".tmp";
-  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(tmp.c_str(), "wb"));
-  if (!f) throw std::runtime_error("cannot open --history file '" + tmp + "' for writing");
+  constexpr int kTmpFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  int fd = ::open(tmp.c_str(), kTmpFlags, 0666);
+  if (fd < 0 && errno == EEXIST && ::unlink(tmp.c_str()) == 0) fd = ::open(tmp.c_str(), kTmpFlags, 0666);
+  if (fd < 0)
+    throw std::runtime_error("cannot create --history file '" + tmp + "' for writing: " + std::strerror(errno));
+  std::unique_ptr<std::FILE, FileCloser> f(::fdopen(fd, "wb"));
+  if (!f) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot write --history file '" + tmp + "': " + std::strerror(err));
+  }
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.version = kVersion;

@@ -91,7 +91,7 @@ class HistoryBuffer {
   static std::vector<HistoryEvent> deserialize(std::span<const std::byte> bytes);  // throws std::runtime_error
 
   // Records into a new file at `path` (replaced if it exists): header, the `init` events, room for
-  // `capacity` more. Throws std::runtime_error naming the path.
+  // `capacity` more. Throws std::runtime_error naming the path (also when it is not a regular file).
   void map_file(const std::string& path, std::span<const HistoryEvent> init, uint64_t capacity);
   // Mapped: trims the file to its events, clears `open`, unmaps. Throws std::runtime_error.
   void close_file();
@@ -115,7 +115,14 @@ class HistoryBuffer {
   std::string path_;
 };
 
-// Writes the history file (throws std::runtime_error naming the path on failure).
+// Empty when a history file may be written at `path`: nothing is there, or a regular file (a
+// symlink to one counts: the rename replaces the link). Else why not, naming the path: a history
+// replaces its file by a rename, which must never swap a device or a FIFO for a regular file.
+// Looks with stat() only, so a FIFO is never opened (an open() for writing would block).
+std::string history_target_error(const std::string& path);
+
+// Writes the history file (throws std::runtime_error naming the path on failure, and for a `path`
+// that history_target_error() refuses).
 void write_history(const std::string& path, std::span<const HistoryEvent> init,
                    std::span<const std::span<const HistoryEvent>> clients);
 

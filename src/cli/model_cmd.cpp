@@ -275,6 +275,8 @@ int ModelCommand::run() {
     std::fprintf(stderr, "rdmahash model: error: %s\n", e.what());
   } catch (const std::domain_error& e) {  // load factor too close to 1 for the support limit
     std::fprintf(stderr, "rdmahash model: error: %s\n", e.what());
+  } catch (const std::exception& e) {  // anything else unforeseen: a message and status 2, never an abort
+    std::fprintf(stderr, "rdmahash model: error: %s\n", e.what());
   }
   return 2;
 }

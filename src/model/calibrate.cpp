@@ -554,7 +554,7 @@ Profile profile_from_json(std::string_view text) {
   json j;
   try {
     j = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     throw ProfileError(std::string("not valid JSON: ") + e.what());
   }
   try {
