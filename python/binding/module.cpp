@@ -5,8 +5,9 @@
 // Batches: keys are a 1-D numpy uint64 array (or, for byte-key schemes, a list of bytes), values a
 // C-contiguous numpy array of n * value_bytes bytes (or a list of bytes). A batch runs on the
 // table's Engine with `depth` operations in flight (Engine::run_many), with the GIL released; one
-// table is used by one thread at a time (a mutex serialises callers). Statuses come back as a
-// numpy uint8 array of rdmahash.Status values.
+// table is used by one thread at a time (a mutex serialises callers; a call that was waiting for
+// it while another thread closed the table raises ValueError). Statuses come back as a numpy
+// uint8 array of rdmahash.Status values.
 //
 // Errors: C++ InvalidArgument -> rdmahash.InvalidArgument (a ValueError), FabricError ->
 // rdmahash.FabricError, RetryBudgetExceeded -> rdmahash.RetryBudgetExceeded (a FabricError),
@@ -29,8 +30,10 @@
 
 #include "bench/driver.h"   // kConnectClientIds: the id space of --connect clients
 #include "bench/options.h"  // apply_table_spec / table_options: the served table's options, as bench --connect reads them
+#include "bench/sysinfo.h"  // mem_available_bytes / memory_error: the memory check of `rdmahash bench`
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -38,6 +41,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace py = pybind11;
@@ -191,7 +195,14 @@ class Table {
     {
       py::gil_scoped_release nogil;
       t->table_ = make_table(t->options_);
-      t->fabric_ = make_local_fabric(std::vector<uint64_t>(memory_nodes, t->table_->region_bytes()));
+      const uint64_t region = t->table_->region_bytes();
+      // Refused up front, as `rdmahash bench` refuses it: the regions are zero-filled as they are
+      // allocated, so a table past MemAvailable would swap or meet the OOM killer, not fail cleanly.
+      const uint64_t need = region > UINT64_MAX / memory_nodes ? UINT64_MAX : region * memory_nodes;
+      if (const uint64_t avail = bench::mem_available_bytes(); avail && need > avail)
+        throw InvalidArgument(bench::memory_error(need, avail, std::to_string(memory_nodes) + " shard(s) of " + bench::bytes_text(region),
+                                                  "use a lower capacity, a lower value_bytes or fewer memory_nodes"));
+      t->fabric_ = make_local_fabric(std::vector<uint64_t>(memory_nodes, region));
       NoRecords none;
       t->table_->load(*t->fabric_, none);
       t->open_client(0);
@@ -309,20 +320,20 @@ class Table {
   uint32_t depth() const { return depth_; }
   uint32_t value_bytes() const { return value_bytes_; }
   std::string scheme() const { return rdmahash::scheme(options_.scheme).name; }
-  std::string describe() const { return table_ ? table_->describe() : "closed"; }
+  // Lock-free (a batch may hold the lock for long): the description taken when the table opened.
+  std::string describe() const { return open_ ? description_ : "closed"; }
   bool byte_keys() const { return rdmahash::caps(options_.scheme).byte_keys; }
   int rank() const { return rank_; }
   int size() const { return size_; }
-  bool closed() const { return !client_; }
+  bool closed() const { return !open_; }
 
   // Every rank's operations before it are complete on every rank (keeps this rank's shard served
   // meanwhile). MPI tables only; a no-op in-process.
   void barrier() {
     check_open();
-    if (!ucx_) return;
-    py::gil_scoped_release nogil;
-    std::lock_guard lock(mu_);
-    guard([&] { ucx_->barrier(); });
+    locked([&] {
+      if (ucx_) guard([&] { ucx_->barrier(); });
+    });
   }
 
   // Collective for MPI tables: ends this rank's client, serves the others until they are done.
@@ -342,25 +353,28 @@ class Table {
       throw py::value_error("op must be get, find_or_put, put or erase");
     const size_t n = static_cast<size_t>(keys.shape(0));
     const uint64_t* kp = keys.data();
+    check_key_range(op, kp, n);  // as run() checks them
     std::vector<std::byte> val(std::max<size_t>(value_bytes_, 1) * std::min(n, batch));
     std::vector<uint8_t> st(std::min(n, batch));
-    py::gil_scoped_release nogil;
-    std::lock_guard lock(mu_);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (size_t lo = 0; lo < n; lo += batch) {
-      const size_t m = std::min(batch, n - lo);
-      const uint64_t* k = kp + lo;
-      const size_t vb = value_bytes_;
-      batch_run(op, m, k, [&](uint64_t i) -> Task<void> {
-        switch (op) {
-          case Op::kGet: return op_get(*client_, k[i], std::span<std::byte>(val.data() + i * vb, vb), &st[i]);
-          case Op::kFindOrPut: return op_find_or_put(*client_, k[i], std::span<const std::byte>(val.data() + i * vb, vb), &st[i]);
-          case Op::kPut: return op_put(*client_, k[i], std::span<const std::byte>(val.data() + i * vb, vb), &st[i]);
-          default: return op_erase(*client_, k[i], &st[i]);
-        }
-      });
-    }
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double seconds = 0;
+    locked([&] {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (size_t lo = 0; lo < n; lo += batch) {
+        const size_t m = std::min(batch, n - lo);
+        const uint64_t* k = kp + lo;
+        const size_t vb = value_bytes_;
+        batch_run(op, m, k, [&](uint64_t i) -> Task<void> {
+          switch (op) {
+            case Op::kGet: return op_get(*client_, k[i], std::span<std::byte>(val.data() + i * vb, vb), &st[i]);
+            case Op::kFindOrPut: return op_find_or_put(*client_, k[i], std::span<const std::byte>(val.data() + i * vb, vb), &st[i]);
+            case Op::kPut: return op_put(*client_, k[i], std::span<const std::byte>(val.data() + i * vb, vb), &st[i]);
+            default: return op_erase(*client_, k[i], &st[i]);
+          }
+        });
+      }
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
+    return seconds;
   }
 
   // uint64 keys (numpy) or byte keys (list of bytes).
@@ -377,12 +391,7 @@ class Table {
     auto k = py::array_t<uint64_t, py::array::c_style>::ensure(karr);
     const size_t n = static_cast<size_t>(k.shape(0));
     const uint64_t* kp = k.data();
-    const unsigned bits = table_->key_bits();
-    if (bits < 64)
-      for (size_t i = 0; i < n; ++i)
-        if (kp[i] >> bits)
-          throw InvalidArgument(std::string(op_name(op)) + ": key " + std::to_string(kp[i]) + " (index " + std::to_string(i) +
-                                ") is outside the table's key range [0, 2^" + std::to_string(bits) + ")");
+    check_key_range(op, kp, n);
     const size_t vb = value_bytes_;
     const bool takes_values = op == Op::kFindOrPut || op == Op::kPut || op == Op::kUpdate;
     py::array_t<uint8_t> status(static_cast<py::ssize_t>(n));
@@ -403,6 +412,12 @@ class Table {
         if (!py::isinstance<py::array>(values))
           throw py::type_error(std::string(op_name(op)) + ": values must be a numpy array of len(keys) x value_bytes bytes");
         varr = py::reinterpret_borrow<py::array>(values);
+        // The values' bytes are stored as they are: only plain data is a value (an object array
+        // holds pointers, a unicode array code points, a datetime array units the bytes do not carry).
+        if (std::string_view("biufcSV").find(varr.dtype().kind()) == std::string_view::npos ||
+            varr.dtype().attr("hasobject").cast<bool>())
+          throw py::type_error(std::string(op_name(op)) + ": values must be plain numbers or bytes (e.g. dtype uint8, uint64, S8), not dtype " +
+                               py::str(varr.dtype()).cast<std::string>());
         if (!(varr.flags() & py::array::c_style))
           throw py::value_error(std::string(op_name(op)) + ": values must be C-contiguous (numpy.ascontiguousarray)");
         if (varr.ndim() == 0 || static_cast<size_t>(varr.shape(0)) != n || static_cast<size_t>(varr.nbytes()) != n * vb)
@@ -412,34 +427,26 @@ class Table {
                                 py::str(varr.dtype()).cast<std::string>() + ")");
         vp = static_cast<const std::byte*>(varr.data());
       }
-      {
-        py::gil_scoped_release nogil;
-        std::lock_guard lock(mu_);
+      locked([&] {
         batch_run(op, n, kp, [&](uint64_t i) -> Task<void> {
           const std::span<const std::byte> v(vp + i * vb, vb);
           if (op == Op::kFindOrPut) return op_find_or_put(*client_, kp[i], v, st + i);
           if (op == Op::kPut) return op_put(*client_, kp[i], v, st + i);
           return op_update(*client_, kp[i], v, st + i);
         });
-      }
+      });
       return status;
     }
     if (op == Op::kErase) {
-      {
-        py::gil_scoped_release nogil;
-        std::lock_guard lock(mu_);
-        batch_run(op, n, kp, [&](uint64_t i) { return op_erase(*client_, kp[i], st + i); });
-      }
+      locked([&] { batch_run(op, n, kp, [&](uint64_t i) { return op_erase(*client_, kp[i], st + i); }); });
       return status;
     }
     py::array_t<uint8_t> out({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(vb)});
     std::byte* op_out = reinterpret_cast<std::byte*>(out.mutable_data());
     if (n != 0 && vb != 0) std::memset(op_out, 0, n * vb);
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard lock(mu_);
+    locked([&] {
       batch_run(op, n, kp, [&](uint64_t i) { return op_get(*client_, kp[i], std::span<std::byte>(op_out + i * vb, vb), st + i); });
-    }
+    });
     return py::make_tuple(status, out);
   }
 
@@ -448,15 +455,46 @@ class Table {
 
   void open_client(uint32_t id) {
     value_bytes_ = table_->value_bytes();
+    key_bits_ = table_->key_bits();
+    description_ = table_->describe();
     transport_ = fabric_->connect();
     engine_ = std::make_unique<Engine>(*transport_);
     ClientOptions co;
     co.client_id = id;
     client_ = table_->make_client(*engine_, co).client;
+    open_ = true;
   }
 
+  // Under mu_ (or with no other user: construction, destruction).
+  void drop_client() {
+    open_ = false;
+    client_.reset();
+    engine_.reset();
+    transport_.reset();
+  }
+
+  // Without mu_ this only refuses early: a close() may still come before the caller takes mu_.
   void check_open() const {
-    if (!client_) throw py::value_error("the table is closed");
+    if (!open_) throw py::value_error("the table is closed");
+  }
+
+  // Runs `f` holding mu_, with the GIL released. A caller waiting for mu_ (behind a long batch)
+  // passed check_open() before a close() that took mu_ first: the table is checked open again here.
+  template <class F>
+  void locked(F&& f) {
+    py::gil_scoped_release nogil;
+    std::lock_guard lock(mu_);
+    check_open();
+    f();
+  }
+
+  // Keys of a scheme with fewer than 64 key bits (it uses the top bits itself) are refused before any request.
+  void check_key_range(Op op, const uint64_t* kp, size_t n) const {
+    if (key_bits_ >= 64) return;
+    for (size_t i = 0; i < n; ++i)
+      if (kp[i] >> key_bits_)
+        throw InvalidArgument(std::string(op_name(op)) + ": key " + std::to_string(kp[i]) + " (index " + std::to_string(i) +
+                              ") is outside the table's key range [0, 2^" + std::to_string(key_bits_) + ")");
   }
 
   // Runs `f`, mapping MemoryNodeLost to a closed client (the fabric is unusable).
@@ -465,9 +503,7 @@ class Table {
     try {
       f();
     } catch (const MemoryNodeLost&) {
-      client_.reset();
-      engine_.reset();
-      transport_.reset();
+      drop_client();
       throw;
     }
   }
@@ -544,9 +580,7 @@ class Table {
     }
     std::vector<uint8_t> st(n);
     std::vector<std::vector<std::byte>> out(op == Op::kGet ? n : 0);
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard lock(mu_);
+    locked([&] {
       batch_run(op, n, nullptr, [&](uint64_t i) -> Task<void> {
         switch (op) {
           case Op::kFindOrPut: return opb_find_or_put(*client_, ks[i], bytes_of(vs[i]), &st[i]);
@@ -557,7 +591,7 @@ class Table {
         }
         return opb_erase(*client_, ks[i], &st[i]);
       });
-    }
+    });
     py::array_t<uint8_t> status(static_cast<py::ssize_t>(n));
     std::memcpy(status.mutable_data(), st.data(), n);
     if (op != Op::kGet) return status;
@@ -577,9 +611,7 @@ class Table {
       std::lock_guard lock(g_open_mu);
       std::erase(g_open_mpi, this);
     }
-    client_.reset();
-    engine_.reset();
-    transport_.reset();
+    drop_client();
     if (ucx_) {
       int finalized = 0;
       MPI_Finalized(&finalized);
@@ -602,9 +634,12 @@ class Table {
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<KvClient> client_;
   uint32_t value_bytes_ = 0;
-  uint32_t depth_ = 16;
+  unsigned key_bits_ = 64;
+  std::string description_;           // table_->describe(), for __repr__ without mu_
+  std::atomic<uint32_t> depth_ = 16;  // set_depth() does not wait for a running batch
+  std::atomic<bool> open_ = false;    // client_ is set; written under mu_, read without it by the early checks
   int rank_ = 0, size_ = 1;
-  std::mutex mu_;
+  std::mutex mu_;  // held by every use of the client, the engine, the fabric and the table
 };
 
 }  // namespace

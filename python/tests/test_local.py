@@ -1,5 +1,9 @@
 """The Python module on the in-process fabric: every scheme against a dict oracle, byte keys (race),
 and the error mapping. Run: PYTHONPATH=<dir of rdmahash*.so> /usr/bin/python3 -m pytest python/tests/test_local.py"""
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -231,3 +235,168 @@ def test_gil_released_during_batch():
     assert len(ticks) > 1
     st, got = t.get(keys)
     assert (st == rdmahash.FOUND).all() and (got.view(np.uint64).ravel() == keys).all()
+
+
+def run_child(code):
+    """Runs `code` in a fresh interpreter (a crash or an allocation limit stays there); returns it."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, PYTHONFAULTHANDLER="1"))
+
+
+def test_close_while_a_call_waits_for_the_table():
+    # A call checks the table is open, then waits for the table's lock (held by another thread's
+    # batch); a close() from a third thread that takes the lock first empties the client under it.
+    # Made deterministic: the waiting call's keys (a list subclass) run the close() in another
+    # thread, to its end, after the call's first check and before it takes the lock. Without the
+    # check under the lock the batch runs on the emptied client (SIGSEGV); in a child process so
+    # that a crash fails this test only.
+    p = run_child("""
+        import threading
+        import rdmahash
+        class ClosingKeys(list):
+            def __getitem__(self, i):
+                if i == 0:
+                    closer = threading.Thread(target=t.close)
+                    closer.start()
+                    closer.join()
+                    assert t.closed and repr(t) == "<rdmahash.Table closed>"
+                return list.__getitem__(self, i)
+
+        for call in (lambda k: t.get(k), lambda k: t.find_or_put(k, [b"x"] * len(k)), lambda k: t.erase(k)):
+            t = rdmahash.local_table("race", capacity=1000, value_bytes=8)
+            assert list(t.find_or_put([b"a", b"b"], [b"1", b"2"])) == [rdmahash.INSERTED] * 2
+            try:
+                call(ClosingKeys([b"a", b"b"]))
+            except ValueError as e:
+                assert str(e) == "the table is closed", e
+            else:
+                raise AssertionError("a call on a table closed before it took the lock did not raise")
+        print("ok")
+        """)
+    assert p.returncode == 0 and p.stdout == "ok\n", f"exit {p.returncode}\n{p.stdout}\n{p.stderr}"
+
+
+def test_close_from_another_thread_during_a_batch():
+    # The report's scenario: a long batch in one thread, close() in another, then a third call.
+    # Whichever order the lock gives, the calls after close() raise, nothing crashes, and
+    # __repr__ / closed answer at once while the batch holds the lock.
+    p = run_child("""
+        import threading
+        import numpy as np
+        import rdmahash
+        t = rdmahash.local_table("linear", capacity=600000, value_bytes=8, depth=4)
+        keys = np.arange(1, 400001, dtype=np.uint64)
+        started = threading.Event()
+        errors = []
+
+        def batch():
+            started.set()
+            t.find_or_put(keys, keys)
+
+        def late_get():
+            try:
+                t.get(keys[:10])
+            except ValueError as e:
+                errors.append(str(e))
+
+        a = threading.Thread(target=batch)
+        a.start()
+        started.wait()
+        assert "linear" in repr(t) and not t.closed
+        b = threading.Thread(target=t.close)
+        b.start()
+        c = threading.Thread(target=late_get)
+        c.start()
+        for th in (a, b, c):
+            th.join()
+        assert t.closed and repr(t) == "<rdmahash.Table closed>"
+        assert errors in ([], ["the table is closed"]), errors
+        try:
+            t.get(keys[:10])
+        except ValueError as e:
+            assert str(e) == "the table is closed"
+        else:
+            raise AssertionError("get after close did not raise")
+        for call in (t.barrier, lambda: t._native_loop("get", keys[:10], 4)):
+            try:
+                call()
+            except ValueError as e:
+                assert str(e) == "the table is closed"
+            else:
+                raise AssertionError("a call after close did not raise")
+        print("ok")
+        """)
+    assert p.returncode == 0 and p.stdout == "ok\n", f"exit {p.returncode}\n{p.stdout}\n{p.stderr}"
+
+
+def test_table_past_mem_available_is_refused_up_front():
+    # 64 shards of 4.1 GiB: refused by the bench's MemAvailable check (which an address-space
+    # limit lowers) before any region is allocated and zero-filled. In a child process under a
+    # limit of what it already maps plus 1 GiB: without the check the first region's allocation
+    # fails (std::bad_alloc, a MemoryError), it never fills the machine's memory.
+    p = run_child("""
+        import resource
+        import rdmahash
+
+        def vm_bytes():
+            with open("/proc/self/status") as f:
+                return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmSize:"))
+
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (vm_bytes() + (1 << 30), hard))
+        try:
+            rdmahash.local_table("linear", capacity=2**34, value_bytes=0, memory_nodes=64)
+        except rdmahash.InvalidArgument as e:
+            print(e)
+        else:
+            print("built")
+        """)
+    assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout}\n{p.stderr}"
+    assert p.stdout.startswith("the table does not fit in memory: 64 shard(s) of 4.1 GiB"), p.stdout + p.stderr
+    assert "but MemAvailable is" in p.stdout and "use a lower capacity" in p.stdout, p.stdout
+    # a table that fits is still built
+    t = rdmahash.local_table("linear", capacity=1000, value_bytes=0, memory_nodes=64)
+    assert list(t.find_or_put(np.array([3], dtype=np.uint64))) == [rdmahash.INSERTED]
+
+
+def test_values_must_be_plain_data():
+    t = rdmahash.local_table("linear", capacity=100, value_bytes=8)
+    keys = np.array([1, 2], dtype=np.uint64)
+    # an object array's bytes are its elements' addresses: 2 x 8 bytes, the shape of two values
+    objs = np.array([[object()], [object()]])
+    assert objs.nbytes == 16
+    for op in (t.put, t.find_or_put):
+        with pytest.raises(TypeError, match="plain numbers or bytes.*dtype object"):
+            op(keys, objs)
+    with pytest.raises(TypeError, match="dtype <U2"):
+        t.put(keys, np.array([["ab"], ["cd"]]))  # 8 bytes of code points per row
+    with pytest.raises(TypeError, match="dtype datetime64"):
+        t.put(keys, np.array(["2020-01-01", "2021-01-01"], dtype="datetime64[D]"))
+    with pytest.raises(TypeError, match="dtype"):
+        t.put(keys, np.zeros(2, dtype=[("a", np.int32), ("o", object)]))
+    with pytest.raises(TypeError, match="dtype object"):
+        t.update(keys, objs)
+    st, _ = t.get(keys)
+    assert list(st) == [rdmahash.NOT_FOUND] * 2  # nothing of the refused batches was stored
+    # plain data of any width is taken as its bytes
+    for v in (np.arange(16, dtype=np.uint8).reshape(2, 8), np.array([1.5, -2.0]), np.array([b"abcdefgh", b"ABCDEFGH"]),
+              np.zeros(2, dtype=[("a", np.int32), ("b", np.float32)]), np.array([[True] * 8, [False] * 8])):
+        assert set(t.put(keys, v)) <= {rdmahash.INSERTED, rdmahash.UPDATED}
+        st, got = t.get(keys)
+        assert (st == rdmahash.FOUND).all() and got.tobytes() == v.tobytes()
+
+
+@pytest.mark.parametrize("scheme", ["cuckoo", "hopscotch", "cluster", "level", "continuity"])
+def test_native_loop_checks_the_key_range(scheme):
+    # 63-bit keys (the top bit is the scheme's own): _native_loop refuses a larger key as run() does
+    t = rdmahash.local_table(scheme, capacity=1000, value_bytes=8)
+    keys = np.array([1, 1 << 63], dtype=np.uint64)
+    with pytest.raises(rdmahash.InvalidArgument, match=r"key 9223372036854775808 \(index 1\) is outside the table's key range"):
+        t.find_or_put(keys)
+    for op in ("find_or_put", "put", "get", "erase"):
+        with pytest.raises(rdmahash.InvalidArgument, match=r"key 9223372036854775808 \(index 1\) is outside the table's key range"):
+            t._native_loop(op, keys, 1)
+    st, _ = t.get(np.array([0, 1], dtype=np.uint64))
+    assert list(st) == [rdmahash.NOT_FOUND] * 2  # nothing of the refused loops was issued
+    assert t._native_loop("find_or_put", keys[:1], 1) >= 0
+    assert list(t.get(keys[:1])[0]) == [rdmahash.FOUND]
