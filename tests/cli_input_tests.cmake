@@ -97,19 +97,24 @@ add_test(NAME cli_history_tmp_symlink
                  echo \"PASS: the history replaced the planted h.bin.tmp, its target kept\""
           sh ${HISTORY_TARGETS}/tmp_symlink ${kv_mix_bench})
 # The rename after the run looks again: a FIFO made at FILE after the check (here while repetition 2
-# runs, once repetition 1's row is out) fails the write naming FILE, and stays a FIFO.
+# runs, once repetition 1's row is out) fails the write naming FILE, and stays a FIFO. `out` exists
+# before the loop reads it, and the FIFO is made only after repetition 1's row: made earlier, the
+# check before the run would refuse it with the same words and the write's check would go untested.
+# Each repetition runs for seconds (300 000 kv-mix operations), the loop polls every 0.1 s.
 add_test(NAME cli_history_fifo_after_check
-  COMMAND sh -c "d=\"$1\"; shift; rm -rf \"$d\" && mkdir -p \"$d\" || exit 1
+  COMMAND sh -c "d=\"$1\"; shift; rm -rf \"$d\" && mkdir -p \"$d\" && : > \"$d/out\" || exit 1
                  stdbuf -oL \"$@\" --repeat 2 --history \"$d/h.bin\" > \"$d/out\" 2> \"$d/err\" & pid=$!
-                 i=0; while [ \"$(wc -l < \"$d/out\")\" -lt 2 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+                 i=0; while [ \"$(wc -l < \"$d/out\")\" -lt 2 ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i + 1)); done
+                 [ \"$(wc -l < \"$d/out\")\" -ge 2 ] || { kill $pid; echo \"FAIL: repetition 1 gave no row in 90 s\"; exit 1; }
                  mkfifo \"$d/h.bin\"; wait $pid; rc=$?
                  grep -q \"is a FIFO, not a regular file\" \"$d/err\" && [ $rc -ne 0 ] && [ -p \"$d/h.bin\" ] ||
                    { echo \"FAIL: exit $rc, h.bin $(ls -l \"$d/h.bin\"): $(cat \"$d/err\")\"; exit 1; }
                  echo \"PASS: $(cat \"$d/err\")\""
-          sh ${HISTORY_TARGETS}/fifo_after_check ${RDMAHASH_BIN} bench --fabric local --no-progress --records 100 --ops 150000
+          sh ${HISTORY_TARGETS}/fifo_after_check ${RDMAHASH_BIN} bench --fabric local --no-progress --records 100 --ops 300000
           --workload kv-mix)
 set_tests_properties(cli_history_fifo cli_history_symlink_to_fifo cli_history_directory cli_history_tmp_symlink
-  cli_history_fifo_after_check PROPERTIES TIMEOUT 120)
+  PROPERTIES TIMEOUT 120)
+set_tests_properties(cli_history_fifo_after_check PROPERTIES TIMEOUT 300)
 set_tests_properties(cli_history_tmp_symlink cli_history_fifo_after_check PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL")
 
 # --ycsb: the file's counts are held to the bounds of --ops and --records before anything is

@@ -6,13 +6,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <future>
-#include <string>
-#include <thread>
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <random>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "rdmahash/client.h"

@@ -222,6 +222,7 @@ class ClusterShard {
   struct Chain {
     std::optional<Where> at;    // the key's slot
     uint32_t entry = 0;         // at: the entry its slot names (checked below entries_per_node)
+    uint32_t position = 0;      // at: chained buckets before its bucket (0: the main bucket)
     std::optional<Where> free;  // the first free entry slot on the chain
     uint64_t last = 0;          // the chain's last bucket
   };

@@ -303,8 +303,9 @@
 //  * client ids above kRaceMaxClientId are refused (race-client-id-bound)
 //  * the allocation RPC refuses a size that would wrap the pool's end check (race-alloc-size-wraps),
 //    and chunk_bytes is bounded (race-chunk-bytes-unbounded)
-//  * a client's layout must be the server's: node 0's header carries a tag of the server's config,
-//    checked at every directory read (race-config-tag-unchecked)
+//  * a client's configuration must be the server's: node 0's header carries a tag of the server's
+//    layout, key space and hash seed, checked at every full directory read (refresh(), which every
+//    client runs before its first operation, directory cache or not; race-config-tag-unchecked)
 //  * a chunk RPC that fails clears the refill flag other operations ride along on, so the client
 //    is not wedged (race-refill-kept-on-failure)
 //  * a void descriptor (its S split before it was installed) is released untouched, and its

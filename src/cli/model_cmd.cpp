@@ -275,8 +275,9 @@ int ModelCommand::run() {
     std::fprintf(stderr, "rdmahash model: error: %s\n", e.what());
   } catch (const std::domain_error& e) {  // load factor too close to 1 for the support limit
     std::fprintf(stderr, "rdmahash model: error: %s\n", e.what());
-  } catch (const std::exception& e) {  // anything else unforeseen: a message and status 2, never an abort
+  } catch (const std::exception& e) {  // not bad input (bad_alloc, a bug): a message and status 1, as bench, never an abort
     std::fprintf(stderr, "rdmahash model: error: %s\n", e.what());
+    return 1;
   }
   return 2;
 }

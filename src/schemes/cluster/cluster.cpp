@@ -170,6 +170,7 @@ ClusterShard::Chain ClusterShard::walk(uint64_t key) const {
                         " entries");
         c.at = Where{b, s};
         c.entry = meta_index(meta);
+        c.position = static_cast<uint32_t>(hops);
         return c;
       }
     }
@@ -321,15 +322,9 @@ std::optional<std::vector<std::byte>> ClusterShard::find(uint64_t key) const {
 
 std::optional<uint32_t> ClusterShard::chain_position(uint64_t key) const {
   std::lock_guard lock(mu_);
-  const Chain c = walk(key);
+  const Chain c = walk(key);  // counted as it walks: the links may change after it (clients WRITE them)
   if (!c.at) return std::nullopt;
-  uint32_t pos = 0;
-  uint64_t b = cluster_place(cfg_, key).bucket;
-  while (b != c.at->bucket) {
-    b = cfg_.main_buckets_per_node + meta_index(node_load(region_.data(), slot_off(b, kEntrySlots)));
-    ++pos;
-  }
-  return pos;
+  return c.position;
 }
 
 std::vector<uint64_t> ClusterShard::keys() const {

@@ -643,11 +643,11 @@ HopscotchShardResult HopscotchShard::erase(uint64_t key) {
     const uint64_t before = persist_count();
     clear_at(at->at);
     set_records(records_ - 1);
+    ++stats_.erases;  // the record is gone from here on, even if the unlink below refuses a corrupt chain
     if (at->chained) {
       set_chained(chained_ - 1);
       unlink_if_empty(p, at->at);
     }
-    ++stats_.erases;
     const auto n = static_cast<uint32_t>(persist_count() - before);
     stats_.erase_persists += n;
     return {Status::kErased, 0, n};

@@ -63,9 +63,10 @@ inline uint64_t make_entry(RemoteAddr sub, uint32_t depth) {
 }
 inline bool same_addr(RemoteAddr a, RemoteAddr b) { return a.node == b.node && a.offset == b.offset; }
 inline uint64_t make_header(uint32_t depth, uint64_t suffix) { return uint64_t{depth} | (suffix << 8); }
-// What a client must share with the server to address the table: a client that differed in one of
-// these would compute bucket, board or pool offsets of another layout and corrupt the table
-// silently. Never 0 (a zeroed header matches no config).
+// What a client must share with the server: the memory nodes, groups per subtable and max depth
+// place buckets, the board and the pool, the hash seed places keys, and key_bytes is the key space
+// (how a uint64 key becomes its bytes). A client that differed in one of them would read and write
+// another table's places and corrupt this one silently. Never 0 (a zeroed header matches no config).
 inline uint64_t race_config_tag(const RaceConfig& c) {
   uint64_t h = hash::mix64(c.hash_seed ^ kRaceMagic);
   for (uint64_t f : {uint64_t{c.memory_nodes}, uint64_t{c.groups_per_subtable}, uint64_t{c.max_depth}, uint64_t{c.key_bytes}})
