@@ -624,5 +624,120 @@ TEST(MultiGetClient, EndOfTheTail) {
   EXPECT_EQ(many.bytes, alone.bytes);
 }
 
+// Direct reads (Transport::direct_region): on a transport that maps the regions (LocalFabric, UCX
+// over shared memory) a multi-get copies its windows from the mapped slots instead of posting
+// READs. Against the same multi-get through requests (a FaultTransport that fails nothing: no
+// direct region), on a crowded two-node table: the same answers, the same per-key requests, round
+// trips and bytes, and the same fabric counts (batches, READs, bytes, lines); every key's latency
+// runs to the end of its round (the round moves the batch clock).
+TEST(MultiGetPaths, DirectReadsCountAsTheRequestsTheyReplace) {
+  LinearConfig c = small_inline(2);
+  c.home_slots = 1024;
+  LocalTable t(c);
+  std::mt19937_64 rng(5);
+  std::vector<uint64_t> present;
+  {
+    Client loader(*t.fabric, c);
+    while (present.size() < c.home_slots * 2 * 9 / 10) {
+      const uint64_t k = rng() | 2;
+      ASSERT_EQ(loader.find_or_put(k, value_for(k, 1, c.value_bytes)).status, Status::kInserted);
+      present.push_back(k);
+    }
+  }
+  std::vector<uint64_t> keys;
+  for (int i = 0; i < 300; ++i) keys.push_back(i % 4 == 0 ? (rng() | 2) : present[rng() % present.size()]);
+  struct Run {
+    std::vector<std::optional<Answer>> got;
+    std::vector<OpStats> cost;
+    FabricCounters counters;
+    bool positive_latencies = true;
+  };
+  auto run = [&](Transport& tr) {
+    Engine e(tr);
+    ProbeConfig probe;
+    probe.read_size = 2;
+    LinearClient client(c, probe, e);
+    Recorder rec;
+    Run r;
+    r.got.resize(keys.size());
+    r.cost.resize(keys.size());
+    const FabricCounters before = tr.counters();
+    EXPECT_TRUE(client.get_batch(keys.size(), 16, [&](uint64_t i) { return keys[i]; }, c.value_bytes, rec,
+                                 [&](const Engine::Completion& comp) {
+                                   EXPECT_FALSE(comp.error);
+                                   r.got[comp.index] = std::move(rec.last);
+                                   rec.last.reset();
+                                   r.cost[comp.index] = comp.stats;
+                                   r.positive_latencies = r.positive_latencies && comp.latency.count() > 0;
+                                 }));
+    r.counters = tr.counters();
+    r.counters.batches -= before.batches;
+    r.counters.reads -= before.reads;
+    r.counters.bytes_read -= before.bytes_read;
+    r.counters.lines_read -= before.lines_read;
+    return r;
+  };
+  auto direct_tr = t.fabric->connect();
+  ASSERT_EQ(direct_tr->direct_region(1).size(), c.region_bytes()) << "the local fabric maps every region";
+  test::FaultTransport requests_tr(t.fabric->connect(), {});
+  ASSERT_TRUE(requests_tr.direct_region(0).empty());
+  const Run direct = run(*direct_tr), posted = run(requests_tr);
+  uint64_t second_windows = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(direct.got[i].has_value() && posted.got[i].has_value()) << i;
+    EXPECT_EQ(direct.got[i]->r.status, posted.got[i]->r.status) << keys[i];
+    EXPECT_EQ(direct.got[i]->value, posted.got[i]->value) << keys[i];
+    if (direct.got[i]->r.status == Status::kFound) {
+      EXPECT_EQ(direct.got[i]->value, value_for(keys[i], 1, c.value_bytes));
+    }
+    EXPECT_EQ(direct.cost[i].round_trips, posted.cost[i].round_trips) << keys[i];
+    EXPECT_EQ(direct.cost[i].reads, posted.cost[i].reads) << keys[i];
+    EXPECT_EQ(direct.cost[i].bytes, posted.cost[i].bytes) << keys[i];
+    second_windows += direct.cost[i].reads > 1;
+  }
+  EXPECT_GT(second_windows, keys.size() / 10) << "lookups must run past their first window";
+  EXPECT_EQ(direct.counters.batches, posted.counters.batches);
+  EXPECT_EQ(direct.counters.reads, posted.counters.reads);
+  EXPECT_EQ(direct.counters.bytes_read, posted.counters.bytes_read);
+  EXPECT_EQ(direct.counters.lines_read, posted.counters.lines_read);
+  EXPECT_GT(direct.counters.lines_read, direct.counters.reads) << "windows that span two lines count both";
+  EXPECT_TRUE(direct.positive_latencies) << "a key answered in a round finishes at the round's end";
+}
+
+// A client whose table is larger than the memory node's region (another table's config) must not
+// read past the mapped region: a multi-get reads directly only when every shard's slots lie
+// inside their region, else it posts READs, and a window past the region fails its key alone.
+TEST(MultiGetPaths, ATableLargerThanItsRegionFailsOnlyTheKeysPastIt) {
+  LinearConfig small = small_inline(1);
+  small.home_slots = 256;
+  small.tail_slots = 64;
+  LinearConfig big = small;
+  big.home_slots = 4096;
+  auto fabric = make_local_fabric({small.region_bytes()});
+  LinearShardLoader(small, 0, fabric->local_region(0));
+  auto tr = fabric->connect();
+  Engine e(*tr);
+  LinearClient client(big, ProbeConfig{}, e);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 2; keys.size() < 400; ++k) keys.push_back(k * 0x9E3779B97F4A7C15ULL);
+  Recorder rec;
+  uint64_t failed = 0, missed = 0;
+  ASSERT_TRUE(client.get_batch(keys, big.value_bytes, rec, [&](const Engine::Completion& comp) {
+    const uint64_t home = linear_place(big, keys[comp.index]).home;
+    const bool inside = linear_internal::kHeaderBytes + (home + 8) * big.slot_bytes() <= small.region_bytes();
+    EXPECT_EQ(static_cast<bool>(comp.error), !inside) << "key " << keys[comp.index] << " at slot " << home;
+    if (comp.error) {
+      ++failed;
+    } else {
+      ++missed;
+      ASSERT_TRUE(rec.last.has_value());
+      EXPECT_EQ(rec.last->r.status, Status::kNotFound);  // the region is empty
+    }
+    rec.last.reset();
+  }));
+  EXPECT_GT(failed, keys.size() / 2);
+  EXPECT_GT(missed, 0u);
+}
+
 }  // namespace
 }  // namespace rdmahash

@@ -15,6 +15,7 @@ within RSS_SLACK of it. Every client not killed must exit 0, and all the histori
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -171,6 +172,7 @@ def main():
     print(rest.strip())
     if rc != 0 or "stopped by SIGTERM" not in rest:
         fail(f"the server exited {rc} on SIGTERM")
+    shutil.rmtree(work, ignore_errors=True)  # kept when the test fails: its logs say why
     print("PASS")
 
 

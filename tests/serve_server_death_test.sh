@@ -4,7 +4,8 @@
 # client has started; the client must stop within 60 s (a liveness bound, not a timing) with exit
 # 1 and "memory node ... closed its connection" — not hang on an RPC nobody answers, and not go on
 # "succeeding" on the dead node's shared-memory segment.
-# CLIENT_FLAGS: more options for the client (e.g. --client-wait event), word-split.
+# CLIENT_FLAGS: more options for the client (e.g. --client-wait event), word-split. WORKLOAD: the
+# client's workload (kv-mix).
 set -u
 bin=$1
 shift
@@ -15,7 +16,7 @@ server=$!
 for _ in $(seq 300); do grep -q listening "$dir/serve.out" 2>/dev/null && break; sleep 0.1; done
 addr=$(grep -o '127\.0\.0\.1:[0-9]*$' "$dir/serve.out") || { echo "FAIL: the server did not start"; exit 1; }
 # shellcheck disable=SC2086  # CLIENT_FLAGS is a list of words
-"$bin" bench --connect "$addr" --workload kv-mix --keys 1000 --depth 4 --ops 100000000 --quiet ${CLIENT_FLAGS:-} > "$dir/c.out" 2> "$dir/c.err" &
+"$bin" bench --connect "$addr" --workload "${WORKLOAD:-kv-mix}" --keys 1000 --depth 4 --ops 100000000 --quiet ${CLIENT_FLAGS:-} > "$dir/c.out" 2> "$dir/c.err" &
 client=$!
 for _ in $(seq 300); do grep -q "client 0 connected" "$dir/serve.log" 2>/dev/null && break; sleep 0.1; done
 sleep 1

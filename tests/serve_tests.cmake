@@ -255,6 +255,13 @@ add_test(NAME serve_server_death_cuckoo_client_event
 set_tests_properties(serve_server_death_cuckoo_client_event PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
   ENVIRONMENT "CLIENT_FLAGS=--client-wait event" TIMEOUT 300 LABELS serve)
 
+# The same for a multi-get client over shared memory: it copies its windows from the mapped
+# segment without a request (direct reads), so only the liveness look of each round can stop it.
+add_test(NAME serve_server_death_linear_multiget
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/serve_server_death_test.sh $<TARGET_FILE:rdmahash_cli> --records 1000)
+set_tests_properties(serve_server_death_linear_multiget PROPERTIES PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL"
+  ENVIRONMENT "WORKLOAD=get;CLIENT_FLAGS=--multi-get on" TIMEOUT 300 LABELS serve)
+
 # The same over TCP with READ coalescing on: a coalesced READ whose memory node died (its reply
 # never comes, or its send fails on the peer-failure endpoint) must end in MemoryNodeLost too.
 add_test(NAME serve_server_death_linear_set_tcp_read_coalescing

@@ -138,6 +138,17 @@ class Engine {
   // Sets batch_clock() to now (Transport::now()): before a multi-get whose first operations start
   // now (run_many does the same at its start). Not while run/run_many runs.
   void restart_clock() { tick_ = transport_.now(); }
+  // Direct reads outside any operation (Transport::direct_region): a multi-get that reads its
+  // windows in place instead of posting them. begin_direct_reads() starts a round as
+  // execute_batch starts a batch (MemoryNodeLost leaves; not while run/run_many runs,
+  // std::logic_error); end_direct_reads() counts its READs and moves batch_clock() to the round's
+  // completion. As with execute_batch, no OpStats counts them.
+  std::span<const std::byte> direct_region(uint32_t node) { return transport_.direct_region(node); }
+  void begin_direct_reads();
+  void end_direct_reads(uint64_t reads, uint64_t bytes, uint64_t lines) {
+    transport_.end_direct_reads(reads, bytes, lines);
+    tick_ = transport_.now();
+  }
 
   Transport& transport() { return transport_; }
 

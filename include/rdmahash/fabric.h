@@ -156,6 +156,20 @@ class Transport {
   // (sim_fabric.h): its virtual time, so every measurement of a simulated run is in virtual time.
   virtual std::chrono::steady_clock::time_point now() const { return std::chrono::steady_clock::now(); }
 
+  // Direct reads: a READ performed by this process's CPU on memory it maps, without a request,
+  // for a lookup that reads many windows in place (LinearClient::get_batch). A transport that
+  // performs node `node`'s READs that way anyway (UCX with direct access, LocalFabric) returns
+  // that node's mapped region; others return {} and the caller posts requests. Reading through
+  // it is a READ with this header's semantics only when
+  //   * it lies inside a round: begin_direct_reads() ... end_direct_reads(), which do what
+  //     execute() does around a batch (fences, the batch count, a dead memory node's
+  //     MemoryNodeLost, a fabric made unusable), and end_direct_reads counts the READs;
+  //   * it loads aligned 8-byte words in ascending order with acquire loads (detail::read_in),
+  //     as a direct READ of execute() does, and checks its own bounds against the span.
+  virtual std::span<const std::byte> direct_region(uint32_t /*node*/) { return {}; }
+  virtual void begin_direct_reads() { throw std::logic_error("Transport: no direct reads"); }
+  void end_direct_reads(uint64_t reads, uint64_t bytes, uint64_t lines);
+
  protected:
   FabricCounters counters_;
 };

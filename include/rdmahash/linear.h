@@ -81,7 +81,11 @@
 // exactly the READs its lookup would post, scanned by the same rules, so each key's answer,
 // linearisation point, requests and round trips are its lookup's. A key that meets its slot locked
 // or torn leaves the rounds for the lookup itself (the window again, then read_stable: one READ and
-// round trip more). A window whose READ failed fails only its key.
+// round trip more). A window whose READ failed fails only its key. On a transport that maps every
+// shard's region (Transport::direct_region: UCX over shared memory, LocalFabric) a round copies
+// its windows from the mapped slots itself, with the loads a direct READ makes, instead of
+// posting Requests: the same windows, counted as the READs and batch they replace, scanned by the
+// same loop (~5 ns less a get). Only when every shard's slots lie inside its region; else READs.
 //
 // Multi-find-or-put (find_or_put_batch, inline tables in linear order, records of more than one
 // word): the inserts of many keys, round by round, each round one batch with the next requests of

@@ -193,6 +193,12 @@ std::string Engine::execute_batch(std::span<Request> batch) {
   return error;
 }
 
+void Engine::begin_direct_reads() {
+  if (current_ || !queue_.empty() || !ready_.empty())
+    throw std::logic_error("Engine::begin_direct_reads: called while an operation runs");
+  transport_.begin_direct_reads();
+}
+
 void Engine::drive(const std::function<void()>& refill) {
   for (;;) {
     while (!ready_.empty()) {

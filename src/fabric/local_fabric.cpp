@@ -37,6 +37,11 @@ class LocalTransport final : public Transport {
  public:
   explicit LocalTransport(LocalFabric& f, uint32_t id) : fabric_(f), id_(id) {}
   void execute(std::span<Request> batch) override;
+  std::span<const std::byte> direct_region(uint32_t node) override;  // every node: READs are loads here
+  void begin_direct_reads() override {
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // as execute() starts a batch
+    ++counters_.batches;
+  }
 
  private:
   std::byte* checked_atomic(const Request& r);
@@ -123,6 +128,8 @@ class LocalFabric final : public Fabric {
   std::shared_mutex rpc_mu_;
   std::unordered_map<uint16_t, RpcHandler> handlers_;
 };
+
+std::span<const std::byte> LocalTransport::direct_region(uint32_t node) { return fabric_.local_region(node); }
 
 void LocalTransport::execute(std::span<Request> batch) {
   // Each request succeeds or fails on its own (fabric.h, "Per-request outcome"): a bad address or

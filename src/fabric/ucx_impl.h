@@ -164,6 +164,9 @@ class UcxTransport final : public Transport {
  public:
   explicit UcxTransport(UcxFabricImpl& f) : fabric_(f) {}
   void execute(std::span<Request> batch) override;
+  // A node mapped for direct access (ucp_rkey_ptr: shared memory, or this rank's own region).
+  std::span<const std::byte> direct_region(uint32_t node) override;
+  void begin_direct_reads() override;
 
   // One expected completion of `s` has happened.
   void complete_unit(Slot& s, ucs_status_t status) {
@@ -182,6 +185,8 @@ class UcxTransport final : public Transport {
 
  private:
   void validate(const Request& r) const;
+  // Every batch: a fabric made unusable, and every 1024 batches a look for a dead memory node.
+  void start_batch();
   // The request may be performed by this CPU on the node's mapped region (direct access): a READ
   // or WRITE, or a CAS/FAA where CPU atomics are atomic with every other accessor's (see above).
   bool goes_direct(const Request& r) const;

@@ -479,6 +479,33 @@ void UcxTransport::post_flush(Slot& s) {
   settle(s, ucp_ep_flush_nbx(fabric_.ep(s.node), &p));
 }
 
+void UcxTransport::start_batch() {
+  if (fabric_.broken()) throw MemoryNodeLost("ucx fabric: a memory node was lost earlier; this fabric is unusable");
+  ++counters_.batches;
+  // Over shared memory a dead memory node's READs, WRITEs and atomics still "succeed" on the
+  // segment this process maps: look every 1024 batches (at most every 200 ms) too.
+  if ((++batches_ & 1023) == 0 && fabric_.has_liveness()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_batch_look_ >= std::chrono::milliseconds(200)) {
+      last_batch_look_ = now;
+      if (std::string dead = fabric_.dead_node(); !dead.empty()) {
+        fabric_.set_broken();
+        throw MemoryNodeLost("ucx fabric: " + dead);
+      }
+    }
+  }
+}
+
+std::span<const std::byte> UcxTransport::direct_region(uint32_t node) {
+  const std::byte* base = fabric_.direct(node);
+  return base ? std::span<const std::byte>(base, fabric_.region_bytes(node)) : std::span<const std::byte>();
+}
+
+void UcxTransport::begin_direct_reads() {
+  start_batch();
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // as a batch of direct requests starts
+}
+
 void UcxTransport::execute(std::span<Request> batch) {
   if (fabric_.broken()) throw MemoryNodeLost("ucx fabric: a memory node was lost earlier; this fabric is unusable");
   // A bad request (address outside a region, missing buffer) fails alone and is never posted.
@@ -507,20 +534,11 @@ void UcxTransport::execute(std::span<Request> batch) {
     }
   }
   if (valid == 0 && !error.empty()) throw FabricError(error);  // nothing to post: not a batch
-  ++counters_.batches;
-  if (batch.empty()) return;
-  // Over shared memory a dead memory node's READs, WRITEs and atomics still "succeed" on the
-  // segment this process maps: look every 1024 batches (at most every 200 ms) too.
-  if ((++batches_ & 1023) == 0 && fabric_.has_liveness()) {
-    const auto now = std::chrono::steady_clock::now();
-    if (now - last_batch_look_ >= std::chrono::milliseconds(200)) {
-      last_batch_look_ = now;
-      if (std::string dead = fabric_.dead_node(); !dead.empty()) {
-        fabric_.set_broken();
-        throw MemoryNodeLost("ucx fabric: " + dead);
-      }
-    }
+  if (batch.empty()) {
+    ++counters_.batches;
+    return;
   }
+  start_batch();
   // A batch whose every request goes direct (the same-host fast path's common case) is performed
   // right here, in batch order, exactly as post() would perform each one — without slots, UCX
   // calls or the completion loop. Anything else (a request to a peer UCX cannot map, an atomic

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstddef>
 #include <cstring>
+#include "fabric/direct_access.h"
 #include "schemes/batch_guard.h"
 #include "schemes/linear/linear_internal.h"
 
@@ -45,6 +46,7 @@ struct LinearClient::BatchState {
   std::vector<Key> resume;     // met a locked or torn slot: the lookup goes on
   std::vector<Request> reqs;
   std::vector<std::byte> windows;  // this round's windows, back to back
+  std::vector<const std::byte*> direct;  // per node: its slots, mapped (direct reads), or none
   bool running = false;            // get_batch is not reentrant (done must not call it)
 };
 
@@ -339,6 +341,16 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
   const InlineLayout l(cfg_);
   const uint64_t total = cfg_.total_slots();
   const bool has_value = cfg_.value_bytes != 0;
+  // Direct reads (fabric.h) when the transport performs every node's READs with this CPU anyway:
+  // the windows are copied from the mapped slots as execute() would copy them, with no Request.
+  // Only when every shard's slots lie inside its mapped region (else requests, which fail alone).
+  bool direct = true;
+  b.direct.assign(cfg_.memory_nodes, nullptr);
+  for (uint32_t node = 0; node < cfg_.memory_nodes && direct; ++node) {
+    const std::span<const std::byte> region = engine_.direct_region(node);
+    direct = region.size() >= kHeaderBytes && (region.size() - kHeaderBytes) / slot_bytes_ >= total;
+    if (direct) b.direct[node] = region.data() + kHeaderBytes;
+  }
   auto stats_of = [](const BatchState::Key& k) {
     // round_trips, reads, writes and cas as ONE 16-byte store: `done` reads them at once (a
     // vectorized sum, as ClientResult::add_op's), and a wide load of bytes just written by
@@ -409,46 +421,68 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
       }
       if (live != a) b.active[live] = k;
       b.active[live].n = static_cast<uint32_t>(n);
+      const uint32_t len = static_cast<uint32_t>(n * slot_bytes_);
+      bytes += len;
+      if (direct) {  // start every miss of the round before the first copy waits on one
+        detail::prefetch(b.direct[k.node] + k.slot * slot_bytes_, len);
+        ++live;
+        continue;
+      }
       Request& r = b.reqs[live++];
       r.kind = ReqKind::kRead;
       r.addr = slot_addr(k.node, k.slot);
-      r.len = static_cast<uint32_t>(n * slot_bytes_);
+      r.len = len;
       r.fence = false;
-      bytes += r.len;
     }
     b.active.resize(live);
-    b.reqs.resize(live);
     if (live == 0) continue;
     if (b.windows.size() < bytes) b.windows.resize(bytes);
-    bytes = 0;
-    for (Request& r : b.reqs) {  // the windows back to back, now that `windows` is sized
-      r.buf = b.windows.data() + bytes;
-      bytes += r.len;
+    std::string error;
+    if (direct) {
+      // The round's READs, as execute()'s same-host path performs a batch of them.
+      engine_.begin_direct_reads();
+      uint64_t off = 0, lines = 0;
+      for (const BatchState::Key& k : b.active) {
+        const uint64_t len = k.n * slot_bytes_;
+        detail::read_in(b.windows.data() + off, b.direct[k.node] + k.slot * slot_bytes_, len);
+        lines += lines_spanned(slot_addr(k.node, k.slot).offset, len);
+        off += len;
+      }
+      engine_.end_direct_reads(live, bytes, lines);
+    } else {
+      b.reqs.resize(live);
+      bytes = 0;
+      for (Request& r : b.reqs) {  // the windows back to back, now that `windows` is sized
+        r.buf = b.windows.data() + bytes;
+        bytes += r.len;
+      }
+      error = engine_.execute_batch(b.reqs);
     }
-    const std::string error = engine_.execute_batch(b.reqs);
     size_t kept = 0;
+    const std::byte* data = b.windows.data();  // key a's window; the next key's follows it
     for (size_t a = 0; a < b.active.size(); ++a) {
       BatchState::Key& k = b.active[a];
-      const Request& rq = b.reqs[a];
       const uint64_t n = k.n;
+      const uint32_t len = static_cast<uint32_t>(n * slot_bytes_);
+      const std::byte* window = data;
+      data += len;
       ++k.chunks;
-      k.bytes += rq.len;
-      if (rq.status != ReqStatus::kOk) {  // as an awaited failed READ: FabricError in that key's op
+      k.bytes += len;
+      if (!direct && b.reqs[a].status != ReqStatus::kOk) {  // as an awaited failed READ: FabricError in that key's op
         finish(k, std::make_exception_ptr(FabricError(error)));
         continue;
       }
-      const std::byte* data = static_cast<const std::byte*>(rq.buf);
       uint64_t j = 0;
-      const Probe found = scan(k.key, k.kbits, data, n, j);
+      const Probe found = scan(k.key, k.kbits, window, n, j);
       // The runs this window shows, to a read sizer that tracks them; not for a key that met a
       // locked or torn slot: its lookup reads the window again and shows them (each run once).
-      if (clusters && found != Probe::kUnstable) observe_clusters(k.node, k.slot, data, n, k.run_start);
+      if (clusters && found != Probe::kUnstable) observe_clusters(k.node, k.slot, window, n, k.run_start);
       if (found == Probe::kHit) {
         OpResult r;
         r.chunks = k.chunks;
         r.status = Status::kFound;
         r.matches = 1;
-        const std::byte* sl = data + j * slot_bytes_;
+        const std::byte* sl = window + j * slot_bytes_;
         sink.hit(k.key, r, has_value ? std::span<const std::byte>(sl + l.val_off, cfg_.value_bytes) : std::span<const std::byte>(),
                  Located{true, k.slot + j, load64(sl)});
         finish(k, nullptr);
