@@ -8,7 +8,11 @@ The same for --read-coalescing on/off (`--option read-coalescing`): coalescing a
 requests to a node into one message changes the messages on the wire, never what the engine counts
 per operation.
 
-usage: direct_access_counters.py [--option direct-access|read-coalescing] -- COMMAND...
+--expect-direct-rounds (with direct-access): the rows with direct access on must have taken the
+multi-get's direct reads (direct_read_rounds_per_op > 0) and those with it off must not, so that
+"identical" compares the two paths and not one path with itself.
+
+usage: direct_access_counters.py [--option direct-access|read-coalescing] [--expect-direct-rounds] -- COMMAND...
        (COMMAND without that option and --json)"""
 import json
 import os
@@ -43,6 +47,9 @@ def run(cmd, mode, d):
 def main():
     global OPTION
     args = sys.argv[1:sys.argv.index("--")]
+    expect_direct = "--expect-direct-rounds" in args
+    if expect_direct:
+        args.remove("--expect-direct-rounds")
     if args[:1] == ["--option"] and len(args) == 2 and args[1] in ("direct-access", "read-coalescing"):
         OPTION = args[1]
     elif args:
@@ -55,6 +62,10 @@ def main():
         print(f"FAIL: {len(on)} points with --{OPTION} on, {len(off)} off")
         sys.exit(1)
     for a, b in zip(on, off):
+        if expect_direct and not (a.get("direct_read_rounds_per_op", 0) > 0 and b.get("direct_read_rounds_per_op") == 0):
+            print(f"FAIL: {a['workload']}: direct read rounds per op {a.get('direct_read_rounds_per_op')} with "
+                  f"direct access on, {b.get('direct_read_rounds_per_op')} off: expected > 0 and 0")
+            sys.exit(1)
         for k in COUNTED:
             if a.get(k) != b.get(k):
                 print(f"FAIL: {a['workload']}: {k} is {a.get(k)} with --{OPTION} on, {b.get(k)} off")

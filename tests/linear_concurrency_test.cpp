@@ -99,13 +99,14 @@ TEST(LinearRace, WritersNeverTearRecordsAndReadsAreMonotonic) {
     std::vector<std::byte> zero(64);
     for (uint64_t k : keys) ASSERT_EQ(init.put(k, zero).status, Status::kInserted);
   }
-  std::atomic<int> writers_left{kWriters};
+  std::atomic<int> writers_left{kWriters}, readers_running{0};
   std::atomic<uint64_t> torn{0}, backwards{0}, reads{0}, multi_reads{0};
   std::vector<std::thread> threads;
   for (int w = 0; w < kWriters; ++w) {
     threads.emplace_back([&, w] {
       Client client(*t.fabric, c);
       std::mt19937_64 rng(w);
+      while (readers_running.load() < kReaders) std::this_thread::yield();  // the readers read while they write
       for (uint64_t seq = 1; seq <= kPuts; ++seq) {
         const uint64_t word = (static_cast<uint64_t>(w + 1) << 56) | seq;
         std::vector<std::byte> v(64);
@@ -126,6 +127,7 @@ TEST(LinearRace, WritersNeverTearRecordsAndReadsAreMonotonic) {
       std::vector<std::byte> out(64 * kKeys);
       std::vector<int> order(kKeys);
       for (int i = 0; i < kKeys; ++i) order[i] = i;
+      ++readers_running;
       uint64_t mine = 0;  // values this reader checked: it reads while the writers write, and 1000 at least
       auto check = [&](int ki, const std::byte* v) {
         uint64_t w0;

@@ -135,6 +135,9 @@ struct FabricCounters {
   uint64_t reads = 0, writes = 0, cas = 0, faa = 0, rpcs = 0;
   uint64_t bytes_read = 0, bytes_written = 0;  // payload bytes; atomics count 8 each way
   uint64_t lines_read = 0;  // lines_spanned() of every READ (atomics not counted)
+  // Batches of READs this CPU performed as direct reads (Transport::direct_region), without a
+  // request; already counted in `batches`.
+  uint64_t direct_rounds = 0;
   // UCX over TCP (coalescing, ucx_fabric.h): requests that travelled in a coalesced message, and
   // those messages. Already counted above (a coalesced request is still one request).
   uint64_t coalesced_requests = 0, coalesced_messages = 0;
@@ -163,7 +166,8 @@ class Transport {
   // it is a READ with this header's semantics only when
   //   * it lies inside a round: begin_direct_reads() ... end_direct_reads(), which do what
   //     execute() does around a batch (fences, the batch count, a dead memory node's
-  //     MemoryNodeLost, a fabric made unusable), and end_direct_reads counts the READs;
+  //     MemoryNodeLost, a fabric made unusable: the only exception begin_direct_reads throws),
+  //     and end_direct_reads counts the READs and the round (FabricCounters::direct_rounds);
   //   * it loads aligned 8-byte words in ascending order with acquire loads (detail::read_in),
   //     as a direct READ of execute() does, and checks its own bounds against the span.
   virtual std::span<const std::byte> direct_region(uint32_t /*node*/) { return {}; }

@@ -42,19 +42,20 @@ class TimedPart {
   explicit TimedPart(Engine& engine)
       : transport_(engine.transport()), start_(transport_.now()), cpu_start_(thread_cpu_ns()),
         sleeps_(transport_.counters().client_sleeps), unspun_(transport_.counters().client_unspun_sleeps),
-        lines_(transport_.counters().lines_read) {}
+        lines_(transport_.counters().lines_read), direct_(transport_.counters().direct_rounds) {}
   void finish(ClientResult& r) const {
     r.seconds = std::chrono::duration<double>(transport_.now() - start_).count();
     r.cpu_ns = thread_cpu_ns() - cpu_start_;
     r.client_sleeps = transport_.counters().client_sleeps - sleeps_;
     r.client_unspun_sleeps = transport_.counters().client_unspun_sleeps - unspun_;
     r.lines_read = transport_.counters().lines_read - lines_;
+    r.direct_rounds = transport_.counters().direct_rounds - direct_;
   }
 
  private:
   Transport& transport_;
   std::chrono::steady_clock::time_point start_;
-  uint64_t cpu_start_, sleeps_, unspun_, lines_;
+  uint64_t cpu_start_, sleeps_, unspun_, lines_, direct_;
 };
 
 struct RawTarget {

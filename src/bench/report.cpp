@@ -39,11 +39,12 @@ void ClientResult::merge(const ClientResult& o) {
   client_sleeps += o.client_sleeps;
   client_unspun_sleeps += o.client_unspun_sleeps;
   lines_read += o.lines_read;
+  direct_rounds += o.direct_rounds;
   latency_ns.insert(latency_ns.end(), o.latency_ns.begin(), o.latency_ns.end());
 }
 
 namespace {
-constexpr size_t kFixedWords = 33;
+constexpr size_t kFixedWords = 34;
 }
 
 std::vector<std::byte> ClientResult::serialize() const {
@@ -52,7 +53,7 @@ std::vector<std::byte> ClientResult::serialize() const {
                                        read_size, updated, skipped, resizes, directory_depth, erased, persists,
                                        split_loads, split_load_ppm_sum, split_load_ppm_min, split_load_ppm_max,
                                        cpu_ns, multi_get_ops, client_sleeps, client_unspun_sleeps,
-                                       lines_read, latency_ns.size()};
+                                       lines_read, direct_rounds, latency_ns.size()};
   std::vector<std::byte> out(sizeof fixed + sizeof(double) + latency_ns.size() * 4);
   std::memcpy(out.data(), fixed, sizeof fixed);
   std::memcpy(out.data() + sizeof fixed, &seconds, sizeof(double));
@@ -84,6 +85,7 @@ ClientResult ClientResult::deserialize(std::span<const std::byte> in) {
   r.client_sleeps = f[29];
   r.client_unspun_sleeps = f[30];
   r.lines_read = f[31];
+  r.direct_rounds = f[32];
   std::memcpy(&r.seconds, in.data() + sizeof f, sizeof(double));
   const uint64_t nlat = f[kFixedWords - 1];
   if (in.size() != sizeof f + sizeof(double) + nlat * 4) throw InvalidArgument("corrupt client result");
@@ -232,6 +234,9 @@ std::string to_json_line(const BenchOptions& o, const PointInfo& p, const Client
   // memory_limit_ops_per_s, whose probe reads one line a load. Not a cost by itself: a window's
   // second line comes almost free with its first (results.md, "Lines read per get").
   j["lines_read_per_op"] = t.ops ? static_cast<double>(t.lines_read) / static_cast<double>(t.ops) : 0.0;
+  // Batches the clients performed as direct reads (a multi-get on mapped regions), per operation:
+  // which path a row took, not a cost.
+  j["direct_read_rounds_per_op"] = t.ops ? static_cast<double>(t.direct_rounds) / static_cast<double>(t.ops) : 0.0;
   if (find_scheme(p.scheme) && find_scheme(p.scheme)->caps.splits) {
     j["resizes"] = t.resizes;
     j["directory_depth"] = t.directory_depth;

@@ -38,6 +38,7 @@ struct ClientResult {
   uint64_t cpu_ns = 0;            // client threads' CPU time in the timed part, summed over clients
   uint64_t client_sleeps = 0, client_unspun_sleeps = 0;  // UCX clients' waits (FabricCounters), summed
   uint64_t lines_read = 0;        // 64-byte lines the clients' READs spanned (FabricCounters), summed
+  uint64_t direct_rounds = 0;     // batches of direct reads (FabricCounters::direct_rounds), summed
   std::vector<uint32_t> latency_ns;
 
   // Per operation, inline: the multi-get's loop calls them for every key.

@@ -19,6 +19,7 @@ void Transport::end_direct_reads(uint64_t reads, uint64_t bytes, uint64_t lines)
   counters_.reads += reads;
   counters_.bytes_read += bytes;
   counters_.lines_read += lines;
+  ++counters_.direct_rounds;
 }
 
 }  // namespace rdmahash

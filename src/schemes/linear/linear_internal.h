@@ -27,6 +27,7 @@ using record::kOcc;
 using record::kVersionMask;
 constexpr uint64_t kSetTombstone = 1;
 constexpr uint64_t kHeaderBytes = sizeof(ShardHeader);
+constexpr uint32_t kMaxReadSlots = 65536;  // R and the chunk C: ProbeConfig::validate, a read sizer's R
 // kHeap slot words (see linear.h).
 constexpr uint64_t kHOcc = 1ULL << 63;
 constexpr uint64_t kHDel = 1ULL << 62;

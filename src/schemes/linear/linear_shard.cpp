@@ -169,7 +169,8 @@ void ProbeConfig::validate() const {
   if (chunk == 0) throw InvalidArgument("chunk size must be at least 1 slot");
   if (max_chunks == 0) throw InvalidArgument("max chunks must be at least 1");
   if (read_size == 0) throw InvalidArgument("read size must be at least 1 slot");
-  if (chunk > 65536 || read_size > 65536) throw InvalidArgument("chunk and read size must be at most 65536 slots");
+  if (chunk > kMaxReadSlots || read_size > kMaxReadSlots)
+    throw InvalidArgument("chunk and read size must be at most " + std::to_string(kMaxReadSlots) + " slots");
 }
 
 LinearPlacement linear_place(const LinearConfig& c, uint64_t key) { return place_key(c, key); }

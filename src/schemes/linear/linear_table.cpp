@@ -167,7 +167,9 @@ std::pair<Pending, std::optional<Pending>> LinearClient::read_window(uint32_t no
 }
 
 uint32_t LinearClient::read_slots(uint32_t node, uint64_t slot) const {
-  return probe_.read_sizer ? std::max<uint32_t>(1, probe_.read_sizer->size_at(node, slot)) : probe_.read_size;
+  // A sizer's R is bounded as ProbeConfig::read_size is (65536 slots): a window's bytes must fit
+  // a READ's 32-bit length.
+  return probe_.read_sizer ? std::clamp<uint32_t>(probe_.read_sizer->size_at(node, slot), 1, kMaxReadSlots) : probe_.read_size;
 }
 
 // Reports the clusters a scan has seen to a read sizer that tracks them. A scan knows the slots
@@ -410,7 +412,7 @@ bool LinearClient::get_batch(uint64_t count, uint32_t depth, const std::function
     // changed) is a miss with no READ, as lookup's loop ends. Each Request field is written in
     // place: a Request built on the stack and copied in costs a store-forwarding stall per key.
     size_t live = 0, bytes = 0;
-    b.reqs.resize(b.active.size());
+    if (!direct) b.reqs.resize(b.active.size());
     for (size_t a = 0; a < b.active.size(); ++a) {
       const BatchState::Key& k = b.active[a];
       // kept: a read sizer may change R while scanning. A fixed R: window() without its calls.
