@@ -238,6 +238,10 @@ class Table {
     {
       py::gil_scoped_release nogil;
       t->table_ = make_table(t->options_);
+      // Refused up front on every rank, as local_table() and `rdmahash bench` refuse it: each rank
+      // zero-fills a shard, and the shards of one host must fit in its MemAvailable together.
+      bench::check_host_memory_mpi(t->table_->region_bytes(), "one host's shards (" + bench::bytes_text(t->table_->region_bytes()) + " each)",
+                                   "use a lower capacity, a lower value_bytes or fewer ranks per host");
       UcxFabricConfig fc;
       fc.symmetric = true;
       fc.region_bytes = t->table_->region_bytes();

@@ -49,6 +49,12 @@ def test_pgas_oracle(scheme):
 def test_collective_errors():
     with pytest.raises(ValueError, match="no scheme"):
         rdmahash.mpi_table(comm, "nope")
+    # A table whose shards do not fit in the host's memory is refused on every rank, before any
+    # shard is allocated; then a table that fits opens as usual.
+    with pytest.raises(rdmahash.InvalidArgument, match="does not fit in memory: one host's shards"):
+        rdmahash.mpi_table(comm, "linear", capacity=1 << 31, value_bytes=8)
+    with rdmahash.mpi_table(comm, "linear", capacity=1000, value_bytes=8) as t:
+        t.barrier()
     if size > 1:  # race formats its table where every memory node is hosted: refused, collectively, before any MPI call
         with pytest.raises(rdmahash.InvalidArgument, match="race formats its table"):
             rdmahash.mpi_table(comm, "race")

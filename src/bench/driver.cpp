@@ -911,24 +911,9 @@ void check_memory_ucx(const BenchOptions& o, uint64_t region) {
   const bool client = o.symmetric || static_cast<uint32_t>(rank) >= o.memory_nodes;
   const uint64_t clients = o.symmetric ? static_cast<uint64_t>(ranks) : static_cast<uint64_t>(ranks) - o.memory_nodes;
   // Rank 0 also holds every client's latency samples while it merges them.
-  uint64_t mine = (memory_node ? region : 0) + (client ? o.ops * 4 : 0) + (rank == 0 ? o.ops * clients * 8 : 0);
-  MPI_Comm host;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host);
-  uint64_t on_host = 0;
-  MPI_Allreduce(&mine, &on_host, 1, MPI_UINT64_T, MPI_SUM, host);
-  MPI_Comm_free(&host);
-  const uint64_t avail = mem_available_bytes();
-  // The worst host's numbers, known to every rank: the largest shortfall, from the lowest rank with it.
-  const int64_t shortfall = avail ? static_cast<int64_t>(on_host) - static_cast<int64_t>(avail) : INT64_MIN;
-  int64_t worst = 0;
-  MPI_Allreduce(&shortfall, &worst, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
-  int from = shortfall == worst ? rank : ranks, root = 0;
-  MPI_Allreduce(&from, &root, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  uint64_t numbers[2] = {on_host, avail};
-  MPI_Bcast(numbers, 2, MPI_UINT64_T, root, MPI_COMM_WORLD);
-  if (worst > 0)
-    throw InvalidArgument(memory_error(numbers[0], numbers[1],
-                                       "one host's memory nodes (" + bytes_text(region) + " each) and clients"));
+  const uint64_t mine = (memory_node ? region : 0) + (client ? o.ops * 4 : 0) + (rank == 0 ? o.ops * clients * 8 : 0);
+  check_host_memory_mpi(mine, "one host's memory nodes (" + bytes_text(region) + " each) and clients",
+                        "use fewer --records, a lower --value-bytes or fewer --memory-nodes");
 }
 
 }  // namespace

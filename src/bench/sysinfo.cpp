@@ -1,11 +1,16 @@
 #include "bench/sysinfo.h"
 
+#include <mpi.h>
+
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+
+#include "rdmahash/table.h"
 
 namespace rdmahash::bench {
 
@@ -74,6 +79,29 @@ std::string bytes_text(uint64_t bytes) {
 std::string memory_error(uint64_t needed, uint64_t available, const std::string& what, const std::string& remedy) {
   return "the table does not fit in memory: " + what + " needs " + bytes_text(needed) + " but MemAvailable is " +
          bytes_text(available) + " (/proc/meminfo); " + remedy;
+}
+
+void check_host_memory_mpi(uint64_t mine, const std::string& what, const std::string& remedy) {
+  int rank = 0, ranks = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  MPI_Comm host;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host);
+  uint64_t on_host = 0;
+  MPI_Allreduce(&mine, &on_host, 1, MPI_UINT64_T, MPI_SUM, host);
+  MPI_Comm_free(&host);
+  const uint64_t avail = mem_available_bytes();
+  // The worst host's numbers, known to every rank: the largest shortfall, from the lowest rank with
+  // it. Saturated: a request near 2^64 bytes is a shortfall, not a wrapped negative number.
+  const auto clamp63 = [](uint64_t v) { return static_cast<int64_t>(std::min<uint64_t>(v, INT64_MAX)); };
+  const int64_t shortfall = avail ? clamp63(on_host) - clamp63(avail) : INT64_MIN;
+  int64_t worst = 0;
+  MPI_Allreduce(&shortfall, &worst, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+  int from = shortfall == worst ? rank : ranks, root = 0;
+  MPI_Allreduce(&from, &root, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  uint64_t numbers[2] = {on_host, avail};
+  MPI_Bcast(numbers, 2, MPI_UINT64_T, root, MPI_COMM_WORLD);
+  if (worst > 0) throw InvalidArgument(memory_error(numbers[0], numbers[1], what, remedy));
 }
 
 PageReport region_pages(const void* p, uint64_t bytes) {

@@ -38,4 +38,10 @@ std::string bytes_text(uint64_t bytes);
 std::string memory_error(uint64_t needed, uint64_t available, const std::string& what,
                          const std::string& remedy = "use fewer --records, a lower --value-bytes or fewer --memory-nodes");
 
+// Collective over MPI_COMM_WORLD: each rank gives the bytes it will allocate (`mine`); the ranks
+// of each host sum theirs against that host's MemAvailable, and when some host falls short every
+// rank throws the same InvalidArgument, memory_error() of the worst host with `what` and `remedy`
+// (so no rank goes on into a collective its peers left).
+void check_host_memory_mpi(uint64_t mine, const std::string& what, const std::string& remedy);
+
 }  // namespace rdmahash::bench
