@@ -16,6 +16,13 @@
 #     shared memory gets no THP while shmem_enabled is never; JSON region_pages says which).
 #   get at R = 8 and 4 slots; find-or-put (chunk 8); and, 1+1 at load 0.5, get of cuckoo, race and
 #     continuity on the same records for comparison.
+#   The ceiling (CEILING=1, the default): the same linear points, 1+1, on a table in cache — gets on
+#     CEIL_RECORDS=4000 records (256 KB at load 0.5: inside L2), find-or-puts of CEIL_FP_SLOTS / 20 new
+#     keys on a table of CEIL_FP_SLOTS=400000 slots (12.8 MB: inside L3; the load rises by 0.05; on
+#     4 KB pages its TLB misses cost inserts ~1.4x here, so the pages are the first of HUGE's), each
+#     point 5 times (--repeat) — in the same round. Column `ceiling` is that rate over the 1 GB row's limit: the fraction the row would reach
+#     if every cache miss of the 1 GB table were free. A target above it cannot be met by hiding
+#     misses (prefetching, huge pages, overlap), only by fewer instructions per operation.
 # Binaries are interleaved per round (a busy machine slows all alike); medians over rounds.
 # usage: scripts/bench_memory_speed.sh BIN [BIN...]   (ROUNDS=2, OPS=1000000, DEPTH=16, SLOTS=32000000 or RECORDS=N,
 #        OUT=results/memory_speed.jsonl; HUGE="on off"; LOADS="0.5 0.8"; COMPARE=1;
@@ -36,6 +43,9 @@ HUGE=${HUGE:-on off}
 LOADS=${LOADS:-0.5 0.8}
 COMPARE=${COMPARE:-1}
 MULTI=${MULTI:-off}   # --multi-get modes of the linear rows ("off on": side by side)
+CEILING=${CEILING:-1}
+CEIL_RECORDS=${CEIL_RECORDS:-4000}
+CEIL_FP_SLOTS=${CEIL_FP_SLOTS:-400000}
 mkdir -p "$(dirname "$OUT")"
 rm -f "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -49,6 +59,18 @@ run() {  # run BIN LAYOUT bench-args...: appends the rows, tagged with the binar
 for l in open(sys.argv[1]):
     j = json.loads(l); j["binary"] = sys.argv[2]; j["layout"] = sys.argv[3]; print(json.dumps(j))' "$tmp" "$bin" "$layout" >> "$OUT"
   rm -f "$tmp"
+}
+ceiling() {  # ceiling BIN: the linear 1+1 points on tables in cache (layout "cache"), pages as the first of HUGE
+  local bin=$1 lf mg hp=${HUGE%% *}
+  for lf in $LOADS; do
+    for mg in $MULTI; do
+      run "$bin" cache --memory-nodes 1 --slot-format inline "${base[@]}" --records "$CEIL_RECORDS" --load-factor "$lf" \
+        --huge-pages "$hp" --workload get --read-size "${READ_SIZES:-8,4}" --multi-get "$mg" --repeat 5
+      run "$bin" cache --memory-nodes 1 --slot-format inline --key-bytes 8 --value-bytes 8 --depth "$DEPTH" --direct-access on \
+        --ops "$((CEIL_FP_SLOTS / 20))" --records "$(SLOTS=$CEIL_FP_SLOTS RECORDS= records_at "$lf")" --load-factor "$lf" \
+        --huge-pages "$hp" --workload find-or-put --multi-get "$mg" --repeat 5
+    done
+  done
 }
 base=(--key-bytes 8 --value-bytes 8 --ops "$OPS" --depth "$DEPTH" --direct-access on)
 for round in $(seq "$ROUNDS"); do
@@ -76,6 +98,7 @@ for round in $(seq "$ROUNDS"); do
       run "$bin" 1+1 --memory-nodes 1 --scheme race "${common[@]}" --load-factor 0.5 --huge-pages "$hp" --workload get
       run "$bin" 1+1 --memory-nodes 1 --scheme continuity --added-sbuckets 1/10 "${common[@]}" --load-factor 0.5 --huge-pages "$hp" --workload get
     fi
+    if [ "$CEILING" = 1 ]; then ceiling "$bin"; fi
   done
 done
 python3 - "$OUT" "$@" <<'PY'
@@ -91,7 +114,7 @@ for j in rows:
     pts[(j["binary"], j["layout"], j["scheme"], j["huge_pages"], round(j["target_load_factor"], 2), j["workload"], r, mg)].append(j)
 def med(rs, f): return statistics.median(f(r) for r in rs)
 print(f"{'binary':24} {'layout':6} {'scheme':10} {'pages':8} {'lf':>4} {'workload':11} {'R':>2} {'multi':>5} {'M/s/core':>8} "
-      f"{'limit M/s':>9} {'after':>6} {'probe':>5} {'fraction':>8} {'f after':>7} {'cpu ns':>7} {'RT/op':>7} {'req/op':>7} {'B/op':>7} {'lf end':>6} n")
+      f"{'limit M/s':>9} {'after':>6} {'probe':>5} {'fraction':>8} {'f after':>7} {'ceiling':>7} {'cpu ns':>7} {'RT/op':>7} {'req/op':>7} {'B/op':>7} {'lf end':>6} n")
 for b in bins:
     for key in sorted(k for k in pts if k[0] == b):
         rs = pts[key]
@@ -106,8 +129,11 @@ for b in bins:
         # probe on 4 KB pages where THP was asked measures a lower limit than the machine's best.
         given = sorted({r["memory_limit"].get("pages_given", "-") or "-" for r in rs})
         probe = given[0] if len(given) == 1 else "mixed"
+        # The same point on a table in cache (layout "cache", this binary) over this row's limit.
+        ceil = pts.get((b, "cache", key[2], key[3], key[4], key[5], key[6], key[7]))
+        ceiling = f"{med(ceil, lambda r: r['throughput_ops_per_s']) / limit:7.3f}" if ceil and key[1] != "cache" else f"{'-':>7}"
         print(f"{b[-24:]:24} {key[1]:6} {key[2]:10} {pages:8} {key[4]:4.2f} {key[5]:11} {key[6]:>2} {key[7]:>5} {per_core / 1e6:8.3f} "
-              f"{limit / 1e6:9.1f} {after / 1e6:6.1f} {probe:>5} {per_core / limit:8.3f} {per_core / after:7.3f} {med(rs, lambda r: r['client_cpu_ns_per_op']):7.1f} "
+              f"{limit / 1e6:9.1f} {after / 1e6:6.1f} {probe:>5} {per_core / limit:8.3f} {per_core / after:7.3f} {ceiling} {med(rs, lambda r: r['client_cpu_ns_per_op']):7.1f} "
               f"{rs[0]['round_trips_per_op']:7.4f} {sum(req.values()):7.4f} {rs[0]['bytes_per_op']:7.2f} "
               f"{rs[0]['load_factor_end']:6.3f} {len(rs)}")
 PY
