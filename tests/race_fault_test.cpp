@@ -684,6 +684,40 @@ std::pair<uint64_t, uint64_t> combined_buckets(Table& t, const std::string& k) {
   return {at.at(0), at.at(1)};
 }
 
+// A view lists each slot once (read_view): with one group a subtable, every key's two combined
+// buckets overlap — they share the overflow bucket, or both hashes name one combined bucket — so a
+// slot listed once per combined bucket read would show a copy twice, and an inserter would withdraw
+// its own copy as a rival of itself. On a quiet table every insert, whichever way its buckets
+// overlap, is insert's 2 CASes (placement, commit) and 1 WRITE, and kills and withdraws nothing.
+TEST(RaceFault, OverlappingCombinedBucketsListEachSlotOnce) {
+  const RaceConfig cfg = fault_cfg();
+  Table t(cfg);
+  Client a(*t.fabric, cfg, 1);
+  ASSERT_EQ(a.find_or_put("warm", "w").status, Status::kInserted);  // the directory read and chunk RPC
+  int coinciding = 0;
+  for (int i = 0; i < 12; ++i) {
+    const std::string k = "o" + std::to_string(i);
+    const auto cb = combined_buckets(t, k);
+    coinciding += cb.first == cb.second;
+    EXPECT_TRUE(cb.first == cb.second || (cb.first > cb.second ? cb.first - cb.second : cb.second - cb.first) == 64)
+        << k << ": one group a subtable, yet its combined buckets do not overlap";
+    const FabricCounters before = a.tr->counters();
+    ASSERT_EQ(a.find_or_put(k, "v" + k).status, Status::kInserted) << k;
+    const FabricCounters& after = a.tr->counters();
+    ASSERT_EQ(a.client.stats().splits, 0u) << k << ": the table split; pick fewer keys";
+    EXPECT_EQ(after.cas - before.cas, 2u) << k << (cb.first == cb.second ? " (one combined bucket)" : " (a shared overflow)");
+    EXPECT_EQ(after.writes - before.writes, 1u) << k;
+    EXPECT_EQ(a.get(k), std::optional<std::string>("v" + k)) << k;
+  }
+  EXPECT_GT(coinciding, 0) << "no key with one combined bucket for both hashes";
+  EXPECT_LT(coinciding, 12) << "no key whose combined buckets share the overflow bucket";
+  EXPECT_EQ(a.client.stats().kills, 0u);
+  const RaceInspection in = race_inspect(*t.fabric, cfg);
+  EXPECT_EQ(in.committed, 13u);
+  EXPECT_EQ(in.tentative, 0u);
+  EXPECT_EQ(in.killed, 0u);
+}
+
 // No slot value is placed twice (race.h, Protocol): a helper's commit CAS issued from a view of an
 // owner's copy must not land on the owner's NEXT placement of the key in the same slot. The key k
 // and z have one combined bucket (both main buckets in it), so every insert takes its lowest

@@ -42,6 +42,50 @@ namespace rdmahash {
     }
   }
 
+  // read_view's parse of the two combined buckets in v.buf (a plain function: a coroutine would keep
+  // its loop variables in its frame, in memory).
+  void RaceClient::Impl::parse_view(const Ctx& c, View& v, const std::array<RemoteAddr, 2>& cb) {
+    v.slots.clear();
+    v.slots.reserve(4 * kRaceSlots);
+    v.load = {0, 0};
+    v.headers_ok = true;
+    v.frozen = false;
+    // The two combined buckets share their overflow bucket when the key's main buckets are
+    // neighbours, and are one when they coincide. v.slots lists each slot once (a copy listed
+    // twice would be its own rival: RaceFault.OverlappingCombinedBucketsListEachSlotOnce), in
+    // ascending address (the order placement scans for an empty slot; the lowest copy is chosen by
+    // address wherever it matters): so whole buckets are deduplicated, the first read kept, and
+    // ordered, each bucket's slots already ascending — not a search per slot and a sort of 28.
+    // Loads and the frozen flag count every bucket read.
+    struct Bucket {
+      uint64_t offset;
+      const std::byte* at;
+      int i;
+    };
+    std::array<Bucket, 4> buckets;
+    size_t nb = 0;
+    for (int i = 0; i < 2; ++i)
+      for (int b = 0; b < 2; ++b) {
+        const std::byte* bucket = v.buf.data() + 128 * i + 64 * b;
+        const uint64_t hdr = load64(bucket);
+        const uint32_t depth = static_cast<uint32_t>(hdr & 0xff);
+        if (depth == kRetiredDepth || (c.p.h & mask(depth)) != (hdr >> 8)) v.headers_ok = false;
+        for (uint32_t s = 0; s < kRaceSlots; ++s) {
+          const uint64_t w = load64(bucket + 8 + 8 * s);
+          if (w != 0) ++v.load[i];
+          if (w & kFrozen) v.frozen = true;
+        }
+        const uint64_t offset = cb[i].offset + 64 * b;
+        if (std::none_of(buckets.begin(), buckets.begin() + nb, [&](const Bucket& x) { return x.offset == offset; }))
+          buckets[nb++] = Bucket{offset, bucket, i};
+      }
+    for (size_t k = 1; k < nb; ++k)  // insertion sort of at most 4
+      for (size_t j = k; j > 0 && buckets[j].offset < buckets[j - 1].offset; --j) std::swap(buckets[j], buckets[j - 1]);
+    for (size_t k = 0; k < nb; ++k)
+      for (uint32_t s = 0; s < kRaceSlots; ++s)
+        v.slots.push_back(SlotRef{RemoteAddr{v.sub.node, buckets[k].offset + 8 + 8 * s}, load64(buckets[k].at + 8 + 8 * s), buckets[k].i});
+  }
+
   // RT: read both combined buckets of the key in the subtable the cache names (cache off: READ
   // the directory entry first). A stale header (RETIRED, or a suffix the key does not have)
   // refreshes the directory and retries with it.
@@ -83,26 +127,7 @@ namespace rdmahash {
       co_await r1;
     }
     c.chunks += 2;
-    v.slots.clear();
-    v.load = {0, 0};
-    v.headers_ok = true;
-    v.frozen = false;
-    for (int i = 0; i < 2; ++i)
-      for (int b = 0; b < 2; ++b) {
-        const std::byte* bucket = v.buf.data() + 128 * i + 64 * b;
-        const uint64_t hdr = load64(bucket);
-        const uint32_t depth = static_cast<uint32_t>(hdr & 0xff);
-        if (depth == kRetiredDepth || (c.p.h & mask(depth)) != (hdr >> 8)) v.headers_ok = false;
-        for (uint32_t s = 0; s < kRaceSlots; ++s) {
-          const RemoteAddr a{cb[i].node, cb[i].offset + 64 * b + 8 + 8 * s};
-          const uint64_t w = load64(bucket + 8 + 8 * s);
-          if (w != 0) ++v.load[i];
-          if (w & kFrozen) v.frozen = true;
-          if (std::any_of(v.slots.begin(), v.slots.end(), [&](const SlotRef& r) { return r.addr.offset == a.offset; })) continue;
-          v.slots.push_back(SlotRef{a, w, i});
-        }
-      }
-    std::sort(v.slots.begin(), v.slots.end(), [](const SlotRef& x, const SlotRef& y) { return x.addr.offset < y.addr.offset; });
+    parse_view(c, v, cb);
     if (v.headers_ok) co_return Verdict::kOk;
     ++st.stale_detected;
     ++st.stale_headers;
@@ -125,29 +150,14 @@ namespace rdmahash {
   // holding the key. `value_out` receives the value of the committed copy.
   Task<Verdict> RaceClient::Impl::classify(Ctx& c, const View& v, bool all, bool check_dir, std::vector<SlotRef>& copies,
                                            std::vector<std::byte>* value_out, uint32_t* value_len) {
-    struct Fetch {
-      uint64_t id;
-      RemoteAddr at;
-      uint32_t len;
-      std::vector<std::byte> buf;
-    };
     std::vector<Fetch> fetch;
-    for (const SlotRef& s : v.slots) {
-      if ((s.v & ~kFrozen) == 0 || (s.v & kKilled) || slot_fp(s.v) != c.p.fp || (!all && !(s.v & kCommitted))) continue;
-      const uint64_t id = s.v & kPtrMask;
-      const bool wanted_value = value_out && (s.v & kCommitted);
-      if (!wanted_value && std::any_of(c.known.begin(), c.known.end(), [&](auto& k) { return k.first == id; })) continue;
-      if (std::any_of(fetch.begin(), fetch.end(), [&](const Fetch& f) { return f.id == id; })) continue;
-      fetch.push_back(Fetch{id, slot_block(s.v), slot_units(s.v) * 64, {}});
-    }
+    std::vector<std::byte> blocks(select_fetches(c, v, all, value_out != nullptr, fetch));  // every block READ, one buffer
     uint64_t e = 0, depth = gd;
     const uint32_t cached_gd = gd;
     if (!fetch.empty() || check_dir) {
       std::vector<Pending> pend;
-      for (auto& f : fetch) {
-        f.buf.resize(f.len);
-        pend.push_back(engine.read(f.at, f.buf.data(), f.len));
-      }
+      pend.reserve(fetch.size());
+      for (const Fetch& f : fetch) pend.push_back(engine.read(f.at, blocks.data() + f.offset, f.len));
       // The global depth too: a split that doubled the directory leaves the entry at the old
       // index naming S even when it moved the key (the key's entry is in the new upper half).
       std::optional<Pending> d, g;
@@ -168,8 +178,8 @@ namespace rdmahash {
       co_await refresh();
       co_return Verdict::kRetry;
     }
-    for (auto& f : fetch) {
-      auto b = parse_block(f.buf.data(), f.len);
+    for (const Fetch& f : fetch) {
+      auto b = parse_block(blocks.data() + f.offset, f.len);
       if (!b) throw FabricError("race: a KV block failed its checksum (memory corrupted or a pointer is wrong)");
       const bool mine = b->key.size() == c.key.size() && std::equal(b->key.begin(), b->key.end(), c.key.begin());
       if (std::none_of(c.known.begin(), c.known.end(), [&](auto& k) { return k.first == f.id; })) {
@@ -180,6 +190,30 @@ namespace rdmahash {
         if (value_len) *value_len = static_cast<uint32_t>(b->value.size());
       }
     }
+    collect_copies(c, v, copies);
+    co_return Verdict::kOk;
+  }
+
+  // classify's choice of blocks (plain functions, as parse_view): the fingerprint matches not
+  // classified yet (committed only, unless `all`; a committed one again when its value is
+  // wanted), each block once, laid out one after another from offset 0. Returns their bytes.
+  size_t RaceClient::Impl::select_fetches(const Ctx& c, const View& v, bool all, bool want_value, std::vector<Fetch>& fetch) const {
+    size_t bytes = 0;
+    for (const SlotRef& s : v.slots) {
+      if ((s.v & ~kFrozen) == 0 || (s.v & kKilled) || slot_fp(s.v) != c.p.fp || (!all && !(s.v & kCommitted))) continue;
+      const uint64_t id = s.v & kPtrMask;
+      const bool wanted_value = want_value && (s.v & kCommitted);
+      if (!wanted_value && std::any_of(c.known.begin(), c.known.end(), [&](auto& k) { return k.first == id; })) continue;
+      if (std::any_of(fetch.begin(), fetch.end(), [&](const Fetch& f) { return f.id == id; })) continue;
+      const uint32_t len = slot_units(s.v) * 64;
+      fetch.push_back(Fetch{id, slot_block(s.v), len, bytes});
+      bytes += len;
+    }
+    return bytes;
+  }
+
+  // The slots of the view holding the key, by what classify learned of their blocks.
+  void RaceClient::Impl::collect_copies(const Ctx& c, const View& v, std::vector<SlotRef>& copies) const {
     copies.clear();
     for (const SlotRef& s : v.slots) {
       if ((s.v & ~kFrozen) == 0 || (s.v & kKilled) || slot_fp(s.v) != c.p.fp) continue;
@@ -187,7 +221,6 @@ namespace rdmahash {
       auto it = std::find_if(c.known.begin(), c.known.end(), [&](auto& k) { return k.first == id; });
       if (it != c.known.end() && it->second) copies.push_back(s);
     }
-    co_return Verdict::kOk;
   }
 
   // Space for one block, carved from this client's chunks; a new chunk by RPC when none has room,

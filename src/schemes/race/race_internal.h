@@ -210,11 +210,20 @@ struct RaceClient::Impl {
     Verdict classified = Verdict::kOk;
   };
   Task<Verdict> read_view(Ctx& c, View& v, SlotCas* place = nullptr, bool* won = nullptr);
+  void parse_view(const Ctx& c, View& v, const std::array<RemoteAddr, 2>& cb);
   // Speculative placement's gate: of this client's recent first views holding fingerprint
   // matches not classified yet, how many held a copy of the key (decayed: halved at 64).
   uint32_t spec_seen = 0, spec_hits = 0;
   Task<Verdict> classify(Ctx& c, const View& v, bool all, bool check_dir, std::vector<SlotRef>& copies,
                          std::vector<std::byte>* value_out, uint32_t* value_len);
+  struct Fetch {  // a block classify READs, at `offset` of its one buffer
+    uint64_t id;
+    RemoteAddr at;
+    uint32_t len;
+    size_t offset;
+  };
+  size_t select_fetches(const Ctx& c, const View& v, bool all, bool want_value, std::vector<Fetch>& fetch) const;
+  void collect_copies(const Ctx& c, const View& v, std::vector<SlotRef>& copies) const;
   Task<bool> alloc_block(uint32_t bytes, RemoteAddr& out);
   Task<uint64_t> rpc_alloc(uint32_t node, uint64_t bytes);
   void check_key(std::span<const std::byte> key) const;
