@@ -4,6 +4,8 @@
 // Layout, protocol and the safety argument: include/rdmahash/race.h.
 // RaceClient::Impl's members below keep the indentation they had in the class body (now in
 // race_internal.h), so the mutation harness's `find` strings (tests/mutants/race.json) still match.
+#include <bit>
+
 #include "schemes/race/race_internal.h"
 
 namespace rdmahash {
@@ -46,6 +48,7 @@ namespace rdmahash {
   // its loop variables in its frame, in memory).
   void RaceClient::Impl::parse_view(const Ctx& c, View& v, const std::array<RemoteAddr, 2>& cb) {
     v.slots.clear();
+    static_assert(4 * kRaceSlots <= 32, "View::match holds a bit per slot of the four buckets");
     v.slots.reserve(4 * kRaceSlots);
     v.load = {0, 0};
     v.headers_ok = true;
@@ -81,9 +84,16 @@ namespace rdmahash {
       }
     for (size_t k = 1; k < nb; ++k)  // insertion sort of at most 4
       for (size_t j = k; j > 0 && buckets[j].offset < buckets[j - 1].offset; --j) std::swap(buckets[j], buckets[j - 1]);
+    // v.match: the slots a copy of the key may be in (its fingerprint, neither empty nor a kill
+    // marker), computed without a branch per slot: most slots are not, unpredictably.
+    v.match = 0;
     for (size_t k = 0; k < nb; ++k)
-      for (uint32_t s = 0; s < kRaceSlots; ++s)
-        v.slots.push_back(SlotRef{RemoteAddr{v.sub.node, buckets[k].offset + 8 + 8 * s}, load64(buckets[k].at + 8 + 8 * s), buckets[k].i});
+      for (uint32_t s = 0; s < kRaceSlots; ++s) {
+        const uint64_t w = load64(buckets[k].at + 8 + 8 * s);
+        const uint32_t candidate = ((w & ~kFrozen) != 0) & ((w & kKilled) == 0) & (slot_fp(w) == c.p.fp);
+        v.match |= candidate << v.slots.size();
+        v.slots.push_back(SlotRef{RemoteAddr{v.sub.node, buckets[k].offset + 8 + 8 * s}, w, buckets[k].i});
+      }
   }
 
   // RT: read both combined buckets of the key in the subtable the cache names (cache off: READ
@@ -199,8 +209,9 @@ namespace rdmahash {
   // wanted), each block once, laid out one after another from offset 0. Returns their bytes.
   size_t RaceClient::Impl::select_fetches(const Ctx& c, const View& v, bool all, bool want_value, std::vector<Fetch>& fetch) const {
     size_t bytes = 0;
-    for (const SlotRef& s : v.slots) {
-      if ((s.v & ~kFrozen) == 0 || (s.v & kKilled) || slot_fp(s.v) != c.p.fp || (!all && !(s.v & kCommitted))) continue;
+    for (uint32_t m = v.match; m != 0; m &= m - 1) {  // the fingerprint matches, in v.slots order
+      const SlotRef& s = v.slots[static_cast<size_t>(std::countr_zero(m))];
+      if (!all && !(s.v & kCommitted)) continue;
       const uint64_t id = s.v & kPtrMask;
       const bool wanted_value = want_value && (s.v & kCommitted);
       if (!wanted_value && std::any_of(c.known.begin(), c.known.end(), [&](auto& k) { return k.first == id; })) continue;
@@ -215,8 +226,8 @@ namespace rdmahash {
   // The slots of the view holding the key, by what classify learned of their blocks.
   void RaceClient::Impl::collect_copies(const Ctx& c, const View& v, std::vector<SlotRef>& copies) const {
     copies.clear();
-    for (const SlotRef& s : v.slots) {
-      if ((s.v & ~kFrozen) == 0 || (s.v & kKilled) || slot_fp(s.v) != c.p.fp) continue;
+    for (uint32_t m = v.match; m != 0; m &= m - 1) {
+      const SlotRef& s = v.slots[static_cast<size_t>(std::countr_zero(m))];
       const uint64_t id = s.v & kPtrMask;
       auto it = std::find_if(c.known.begin(), c.known.end(), [&](auto& k) { return k.first == id; });
       if (it != c.known.end() && it->second) copies.push_back(s);

@@ -190,6 +190,7 @@ struct RaceClient::Impl {
     RemoteAddr sub{};
     std::array<std::byte, 256> buf{};
     std::vector<SlotRef> slots;  // deduplicated, ascending address
+    uint32_t match = 0;          // bit i: slots[i] has the key's fingerprint, neither empty nor killed
     std::array<uint32_t, 2> load{};
     bool headers_ok = true;
     bool frozen = false;
