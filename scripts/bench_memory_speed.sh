@@ -20,9 +20,10 @@
 #     CEIL_RECORDS=4000 records (256 KB at load 0.5: inside L2), find-or-puts of CEIL_FP_SLOTS / 20 new
 #     keys on a table of CEIL_FP_SLOTS=400000 slots (12.8 MB: inside L3; the load rises by 0.05; on
 #     4 KB pages its TLB misses cost inserts ~1.4x here, so the pages are the first of HUGE's), each
-#     point 5 times (--repeat) — in the same round. Column `ceiling` is that rate over the 1 GB row's limit: the fraction the row would reach
-#     if every cache miss of the 1 GB table were free. A target above it cannot be met by hiding
-#     misses (prefetching, huge pages, overlap), only by fewer instructions per operation.
+#     point 5 times (--repeat) — in the same round. Column `ceiling` is that rate over the 1 GB
+#     row's limit: the fraction the row would reach if every cache miss of the 1 GB table were free.
+#     A target above it cannot be met by hiding misses (prefetching, huge pages, overlap), only by
+#     fewer instructions per operation.
 # Binaries are interleaved per round (a busy machine slows all alike); medians over rounds.
 # usage: scripts/bench_memory_speed.sh BIN [BIN...]   (ROUNDS=2, OPS=1000000, DEPTH=16, SLOTS=32000000 or RECORDS=N,
 #        OUT=results/memory_speed.jsonl; HUGE="on off"; LOADS="0.5 0.8"; COMPARE=1;
@@ -64,15 +65,16 @@ ceiling() {  # ceiling BIN: the linear 1+1 points on tables in cache (layout "ca
   local bin=$1 lf mg hp=${HUGE%% *}
   for lf in $LOADS; do
     for mg in $MULTI; do
-      run "$bin" cache --memory-nodes 1 --slot-format inline "${base[@]}" --records "$CEIL_RECORDS" --load-factor "$lf" \
-        --huge-pages "$hp" --workload get --read-size "${READ_SIZES:-8,4}" --multi-get "$mg" --repeat 5
-      run "$bin" cache --memory-nodes 1 --slot-format inline --key-bytes 8 --value-bytes 8 --depth "$DEPTH" --direct-access on \
-        --ops "$((CEIL_FP_SLOTS / 20))" --records "$(SLOTS=$CEIL_FP_SLOTS RECORDS= records_at "$lf")" --load-factor "$lf" \
-        --huge-pages "$hp" --workload find-or-put --multi-get "$mg" --repeat 5
+      run "$bin" cache --memory-nodes 1 --slot-format inline "${table[@]}" --ops "$OPS" --records "$CEIL_RECORDS" \
+        --load-factor "$lf" --huge-pages "$hp" --workload get --read-size "${READ_SIZES:-8,4}" --multi-get "$mg" --repeat 5
+      run "$bin" cache --memory-nodes 1 --slot-format inline "${table[@]}" --ops "$((CEIL_FP_SLOTS / 20))" \
+        --records "$(SLOTS=$CEIL_FP_SLOTS RECORDS= records_at "$lf")" --load-factor "$lf" --huge-pages "$hp" \
+        --workload find-or-put --multi-get "$mg" --repeat 5
     done
   done
 }
-base=(--key-bytes 8 --value-bytes 8 --ops "$OPS" --depth "$DEPTH" --direct-access on)
+table=(--key-bytes 8 --value-bytes 8 --depth "$DEPTH" --direct-access on)
+base=("${table[@]}" --ops "$OPS")
 for round in $(seq "$ROUNDS"); do
   for bin in "$@"; do
     echo "round $round: $bin ($(uptime | sed 's/.*load/load/'))" >&2
